@@ -1,0 +1,38 @@
+# Two commands a new user runs: `make demo` and `make test`.
+# Each bootstraps .venv when it is missing. torch is pinned through constraints.txt so that pip takes
+# the CPU wheel on this machine's disk instead of a multi-GB CUDA build; pyproject keeps a range.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
+
+.PHONY: demo test soak bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Base install: the library alone, as `pip install stepjournal` gives it.
+$(VENV)/.base: $(VENV)/bin/python pyproject.toml constraints.txt
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e .
+	touch $@
+
+# Test install: adds the verl and TRL extras the adapter tests run against, and the test tools.
+$(VENV)/.test: $(VENV)/.base
+	$(PIP) -e ".[test,verl,trl]"
+	touch $@
+
+demo: $(VENV)/.base
+	$(PY) -m stepjournal.demo
+
+test: $(VENV)/.test
+	$(VENV)/bin/pytest -q -m "not soak"
+
+soak: $(VENV)/.test
+	$(VENV)/bin/pytest -q -m soak
+
+bench: $(VENV)/.test
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .stepjournal-demo build dist *.egg-info
