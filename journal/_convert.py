@@ -1,0 +1,93 @@
+"""The journal's one cattrs converter and the event codec built on it (msgpack bytes).
+
+An event is stored as a msgpack map ``{"type": <stable tag>, "v": <schema version>, **fields}``.
+Unknown tags, newer versions and malformed bodies raise typed errors; older versions are lifted to
+the current one by the functions in `_UPGRADES` before structuring, so old journals stay readable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Tuple
+
+import cattrs
+import msgpack
+from cattrs.preconf.msgpack import make_converter
+
+from ._errors import EventDecodeError, UnknownEventTypeError, UnsupportedSchemaVersionError
+from ._events import EVENT_TYPES, Event
+
+__all__ = ["converter", "encode_event", "decode_event", "event_tag"]
+
+# An event body is small (no payload bytes); anything larger is not an event.
+_MAX_EVENT_BYTES = 1 << 20
+
+_TAG_TO_TYPE: Dict[str, Tuple[type, int]] = {tag: (cls, ver) for cls, (tag, ver) in EVENT_TYPES.items()}
+
+# (tag, old version) -> function lifting a body dict by one version. Empty while every schema is v1.
+_UPGRADES: Dict[Tuple[str, int], Callable[[Dict[str, Any]], Dict[str, Any]]] = {}
+
+
+def _make_converter() -> cattrs.Converter:
+    """Build the converter: strict about unknown keys so a damaged body is noticed, not half-read."""
+    conv = make_converter(forbid_extra_keys=True)
+    return conv
+
+
+converter: cattrs.Converter = _make_converter()
+
+
+def event_tag(event: Event) -> str:
+    """Return the stable tag name of an event instance."""
+    return EVENT_TYPES[type(event)][0]
+
+
+def encode_event(event: Event) -> bytes:
+    """Turn an event into its stored bytes."""
+    tag, version = EVENT_TYPES[type(event)]
+    body = converter.unstructure(event)
+    return msgpack.packb({"type": tag, "v": version, **body}, use_bin_type=True)
+
+
+def decode_event(data: Any, *, seq: int | None = None) -> Event:
+    """Turn stored bytes back into an event.
+
+    Args:
+        data: the stored bytes (bytes or a buffer).
+        seq: the event's sequence number, used in error messages.
+
+    Raises:
+        UnknownEventTypeError: the tag is not one this version knows.
+        UnsupportedSchemaVersionError: the body is newer than this version reads.
+        EventDecodeError: the bytes are not a well-formed event.
+    """
+    where = f"event #{seq}" if seq is not None else "event"
+    raw = bytes(data)
+    if len(raw) > _MAX_EVENT_BYTES:
+        raise EventDecodeError(f"{where} is {len(raw)} bytes, larger than any event; the journal is damaged")
+    try:
+        body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise EventDecodeError(f"{where} is not valid msgpack ({exc}); the journal is damaged") from None
+    if not isinstance(body, dict):
+        raise EventDecodeError(f"{where} is not a map; the journal is damaged")
+    tag = body.pop("type", None)
+    version = body.pop("v", None)
+    if tag not in _TAG_TO_TYPE:
+        raise UnknownEventTypeError(
+            f"{where} has unknown type {tag!r}; it was written by another program or a newer stepjournal"
+        )
+    cls, current = _TAG_TO_TYPE[tag]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise EventDecodeError(f"{where} ({tag}) has no valid schema version ({version!r})")
+    if version > current:
+        raise UnsupportedSchemaVersionError(
+            f"{where} ({tag}) has schema version {version}, this stepjournal reads up to {current}; upgrade stepjournal"
+        )
+    while version < current:
+        body = _UPGRADES[(tag, version)](body)
+        version += 1
+    try:
+        return converter.structure(body, cls)
+    except Exception as exc:  # cattrs wraps field errors in exception groups
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        raise EventDecodeError(f"{where} ({tag}) has a broken body: {detail}") from None

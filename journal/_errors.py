@@ -1,0 +1,89 @@
+"""The typed errors of stepjournal: one base class, each subclass says what to do next."""
+
+from __future__ import annotations
+
+__all__ = [
+    "StepJournalError",
+    "JournalError",
+    "JournalClosedError",
+    "JournalFullError",
+    "JournalLockedError",
+    "IntegrityError",
+    "EventDecodeError",
+    "UnknownEventTypeError",
+    "UnsupportedSchemaVersionError",
+    "PayloadDecodeError",
+    "UnknownCodecError",
+    "UnsupportedValueError",
+    "InvalidKeyError",
+    "UnsafePathError",
+]
+
+
+class StepJournalError(Exception):
+    """Base class of every error stepjournal raises on purpose."""
+
+
+class JournalError(StepJournalError):
+    """The journal cannot do what was asked (bad state, bad arguments, storage trouble)."""
+
+
+class JournalClosedError(JournalError):
+    """The journal was used after `close()`; open a new `Journal` on the same path."""
+
+
+class JournalFullError(JournalError):
+    """The disk or the configured size cap is full; nothing already recorded was harmed."""
+
+
+class JournalLockedError(JournalError):
+    """The journal is opened in an incompatible way elsewhere in this process."""
+
+
+class InvalidKeyError(JournalError, ValueError):
+    """A run key, mode, step or generation index is not acceptable."""
+
+
+class UnsafePathError(JournalError, ValueError):
+    """A path from a config would leave the folder it must stay in, or is unsafe to use."""
+
+
+class IntegrityError(StepJournalError):
+    """Stored bytes do not match their digest or their index; the journal is damaged.
+
+    Attributes:
+        step: the train step the damaged record belongs to, when known.
+        detail: what exactly did not match.
+    """
+
+    def __init__(self, message: str, *, step: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.detail = detail
+
+
+class EventDecodeError(IntegrityError):
+    """An event's bytes could not be decoded into a known event."""
+
+
+class UnknownEventTypeError(EventDecodeError):
+    """An event carries a type tag this version of stepjournal does not know."""
+
+
+class UnsupportedSchemaVersionError(EventDecodeError):
+    """An event carries a schema version newer than this version of stepjournal reads."""
+
+
+class PayloadDecodeError(IntegrityError):
+    """Payload bytes are malformed: truncated, lying about their lengths, or not a payload."""
+
+
+class UnknownCodecError(PayloadDecodeError):
+    """A payload names a custom codec that is not registered in this process.
+
+    Register it with `stepjournal.register_codec` (or import the adapter that registers it) first.
+    """
+
+
+class UnsupportedValueError(StepJournalError, TypeError):
+    """A value cannot be stored in a payload; the message names its path and how to register a codec."""

@@ -1,0 +1,262 @@
+"""The LMDB layer: one environment per path per process, transactions that grow the map, fork safety.
+
+Nothing here knows about events or payload formats; it moves bytes in and out of named databases.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from contextlib import contextmanager
+from typing import Dict, Iterator, Tuple
+
+import lmdb
+import structlog
+
+from ._errors import JournalError, JournalFullError, JournalLockedError
+
+__all__ = ["Store", "DB_NAMES"]
+
+log = structlog.get_logger(__name__)
+
+# Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
+DB_NAMES = ("events", "payloads", "gen", "meta")
+_MAX_DBS = 8
+_DEFAULT_MAP_SIZE = 1 << 30
+
+# One environment per real path per process (LMDB's rule); the pid tells a forked child that the
+# environment it inherited is not its own.
+_ENVS: Dict[str, Tuple[int, "_SharedEnv"]] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+class _SharedEnv:
+    def __init__(self, env: lmdb.Environment, readonly: bool) -> None:
+        self.env = env
+        self.readonly = readonly
+        self.users = 0
+        # LMDB forbids resizing the map while this process has a transaction open; one lock per
+        # environment serialises transactions and resizes between the threads of a process.
+        self.lock = threading.RLock()
+        self.dbs: Dict[str, object] = {}
+
+
+def _is_writable_location(path: str) -> bool:
+    return os.access(path, os.W_OK)
+
+
+def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _SharedEnv:
+    key = os.path.realpath(path)
+    pid = os.getpid()
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None and entry[0] != pid:
+            # Inherited across fork(): never use the parent's environment. Closing our copy only
+            # unmaps it and closes our descriptors (LMDB's locks belong to the parent's pid), and lets
+            # py-lmdb open the path again in this process.
+            del _ENVS[key]
+            entry[1].env.close()
+            entry = None
+        if entry is not None:
+            shared = entry[1]
+            if shared.readonly and not readonly:
+                raise JournalLockedError(
+                    f"journal {path!r} is already open read-only in this process; close that Journal "
+                    "before opening it for writing"
+                )
+            shared.users += 1
+            return shared
+        if not readonly:
+            os.makedirs(key, mode=0o700, exist_ok=True)
+        elif not os.path.isdir(key) or not os.path.exists(os.path.join(key, "data.mdb")):
+            raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
+        # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
+        lock = not readonly or _is_writable_location(key)
+        try:
+            env = lmdb.open(
+                key,
+                map_size=map_size,
+                max_dbs=_MAX_DBS,
+                subdir=True,
+                readonly=readonly,
+                lock=lock,
+                sync=sync,
+                metasync=sync,
+                readahead=False,
+                max_readers=256,
+                mode=0o600,
+            )
+        except lmdb.Error as exc:
+            raise JournalError(f"cannot open journal {path!r}: {exc}") from None
+        shared = _SharedEnv(env, readonly)
+        for name in DB_NAMES:
+            try:
+                shared.dbs[name] = env.open_db(name.encode(), create=not readonly)
+            except lmdb.NotFoundError:
+                shared.dbs[name] = None
+        shared.users = 1
+        _ENVS[key] = (pid, shared)
+        return shared
+
+
+def _release(path: str, shared: _SharedEnv) -> None:
+    key = os.path.realpath(path)
+    with _ENVS_LOCK:
+        shared.users -= 1
+        entry = _ENVS.get(key)
+        if shared.users <= 0:
+            if entry is not None and entry[1] is shared:
+                del _ENVS[key]
+            if entry is not None and entry[0] == os.getpid():
+                shared.env.close()
+
+
+def folder_is_shared(path: str) -> bool:
+    """True when the journal folder can be written by group or others."""
+    mode = os.stat(path).st_mode
+    return bool(mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+class Store:
+    """Named LMDB databases under one folder, with transactions that survive map growth.
+
+    Args:
+        path: the journal folder (created owner-only when writable and missing).
+        readonly: open without write access; never changes a byte on disk.
+        map_size: the initial map size in bytes; it grows by itself.
+        max_size: a cap on the map size in bytes; reaching it raises `JournalFullError`.
+        sync: flush to disk at each commit (the default; a journal that loses its last record is not a journal).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        readonly: bool = False,
+        map_size: int = _DEFAULT_MAP_SIZE,
+        max_size: int | None = None,
+        sync: bool = True,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.readonly = readonly
+        self.max_size = max_size
+        self._sync = sync
+        self._map_size = map_size if max_size is None else min(map_size, max_size)
+        self._pid = os.getpid()
+        self._shared: _SharedEnv | None = _acquire(
+            self.path, readonly=readonly, map_size=self._map_size, sync=sync
+        )
+        if folder_is_shared(os.path.realpath(self.path)):
+            log.warning("journal_folder_writable_by_others", path=self.path, hint="chmod 700 the folder")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._shared is None
+
+    def forked(self) -> bool:
+        """True when this object was created in another process (we are a fork child)."""
+        return os.getpid() != self._pid
+
+    def reopen_after_fork(self) -> None:
+        """Drop the inherited environment and open this process's own."""
+        self._pid = os.getpid()
+        self._shared = _acquire(self.path, readonly=self.readonly, map_size=self._map_size, sync=self._sync)
+
+    def close(self) -> None:
+        if self._shared is None:
+            return
+        shared, self._shared = self._shared, None
+        if os.getpid() == self._pid:
+            _release(self.path, shared)
+
+    def _env(self) -> _SharedEnv:
+        if self._shared is None:
+            raise JournalError(f"journal {self.path!r} is closed")
+        return self._shared
+
+    def db(self, name: str):
+        handle = self._env().dbs[name]
+        return handle
+
+    def has_db(self, name: str) -> bool:
+        return self._env().dbs.get(name) is not None
+
+    # -- transactions ----------------------------------------------------------------------------
+    @contextmanager
+    def read(self, *, buffers: bool = False) -> Iterator[lmdb.Transaction]:
+        """A read transaction; with `buffers=True` values are views that die with it."""
+        shared = self._env()
+        with shared.lock:
+            for attempt in range(3):
+                try:
+                    txn = shared.env.begin(buffers=buffers)
+                    break
+                except lmdb.MapResizedError:
+                    # Another process grew the map; adopt its size and try again.
+                    shared.env.set_mapsize(0)
+            else:  # pragma: no cover - a map resized three times in a row
+                raise JournalError(f"journal {self.path!r} keeps being resized by another process")
+            try:
+                yield txn
+            finally:
+                txn.abort()
+
+    def write(self, fn, *, needed: int = 0):
+        """Run `fn(txn)` in a write transaction and commit; grow the map and retry when it is full.
+
+        Args:
+            fn: does the writes; it may run more than once, so it must not have other side effects.
+            needed: bytes the transaction is about to write, so the map can grow ahead of time.
+
+        Raises:
+            JournalFullError: the size cap or the disk is full; the transaction left nothing behind.
+        """
+        if self.readonly:
+            raise JournalError(f"journal {self.path!r} is open read-only")
+        shared = self._env()
+        with shared.lock:
+            if needed:
+                self._ensure_room(shared, needed)
+            while True:
+                try:
+                    with shared.env.begin(write=True) as txn:
+                        return fn(txn)
+                except lmdb.MapFullError:
+                    self._grow(shared, max(needed, 1))
+                except lmdb.MapResizedError:
+                    shared.env.set_mapsize(0)
+                except lmdb.Error as exc:
+                    if _is_disk_full(exc):
+                        raise JournalFullError(
+                            f"the disk holding journal {self.path!r} is full; nothing already recorded "
+                            "was harmed. Free space, or continue without recording (see docs/reliability.md)"
+                        ) from None
+                    raise JournalError(f"journal {self.path!r}: write failed: {exc}") from None
+
+    def _ensure_room(self, shared: _SharedEnv, needed: int) -> None:
+        info = shared.env.info()
+        used = (info["last_pgno"] + 1) * shared.env.stat()["psize"]
+        if used + 2 * needed > info["map_size"]:
+            self._grow(shared, needed)
+
+    def _grow(self, shared: _SharedEnv, needed: int) -> None:
+        current = shared.env.info()["map_size"]
+        target = max(current * 2, current + 4 * needed)
+        if self.max_size is not None:
+            if current >= self.max_size:
+                raise JournalFullError(
+                    f"journal {self.path!r} reached its size cap of {self.max_size} bytes; nothing already "
+                    "recorded was harmed. Raise max_size, or continue without recording (see docs/reliability.md)"
+                )
+            target = min(target, self.max_size)
+        log.info("journal_map_grown", path=self.path, old_bytes=current, new_bytes=target)
+        shared.env.set_mapsize(target)
+        self._map_size = target
+
+
+def _is_disk_full(exc: Exception) -> bool:
+    text = str(exc)
+    return "No space left" in text or "ENOSPC" in text or getattr(exc, "errno", None) == errno.ENOSPC

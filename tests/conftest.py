@@ -1,0 +1,20 @@
+"""Shared fixtures: every test gets a real LMDB journal folder under pytest's tmp_path."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def jpath(tmp_path):
+    """A path for a new journal folder (not created yet)."""
+    return str(tmp_path / "journal")

@@ -1,0 +1,45 @@
+"""Direct access to a journal's LMDB databases, bypassing stepjournal, to damage them on purpose."""
+
+from __future__ import annotations
+
+import lmdb
+
+
+def flip_byte(path: str, db_name: str, key: bytes | None = None, offset: int = -1) -> bytes:
+    """Flip one byte of a value in a named database (the first key when `key` is None); return the key."""
+    env = lmdb.open(path, max_dbs=8, subdir=True)
+    try:
+        db = env.open_db(db_name.encode())
+        with env.begin(write=True, db=db) as txn:
+            if key is None:
+                cur = txn.cursor()
+                assert cur.first(), f"{db_name} is empty"
+                key = bytes(cur.key())
+            value = bytearray(txn.get(key))
+            value[offset] ^= 0xFF
+            txn.put(key, bytes(value))
+        return key
+    finally:
+        env.close()
+
+
+def put_raw(path: str, db_name: str, key: bytes, value: bytes) -> None:
+    """Overwrite one value in a named database with raw bytes."""
+    env = lmdb.open(path, max_dbs=8, subdir=True)
+    try:
+        db = env.open_db(db_name.encode())
+        with env.begin(write=True, db=db) as txn:
+            txn.put(key, value)
+    finally:
+        env.close()
+
+
+def items(path: str, db_name: str) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of a named database."""
+    env = lmdb.open(path, max_dbs=8, subdir=True, readonly=True)
+    try:
+        db = env.open_db(db_name.encode(), create=False)
+        with env.begin(db=db) as txn:
+            return [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+    finally:
+        env.close()
