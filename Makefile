@@ -23,7 +23,7 @@ $(VENV)/.test: $(VENV)/.base
 	touch $@
 
 demo: $(VENV)/.base
-	$(PY) -m stepjournal.demo
+	$(PY) -m stepjournal.adapters.demo
 
 test: $(VENV)/.test
 	$(VENV)/bin/pytest -q -m "not soak"

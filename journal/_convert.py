@@ -30,6 +30,25 @@ _UPGRADES: Dict[Tuple[str, int], Callable[[Dict[str, Any]], Dict[str, Any]]] = {
 def _make_converter() -> cattrs.Converter:
     """Build the converter: strict about unknown keys so a damaged body is noticed, not half-read."""
     conv = make_converter(forbid_extra_keys=True)
+
+    # cattrs would coerce ("yes" -> True, "3" -> 3); a journal or a config holding the wrong type is
+    # damaged or mistyped, and saying so beats guessing.
+    def strict(kind, accept, convert=lambda v: v):
+        def hook(value, _type):
+            if not accept(value):
+                raise TypeError(f"expected {kind}, got {type(value).__name__} {value!r}")
+            return convert(value)
+
+        return hook
+
+    conv.register_structure_hook(bool, strict("a bool", lambda v: isinstance(v, bool)))
+    conv.register_structure_hook(
+        int, strict("an int", lambda v: isinstance(v, int) and not isinstance(v, bool))
+    )
+    conv.register_structure_hook(
+        float, strict("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), float)
+    )
+    conv.register_structure_hook(str, strict("a string", lambda v: isinstance(v, str)))
     return conv
 
 

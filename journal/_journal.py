@@ -22,6 +22,7 @@ import uuid
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import attrs
+import msgpack
 import structlog
 import zstandard
 
@@ -48,7 +49,7 @@ from ._events import (
 from ._store import Store
 from ._version import __version__
 
-__all__ = ["Journal", "RecordedGeneration", "VerifyProblem", "DEFAULT_RUN"]
+__all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", "DEFAULT_RUN"]
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +77,19 @@ class RecordedGeneration:
     @property
     def gen_index(self) -> int:
         return self.event.gen_index
+
+
+@attrs.frozen
+class PreparedPayload:
+    """A value already encoded (and hashed, and compressed) for storage: `Journal.prepare`'s result.
+
+    Pass it to `Journal.record` as `output` or `input` to skip encoding twice; `ref.digest` identifies
+    the value's content.
+    """
+
+    ref: PayloadRef
+    key: bytes = attrs.field(repr=False)
+    blob: Any = attrs.field(repr=False)
 
 
 @attrs.frozen
@@ -157,6 +171,8 @@ class Journal:
         max_size: cap on the journal's size in bytes; reaching it raises `JournalFullError`.
         sync: flush each commit to disk (default True).
         registry: codecs for custom payload types; defaults to the process-wide registry.
+        session: False opens for writing without recording a `SessionOpened` (for maintenance such as
+            `reindex`, which records no calls); recording calls then raises `JournalError`.
     """
 
     def __init__(
@@ -171,6 +187,7 @@ class Journal:
         max_size: Optional[int] = None,
         sync: bool = True,
         registry: Optional[CodecRegistry] = None,
+        session: bool = True,
     ) -> None:
         _check_key(run, "train")
         if compression not in _COMPRESSIONS:
@@ -186,8 +203,10 @@ class Journal:
         self._projections: Dict[Tuple[str, str], _StepProjection] = {}
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
+        self._with_session = session and not readonly
         if not readonly:
             self._init_meta()
+        if self._with_session:
             self._open_session()
         log.debug("journal_opened", path=self.path, run=run, readonly=readonly, session=self.session)
 
@@ -215,7 +234,7 @@ class Journal:
             log.info("journal_reopened_after_fork", path=self.path, pid=os.getpid())
             self._store.reopen_after_fork()
             self._projections.clear()
-            if not self.readonly:
+            if self._with_session:
                 self._open_session()
         return self._store
 
@@ -268,14 +287,21 @@ class Journal:
         with self._lock:
             return store.write(fn, needed=needed)
 
-    def _encode(self, value: Any) -> Tuple[PayloadRef, bytes, Any]:
+    def prepare(self, value: Any) -> PreparedPayload:
+        """Encode, hash (and compress) a value for storage, without writing anything.
+
+        Raises:
+            UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
+        """
+        if isinstance(value, PreparedPayload):
+            return value
         raw = encode_payload(value, registry=self._registry)
         digest = digest_bytes(raw)
         blob: Any = raw
         if self.compression == "zstd":
             blob = zstandard.ZstdCompressor(level=3, threads=-1).compress(raw)
         ref = PayloadRef(digest=digest.hex(), nbytes=len(raw), stored_nbytes=len(blob), compression=self.compression)
-        return ref, digest, blob
+        return PreparedPayload(ref, digest, blob)
 
     def record(
         self,
@@ -297,10 +323,10 @@ class Journal:
 
         Args:
             step: the train step.
-            output: what the call returned (any encodable value).
+            output: what the call returned (any encodable value, or a `PreparedPayload`).
             gen_index: which call within the step (0 for the first).
             mode: ``"train"``, ``"validate"`` ...
-            input: what the call was given; stored when `store_input` and not None.
+            input: what the call was given (a value or a `PreparedPayload`); stored when `store_input`.
             input_digest: digest identifying the input; computed from `input` when not given.
             store_output: False journals the call without storing its output (passthrough).
             duration_s: how long the call took.
@@ -315,14 +341,15 @@ class Journal:
         payloads: List[Tuple[bytes, Any]] = []
         out_ref = in_ref = None
         if store_output:
-            out_ref, key, blob = self._encode(output)
-            payloads.append((key, blob))
+            out = self.prepare(output)
+            out_ref = out.ref
+            payloads.append((out.key, out.blob))
         if input is not None and (store_input or input_digest is None):
-            ref, key, blob = self._encode(input)
-            input_digest = input_digest or ref.digest
+            inp = self.prepare(input)
+            input_digest = input_digest or inp.ref.digest
             if store_input:
-                in_ref = ref
-                payloads.append((key, blob))
+                in_ref = inp.ref
+                payloads.append((inp.key, inp.blob))
         event = GenerationRecorded(
             session=self._session_id(),
             run=self.run,
@@ -427,7 +454,10 @@ class Journal:
     def _session_id(self) -> str:
         self._live()
         if self.session is None:
-            raise JournalError(f"journal {self.path!r} is open read-only; open it without readonly=True to record")
+            raise JournalError(
+                f"journal {self.path!r} is open read-only or without a session; open it with "
+                "readonly=False and session=True to record"
+            )
         return self.session
 
     # -- reading events --------------------------------------------------------------------------
@@ -696,7 +726,7 @@ class Journal:
             try:
                 event = decode_event(body, seq=seq)
             except StepJournalError as exc:
-                problems.append(VerifyProblem("event", f"#{seq}", (), str(exc)))
+                problems.append(VerifyProblem("event", f"#{seq}", _salvage_steps(body), str(exc)))
                 continue
             if isinstance(event, GenerationRecorded):
                 for ref in (event.output, event.input):
@@ -784,6 +814,16 @@ def _unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) 
     if head != PAYLOAD_MAGIC[:4]:
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
     return blob
+
+
+def _salvage_steps(body: Any) -> Tuple[int, ...]:
+    """The step an undecodable event names, read leniently from its msgpack map (for verify's report)."""
+    try:
+        fields = msgpack.unpackb(bytes(body), raw=False)
+        step = fields.get("step") if isinstance(fields, dict) else None
+    except Exception:  # damaged bytes may fail in any way; the step is then unknown
+        return ()
+    return (step,) if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else ()
 
 
 def _project_into_index(txn, gen_db, seq: int, event: Event) -> None:

@@ -1,0 +1,121 @@
+"""`journaled`: put any rollout function (sync or async) under a journal and a policy."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Optional, TypeVar
+
+from stepjournal import Journal, UnsupportedValueError
+from stepjournal.policies import Engine, Outcome, parse
+
+__all__ = ["journaled", "default_input_of"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def default_input_of(*args: Any, **kwargs: Any) -> dict:
+    """What a call was given, as stored by default: its positional and keyword arguments."""
+    return {"args": list(args), "kwargs": dict(kwargs)}
+
+
+def journaled(
+    fn: F,
+    journal: Journal,
+    policy: Any = "cache",
+    *,
+    step_of: Optional[Callable[..., int]] = None,
+    mode_of: Optional[Callable[..., str]] = None,
+    input_of: Optional[Callable[..., Any]] = default_input_of,
+    allow_fingerprint_mismatch: bool = False,
+    verify_input: bool = False,
+    on_input_mismatch: str = "generate",
+    bypass_modes: tuple = ("validate",),
+) -> F:
+    """Wrap a rollout function so each call is recorded, replayed or bypassed as the policy decides.
+
+    The wrapped function takes the train step as the keyword ``step=`` (or `step_of(*args, **kwargs)`
+    computes it), counts the generate calls within a step itself, and returns exactly what `fn` would
+    return: replayed values decode to the same types. ``step`` is passed on to `fn` only when `fn`
+    has a parameter named ``step``.
+
+    Args:
+        fn: the function that makes a rollout (``def`` or ``async def``).
+        journal: an open, writable `Journal`.
+        policy: a policy object or spec string (``"cache"``, ``"dump@1-5;repeat"`` ...).
+        step_of: computes the train step from the call's arguments, instead of ``step=``.
+        mode_of: computes the call's mode (default ``"train"``); modes in `bypass_modes` are bypassed.
+        input_of: what to store as the call's input (default: its arguments); None stores no input.
+        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes: see `Engine`.
+
+    Returns:
+        The wrapper, with the `Engine` as its ``engine`` attribute and the last call's `Outcome` as
+        ``last_outcome``.
+    """
+    engine = Engine(
+        journal,
+        parse(policy) if isinstance(policy, str) else policy,
+        allow_fingerprint_mismatch=allow_fingerprint_mismatch,
+        verify_input=verify_input,
+        on_input_mismatch=on_input_mismatch,
+        bypass_modes=bypass_modes,
+    )
+    takes_step = "step" in inspect.signature(fn).parameters
+    name = getattr(fn, "__qualname__", repr(fn))
+
+    def prepare(args: tuple, kwargs: dict):
+        step = kwargs.pop("step", None) if step_of is None else step_of(*args, **kwargs)
+        if step is None:
+            raise TypeError(
+                f"{name} is journaled: call it with step=<train step>, or wrap it with step_of=..."
+            )
+        if takes_step and step_of is None:
+            kwargs["step"] = step
+        mode = mode_of(*args, **kwargs) if mode_of is not None else "train"
+        prepared = None
+        if input_of is not None:
+            value = input_of(*args, **kwargs)
+            try:
+                prepared = journal.prepare(value)
+            except UnsupportedValueError as exc:
+                raise UnsupportedValueError(
+                    f"{exc}\n(this is the input of {name}; pass input_of=... to journaled to choose what to store, "
+                    "or input_of=None to store none)"
+                ) from None
+        return step, mode, prepared, kwargs
+
+    def done(outcome: Outcome) -> Any:
+        wrapper.last_outcome = outcome
+        return outcome.value
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            step, mode, prepared, kwargs = prepare(args, kwargs)
+            outcome = await engine.acall(
+                step,
+                lambda: fn(*args, **kwargs),
+                mode=mode,
+                input=prepared,
+                input_digest=prepared.ref.digest if prepared else None,
+            )
+            return done(outcome)
+
+    else:
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            step, mode, prepared, kwargs = prepare(args, kwargs)
+            outcome = engine.call(
+                step,
+                lambda: fn(*args, **kwargs),
+                mode=mode,
+                input=prepared,
+                input_digest=prepared.ref.digest if prepared else None,
+            )
+            return done(outcome)
+
+    wrapper.engine = engine  # type: ignore[attr-defined]
+    wrapper.last_outcome = None  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,75 @@
+"""Policies: pure decisions about each generate call, evaluated against the journal.
+
+A policy gets a `CallContext` and a read-only `JournalView` and returns a decision. The `Engine`
+carries decisions out and journals them. Specs such as ``"dump@1-5;repeat"`` are parsed by `parse`.
+"""
+
+from ._base import (
+    BypassCall,
+    CallContext,
+    Decision,
+    GenerateCall,
+    JournalView,
+    Policy,
+    RefuseCall,
+    ServeRecorded,
+    is_policy,
+)
+from ._builtin import BUILTIN_POLICIES, Bypass, Cache, Dump, Nearest, Passthrough, Repeat, RepeatLast, Replay
+from ._config import EngineConfig, load_config, open_engine
+from ._engine import Engine, Outcome, PendingCall
+from ._errors import (
+    ConfigError,
+    FingerprintMismatchError,
+    InputMismatchError,
+    PluginError,
+    PolicyError,
+    ReplayMissError,
+    ReplayRefusedError,
+    SpecError,
+)
+from ._ranges import StepRange, StepRanges
+from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
+
+__all__ = [
+    "parse",
+    "policy_by_name",
+    "plugin_names",
+    "PLUGIN_GROUP",
+    "DISABLE_PLUGINS_ENV",
+    "StepRange",
+    "StepRanges",
+    "Schedule",
+    "Policy",
+    "is_policy",
+    "CallContext",
+    "JournalView",
+    "Decision",
+    "GenerateCall",
+    "ServeRecorded",
+    "RefuseCall",
+    "BypassCall",
+    "BUILTIN_POLICIES",
+    "Dump",
+    "Replay",
+    "Cache",
+    "Repeat",
+    "RepeatLast",
+    "Nearest",
+    "Passthrough",
+    "Bypass",
+    "Engine",
+    "Outcome",
+    "PendingCall",
+    "EngineConfig",
+    "load_config",
+    "open_engine",
+    "PolicyError",
+    "SpecError",
+    "PluginError",
+    "ConfigError",
+    "ReplayRefusedError",
+    "ReplayMissError",
+    "FingerprintMismatchError",
+    "InputMismatchError",
+]

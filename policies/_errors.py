@@ -1,0 +1,67 @@
+"""Errors of the policy engine, under stepjournal's one base class."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+from stepjournal import StepJournalError
+
+__all__ = [
+    "PolicyError",
+    "SpecError",
+    "PluginError",
+    "ConfigError",
+    "ReplayRefusedError",
+    "ReplayMissError",
+    "FingerprintMismatchError",
+    "InputMismatchError",
+]
+
+
+class PolicyError(StepJournalError):
+    """Base of the policy engine's errors."""
+
+
+class SpecError(PolicyError, ValueError):
+    """A policy spec or step-range text is malformed; the message points at the bad part."""
+
+
+class PluginError(PolicyError):
+    """A policy plugin could not be loaded, or is not a policy; the message names the plugin."""
+
+
+class ConfigError(PolicyError, ValueError):
+    """A stepjournal config has a bad key or value; the message names both."""
+
+
+class ReplayRefusedError(PolicyError):
+    """A generate call could be neither replayed nor generated under the policy; it was journaled.
+
+    Attributes:
+        step, gen_index: the call concerned.
+    """
+
+    def __init__(self, message: str, *, step: int, gen_index: int) -> None:
+        super().__init__(message)
+        self.step = step
+        self.gen_index = gen_index
+
+
+class ReplayMissError(ReplayRefusedError):
+    """`replay` found nothing recorded for the call."""
+
+
+class FingerprintMismatchError(ReplayRefusedError):
+    """The recorded generation was made under another fingerprint (model, batch size, ...).
+
+    Attributes:
+        differences: key -> (recorded value, current value) for each differing key.
+    """
+
+    def __init__(self, message: str, *, step: int, gen_index: int, differences: Dict[str, Tuple[Any, Any]]) -> None:
+        super().__init__(message, step=step, gen_index=gen_index)
+        self.differences = differences
+
+
+class InputMismatchError(ReplayRefusedError):
+    """`verify_input` is on and the call's input differs from the recorded one."""
