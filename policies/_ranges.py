@@ -152,4 +152,5 @@ class _Parser:
             stride = self.number("a stride")
             if stride < 1:
                 raise self.fail("a stride must be at least 1", at=at)
-        return StepRange(start, stop, stride)
+        # "4-4:3" is the single step 4; normalise so that equal sets print and compare the same.
+        return StepRange(start, stop, 1 if stop == start else stride)
