@@ -1,0 +1,295 @@
+"""The audit: one typed record per generate call, and one summary per run, projected from the event log.
+
+Nothing here writes; every function reads a `Journal` (usually opened with ``readonly=True``).
+`AuditRecord.to_json` is the row format of ``stepjournal audit --json`` and ``--csv``; its keys are
+versioned by `AUDIT_SCHEMA_VERSION` and documented in docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any, Container, Dict, List, Optional, Tuple
+
+import attrs
+
+from ._events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed, SessionOpened
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._journal import Journal
+
+__all__ = [
+    "AUDIT_SCHEMA_VERSION",
+    "AUDIT_FIELDS",
+    "ACTIONS",
+    "AuditRecord",
+    "RunSummary",
+    "audit",
+    "summarize_runs",
+]
+
+# Bump when a key of `AuditRecord.to_json` changes meaning or disappears; adding keys keeps the version.
+AUDIT_SCHEMA_VERSION = 1
+
+ACTIONS = ("generated", "replayed", "bypassed", "refused")
+
+_ACTION_OF = {
+    GenerationRecorded: "generated",
+    ReplayServed: "replayed",
+    CallBypassed: "bypassed",
+    CallRefused: "refused",
+}
+
+
+def iso_time(ts: Optional[float]) -> Optional[str]:
+    """A Unix time as ISO-8601 UTC with milliseconds (``2026-01-31T12:00:00.123Z``)."""
+    if ts is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@attrs.frozen
+class AuditRecord:
+    """One generate call as the audit shows it.
+
+    Attributes:
+        seq: the call event's sequence number in the log.
+        session: the session (process) that made the call.
+        run: the run key.
+        step, gen_index, mode: which call it was.
+        action: ``"generated"``, ``"replayed"``, ``"bypassed"`` or ``"refused"``.
+        stored: whether this call stored an output payload (only generated calls do).
+        source_run, source_step, source_gen_index, source_seq: where a replay was served from (None
+            unless replayed).
+        policy, reason: which policy decided, and why.
+        nbytes, stored_nbytes, digest: the output payload this call produced or was served (None
+            when there is none).
+        input_digest: what identifies the call's input, when known.
+        ts: when the call was journaled (Unix time).
+        duration_s: how long the call took.
+        imported_from: where an imported record came from.
+    """
+
+    seq: int
+    session: str
+    run: str
+    step: int
+    gen_index: int
+    mode: str
+    action: str
+    stored: bool
+    policy: str
+    reason: str
+    ts: float
+    duration_s: Optional[float] = None
+    nbytes: Optional[int] = None
+    stored_nbytes: Optional[int] = None
+    digest: Optional[str] = None
+    input_digest: Optional[str] = None
+    source_run: Optional[str] = None
+    source_step: Optional[int] = None
+    source_gen_index: Optional[int] = None
+    source_seq: Optional[int] = None
+    imported_from: Optional[str] = None
+
+    @classmethod
+    def from_event(cls, seq: int, event: Any) -> "AuditRecord":
+        """The record of one call event (any event but `SessionOpened`)."""
+        action = _ACTION_OF[type(event)]
+        common = dict(
+            seq=seq,
+            session=event.session,
+            run=event.run,
+            step=event.step,
+            gen_index=event.gen_index,
+            mode=event.mode,
+            action=action,
+            policy=event.policy,
+            reason=event.reason,
+            ts=event.ts,
+            duration_s=getattr(event, "duration_s", None),
+        )
+        if isinstance(event, GenerationRecorded):
+            out = event.output
+            return cls(
+                **common,
+                stored=out is not None,
+                nbytes=out.nbytes if out else None,
+                stored_nbytes=out.stored_nbytes if out else None,
+                digest=out.digest if out else None,
+                input_digest=event.input_digest,
+                imported_from=event.imported_from,
+            )
+        if isinstance(event, ReplayServed):
+            return cls(
+                **common,
+                stored=False,
+                nbytes=event.output.nbytes,
+                stored_nbytes=event.output.stored_nbytes,
+                digest=event.output.digest,
+                input_digest=event.input_digest,
+                source_run=event.source_run,
+                source_step=event.source_step,
+                source_gen_index=event.source_gen_index,
+                source_seq=event.source_seq,
+            )
+        return cls(**common, stored=False)
+
+    def to_json(self) -> Dict[str, Any]:
+        """This record as a JSON object of schema `AUDIT_SCHEMA_VERSION` (keys in `AUDIT_FIELDS`)."""
+        row = attrs.asdict(self)
+        row["time"] = iso_time(self.ts)
+        return {key: (AUDIT_SCHEMA_VERSION if key == "schema_version" else row[key]) for key in AUDIT_FIELDS}
+
+
+# The keys of a JSON audit row, in order (also the CSV columns).
+AUDIT_FIELDS: Tuple[str, ...] = (
+    "schema_version",
+    "seq",
+    "session",
+    "run",
+    "mode",
+    "step",
+    "gen_index",
+    "action",
+    "stored",
+    "source_run",
+    "source_step",
+    "source_gen_index",
+    "source_seq",
+    "policy",
+    "reason",
+    "nbytes",
+    "stored_nbytes",
+    "digest",
+    "input_digest",
+    "ts",
+    "time",
+    "duration_s",
+    "imported_from",
+)
+
+
+def audit(
+    journal: "Journal",
+    *,
+    run: Optional[str] = None,
+    steps: Optional[Container[int]] = None,
+    mode: Optional[str] = None,
+    actions: Optional[Container[str]] = None,
+) -> List[AuditRecord]:
+    """One `AuditRecord` per generate call in the journal, in log order.
+
+    Args:
+        journal: an open journal (read-only is enough).
+        run: only calls of this run key (None: every run).
+        steps: only calls whose step is in this container (a set, range or `StepRanges`).
+        mode: only calls of this mode (``"train"``, ``"validate"`` ...).
+        actions: only these actions (``{"replayed"}`` ...).
+
+    Raises:
+        EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
+    """
+    records = []
+    for seq, event in journal.events(run=run, steps=steps, types=tuple(_ACTION_OF)):
+        if mode is not None and event.mode != mode:
+            continue
+        record = AuditRecord.from_event(seq, event)
+        if actions is None or record.action in actions:
+            records.append(record)
+    return records
+
+
+@attrs.frozen
+class RunSummary:
+    """What a journal holds for one run key: its sessions and how its calls went.
+
+    Attributes:
+        run: the run key.
+        sessions: every `SessionOpened` of the run, in order, with its sequence number.
+        counts: calls per action (every action in `ACTIONS` is a key).
+        modes: calls per mode.
+        first_step, last_step: the smallest and largest step of any call (None without calls).
+        stored_bytes: encoded size of the outputs this run's calls stored (duplicates counted each time).
+    """
+
+    run: str
+    sessions: Tuple[Tuple[int, SessionOpened], ...]
+    counts: Dict[str, int]
+    modes: Dict[str, int]
+    first_step: Optional[int]
+    last_step: Optional[int]
+    stored_bytes: int
+
+    @property
+    def calls(self) -> int:
+        return sum(self.counts.values())
+
+    def fingerprints(self) -> List[Dict[str, Any]]:
+        """The distinct fingerprints its sessions opened with, in order of first use."""
+        found: List[Dict[str, Any]] = []
+        for _, session in self.sessions:
+            if session.fingerprint not in found:
+                found.append(session.fingerprint)
+        return found
+
+    def to_json(self) -> Dict[str, Any]:
+        """This summary as a JSON object (the row format of ``stepjournal runs --json``)."""
+        return {
+            "schema_version": AUDIT_SCHEMA_VERSION,
+            "run": self.run,
+            "calls": self.calls,
+            "counts": dict(self.counts),
+            "modes": dict(self.modes),
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "stored_bytes": self.stored_bytes,
+            "fingerprints": self.fingerprints(),
+            "sessions": [
+                {
+                    "seq": seq,
+                    "session": s.session,
+                    "fingerprint": s.fingerprint,
+                    "library_version": s.library_version,
+                    "host": s.host,
+                    "pid": s.pid,
+                    "ts": s.ts,
+                    "time": iso_time(s.ts),
+                }
+                for seq, s in self.sessions
+            ],
+        }
+
+
+def summarize_runs(journal: "Journal") -> List[RunSummary]:
+    """One `RunSummary` per run key, in order of each run's first event.
+
+    Raises:
+        EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
+    """
+    acc: Dict[str, Dict[str, Any]] = {}
+    for seq, event in journal.events():
+        entry = acc.setdefault(
+            event.run,
+            {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "steps": [], "bytes": 0},
+        )
+        if isinstance(event, SessionOpened):
+            entry["sessions"].append((seq, event))
+            continue
+        entry["counts"][_ACTION_OF[type(event)]] += 1
+        entry["modes"][event.mode] = entry["modes"].get(event.mode, 0) + 1
+        entry["steps"].append(event.step)
+        if isinstance(event, GenerationRecorded) and event.output is not None:
+            entry["bytes"] += event.output.nbytes
+    return [
+        RunSummary(
+            run=run,
+            sessions=tuple(entry["sessions"]),
+            counts=entry["counts"],
+            modes=entry["modes"],
+            first_step=min(entry["steps"]) if entry["steps"] else None,
+            last_step=max(entry["steps"]) if entry["steps"] else None,
+            stored_bytes=entry["bytes"],
+        )
+        for run, entry in acc.items()
+    ]
