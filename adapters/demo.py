@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import GenerationRecorded, Journal, ReplayServed, SessionOpened, journaled
+from stepjournal import Journal, journaled
 
 DEFAULT_PATH = "./.stepjournal-demo"
 BATCH, PROMPT_LEN, RESPONSE_LEN, VOCAB = 8, 16, 32, 5000
@@ -61,16 +61,13 @@ def call_table(journal: Journal) -> Table:
     table = Table(title=f"every generate call in {journal.path}")
     for column in ("session", "step", "call", "action", "served from", "policy"):
         table.add_column(column)
-    session_no = {}
-    for _, event in journal.events():
-        if isinstance(event, SessionOpened):
-            session_no[event.session] = len(session_no) + 1
-        elif isinstance(event, GenerationRecorded):
-            table.add_row(str(session_no[event.session]), str(event.step), str(event.gen_index),
-                          "[green]generated[/]", "-", event.policy)
-        elif isinstance(event, ReplayServed):
-            table.add_row(str(session_no[event.session]), str(event.step), str(event.gen_index),
-                          "[blue]replayed[/]", f"step {event.source_step} call {event.source_gen_index}", event.policy)
+    session_no: dict = {}
+    colour = {"generated": "green", "replayed": "blue", "bypassed": "white", "refused": "red"}
+    for record in journal.audit():
+        number = session_no.setdefault(record.session, len(session_no) + 1)
+        source = "-" if record.source_step is None else f"step {record.source_step} call {record.source_gen_index}"
+        action = f"[{colour[record.action]}]{record.action}[/]"
+        table.add_row(str(number), str(record.step), str(record.gen_index), action, source, record.policy)
     return table
 
 

@@ -1,0 +1,24 @@
+"""`make demo`'s program: records steps 1-6, then serves every call of a second run from the journal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from stepjournal import Journal
+
+
+def test_demo_prints_generated_and_replayed_calls_and_run_two_generates_nothing(tmp_path):
+    path = str(tmp_path / "demo-journal")
+    result = subprocess.run(
+        [sys.executable, "-m", "stepjournal.adapters.demo", "--path", path],
+        capture_output=True, text=True, timeout=300, env={"COLUMNS": "120", "PATH": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "generated" in result.stdout and "replayed" in result.stdout and "step 1 call 0" in result.stdout
+    with Journal(path, readonly=True) as journal:
+        records = journal.audit()
+    first, second = records[0].session, records[-1].session
+    assert [r.action for r in records if r.session == first] == ["generated"] * 7
+    assert [r.action for r in records if r.session == second] == ["replayed"] * 9
+    assert [r.source_step for r in records if r.session == second] == [1, 2, 3, 4, 4, 5, 6, 1, 2]
