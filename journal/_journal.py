@@ -336,8 +336,7 @@ class Journal:
         Returns:
             The recorded generation (its sequence number and event).
         """
-        _check_key(self.run, mode)
-        _check_step(step, gen_index)
+        fields = self._call_fields(step, gen_index, mode)  # validate before the costly encoding
         payloads: List[Tuple[bytes, Any]] = []
         out_ref = in_ref = None
         if store_output:
@@ -351,11 +350,7 @@ class Journal:
                 in_ref = inp.ref
                 payloads.append((inp.key, inp.blob))
         event = GenerationRecorded(
-            session=self._session_id(),
-            run=self.run,
-            step=step,
-            gen_index=gen_index,
-            mode=mode,
+            **fields,
             input_digest=input_digest,
             output=out_ref,
             input=in_ref,
@@ -382,16 +377,10 @@ class Journal:
         duration_s: float = 0.0,
     ) -> int:
         """Journal that a call at (step, gen_index) was served from `source`; return the event's seq."""
-        _check_key(self.run, mode)
-        _check_step(step, gen_index)
         if source.event.output is None:
             raise JournalError(f"recorded generation #{source.seq} has no stored output to replay")
         event = ReplayServed(
-            session=self._session_id(),
-            run=self.run,
-            step=step,
-            gen_index=gen_index,
-            mode=mode,
+            **self._call_fields(step, gen_index, mode),
             input_digest=input_digest,
             source_seq=source.seq,
             source_run=source.event.run,
@@ -418,14 +407,8 @@ class Journal:
         duration_s: float = 0.0,
     ) -> int:
         """Journal that a call ran without recording or replay (e.g. validation); return the event's seq."""
-        _check_key(self.run, mode)
-        _check_step(step, gen_index)
         event = CallBypassed(
-            session=self._session_id(),
-            run=self.run,
-            step=step,
-            gen_index=gen_index,
-            mode=mode,
+            **self._call_fields(step, gen_index, mode),
             policy=policy,
             reason=reason,
             ts=time.time(),
@@ -437,19 +420,19 @@ class Journal:
         self, step: int, *, gen_index: int = 0, mode: str = "train", policy: str = "manual", reason: str
     ) -> int:
         """Journal that a call was refused with an error (so the audit shows why); return the event's seq."""
-        _check_key(self.run, mode)
-        _check_step(step, gen_index)
         event = CallRefused(
-            session=self._session_id(),
-            run=self.run,
-            step=step,
-            gen_index=gen_index,
-            mode=mode,
+            **self._call_fields(step, gen_index, mode),
             policy=policy,
             reason=reason,
             ts=time.time(),
         )
         return self._append([event], [])[0]
+
+    def _call_fields(self, step: int, gen_index: int, mode: str) -> Dict[str, Any]:
+        """The validated fields every call event starts with."""
+        _check_key(self.run, mode)
+        _check_step(step, gen_index)
+        return {"session": self._session_id(), "run": self.run, "step": step, "gen_index": gen_index, "mode": mode}
 
     def _session_id(self) -> str:
         self._live()
