@@ -1,0 +1,361 @@
+"""The TRL adapter, on real `GRPOTrainer` / `RLOOTrainer` runs: a tiny Qwen2 built from a config and a
+tokenizer trained in-process, on the CPU, with no network.
+
+Each run has the same seeds and model init, so a replayed run must log exactly (bit for bit) what the
+recorded run logged. Timing metrics are the only logged values left out of the comparisons.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+from stepjournal import Journal
+from stepjournal.adapters.cli import main as cli_main
+from stepjournal.adapters.trl import (
+    PAYLOAD_FORMAT,
+    SUPPORTED_TRL,
+    JournaledRLOOTrainer,
+    TrlAdapterError,
+    TrlSignatureError,
+    attach,
+    trainer_fingerprint,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ["count one", "the cat", "hello", "sat on", "two three", "the mat", "world", "one two"]
+STEPS = 4
+# steps_per_generation=2 with one micro-step per optimizer step: TRL generates at steps 0 and 2.
+GENERATION_STEPS = [0, 2]
+
+
+# -- a tiny, offline TRL setup ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(
+        PROMPTS * 4,
+        trainer=trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|pad|>", "<|eos|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|eos|>", padding_side="left")
+
+
+def tiny_model(tokenizer) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)  # the same initial weights in every run
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def length_reward(completions, **kwargs) -> list[float]:
+    return [float(len(c) % 5) for c in completions]
+
+
+def common_args(out: Path, max_steps: int) -> dict:
+    return dict(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        steps_per_generation=2,
+        max_completion_length=8,
+        max_steps=max_steps,
+        logging_steps=1,
+        learning_rate=1e-2,
+        lr_scheduler_type="constant",  # so a 2-step run is the first half of a 4-step run
+        beta=0.0,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        seed=7,
+        disable_tqdm=True,
+    )
+
+
+def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None, **extra):
+    args = GRPOConfig(**common_args(out, max_steps), **(config or {}))
+    return cls(
+        model=tiny_model(tokenizer),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        processing_class=tokenizer,
+        **extra,
+    )
+
+
+def rloo(tokenizer, out: Path, *, cls=RLOOTrainer, **extra):
+    return cls(
+        model=tiny_model(tokenizer),
+        reward_funcs=length_reward,
+        args=RLOOConfig(**common_args(out, STEPS)),
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        processing_class=tokenizer,
+        **extra,
+    )
+
+
+def logged(trainer) -> list[dict]:
+    """Every logged value per step, floats as exact hex (NaN equals NaN), timings left out."""
+
+    def timing(key: str) -> bool:
+        return "time" in key or "runtime" in key or "per_second" in key
+
+    return [
+        {k: (v.hex() if isinstance(v, float) else v) for k, v in entry.items() if not timing(k)}
+        for entry in trainer.state.log_history
+    ]
+
+
+def losses(trainer) -> list[float]:
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def forbid_generation(trainer, monkeypatch) -> None:
+    def generate(*args, **kwargs):
+        raise AssertionError("this run must replay: model.generate was called")
+
+    monkeypatch.setattr(trainer.model, "generate", generate)
+
+
+def calls_of(journal: Journal) -> list[tuple[int, int, str, str]]:
+    """(step, gen_index, mode, action) of this session's calls, from the audit."""
+    return [(r.step, r.gen_index, r.mode, r.action) for r in journal.audit() if r.session == journal.session]
+
+
+def record_grpo(tokenizer, folder: Path, max_steps: int = STEPS):
+    trainer = grpo(tokenizer, folder / "out", max_steps=max_steps)
+    with Journal(folder / "journal") as journal:
+        attach(trainer, journal, "dump")
+        trainer.train()
+        recorded = calls_of(journal)
+    return trainer, recorded
+
+
+@pytest.fixture(scope="module")
+def grpo_recorded(tokenizer, tmp_path_factory):
+    """One recorded 4-step GRPO run: its journal folder (copy it before writing) and its trainer."""
+    folder = tmp_path_factory.mktemp("grpo_record")
+    trainer, recorded = record_grpo(tokenizer, folder)
+    return folder / "journal", trainer, recorded
+
+
+def copy_journal(source: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "journal"
+    shutil.copytree(source, target)
+    return target
+
+
+# -- GRPO: record, replay, cache ------------------------------------------------------------------------------
+def test_grpo_records_each_generation_at_the_optimizer_step_it_happens(grpo_recorded):
+    _, _, recorded = grpo_recorded
+    assert recorded == [(step, 0, "train", "generated") for step in GENERATION_STEPS]
+
+
+def test_grpo_replay_reproduces_losses_and_logged_metrics_without_generating(
+    tokenizer, grpo_recorded, tmp_path, monkeypatch, capsys
+):
+    source, recorded_run, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out")
+    forbid_generation(trainer, monkeypatch)
+    path = copy_journal(source, tmp_path)
+    with Journal(path) as journal:
+        # verify_input: a replay is refused unless the trainer asked with the very prompt ids recorded.
+        handle = attach(trainer, journal, "replay", verify_input=True, on_input_mismatch="error")
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "replayed") for step in GENERATION_STEPS]
+    assert handle.counts == {"generated": 0, "replayed": len(GENERATION_STEPS), "bypassed": 0}
+    assert len(losses(trainer)) == STEPS
+    assert losses(trainer) == losses(recorded_run)
+    assert logged(trainer) == logged(recorded_run)
+
+    # `stepjournal audit` shows which steps were replayed, and from which recorded call.
+    capsys.readouterr()  # drop what training printed
+    assert cli_main(["audit", str(path), "--action", "replayed", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["source_step"], r["source_gen_index"], r["mode"]) for r in rows] == [
+        (step, step, 0, "train") for step in GENERATION_STEPS
+    ]
+
+
+def test_grpo_replay_without_restoring_the_rng_drifts(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    """Why the RNG state is stored: skipping sampling alone changes TRL's later shuffles."""
+    source, recorded_run, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out")
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        attach(trainer, journal, "replay", restore_rng=False)
+        trainer.train()
+    assert logged(trainer) != logged(recorded_run)
+
+
+def test_grpo_cache_over_a_half_filled_journal_generates_only_the_missing_steps(
+    tokenizer, grpo_recorded, tmp_path
+):
+    _, full_run, _ = grpo_recorded
+    _, half = record_grpo(tokenizer, tmp_path, max_steps=STEPS // 2)
+    assert half == [(0, 0, "train", "generated")]
+
+    trainer = grpo(tokenizer, tmp_path / "out-cache")
+    with Journal(tmp_path / "journal") as journal:
+        attach(trainer, journal, "cache")
+        trainer.train()
+        assert calls_of(journal) == [(0, 0, "train", "replayed"), (2, 0, "train", "generated")]
+        assert journal.recorded_steps() == GENERATION_STEPS
+    # The replayed step restored the RNG, so the generated one sampled what the full recording did.
+    assert logged(trainer) == logged(full_run)
+
+
+def test_recorded_payloads_hold_prompt_ids_completion_ids_logprobs_and_rng_state(grpo_recorded, tmp_path):
+    source, _, _ = grpo_recorded
+    with Journal(copy_journal(source, tmp_path), readonly=True) as journal:
+        recorded = journal.lookup(0)
+        given, output = journal.load_input(recorded), journal.load_output(recorded)
+    assert given["num_generations"] == 4
+    assert len(given["prompt_ids"]) == 8 and all(isinstance(t, int) for ids in given["prompt_ids"] for t in ids)
+    assert output["format"] == PAYLOAD_FORMAT and output["kind"] == "_generate_single_turn"
+    assert len(output["completion_ids"]) == 8 and all(0 < len(ids) <= 8 for ids in output["completion_ids"])
+    assert output["logprobs"] is None  # transformers' generate does not return them (vLLM would)
+    rng = output["rng"]
+    assert rng["torch"].dtype == torch.uint8 and rng["torch"].shape == torch.get_rng_state().shape
+    assert set(rng) >= {"torch", "python", "numpy"}
+
+
+# -- RLOO, and the mixin form ------------------------------------------------------------------------------------
+def test_rloo_replay_through_the_mixin_reproduces_the_recorded_run(tokenizer, tmp_path, monkeypatch):
+    recorded_run = rloo(tokenizer, tmp_path / "out-record")
+    with Journal(tmp_path / "journal") as journal:
+        attach(recorded_run, journal, "dump")
+        recorded_run.train()
+        assert calls_of(journal) == [(step, 0, "train", "generated") for step in GENERATION_STEPS]
+
+    with Journal(tmp_path / "journal") as journal:
+        trainer = rloo(tokenizer, tmp_path / "out-replay", cls=JournaledRLOOTrainer, journal=journal,
+                       journal_policy="replay")
+        forbid_generation(trainer, monkeypatch)
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "replayed") for step in GENERATION_STEPS]
+        assert trainer.stepjournal.counts["replayed"] == len(GENERATION_STEPS)
+    assert len(losses(trainer)) == STEPS
+    assert logged(trainer) == logged(recorded_run)
+
+
+# -- rollout_func ----------------------------------------------------------------------------------------------
+def noisy_reward(completions, **kwargs) -> list[float]:
+    # Draws from Python's RNG after each rollout: a replay must leave it where the recording did.
+    return [float(len(c) % 5) + random.random() for c in completions]
+
+
+def sampling_rollout(prompts, trainer) -> dict:
+    """A custom rollout drawing from torch's and Python's global RNGs, as a real sampler would."""
+    tok = trainer.processing_class
+    completion_ids = [torch.randint(3, len(tok), (random.randint(2, 6),)).tolist() for _ in prompts]
+    return {
+        "prompt_ids": [tok(p)["input_ids"] for p in prompts],
+        "completion_ids": completion_ids,
+        "logprobs": [[-1.0] * len(ids) for ids in completion_ids],
+        "origin": ["sampling_rollout"] * len(prompts),  # an extra field, forwarded to the rewards
+    }
+
+
+def failing_rollout(prompts, trainer) -> dict:
+    raise AssertionError("this run must replay: rollout_func was called")
+
+
+def test_rollout_func_is_journaled_instead_of_single_turn(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    recorded_run = grpo(tokenizer, tmp_path / "out-record", reward=noisy_reward, rollout_func=sampling_rollout)
+    with Journal(tmp_path / "journal") as journal:
+        handle = attach(recorded_run, journal, "dump")
+        assert handle.target == "rollout_func"
+        recorded_run.train()
+        output = journal.load_output(journal.lookup(0))
+        assert output["kind"] == "rollout_func"
+        assert output["rollout"]["origin"][0] == "sampling_rollout"
+        assert output["rollout"]["logprobs"][0][0] == -1.0
+
+    trainer = grpo(tokenizer, tmp_path / "out-replay", reward=noisy_reward, rollout_func=failing_rollout)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(tmp_path / "journal") as journal:
+        attach(trainer, journal, "replay")
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "replayed") for step in GENERATION_STEPS]
+    assert logged(trainer) == logged(recorded_run)
+
+
+# -- evaluation ---------------------------------------------------------------------------------------------------
+def test_eval_generations_are_bypassed_and_journaled_under_mode_eval(tokenizer, tmp_path):
+    trainer = grpo(
+        tokenizer,
+        tmp_path / "out",
+        config={"per_device_eval_batch_size": 4},  # 2 prompts x 4 generations: two eval batches
+        eval_dataset=Dataset.from_dict({"prompt": PROMPTS[:2]}),
+    )
+    with Journal(tmp_path / "journal") as journal:
+        attach(trainer, journal, "replay")  # an empty journal: only a bypass can let eval run
+        trainer.evaluate()
+        assert calls_of(journal) == [(0, 0, "eval", "bypassed"), (0, 1, "eval", "bypassed")]
+
+
+# -- guards ----------------------------------------------------------------------------------------------------------
+class DriftedGRPOTrainer(GRPOTrainer):
+    """Stands for a TRL release whose `_generate_single_turn` takes other parameters."""
+
+    def _generate_single_turn(self, prompt_ids, sampling_params):
+        raise AssertionError("never called: attach must refuse first")
+
+
+def test_attach_refuses_a_trainer_whose_intercepted_method_has_drifted(tokenizer, tmp_path):
+    trainer = grpo(tokenizer, tmp_path / "out", cls=DriftedGRPOTrainer)
+    with Journal(tmp_path / "journal") as journal:
+        with pytest.raises(TrlSignatureError, match=r"DriftedGRPOTrainer\._generate_single_turn.*expects"):
+            attach(trainer, journal, "cache")
+    assert "_generate_single_turn" not in vars(trainer)
+
+
+def test_attach_refuses_other_objects_and_a_second_attach(tokenizer, tmp_path):
+    trainer = grpo(tokenizer, tmp_path / "out")
+    with Journal(tmp_path / "journal") as journal:
+        with pytest.raises(TrlAdapterError, match="GRPOTrainer or trl.RLOOTrainer"):
+            attach(object(), journal)
+        handle = attach(trainer, journal)
+        with pytest.raises(TrlAdapterError, match="already attached"):
+            attach(trainer, journal)
+        handle.detach()
+        assert "_generate_single_turn" not in vars(trainer)
+        attach(trainer, journal).detach()
+
+
+def test_fingerprint_names_what_a_recording_depends_on(tokenizer, tmp_path):
+    fp = trainer_fingerprint(grpo(tokenizer, tmp_path / "out"))
+    assert fp["trainer"] == "GRPOTrainer" and fp["num_generations"] == 4 and fp["num_processes"] == 1
+    Journal(tmp_path / "journal", fingerprint=fp).close()  # every value is a JSON scalar
+
+
+def test_supported_trl_range_is_the_one_the_extra_declares():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["trl"] == [f"trl{SUPPORTED_TRL}"]
