@@ -157,6 +157,7 @@ class TrlJournal:
         target: what is intercepted: ``"_generate_single_turn"`` or ``"rollout_func"``.
         restore_rng: whether exact replays restore the recorded random-number state.
         counts: calls so far per action (``generated``, ``replayed``, ``bypassed``).
+        rng_restored: how many of the replays restored the recorded random-number state (the exact ones).
         last_outcome: the `Outcome` of the latest call, or None.
     """
 
@@ -167,6 +168,7 @@ class TrlJournal:
         self.target = target
         self.restore_rng = restore_rng
         self.counts: Dict[str, int] = {"generated": 0, "replayed": 0, "bypassed": 0}
+        self.rng_restored = 0
         self.last_outcome: Optional[Outcome] = None
         self._family = _family(trainer)
         self._original: Any = None
@@ -297,6 +299,7 @@ class TrlJournal:
         )
         if self.restore_rng and exact and "rng" in payload:
             restored = restore_rng_state(payload["rng"])
+            self.rng_restored += 1
             log.debug("trl_rng_restored", step=ctx.step, gen_index=ctx.gen_index, generators=restored)
         elif self.restore_rng:
             # Serving another step's data: that step's random state belongs to another point of the run.

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
-import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
@@ -21,6 +22,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from stepjournal import Journal
+from stepjournal.adapters._trl_rng import capture_rng_state, restore_rng_state
 from stepjournal.adapters.cli import main as cli_main
 from stepjournal.adapters.trl import (
     PAYLOAD_FORMAT,
@@ -189,6 +191,7 @@ def test_grpo_replay_reproduces_losses_and_logged_metrics_without_generating(
         trainer.train()
         assert calls_of(journal) == [(step, 0, "train", "replayed") for step in GENERATION_STEPS]
     assert handle.counts == {"generated": 0, "replayed": len(GENERATION_STEPS), "bypassed": 0}
+    assert handle.rng_restored == len(GENERATION_STEPS)
     assert len(losses(trainer)) == STEPS
     assert losses(trainer) == losses(recorded_run)
     assert logged(trainer) == logged(recorded_run)
@@ -211,6 +214,19 @@ def test_grpo_replay_without_restoring_the_rng_drifts(tokenizer, grpo_recorded, 
         attach(trainer, journal, "replay", restore_rng=False)
         trainer.train()
     assert logged(trainer) != logged(recorded_run)
+
+
+def test_serving_another_steps_record_keeps_the_current_rng(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    """The stored RNG state belongs to its own step: a `repeat_last` replay of step 2 at step 0 leaves it."""
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", max_steps=STEPS // 2)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        handle = attach(trainer, journal, "repeat_last")
+        trainer.train()
+        [served] = [r for r in journal.audit() if r.session == journal.session]
+    assert (served.step, served.action, served.source_step) == (0, "replayed", 2)
+    assert handle.rng_restored == 0
 
 
 def test_grpo_cache_over_a_half_filled_journal_generates_only_the_missing_steps(
@@ -243,6 +259,16 @@ def test_recorded_payloads_hold_prompt_ids_completion_ids_logprobs_and_rng_state
     rng = output["rng"]
     assert rng["torch"].dtype == torch.uint8 and rng["torch"].shape == torch.get_rng_state().shape
     assert set(rng) >= {"torch", "python", "numpy"}
+
+
+def test_rng_state_round_trips_through_the_journal(jpath):
+    state = capture_rng_state()
+    expected = (torch.rand(3).tolist(), random.random(), float(np.random.rand()))
+    with Journal(jpath) as journal:
+        stored = journal.load_output(journal.record(0, {"rng": state}))
+    torch.rand(5), random.random(), np.random.rand()  # move every generator on
+    assert restore_rng_state(stored["rng"]) == ("torch", "python", "numpy")
+    assert (torch.rand(3).tolist(), random.random(), float(np.random.rand())) == expected
 
 
 # -- RLOO, and the mixin form ------------------------------------------------------------------------------------
@@ -357,5 +383,6 @@ def test_fingerprint_names_what_a_recording_depends_on(tokenizer, tmp_path):
 
 
 def test_supported_trl_range_is_the_one_the_extra_declares():
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extras["trl"] == [f"trl{SUPPORTED_TRL}"]
+    # A regex rather than tomllib, which Python 3.10 (still supported) lacks.
+    extra = re.search(r"^trl = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(), re.M)
+    assert extra is not None and extra.group(1) == f'"trl{SUPPORTED_TRL}"'
