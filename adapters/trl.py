@@ -237,7 +237,13 @@ class TrlJournal:
         result = generate()
         duration = time.perf_counter() - started
         rng = capture_rng_state()  # first thing after sampling, before anything else draws
-        outcome = self.engine.finish(pending, self._payload(result, rng), input=prepared, duration_s=duration)
+        try:
+            outcome = self.engine.finish(pending, self._payload(result, rng), input=prepared, duration_s=duration)
+        except UnsupportedValueError as exc:
+            raise UnsupportedValueError(
+                f"{exc}\n(this is what {self.target} returned at step {step}; register a codec for that type with "
+                "stepjournal.register_codec, or return plain lists, dicts, numbers, strings and tensors)"
+            ) from None
         self._count(outcome)
         return result
 
