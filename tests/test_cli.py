@@ -1,0 +1,442 @@
+"""The `stepjournal` command line, run as a real subprocess on journals made by the demo and the engine."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.image
+import msgpack
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from stepjournal import Journal, journaled
+from stepjournal.policies import ReplayMissError
+
+from lmdb_raw import flip_byte, items, put_raw
+
+SCRIPT = Path(sys.executable).with_name("stepjournal")
+
+
+def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m stepjournal ARGS`` and return what it did."""
+    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def cli_all(*commands: list[str]) -> list[subprocess.CompletedProcess]:
+    """Run several CLI commands at once (each is a separate process); return them in order."""
+    procs = [subprocess.Popen([sys.executable, "-m", "stepjournal", *c], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for c in commands]
+    done = []
+    for command, proc in zip(commands, procs):
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(command, proc.returncode, out, err))
+    return done
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"{result.args} failed ({result.returncode}):\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def generate(prompts: torch.Tensor, step: int) -> dict:
+    """A rollout with every kind of value an export must carry."""
+    return {
+        "ids": prompts + step,
+        "logprobs": torch.linspace(-1, 0, 6, dtype=torch.bfloat16).reshape(2, 3),
+        "phases": torch.full((2,), complex(step, -1), dtype=torch.complex128),
+        "mask": np.array([[True, False, True]]),
+        "big_endian": np.arange(3, dtype=">i4"),
+        "words": np.array(["a", "bc"]),
+        "pair": (step, "x"),
+        "by_id": {7: "seven"},
+        "blob": b"\x00\x01",
+        "nan": float("nan"),
+        "scale": np.float32(0.5),
+        "uid": [f"s{step}-{i}" for i in range(2)],
+    }
+
+
+def refuse(prompts: torch.Tensor, step: int) -> dict:
+    raise AssertionError("must be replayed")
+
+
+def make_engine_journal(path: str) -> None:
+    """Through `journaled` and the policy engine, as the adapters' tests do: every action appears.
+
+    Session 1 (run "adapters") dumps steps 1-4 and repeats into 5-6, and bypasses a validation call;
+    session 2 replays steps 1-2 and is refused at step 9; run "other" dumps step 1.
+    """
+    prompts = torch.arange(6).reshape(2, 3)
+    with Journal(path, run="adapters", fingerprint={"model": "tiny"}) as j:
+        rollout = journaled(generate, j, "dump@1-4;repeat")
+        validate = journaled(generate, j, "cache", mode_of=lambda *a, **k: "validate")
+        for step in range(1, 7):
+            rollout(prompts, step=step)
+        validate(prompts, step=3)
+    with Journal(path, run="adapters", fingerprint={"model": "tiny"}) as j:
+        rollout = journaled(refuse, j, "replay")
+        for step in (1, 2):
+            rollout(prompts, step=step)
+        with pytest.raises(ReplayMissError):
+            rollout(prompts, step=9)
+    with Journal(path, run="other") as j:
+        journaled(generate, j, "dump")(prompts, step=1)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> str:
+    """The journal `python -m stepjournal.adapters.demo` makes (run "demo": steps 1-6 recorded, 1-8 replayed)."""
+    path = str(tmp_path_factory.mktemp("demo") / "journal")
+    ok(subprocess.run([sys.executable, "-m", "stepjournal.adapters.demo", "--path", path],
+                      capture_output=True, text=True, timeout=120))
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("engine") / "journal")
+    make_engine_journal(path)
+    return path
+
+
+@pytest.fixture
+def engine_copy(engine, tmp_path) -> str:
+    """A private copy of the engine journal, to damage."""
+    return shutil.copytree(engine, tmp_path / "copy", copy_function=shutil.copy2).as_posix()
+
+
+def snapshot(path: str) -> dict:
+    """Bytes and mtime of every file of a journal but lock.mdb (LMDB's shared reader table)."""
+    return {
+        name: (Path(path, name).read_bytes(), os.stat(os.path.join(path, name)).st_mtime_ns)
+        for name in sorted(os.listdir(path))
+        if name != "lock.mdb"
+    }
+
+
+# -- runs and audit --------------------------------------------------------------------------------------
+def test_runs_lists_run_keys_sessions_fingerprints_and_counts(demo):
+    as_json, as_table = cli_all(["runs", demo, "--json"], ["runs", demo])
+    (run,) = json.loads(ok(as_json).stdout)
+    assert run["run"] == "demo" and len(run["sessions"]) == 2
+    assert run["counts"] == {"generated": 7, "replayed": 9, "bypassed": 0, "refused": 0}
+    assert run["fingerprints"] == [{"model": "fake", "batch": 8}]
+    table = ok(as_table).stdout
+    assert "demo" in table and "model=fake" in table
+
+
+def test_audit_json_is_one_object_per_call_with_the_documented_keys(demo):
+    rows = json.loads(ok(cli("audit", demo, "--json")).stdout)
+    assert len(rows) == 16
+    required = {"schema_version", "run", "step", "gen_index", "action", "source_step", "policy", "digest", "ts"}
+    assert all(required <= row.keys() and row["schema_version"] == 1 for row in rows)
+    step7 = [r for r in rows if r["step"] == 7]
+    assert [(r["action"], r["source_step"], r["policy"]) for r in step7] == [("replayed", 1, "repeat")]
+    assert [r["gen_index"] for r in rows if r["step"] == 4] == [0, 1, 0, 1]
+
+
+def test_audit_table_shows_every_action_policy_and_source(engine):
+    out = ok(cli("audit", engine)).stdout
+    for word in ("generated", "replayed", "bypassed", "refused", "dump@1-4", "repeat", "1#0"):
+        assert word in out
+
+
+def test_audit_csv_has_a_header_and_one_row_per_call(engine):
+    as_csv, as_json = cli_all(["audit", engine, "--csv"], ["audit", engine, "--json"])
+    rows = list(csv.DictReader(io.StringIO(ok(as_csv).stdout)))
+    assert len(rows) == len(json.loads(ok(as_json).stdout)) == 11
+    refused = [r for r in rows if r["action"] == "refused"]
+    assert [(r["step"], r["policy"], r["stored"], r["digest"]) for r in refused] == [("9", "replay", "false", "")]
+
+
+def test_audit_filters_by_run_steps_and_action(engine):
+    rows = json.loads(ok(cli("audit", engine, "--run", "adapters", "--steps", "2-5", "--action", "replayed",
+                             "--json")).stdout)
+    assert [(r["step"], r["source_step"]) for r in rows] == [(5, 1), (2, 2)]
+
+
+def test_installed_console_script_runs_the_same_cli(demo):
+    result = subprocess.run([str(SCRIPT), "audit", demo, "--json", "--steps", "8"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert [(r["step"], r["source_step"]) for r in json.loads(result.stdout)] == [(8, 2)]
+
+
+# -- show ------------------------------------------------------------------------------------------------
+def test_show_prints_keys_dtypes_shapes_and_first_values(demo):
+    out = ok(cli("show", demo, "4", "--index", "1")).stdout
+    assert "step 4" in out and "generated" in out
+    assert "responses" in out and "torch.int64" in out and "[8, 32]" in out
+    with Journal(demo, readonly=True) as j:
+        first = j.load_output(j.lookup(4, 1, run="demo"))["responses"].flatten()[:3].tolist()
+    assert ", ".join(map(str, first)) in out
+
+
+def test_show_json_of_a_replayed_step_names_its_source(demo):
+    shown = json.loads(ok(cli("show", demo, "7", "--json")).stdout)
+    assert shown["call"]["action"] == "replayed" and shown["call"]["source_step"] == 1
+    keys = {item["key"]: item["value"] for item in shown["structure"]["items"]}
+    assert keys["old_log_probs"]["dtype"] == "torch.float32" and keys["old_log_probs"]["shape"] == [8, 32]
+    assert len(keys["old_log_probs"]["preview"]) == 6
+
+
+def test_show_needs_run_when_the_journal_has_several(engine):
+    ambiguous, chosen = cli_all(["show", engine, "1"], ["show", engine, "1", "--run", "adapters"])
+    assert ambiguous.returncode == 1 and "--run" in ambiguous.stderr
+    assert "torch.complex128" in ok(chosen).stdout
+
+
+# -- verify ----------------------------------------------------------------------------------------------
+def test_verify_passes_a_whole_journal(demo):
+    result = ok(cli("verify", demo))
+    assert "whole" in result.stdout
+
+
+def test_verify_catches_a_payload_byte_flipped_in_lmdb_and_names_the_step(engine_copy):
+    with Journal(engine_copy, readonly=True) as j:
+        digest = j.lookup(3, run="adapters").event.output.digest
+    flip_byte(engine_copy, "payloads", key=bytes.fromhex(digest))
+    result, table = cli_all(["verify", engine_copy, "--json"], ["verify", engine_copy])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    assert not report["ok"]
+    assert [(p["kind"], p["where"], p["steps"]) for p in report["problems"]] == [("payload", digest, [3])]
+    assert table.returncode == 1 and "affected steps: 3" in table.stdout
+
+
+def test_verify_catches_an_event_with_a_broken_body_and_names_the_step(engine_copy):
+    with Journal(engine_copy, readonly=True) as j:
+        seq = j.lookup(2, run="adapters").seq
+    key = seq.to_bytes(8, "big")
+    body = msgpack.unpackb(dict(items(engine_copy, "events"))[key])
+    body["policy"] = 5  # a number where the schema says string
+    put_raw(engine_copy, "events", key, msgpack.packb(body))
+    result = cli("verify", engine_copy, "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    (event_problem,) = [p for p in report["problems"] if p["kind"] == "event"]
+    assert event_problem["where"] == f"#{seq}" and event_problem["steps"] == [2]
+    assert "broken body" in event_problem["detail"] and 2 in report["affected_steps"]
+
+
+def test_audit_of_a_damaged_journal_fails_in_one_line_and_points_at_verify(engine_copy):
+    put_raw(engine_copy, "events", (3).to_bytes(8, "big"), b"\xc1 not msgpack")
+    result = cli("audit", engine_copy)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "stepjournal verify" in result.stderr
+
+
+# -- read-only -------------------------------------------------------------------------------------------
+def read_only_commands(path: str, scratch: Path) -> list[list[str]]:
+    """Every read-only command once (output formats share the reading code)."""
+    return [
+        ["runs", path],
+        ["audit", path, "--json"],
+        ["show", path, "1", "--run", "adapters"],
+        ["verify", path],
+        ["export", path, "--run", "adapters", "--to", str(scratch / "export")],
+        ["timeline", path, "--out", str(scratch / "timeline.png")],
+    ]
+
+
+def test_read_only_commands_leave_the_journal_byte_identical(engine_copy, tmp_path):
+    before = snapshot(engine_copy)
+    for result in cli_all(*read_only_commands(engine_copy, tmp_path)):
+        ok(result)
+    assert snapshot(engine_copy) == before
+
+
+def on_read_only_mount(folder: str, *commands: list[str]) -> list[subprocess.CompletedProcess]:
+    """Run commands (at once) where `folder` is read-only: by its permissions, or (as root, who ignores
+    them) on a read-only bind mount in a private mount namespace."""
+    if os.geteuid() == 0:
+        q = shlex.quote(folder)
+        script = f"mount --bind {q} {q} && mount -o remount,bind,ro {q} && exec \"$@\""
+        commands = tuple(["unshare", "-m", "sh", "-c", script, "sh", *c] for c in commands)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    done = []
+    for command, proc in zip(commands, procs):
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(command, proc.returncode, out, err))
+    return done
+
+
+def test_read_only_commands_work_on_a_copy_in_a_read_only_place(engine, tmp_path):
+    folder = shutil.copytree(engine, tmp_path / "ro" / "journal").as_posix()
+    if os.geteuid() != 0:
+        for name in os.listdir(folder):
+            os.chmod(os.path.join(folder, name), 0o444)
+        os.chmod(folder, 0o555)
+    probe, *results = on_read_only_mount(
+        folder,
+        ["touch", os.path.join(folder, "probe")],
+        *([sys.executable, "-m", "stepjournal", *c] for c in read_only_commands(folder, tmp_path)),
+    )
+    assert probe.returncode != 0, "the copy is not read-only; the test would prove nothing"
+    for result in results:
+        ok(result)
+    assert sorted(os.listdir(folder)) == sorted(os.listdir(engine))
+
+
+WRITER = """
+import logging, os, sys, time, structlog, torch
+from stepjournal import Journal
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+path, stop = sys.argv[1], sys.argv[2]
+with Journal(path, run="live") as j:
+    step = 0
+    while not os.path.exists(stop) and step < 20000:
+        step += 1
+        j.record(step, {"ids": torch.full((64, 64), step)})
+        if step == 1:
+            print("ready", flush=True)
+        time.sleep(0.002)
+print(step, flush=True)
+"""
+
+
+def test_read_only_commands_work_while_a_trainer_writes(tmp_path):
+    path, stop = str(tmp_path / "live"), str(tmp_path / "stop")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, path, stop], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        first = json.loads(ok(cli("audit", path, "--json")).stdout)
+        ok(cli("verify", path))
+        second = json.loads(ok(cli("audit", path, "--json")).stdout)
+    finally:
+        Path(stop).touch()
+        out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 0
+    written = int(out.split()[-1])
+    assert 0 < len(first) < len(second) < written  # each command saw the journal grow under it
+    assert [r["step"] for r in second] == list(range(1, len(second) + 1))
+
+
+# -- export ----------------------------------------------------------------------------------------------
+def test_export_writes_safetensors_and_json_that_other_tools_read(engine, tmp_path):
+    target = tmp_path / "out"
+    ok(cli("export", engine, "--run", "adapters", "--steps", "1-2", "--to", str(target)))
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["format"] == "stepjournal-export" and manifest["format_version"] == 1
+    assert [(e["step"], e["gen_index"], e["dir"]) for e in manifest["entries"]] == [
+        (1, 0, "step_000001_idx_0"), (2, 0, "step_000002_idx_0")]
+    folder = target / "step_000002_idx_0"
+    with Journal(engine, readonly=True) as j:
+        original = j.load_output(j.lookup(2, run="adapters"))
+    with safe_open(str(folder / "tensors.safetensors"), framework="pt") as f:
+        assert set(f.keys()) == {"ids", "logprobs", "mask"}
+        assert torch.equal(f.get_tensor("ids"), original["ids"])
+        assert f.get_tensor("logprobs").dtype == torch.bfloat16
+        assert torch.equal(f.get_tensor("logprobs"), original["logprobs"])
+        assert f.get_tensor("mask").numpy().tolist() == [[True, False, True]]
+    rest = json.loads((folder / "rest.json").read_text())["value"]
+    assert rest["ids"] == {"$tensor": "ids", "kind": "torch", "dtype": "torch.int64", "shape": [2, 3],
+                           "file": "tensors.safetensors"}
+    assert rest["pair"] == {"$tuple": [2, "x"]} and rest["by_id"] == {"$dict": [[7, "seven"]]}
+    assert rest["blob"] == {"$bytes": "AAE="} and rest["nan"] == {"$float": "nan"}
+    assert rest["scale"] == {"$numpy_scalar": "<f4", "value": 0.5} and rest["uid"] == ["s2-0", "s2-1"]
+    # dtypes safetensors lacks are raw C-order bytes beside the JSON, described by it
+    phases = rest["phases"]
+    data = np.frombuffer((folder / phases["file"]).read_bytes(), dtype=np.complex128).reshape(phases["shape"])
+    assert np.array_equal(data, original["phases"].numpy())
+    for name in ("big_endian", "words"):
+        node = rest[name]
+        raw = np.frombuffer((folder / node["file"]).read_bytes(), dtype=np.dtype(node["dtype"]))
+        assert np.array_equal(raw.reshape(node["shape"]), original[name])
+
+
+def test_export_refuses_a_folder_that_is_not_empty(engine, tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    result = cli("export", engine, "--run", "adapters", "--to", str(tmp_path / "full"))
+    assert result.returncode == 1 and "not an empty folder" in result.stderr
+    assert os.listdir(tmp_path / "full") == ["keep.txt"]
+
+
+# -- timeline --------------------------------------------------------------------------------------------
+def colour_pixels(image: np.ndarray, hex_colour: str) -> int:
+    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(image[..., :3] - rgb).max(axis=-1) < 0.02).sum())
+
+
+def test_timeline_png_shows_each_action_in_its_colour(engine, tmp_path):
+    out = tmp_path / "timeline.png"
+    ok(cli("timeline", engine, "--run", "adapters", "--out", str(out)))
+    image = matplotlib.image.imread(str(out))
+    height, width = image.shape[:2]
+    assert 500 <= width <= 6000 and 200 <= height <= 4000
+    colours = {"generated": "#2ca02c", "replayed": "#1f77b4", "bypassed": "#9e9e9e", "refused": "#d62728"}
+    counts = {action: colour_pixels(image, colour) for action, colour in colours.items()}
+    assert all(n > 200 for n in counts.values()), counts  # at least one filled cell of each
+    # four generated cells outweigh one refused cell
+    assert counts["generated"] > 3 * counts["refused"]
+
+
+def test_timeline_html_is_one_self_contained_file_with_linked_replays(demo, tmp_path):
+    out = tmp_path / "timeline.html"
+    ok(cli("timeline", demo, "--out", str(out)))
+    page = out.read_text()
+    assert page.count('<rect class="generated"') == 7 and page.count('<rect class="replayed"') == 9
+    assert page.count('<path class="link"') == 9  # one link per replay, back to its recorded source
+    assert "from step 1 #0" in page  # step 7 repeats step 1
+    assert "<script" not in page and "src=" not in page and "href=" not in page
+
+
+def test_timeline_svg_is_drawn(demo, tmp_path):
+    out = tmp_path / "timeline.svg"
+    ok(cli("timeline", demo, "--out", str(out)))
+    assert out.read_text().lstrip().startswith("<?xml") and "<svg" in out.read_text()
+
+
+# -- reindex ---------------------------------------------------------------------------------------------
+def test_reindex_rebuilds_a_damaged_index_and_opens_no_session(engine_copy):
+    key, seq = items(engine_copy, "gen")[0]
+    put_raw(engine_copy, "gen", key, (int.from_bytes(seq, "big") + 1).to_bytes(8, "big"))
+    with Journal(engine_copy, readonly=True) as j:
+        assert [p.kind for p in j.verify()] == ["index"]
+    events_before = items(engine_copy, "events")
+    ok(cli("reindex", engine_copy))
+    with Journal(engine_copy, readonly=True) as j:
+        assert j.verify() == []
+    assert items(engine_copy, "events") == events_before  # no session, no event: only the index changed
+
+
+# -- errors ----------------------------------------------------------------------------------------------
+def one_line_error(result: subprocess.CompletedProcess, status: int) -> str:
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("stepjournal: error: ")
+    return result.stderr
+
+
+def test_a_missing_journal_is_a_one_line_error(tmp_path):
+    results = cli_all(["audit", str(tmp_path / "nowhere")], ["reindex", str(tmp_path / "nowhere")])
+    for result in results:
+        assert "no journal at" in one_line_error(result, 1)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
+    steps, command, index, extension = cli_all(
+        ["audit", demo, "--steps", "3-x"],
+        ["frobnicate", demo],
+        ["show", demo, "1", "--index", "-1"],
+        ["timeline", demo, "--out", str(tmp_path / "t.gif")],
+    )
+    assert "--steps" in one_line_error(steps, 2) and "position" in steps.stderr
+    assert "frobnicate" in one_line_error(command, 2)
+    assert "negative" in one_line_error(index, 2)
+    assert ".png" in one_line_error(extension, 2)
