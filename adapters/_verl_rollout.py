@@ -1,0 +1,653 @@
+"""Journaled verl rollouts: wrap ``generate_sequences`` the way verl's own rollout skip did.
+
+`JournaledRollout` is the wrapper; `attach` installs one on a trainer's rollout manager (or worker
+group) with the step taken from ``trainer.global_steps``; `JournaledAgentLoopManager` is the same
+thing selected purely by config; `install_fully_async` does it for the fully-async rollouter, whose
+step is the feed index in ``sample_{epoch}_{index}`` uids. Decisions are the policies'; this module
+only finds each call's step and mode, hands the call to the `Engine`, and gives the trainer the
+input batch that belongs to a replayed output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import itertools
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+import structlog
+import torch
+from tensordict import TensorDict
+from verl.protocol import DataProto
+
+from stepjournal import Journal
+from stepjournal.policies import Engine, Outcome, PendingCall, open_engine
+
+from ._verl_config import VerlJournalConfig, read_verl_config
+from ._verl_errors import MissingInputError, VerlAdapterError, VerlStepError
+
+__all__ = [
+    "JournaledRollout",
+    "attach",
+    "wrap_generate_sequences",
+    "rollout_from_config",
+    "install_fully_async",
+    "make_journaled_agent_loop_manager",
+    "validate_mode",
+    "meta_step",
+    "feed_index_step",
+]
+
+log = structlog.get_logger(__name__)
+
+_IDS = itertools.count()
+
+
+# -- what a call is: its prompts, step and mode -------------------------------------------------------
+
+
+def _prompts_of(args: tuple, kwargs: dict) -> Any:
+    if "prompts" in kwargs:
+        return kwargs["prompts"]
+    if "batch" in kwargs:
+        return kwargs["batch"]
+    if args:
+        return args[0]
+    raise TypeError("generate_sequences was called without a batch; pass the DataProto as its first argument")
+
+
+def validate_mode(prompts: Any) -> str:
+    """``"validate"`` for calls whose ``meta_info["validate"]`` is true (verl's validation), else ``"train"``."""
+    meta = getattr(prompts, "meta_info", None) or {}
+    return "validate" if bool(meta.get("validate", False)) else "train"
+
+
+def meta_step(prompts: Any) -> int:
+    """The step verl's trainer writes into ``meta_info["global_steps"]`` of every generation batch."""
+    meta = getattr(prompts, "meta_info", None) or {}
+    if "global_steps" not in meta:
+        raise VerlStepError(
+            "the generation batch has no meta_info['global_steps']: verl's RayPPOTrainer sets it; in your own "
+            "loop set gen_batch.meta_info['global_steps'] = step, or use stepjournal.adapters.verl.attach(trainer)"
+        )
+    return meta["global_steps"]
+
+
+def parse_feed_index(uid: str) -> int:
+    """The feed index in ``uid_sample_{epoch}_{index}`` / ``sample_{epoch}_{index}`` (fully-async rollouter)."""
+    text = uid[4:] if uid.startswith("uid_") else uid
+    parts = text.split("_")
+    if len(parts) != 3 or parts[0] != "sample" or not parts[1].isdigit() or not parts[2].isdigit():
+        raise VerlStepError(
+            f"uid {uid!r} is not sample_<epoch>_<feed index>: the fully-async rollouter names samples so; "
+            "use step_source='global_steps' for other trainers"
+        )
+    return int(parts[2])
+
+
+def feed_index_step(prompts: Any) -> int:
+    """The fully-async rollouter's step: the feed index parsed from ``non_tensor_batch["uid"][0]``."""
+    uids = (getattr(prompts, "non_tensor_batch", None) or {}).get("uid")
+    if uids is None or len(uids) == 0:
+        raise VerlStepError("the batch has no non_tensor_batch['uid'] to read the fully-async feed index from")
+    return parse_feed_index(str(uids[0]))
+
+
+# -- undoing verl's SkipManager decorator -------------------------------------------------------------
+
+
+def _skip_manager_file() -> Optional[str]:
+    try:
+        import verl.utils.skip.skip_manager as module
+    except ImportError:  # pragma: no cover - verl without SkipManager
+        return None
+    return os.path.realpath(module.__file__)
+
+
+def _undecorated(fn: Any) -> Any:
+    """`fn` without verl's `SkipManager.annotate` (and the layers around it), so only stepjournal decides.
+
+    verl's SkipManager reads the same config keys a user migrates from; left in place it would dump and
+    serve its own pickles under ours.
+    """
+    skip_file = _skip_manager_file()
+    func = getattr(fn, "__func__", fn)
+    layers = []
+    while func is not None and len(layers) < 32:
+        layers.append(func)
+        func = getattr(func, "__wrapped__", None)
+    decorated = any(
+        os.path.realpath(getattr(getattr(layer, "__code__", None), "co_filename", "") or "") == skip_file
+        for layer in layers
+    )
+    if not decorated:
+        return fn
+    inner = layers[-1]
+    owner = getattr(fn, "__self__", None)
+    return inner.__get__(owner) if owner is not None else inner
+
+
+def _is_async(fn: Any) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    func = getattr(fn, "__func__", fn)
+    return inspect.iscoroutinefunction(inspect.unwrap(func))
+
+
+def _run_blocking(coro: Any) -> Any:
+    """Run a coroutine to its end from synchronous code (as verl's `auto_await` does)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # A loop runs in this thread: blocking it would deadlock, so run in a helper thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+# -- the wrapper ------------------------------------------------------------------------------------------
+
+
+class JournaledRollout:
+    """A verl ``generate_sequences`` put under a journal and a policy.
+
+    Call it like the function it wraps (``rollout(prompts)``). Each call gets its step from `step_of`,
+    its mode from `mode_of` (validation calls are bypassed by default), a generation index counting the
+    calls of its step (DAPO), and is recorded, replayed or bypassed as the engine's policy decides. The
+    input batch is stored with the output, so `matching_batch` can give the trainer the prompts and
+    ground truth that belong to a replayed output.
+
+    Synchronous callers get the DataProto; when the wrapped function is async (verl's
+    ``AgentLoopManager``), a caller that awaits gets a coroutine, like verl's own ``auto_await``.
+
+    Args:
+        generate: the function that generates (e.g. ``manager.generate_sequences``).
+        engine: the `Engine` (journal + policy); None calls `generate` without journaling.
+        step_of: the train step of a call, from its prompts.
+        mode_of: the call's mode, from its prompts (default `validate_mode`).
+        store_input: store the input batch with each recorded output (needed by `matching_batch`).
+        digest_ignore: non-tensor keys left out of the input digest (verl gives fresh random uids each run).
+        rollout_n: responses per prompt, used to line the recorded input up with the trainer's batch.
+        config: the `VerlJournalConfig` it was built from, when it was.
+
+    Attributes:
+        engine, journal: the engine and its journal (None when not journaling).
+        calls: how many calls it handled.
+    """
+
+    def __init__(
+        self,
+        generate: Callable[..., Any],
+        engine: Optional[Engine],
+        *,
+        step_of: Callable[[Any], int],
+        mode_of: Callable[[Any], str] = validate_mode,
+        store_input: bool = True,
+        digest_ignore: Tuple[str, ...] = ("uid", "priority"),
+        rollout_n: int = 1,
+        config: Optional[VerlJournalConfig] = None,
+    ) -> None:
+        self.generate = generate
+        self.engine = engine
+        self.journal: Optional[Journal] = engine.journal if engine is not None else None
+        self.step_of = step_of
+        self.mode_of = mode_of
+        self.store_input = store_input
+        self.digest_ignore = tuple(digest_ignore)
+        self.rollout_n = rollout_n
+        self.config = config
+        self.calls = 0
+        self._async = _is_async(generate)
+        self._last: contextvars.ContextVar[Optional[Outcome]] = contextvars.ContextVar(
+            f"stepjournal_verl_last_{next(_IDS)}", default=None
+        )
+        self._count_lock = threading.Lock()
+        self._installed: Optional[Tuple[Any, str, Any]] = None
+
+    def __repr__(self) -> str:
+        policy = getattr(getattr(self.engine, "policy", None), "name", None)
+        path = self.journal.path if self.journal is not None else None
+        return f"<JournaledRollout policy={policy!r} journal={path!r} calls={self.calls}>"
+
+    # -- calling -------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._dispatch(sys._getframe(1), args, kwargs)
+
+    def _dispatch(self, caller: Any, args: tuple, kwargs: dict) -> Any:
+        """Answer a call as the wrapped function would: a value, or a coroutine for an awaiting caller."""
+        if not self._async:
+            outcome = self._call_sync(args, kwargs)
+            self._last.set(outcome)
+            return outcome.value
+        try:
+            asyncio.get_running_loop()
+            in_loop = True
+        except RuntimeError:
+            in_loop = False
+        if in_loop and caller is not None and caller.f_code.co_flags & inspect.CO_COROUTINE:
+            return self.acall(*args, **kwargs)
+        outcome = _run_blocking(self._call_async(args, kwargs))
+        self._last.set(outcome)
+        return outcome.value
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        """The call, awaited (for asyncio callers such as the fully-async rollouter)."""
+        outcome = await self._call_async(args, kwargs)
+        self._last.set(outcome)
+        return outcome.value
+
+    def _call_sync(self, args: tuple, kwargs: dict) -> Outcome:
+        pending, prepared = self._begin(args, kwargs)
+        if pending is None:
+            return Outcome(value=self.generate(*args, **kwargs), action="unjournaled", ctx=None, source=None, seq=0)
+        if pending.outcome is not None:
+            return pending.outcome
+        started = time.perf_counter()
+        output = self.generate(*args, **kwargs)
+        return self._finish(pending, prepared, output, time.perf_counter() - started)
+
+    async def _call_async(self, args: tuple, kwargs: dict) -> Outcome:
+        # Journal I/O (encoding, LMDB) runs in a thread so other rollout tasks keep going meanwhile.
+        pending, prepared = await asyncio.to_thread(self._begin, args, kwargs)
+        if pending is not None and pending.outcome is not None:
+            return pending.outcome
+        started = time.perf_counter()
+        output = self.generate(*args, **kwargs)
+        if inspect.isawaitable(output):
+            output = await output
+        if pending is None:
+            return Outcome(value=output, action="unjournaled", ctx=None, source=None, seq=0)
+        return await asyncio.to_thread(self._finish, pending, prepared, output, time.perf_counter() - started)
+
+    def _begin(self, args: tuple, kwargs: dict) -> Tuple[Optional[PendingCall], Any]:
+        with self._count_lock:
+            self.calls += 1
+        if self.engine is None:
+            return None, None
+        prompts = _prompts_of(args, kwargs)
+        step = self._step(prompts)
+        mode = self.mode_of(prompts)
+        prepared = digest = None
+        if mode not in self.engine.bypass_modes:
+            # Prepared before the generator runs: verl's manager adds keys (priority) to its input.
+            prepared = self.journal.prepare(prompts) if self.store_input else None
+            digest = self._digest(prompts, prepared)
+        return self.engine.begin(step, mode=mode, input_digest=digest), prepared
+
+    def _finish(self, pending: PendingCall, prepared: Any, output: Any, duration: float) -> Outcome:
+        return self.engine.finish(pending, output, input=prepared, duration_s=duration)
+
+    def _step(self, prompts: Any) -> int:
+        step = self.step_of(prompts)
+        if isinstance(step, (np.integer, torch.Tensor)):
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise VerlStepError(f"the train step of this generate call is {step!r}; it must be an int >= 0")
+        return step
+
+    def _digest(self, prompts: Any, prepared: Any) -> Optional[str]:
+        non_tensor = getattr(prompts, "non_tensor_batch", None)
+        if not isinstance(prompts, DataProto) or non_tensor is None:
+            return prepared.ref.digest if prepared is not None else self.journal.prepare(prompts).ref.digest
+        ignored = [key for key in self.digest_ignore if key in non_tensor]
+        if not ignored and prepared is not None:
+            return prepared.ref.digest
+        view = DataProto(
+            batch=prompts.batch,
+            non_tensor_batch={k: v for k, v in non_tensor.items() if k not in ignored},
+            meta_info=prompts.meta_info,
+        )
+        return self.journal.prepare(view).ref.digest
+
+    # -- what the trainer asks afterwards ----------------------------------------------------------------
+    @property
+    def last_outcome(self) -> Optional[Outcome]:
+        """The `Outcome` of the last call made from this thread or asyncio task (None before any)."""
+        return self._last.get()
+
+    def matching_input(self, outcome: Optional[Outcome] = None) -> Optional[DataProto]:
+        """The recorded input batch of a replayed call: the prompts its output was generated from.
+
+        Args:
+            outcome: the call's outcome (default: `last_outcome`).
+
+        Returns:
+            The stored input, or None when the call was not replayed (its own input is the match).
+
+        Raises:
+            MissingInputError: the record that was served stored no input (e.g. imported SkipManager dumps).
+        """
+        outcome = outcome if outcome is not None else self.last_outcome
+        if outcome is None or outcome.action != "replayed" or outcome.source is None:
+            return None
+        if outcome.source.event.input is None:
+            raise MissingInputError(
+                f"step {outcome.ctx.step} call {outcome.ctx.gen_index} was served from step {outcome.source.step} "
+                f"call {outcome.source.gen_index}, which stored no input batch (imported SkipManager dumps have "
+                "none); rewards cannot be matched to its prompts. Record with store_input=True, or pass "
+                "missing='keep' to matching_batch to use the current batch anyway"
+            )
+        return self.journal.load_input(outcome.source)
+
+    def matching_batch(self, batch: DataProto, outcome: Optional[Outcome] = None, *, missing: str = "error") -> DataProto:
+        """The trainer's batch made to match the responses just returned (v2's batch replacement).
+
+        When the call was replayed, every field of `batch` that the recorded input also holds
+        (``uid``, ``reward_model``, ``data_source``, ``extra_info``, ``raw_prompt`` ...) is replaced by
+        the recorded value, so rewards are computed against the prompts and ground truth that belong to
+        the replayed responses. Fields only `batch` has are kept. `batch` may be the trainer's batch
+        before ``repeat(n)`` (one row per prompt) or after (one row per response). When the call ran,
+        `batch` itself is returned.
+
+        Args:
+            batch: the trainer's current batch.
+            outcome: the call's outcome (default: `last_outcome`).
+            missing: ``"error"`` raises `MissingInputError` when the served record stored no input;
+                ``"keep"`` returns `batch` unchanged then.
+
+        Returns:
+            A new DataProto (or `batch` itself when nothing needs replacing).
+        """
+        if missing not in ("error", "keep"):
+            raise ValueError(f"missing={missing!r}: use 'error' or 'keep'")
+        try:
+            recorded = self.matching_input(outcome)
+        except MissingInputError:
+            if missing == "keep":
+                log.warning("matching_batch_without_input", reason="served record stored no input")
+                return batch
+            raise
+        if recorded is None:
+            return batch
+        return align_batch(batch, recorded, rollout_n=self.rollout_n)
+
+    # -- installing and closing -----------------------------------------------------------------------------
+    def install(self, obj: Any, attr: str = "generate_sequences") -> "JournaledRollout":
+        """Put this wrapper in place of ``obj.<attr>`` (an instance attribute); `uninstall` undoes it."""
+        current = getattr(obj, attr)
+        if isinstance(current, JournaledRollout):
+            raise VerlAdapterError(
+                f"{type(obj).__name__}.{attr} is already journaled by {current!r}; attach once per trainer"
+            )
+        had_own = attr in getattr(obj, "__dict__", {})
+        self._installed = (obj, attr, current if had_own else None)
+        setattr(obj, attr, self)
+        return self
+
+    def uninstall(self) -> None:
+        """Restore what `install` replaced."""
+        if self._installed is None:
+            return
+        obj, attr, previous = self._installed
+        if previous is None:
+            try:
+                delattr(obj, attr)
+            except AttributeError:
+                pass
+        else:
+            setattr(obj, attr, previous)
+        self._installed = None
+
+    def close(self) -> None:
+        """Uninstall and close the journal."""
+        self.uninstall()
+        if self.journal is not None:
+            self.journal.close()
+
+
+def align_batch(batch: DataProto, recorded: DataProto, *, rollout_n: int = 1) -> DataProto:
+    """`batch` with the fields it shares with `recorded` (a recorded generation input) taken from `recorded`.
+
+    `recorded` has one row per response (``gen_batch.repeat(n, interleave=True)``, plus REMAX's
+    baseline rows after them); `batch` has one row per prompt or per response.
+    """
+    rows, source_rows = len(batch), len(recorded)
+    if rows == source_rows:
+        index = None
+    else:
+        stride = rollout_n if rollout_n > 1 else (source_rows // rows if rows and source_rows % rows == 0 else 0)
+        if rows == 0 or stride < 1 or rows * stride > source_rows:
+            raise VerlAdapterError(
+                f"cannot line up the trainer batch ({rows} rows) with the recorded input ({source_rows} rows, "
+                f"rollout n={rollout_n}): pass the batch before or after repeat(n)"
+            )
+        index = np.arange(rows) * stride
+    non_tensor = dict(batch.non_tensor_batch or {})
+    for key in non_tensor:
+        if key in (recorded.non_tensor_batch or {}):
+            value = recorded.non_tensor_batch[key]
+            non_tensor[key] = value if index is None else value[index]
+    tensors = batch.batch
+    if tensors is not None and recorded.batch is not None:
+        shared = [key for key in tensors.keys() if key in recorded.batch.keys()]
+        if shared:
+            tensors = tensors.clone(recurse=False)
+            for key in shared:
+                value = recorded.batch.get(key)
+                tensors.set(key, value if index is None else value[torch.as_tensor(index)])
+    return DataProto(batch=tensors, non_tensor_batch=non_tensor, meta_info=dict(batch.meta_info or {}))
+
+
+# -- ways to install it -------------------------------------------------------------------------------------
+
+
+def _step_function(
+    config: Optional[VerlJournalConfig], trainer: Any = None, *, fully_async: bool = False
+) -> Callable[[Any], int]:
+    source = config.step_source if config is not None else "auto"
+    if source == "feed_index" or (source == "auto" and fully_async):
+        return feed_index_step
+    if trainer is not None:
+
+        def trainer_step(prompts: Any) -> int:
+            step = getattr(trainer, "global_steps", None)
+            if step is None:
+                raise VerlStepError(f"{type(trainer).__name__} has no global_steps yet; call generate inside fit()")
+            return step
+
+        return trainer_step
+    return meta_step
+
+
+def rollout_from_config(
+    config: Any,
+    generate: Callable[..., Any],
+    *,
+    trainer: Any = None,
+    step_of: Optional[Callable[[Any], int]] = None,
+    **overrides: Any,
+) -> Optional[JournaledRollout]:
+    """Read a verl config, open its journal and engine, and wrap `generate`; None when no form is enabled.
+
+    Args:
+        config: the verl config (dict or OmegaConf), or an already read `VerlJournalConfig`.
+        generate: the function to wrap.
+        trainer: when given, steps come from ``trainer.global_steps`` (else from ``meta_info``, or
+            from the uid feed index for the fully-async form).
+        step_of: overrides where steps come from.
+        overrides: native ``stepjournal`` keys (``policy=``, ``path=`` ...) applied on top.
+    """
+    cfg = config if isinstance(config, VerlJournalConfig) else read_verl_config(config, **overrides)
+    if cfg is None:
+        return None
+    engine = open_engine(cfg.engine)
+    return JournaledRollout(
+        _undecorated(generate),
+        engine,
+        step_of=step_of or _step_function(cfg, trainer),
+        rollout_n=cfg.rollout_n,
+        config=cfg,
+    )
+
+
+def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **overrides: Any) -> JournaledRollout:
+    """Journal a verl trainer's rollouts: wrap its rollout entry point, steps from ``trainer.global_steps``.
+
+    Call it after ``trainer.init_workers()`` and before ``trainer.fit()``. It wraps
+    ``trainer.async_rollout_manager.generate_sequences`` (verl's `AgentLoopManager`), or
+    ``trainer.actor_rollout_wg.generate_sequences`` when there is no manager.
+
+    Args:
+        trainer: the trainer (e.g. verl's ``RayPPOTrainer``).
+        config: the verl config to read (default ``trainer.config``).
+        target: the attribute holding the rollout object, to choose it yourself.
+        overrides: native ``stepjournal`` keys (``policy=``, ``path=``, ``fingerprint=`` ...).
+
+    Returns:
+        The installed `JournaledRollout` (its ``matching_batch`` gives the batch that matches a replay).
+
+    Raises:
+        ConfigError: the config enables no form (and no ``policy=`` was given), or enables two.
+    """
+    config = config if config is not None else getattr(trainer, "config", None)
+    if target is None:
+        target = "async_rollout_manager" if getattr(trainer, "async_rollout_manager", None) is not None else "actor_rollout_wg"
+    obj = getattr(trainer, target, None)
+    if obj is None:
+        raise VerlAdapterError(
+            f"{type(trainer).__name__} has no {target}: call attach(trainer) after trainer.init_workers()"
+        )
+    rollout = rollout_from_config(config if config is not None else {}, obj.generate_sequences, trainer=trainer, **overrides)
+    if rollout is None:
+        from stepjournal.policies import ConfigError
+
+        raise ConfigError(
+            "the verl config enables neither a stepjournal section nor a rollout-skip form: add "
+            "stepjournal.policy (e.g. +stepjournal.policy=cache) or pass attach(trainer, policy='cache')"
+        )
+    rollout.install(obj, "generate_sequences")
+    log.info("verl_attached", target=target, policy=rollout.config.policy, journal=rollout.journal.path)
+    return rollout
+
+
+def wrap_generate_sequences(
+    obj: Any,
+    *,
+    config: Any = None,
+    engine: Optional[Engine] = None,
+    step_of: Callable[[Any], int] = meta_step,
+    attr: str = "generate_sequences",
+    rollout_n: int = 1,
+    **overrides: Any,
+) -> JournaledRollout:
+    """Journal ``obj.generate_sequences`` of any rollout object (a worker group, your own manager).
+
+    Give either a verl `config` (read with `read_verl_config`, plus `overrides`) or a ready `engine`.
+    Steps come from `step_of` (default: ``meta_info["global_steps"]``).
+    """
+    generate = getattr(obj, attr)
+    if engine is not None:
+        rollout = JournaledRollout(_undecorated(generate), engine, step_of=step_of, rollout_n=rollout_n)
+    else:
+        rollout = rollout_from_config(config if config is not None else {}, generate, step_of=step_of, **overrides)
+        if rollout is None:
+            from stepjournal.policies import ConfigError
+
+            raise ConfigError("the config enables no stepjournal or rollout-skip form; pass policy=... or engine=...")
+    return rollout.install(obj, attr)
+
+
+# -- the config-only routes -----------------------------------------------------------------------------------
+
+_MANAGER_CLASS: Any = None
+_MANAGER_LOCK = threading.Lock()
+
+
+def make_journaled_agent_loop_manager() -> type:
+    """Build (once) `JournaledAgentLoopManager`, a subclass of verl's ``AgentLoopManager``.
+
+    Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=
+    stepjournal.adapters.verl.JournaledAgentLoopManager``: verl's trainer then builds it instead of its
+    own manager, and every ``generate_sequences`` call is journaled per the config's stepjournal
+    section (or verl skip form), with the step from ``meta_info["global_steps"]``.
+    """
+    global _MANAGER_CLASS
+    with _MANAGER_LOCK:
+        if _MANAGER_CLASS is not None:
+            return _MANAGER_CLASS
+        from verl.experimental.agent_loop import AgentLoopManager
+
+        class JournaledAgentLoopManager(AgentLoopManager):
+            """verl's AgentLoopManager with journaled ``generate_sequences`` (see `make_journaled_agent_loop_manager`)."""
+
+            def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+                super().__init__(config, *args, **kwargs)
+                self.stepjournal = rollout_from_config(config, self._stepjournal_generate)
+                if self.stepjournal is None:
+                    log.warning(
+                        "journaled_manager_disabled",
+                        reason="the config enables no stepjournal section or rollout-skip form",
+                    )
+                    self.stepjournal = JournaledRollout(super().generate_sequences, None, step_of=meta_step)
+
+            async def _stepjournal_generate(self, prompts: DataProto) -> DataProto:
+                return await _undecorated(AgentLoopManager.generate_sequences)(self, prompts)
+
+            def generate_sequences(self, prompts: DataProto) -> Any:
+                return self.stepjournal._dispatch(sys._getframe(1), (prompts,), {})
+
+        JournaledAgentLoopManager.__module__ = "stepjournal.adapters.verl"
+        JournaledAgentLoopManager.__qualname__ = "JournaledAgentLoopManager"
+        _MANAGER_CLASS = JournaledAgentLoopManager
+        return _MANAGER_CLASS
+
+
+def install_fully_async(manager_cls: Optional[type] = None) -> type:
+    """Journal the fully-async rollouter's ``generate_sequences_single`` in this process.
+
+    Each manager reads its own ``config`` on first use; the step is the feed index from the
+    ``sample_{epoch}_{index}`` uid (``skip.async_rollout`` form, or ``stepjournal.step_source:
+    feed_index``). Concurrent calls from asyncio tasks or threads are safe. Use it as Ray's
+    ``runtime_env.worker_process_setup_hook`` so that the rollouter's actor process runs it.
+
+    Args:
+        manager_cls: the class to patch (default verl's ``FullyAsyncAgentLoopManager``).
+
+    Returns:
+        The patched class.
+    """
+    if manager_cls is None:
+        from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncAgentLoopManager
+
+        manager_cls = FullyAsyncAgentLoopManager
+    if getattr(manager_cls, "_stepjournal_installed", False):
+        return manager_cls
+    raw = _undecorated(manager_cls.generate_sequences_single)
+    lock = threading.Lock()
+
+    def rollout_of(manager: Any) -> JournaledRollout:
+        found = manager.__dict__.get("_stepjournal")
+        if found is not None:
+            return found
+        with lock:
+            found = manager.__dict__.get("_stepjournal")
+            if found is None:
+                bound = raw.__get__(manager)
+                config = getattr(manager, "config", None)
+                cfg = read_verl_config(config) if config is not None else None
+                found = None
+                if cfg is not None:
+                    found = rollout_from_config(cfg, bound, step_of=_step_function(cfg, fully_async=True))
+                if found is None:
+                    found = JournaledRollout(bound, None, step_of=feed_index_step)
+                manager.__dict__["_stepjournal"] = found
+            return found
+
+    async def generate_sequences_single(self: Any, prompts: DataProto) -> DataProto:
+        return await rollout_of(self).acall(prompts)
+
+    generate_sequences_single.__qualname__ = f"{manager_cls.__qualname__}.generate_sequences_single"
+    generate_sequences_single.__wrapped__ = raw  # type: ignore[attr-defined]
+    manager_cls.generate_sequences_single = generate_sequences_single
+    manager_cls._stepjournal_installed = True
+    manager_cls.stepjournal = property(rollout_of)
+    log.info("fully_async_installed", manager=manager_cls.__qualname__)
+    return manager_cls
+
