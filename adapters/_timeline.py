@@ -169,10 +169,16 @@ def render_image(timeline: Timeline, out: str) -> None:
     fig.savefig(out, format=os.path.splitext(out)[1][1:].lower())
 
 
+def _toward(x: float, y: float, tx: float, ty: float, distance: float) -> Tuple[float, float]:
+    """The point `distance` away from (x, y) in the direction of (tx, ty)."""
+    length = math.hypot(tx - x, ty - y) or 1.0
+    return x + (tx - x) / length * distance, y + (ty - y) / length * distance
+
+
 def render_html(timeline: Timeline, out: str) -> None:
     """Write the timeline as one self-contained HTML file (inline SVG, a tooltip on every cell)."""
     size, gap = 18, 4
-    left, top, bottom = 170, 40, 40
+    left, top, bottom = 170, 14, 40
     ncols, nlanes = len(timeline.steps), len(timeline.lanes)
     width = left + ncols * (size + gap) + 20
     height = top + nlanes * (size + gap) + bottom
@@ -186,8 +192,6 @@ def render_html(timeline: Timeline, out: str) -> None:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f'<defs><marker id="arrow" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" '
-        f'orient="auto-start-reverse"><path d="M0,0 L8,4 L0,8 z" fill="{LINK_COLOUR}"/></marker></defs>',
     ]
     for lane, label in enumerate(timeline.lanes):
         parts.append(f'<text x="{left - 8}" y="{cy(lane) + 4}" text-anchor="end">{html.escape(label)}</text>')
@@ -209,12 +213,20 @@ def render_html(timeline: Timeline, out: str) -> None:
         mx, my = (x0 + x1) / 2, (y0 + y1) / 2
         dx, dy = x1 - x0, y1 - y0
         length = math.hypot(dx, dy) or 1.0
-        bend = 0.25 * length + 6
+        bend = 0.25 * length + 6 if dx else 0.1 * length + 3  # a resumed run's same-step replay: nearly straight
         qx, qy = mx - dy / length * bend, my + dx / length * bend
+        # Leave the source and reach the replay at their borders, along the curve's end tangents.
+        x0, y0 = _toward(x0, y0, qx, qy, size / 2)
+        x1, y1 = _toward(x1, y1, qx, qy, size / 2 + 2)
+        # The arrowhead is drawn, not a marker: markers' orientation differs between SVG renderers.
+        ux, uy = _toward(0, 0, x1 - qx, y1 - qy, 1.0)
+        head = [(x1, y1), (x1 - 7 * ux - 3.5 * uy, y1 - 7 * uy + 3.5 * ux), (x1 - 7 * ux + 3.5 * uy, y1 - 7 * uy - 3.5 * ux)]
         parts.append(
-            f'<path d="M{x0:.1f},{y0:.1f} Q{qx:.1f},{qy:.1f} {x1:.1f},{y1:.1f}" fill="none" '
-            f'stroke="{LINK_COLOUR}" stroke-opacity="0.7" stroke-width="1.2" marker-end="url(#arrow)">'
-            f"<title>{html.escape(b.describe())}</title></path>"
+            f'<g class="link" fill="none" stroke="{LINK_COLOUR}" stroke-opacity="0.75" stroke-width="1.2">'
+            f"<title>{html.escape(b.describe())}</title>"
+            f'<path d="M{x0:.1f},{y0:.1f} Q{qx:.1f},{qy:.1f} {x1 - 5 * ux:.1f},{y1 - 5 * uy:.1f}"/>'
+            f'<polygon points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in head)}" fill="{LINK_COLOUR}" stroke="none"/>'
+            "</g>"
         )
     parts.append("</svg>")
     present = {c.colour_key for c in timeline.cells}

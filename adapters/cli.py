@@ -443,10 +443,26 @@ def cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
     for column in ("kind", "where", "steps", "detail"):
         table.add_column(column, overflow="fold")
     for p in problems:
-        table.add_row(p.kind, escape(p.where), _compact_steps(p.steps) or "?", escape(p.detail))
+        table.add_row(p.kind, escape(_where_text(p)), _compact_steps(p.steps) or "?", escape(p.detail))
     out.print(table)
     out.print(f"[red]journal is damaged[/]; affected steps: {_compact_steps(steps) or 'unknown'}")
     return 1
+
+
+def _where_text(problem: Any) -> str:
+    """An index key (``run \\0 mode \\0 step gen_index``, hex) as words; other places as they are."""
+    if problem.kind == "index":
+        try:
+            key = bytes.fromhex(problem.where)
+            run, mode, tail = key.split(b"\0", 2)
+            if len(tail) == 12:
+                step, index = int.from_bytes(tail[:8], "big"), int.from_bytes(tail[8:], "big")
+                return f"run {run.decode()} {mode.decode()} step {step} #{index}"
+        except ValueError:
+            pass  # not a key this version writes: show it raw
+    if problem.kind in ("payload", "missing_payload"):
+        return problem.where[:16] + "…"
+    return problem.where
 
 
 # -- export ------------------------------------------------------------------------------------------
@@ -747,8 +763,9 @@ def _configure_logging(verbosity: int) -> None:
 @contextlib.contextmanager
 def _consoles() -> Iterator[Tuple[Console, Console]]:
     out = Console(highlight=False)
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(highlight=False, width=200)  # a pipe or file: do not squeeze tables into 80 columns
+    if not out.is_terminal:
+        # A pipe or a file has no width; do not squeeze a wide audit table into 80 columns.
+        out = Console(highlight=False, width=max(out.width, 200))
     yield out, Console(stderr=True, highlight=False)
 
 

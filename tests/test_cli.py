@@ -390,7 +390,7 @@ def test_timeline_html_is_one_self_contained_file_with_linked_replays(demo, tmp_
     ok(cli("timeline", demo, "--out", str(out)))
     page = out.read_text()
     assert page.count('<rect class="generated"') == 7 and page.count('<rect class="replayed"') == 9
-    assert page.count('<path class="link"') == 9  # one link per replay, back to its recorded source
+    assert page.count('<g class="link"') == 9  # one link per replay, back to its recorded source
     assert "from step 1 #0" in page  # step 7 repeats step 1
     assert "<script" not in page and "src=" not in page and "href=" not in page
 
@@ -440,3 +440,17 @@ def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
     assert "frobnicate" in one_line_error(command, 2)
     assert "negative" in one_line_error(index, 2)
     assert ".png" in one_line_error(extension, 2)
+
+
+# -- docs ------------------------------------------------------------------------------------------------
+def test_docs_cover_every_command_and_every_json_key():
+    from stepjournal._audit import AUDIT_FIELDS
+    from stepjournal.adapters.cli import _parser
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text()
+    (commands,) = [a for a in _parser()._actions if a.dest == "command"]
+    for name in commands.choices:
+        assert f"## `{name}`" in doc, name
+    schema = doc[doc.index("### `audit --json`"):doc.index("### `runs --json`")]
+    for key in AUDIT_FIELDS:
+        assert f"| `{key}` |" in schema, key
