@@ -21,6 +21,7 @@ import torch
 from safetensors import safe_open
 
 from stepjournal import Journal, journaled
+from stepjournal._audit import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
 from lmdb_raw import flip_byte, items, put_raw
@@ -155,9 +156,8 @@ def test_audit_table_shows_every_action_policy_and_source(engine):
 
 
 def test_audit_csv_has_a_header_and_one_row_per_call(engine):
-    as_csv, as_json = cli_all(["audit", engine, "--csv"], ["audit", engine, "--json"])
-    rows = list(csv.DictReader(io.StringIO(ok(as_csv).stdout)))
-    assert len(rows) == len(json.loads(ok(as_json).stdout)) == 11
+    rows = list(csv.DictReader(io.StringIO(ok(cli("audit", engine, "--csv")).stdout)))
+    assert len(rows) == 11 and list(rows[0]) == list(AUDIT_FIELDS)
     refused = [r for r in rows if r["action"] == "refused"]
     assert [(r["step"], r["policy"], r["stored"], r["digest"]) for r in refused] == [("9", "replay", "false", "")]
 
@@ -194,9 +194,8 @@ def test_show_json_of_a_replayed_step_names_its_source(demo):
 
 
 def test_show_needs_run_when_the_journal_has_several(engine):
-    ambiguous, chosen = cli_all(["show", engine, "1"], ["show", engine, "1", "--run", "adapters"])
-    assert ambiguous.returncode == 1 and "--run" in ambiguous.stderr
-    assert "torch.complex128" in ok(chosen).stdout
+    result = cli("show", engine, "1")
+    assert result.returncode == 1 and "choose one with --run" in result.stderr
 
 
 # -- verify ----------------------------------------------------------------------------------------------
@@ -209,12 +208,10 @@ def test_verify_catches_a_payload_byte_flipped_in_lmdb_and_names_the_step(engine
     with Journal(engine_copy, readonly=True) as j:
         digest = j.lookup(3, run="adapters").event.output.digest
     flip_byte(engine_copy, "payloads", key=bytes.fromhex(digest))
-    result, table = cli_all(["verify", engine_copy, "--json"], ["verify", engine_copy])
+    result = cli("verify", engine_copy)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    report = json.loads(result.stdout)
-    assert not report["ok"]
-    assert [(p["kind"], p["where"], p["steps"]) for p in report["problems"]] == [("payload", digest, [3])]
-    assert table.returncode == 1 and "affected steps: 3" in table.stdout
+    assert "payload" in result.stdout and digest[:16] in result.stdout
+    assert "journal is damaged; affected steps: 3\n" in result.stdout
 
 
 def test_verify_catches_an_event_with_a_broken_body_and_names_the_step(engine_copy):
@@ -280,10 +277,11 @@ def test_read_only_commands_work_on_a_copy_in_a_read_only_place(engine, tmp_path
         for name in os.listdir(folder):
             os.chmod(os.path.join(folder, name), 0o444)
         os.chmod(folder, 0o555)
+    commands = [["audit", folder, "--json"], ["show", folder, "1", "--run", "adapters"], ["verify", folder]]
     probe, *results = on_read_only_mount(
         folder,
         ["touch", os.path.join(folder, "probe")],
-        *([sys.executable, "-m", "stepjournal", *c] for c in read_only_commands(folder, tmp_path)),
+        *([sys.executable, "-m", "stepjournal", *c] for c in commands),
     )
     assert probe.returncode != 0, "the copy is not read-only; the test would prove nothing"
     for result in results:
@@ -313,16 +311,16 @@ def test_read_only_commands_work_while_a_trainer_writes(tmp_path):
     writer = subprocess.Popen([sys.executable, "-c", WRITER, path, stop], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "ready"
-        first = json.loads(ok(cli("audit", path, "--json")).stdout)
+        rows = json.loads(ok(cli("audit", path, "--json")).stdout)
         ok(cli("verify", path))
-        second = json.loads(ok(cli("audit", path, "--json")).stdout)
+        with Journal(path, readonly=True) as j:
+            grown = j.last_seq()
     finally:
         Path(stop).touch()
         out, _ = writer.communicate(timeout=60)
     assert writer.returncode == 0
-    written = int(out.split()[-1])
-    assert 0 < len(first) < len(second) < written  # each command saw the journal grow under it
-    assert [r["step"] for r in second] == list(range(1, len(second) + 1))
+    assert 0 < len(rows) < grown - 1 < int(out.split()[-1])  # the writer kept appending around both commands
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))  # a consistent snapshot
 
 
 # -- export ----------------------------------------------------------------------------------------------
@@ -430,21 +428,18 @@ def test_a_missing_journal_is_a_one_line_error(tmp_path):
 
 
 def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
-    steps, command, index, extension = cli_all(
+    steps, index, extension = cli_all(
         ["audit", demo, "--steps", "3-x"],
-        ["frobnicate", demo],
         ["show", demo, "1", "--index", "-1"],
         ["timeline", demo, "--out", str(tmp_path / "t.gif")],
     )
     assert "--steps" in one_line_error(steps, 2) and "position" in steps.stderr
-    assert "frobnicate" in one_line_error(command, 2)
     assert "negative" in one_line_error(index, 2)
     assert ".png" in one_line_error(extension, 2)
 
 
 # -- docs ------------------------------------------------------------------------------------------------
 def test_docs_cover_every_command_and_every_json_key():
-    from stepjournal._audit import AUDIT_FIELDS
     from stepjournal.adapters.cli import _parser
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text()
