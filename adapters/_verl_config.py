@@ -384,6 +384,7 @@ def _native(section: Any, overrides: Mapping[str, Any]) -> Tuple[Dict[str, Any],
         _choice(step_source, "stepjournal.step_source", _STEP_SOURCES + ("auto",))
     settings = {field: data[key] for key, field in _NATIVE_KEYS.items() if field and key in data and key != "path"}
     settings["path"] = path
+    settings["fingerprint"] = data.get("fingerprint") or {}
     return settings, step_source, tuple(f"stepjournal.{k}" for k in data)
 
 
