@@ -615,10 +615,14 @@ class _Reader:
             return self.bigint(node)
         if tag == _TENSOR:
             dtype, shape, start, nbytes = self.buffer_spec(node)
-            out = torch.empty(nbytes, dtype=torch.uint8)
-            if nbytes:
-                out.numpy()[:] = np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)
-            return out.view(dtype).reshape(shape)
+            # numpy, unlike torch's CPU allocator, asks the kernel for transparent huge pages on large
+            # buffers: first-touch page faults of 4 KiB pages cost 4-5x the copy itself (86 MB: ~40 ms
+            # against ~8 ms). The tensor owns the array; its storage is just not resizable.
+            if not nbytes:
+                return torch.empty(0, dtype=torch.uint8).view(dtype).reshape(shape)
+            array = np.empty(nbytes, dtype=np.uint8)
+            array[:] = np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)
+            return torch.from_numpy(array).view(dtype).reshape(shape)
         if tag == _NDARRAY:
             dtype, shape, start, nbytes = self.buffer_spec(node)
             array = np.empty(shape, dtype=dtype)
