@@ -64,6 +64,7 @@ __all__ = [
     "default_registry",
     "describe_payload",
     "encode_payload",
+    "encode_payload_array",
     "register_codec",
 ]
 
@@ -424,6 +425,20 @@ def encode_payload(value: Any, *, registry: CodecRegistry | None = None) -> byte
         UnsupportedValueError: some part of `value` cannot be stored; the message names its path.
             Errors raised by a registered encode function pass through unchanged.
     """
+    return _encode(value, registry, bytearray)
+
+
+def encode_payload_array(value: Any, *, registry: CodecRegistry | None = None) -> np.ndarray:
+    """`encode_payload`, into a 1-D uint8 numpy array instead of a bytearray (same bytes).
+
+    For the journal's record path: a bytearray is zero-filled in 4 KiB pages on allocation, which for a
+    payload of tens of MB costs several times the copy that follows; numpy's allocation is left
+    uninitialised and asks for transparent huge pages, and only the padding is zeroed here.
+    """
+    return _encode(value, registry, lambda size: np.empty(size, dtype=np.uint8))
+
+
+def _encode(value: Any, registry: CodecRegistry | None, allocate: Callable[[int], Any]) -> Any:
     encoder = _Encoder(default_registry if registry is None else registry)
     try:
         tree = encoder.node(value, None, 0)
@@ -434,17 +449,25 @@ def encode_payload(value: Any, *, registry: CodecRegistry | None = None) -> byte
         ) from None
     header = msgpack.packb(tree, use_bin_type=True, unicode_errors="surrogatepass")
     data_start = _align(_PREFIX.size + len(header))
-    out = bytearray(data_start + encoder.size)
-    _PREFIX.pack_into(out, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
-    out[_PREFIX.size : _PREFIX.size + len(header)] = header
+    total = data_start + encoder.size
+    out = allocate(total)
+    view = memoryview(out).cast("B")
+    _PREFIX.pack_into(view, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
+    view[_PREFIX.size : _PREFIX.size + len(header)] = header
+    # `out` may be uninitialised: every byte between the buffers (alignment padding) is written as zero.
+    written = _PREFIX.size + len(header)
     for offset, nbytes, source in encoder.buffers:
         start = data_start + offset
+        view[written:start] = bytes(start - written)
         if isinstance(source, torch.Tensor):
             _write_tensor(out, start, nbytes, source)
         else:
             # Assigning through a view of the right dtype and shape copies strided arrays in one pass.
             dst = np.frombuffer(out, dtype=np.uint8, count=nbytes, offset=start)
             dst.view(source.dtype).reshape(source.shape)[...] = source
+        written = start + nbytes
+    view[written:total] = bytes(total - written)
+    view.release()
     return out
 
 

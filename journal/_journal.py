@@ -26,7 +26,7 @@ import msgpack
 import structlog
 import zstandard
 
-from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload, encode_payload
+from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload, encode_payload_array
 from ._convert import decode_event, encode_event
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import (
@@ -295,7 +295,8 @@ class Journal:
         """
         if isinstance(value, PreparedPayload):
             return value
-        raw = encode_payload(value, registry=self._registry)
+        # A numpy buffer, not a bytearray: no zero-fill of fresh 4 KiB pages before the copy (see there).
+        raw = encode_payload_array(value, registry=self._registry)
         digest = digest_bytes(raw)
         blob: Any = raw
         if self.compression == "zstd":
