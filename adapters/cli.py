@@ -680,6 +680,42 @@ def cmd_reindex(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
+# -- import-verl -------------------------------------------------------------------------------------
+def cmd_import_verl(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Import verl RolloutSkip / SkipManager dump folders into a journal (writes to it; docs/verl.md)."""
+    try:
+        from stepjournal.adapters.verl import import_verl_dumps
+    except ImportError as exc:
+        raise _Failure(f"import-verl needs verl: pip install 'stepjournal[verl]' ({exc})") from None
+    if not args.trust_pickle:
+        # Refuses, saying why, before any dump is read and before a progress bar is drawn.
+        import_verl_dumps(args.dump_dir, args.journal, trust_pickle=False)
+    with _progress(err) as progress:
+        task = progress.add_task("importing verl dumps", total=None)
+        report = import_verl_dumps(
+            args.dump_dir,
+            args.journal,
+            trust_pickle=True,
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    if args.json:
+        _print_json(report.to_json())
+        return 0 if report.ok else 1
+    table = Table(title=f"imported into {escape(report.journal)}")
+    for column in ("run", "step", "index", "form", "input", "source"):
+        table.add_column(column)
+    for row in report.imported:
+        table.add_row(escape(row.run), str(row.step), str(row.gen_index), row.form,
+                      "yes" if row.stored_input else "no", escape(row.source))
+    out.print(table)
+    for row in report.skipped:
+        err.print(f"[yellow]skipped[/] {escape(row.source)}: {escape(row.reason)}")
+    for row in report.failed:
+        err.print(f"[red]failed[/] {escape(row.source)}: {escape(row.reason)}")
+    out.print(f"{len(report.imported)} imported, {len(report.skipped)} skipped, {len(report.failed)} failed")
+    return 0 if report.ok else 1
+
+
 # -- parser and entry point --------------------------------------------------------------------------
 def _parser() -> _Parser:
     parser = _Parser(
@@ -739,6 +775,18 @@ def _parser() -> _Parser:
     p.add_argument("--mode", help="only this mode")
 
     command("reindex", cmd_reindex, "rebuild the index (a projection) from the event log; writes to the journal")
+
+    p = sub.add_parser("import-verl", help="import verl RolloutSkip / SkipManager dumps into a journal (writes)",
+                       description="Import verl RolloutSkip (v1, v2) and SkipManager dump folders into a journal, "
+                       "keeping their steps; records are marked as imported. The dumps are Python pickles: "
+                       "nothing is loaded without --trust-pickle.")
+    p.add_argument("dump_dir", metavar="DUMP_DIR", help="verl's skip dump_dir, or a folder below it")
+    p.add_argument("--into", dest="journal", required=True, metavar="JOURNAL",
+                   help="the journal folder to write into (created when missing)")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="load the dumps although they are pickles (only for dumps you made, in a folder only you write)")
+    p.add_argument("--json", action="store_true", help="print the import report as JSON")
+    p.set_defaults(fn=cmd_import_verl)
     return parser
 
 
