@@ -12,7 +12,7 @@ import argparse
 import base64
 import contextlib
 import csv
-import importlib
+import functools
 import json
 import logging
 import math
@@ -34,13 +34,13 @@ import stepjournal
 from stepjournal import (
     AUDIT_SCHEMA_VERSION,
     AuditRecord,
+    CodecRegistry,
     GenerationRecorded,
     IntegrityError,
     Journal,
     PayloadRef,
     ReplayServed,
     StepJournalError,
-    UnknownCodecError,
     describe_payload,
     summarize_runs,
 )
@@ -133,13 +133,61 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
-def _import_codecs(modules: Sequence[str]) -> None:
-    """Import the modules that register codecs for custom payload types (``--import``)."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise _Failure(f"--import {name}: {exc}") from None
+class _Custom:
+    """A value of a custom type, as its codec stored it: the codec's own code is never run here.
+
+    The CLI needs no codec registered (and imports nothing of the user's) to show or export a payload:
+    what a codec stores is made of ordinary values (dicts, tensors, arrays), and those are shown.
+    """
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name = name
+        self.value = value
+
+
+def _refuse_encode(value: Any) -> Any:
+    raise TypeError("the CLI only reads payloads")
+
+
+def _ext_names(node: Any, found: set) -> None:
+    if isinstance(node, dict):
+        if node.get("kind") == "ext":
+            found.add(node["name"])
+        for child in node.values():
+            _ext_names(child, found)
+    elif isinstance(node, list):
+        for child in node:
+            _ext_names(child, found)
+
+
+class _Reader:
+    """A read-only journal whose loads turn each custom-type value into a `_Custom`."""
+
+    def __init__(self, path: str) -> None:
+        self.registry = CodecRegistry()
+        self.journal = Journal(path, readonly=True, registry=self.registry)
+
+    def __enter__(self) -> "_Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.journal.close()
+
+    def load(self, ref: PayloadRef, step: int) -> Any:
+        """Load a payload, its digest checked."""
+        return _load(self.journal, self.registry, ref, step)
+
+
+def _load(journal: Journal, registry: CodecRegistry, ref: PayloadRef, step: int) -> Any:
+    names: set = set()
+    _ext_names(describe_payload(journal.payload_bytes(ref.digest), max_items=None), names)
+    for name in sorted(names):
+        if name not in registry:
+            holder = type(f"Custom[{name}]", (_Custom,), {"__slots__": ()})
+            registry.register(holder, name, encode=_refuse_encode, decode=functools.partial(_Custom, name))
+    return journal.load(ref, step=step)
 
 
 # -- runs --------------------------------------------------------------------------------------------
@@ -322,6 +370,8 @@ def _annotate(node: Dict[str, Any], value: Any) -> None:
     elif kind == "object_array" and isinstance(value, np.ndarray):
         for child, item in zip(node["items"], value.flat):
             _annotate(child, item)
+    elif kind == "ext" and isinstance(value, _Custom):
+        _annotate(node["value"], value.value)
 
 
 def _node_text(node: Dict[str, Any]) -> str:
@@ -345,8 +395,7 @@ def _node_text(node: Dict[str, Any]) -> str:
     if kind == "none":
         return "[cyan]None[/]"
     if kind == "ext":
-        registered = "" if node["registered"] else " [yellow](codec not registered here)[/]"
-        return f"[cyan]{escape(node['name'])}[/]{registered}"
+        return f"[cyan]custom[/] {escape(node['name'])} [dim](as its codec stored it)[/]"
     return f"[cyan]{kind}[/] {escape(str(node.get('value')))}"
 
 
@@ -371,8 +420,8 @@ def _tree(node: Dict[str, Any], tree: Tree) -> None:
 
 
 def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
-    _import_codecs(args.imports)
-    with _open(args.journal) as journal:
+    with _Reader(args.journal) as reader:
+        journal = reader.journal
         run = _one_run(journal, args.run)
         seq, event = _find_call(journal, run, args.mode, args.step, args.index)
         ref: Optional[PayloadRef]
@@ -390,11 +439,7 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
                 f"(event #{seq}) and has no stored {what}"
             )
         structure = describe_payload(journal.payload_bytes(ref.digest), max_items=args.items)
-        note = None
-        try:
-            _annotate(structure, journal.load(ref, step=args.step))
-        except UnknownCodecError as exc:
-            note = f"values not shown: {exc} (pass --import MODULE to register it)"
+        _annotate(structure, reader.load(ref, args.step))
     header = record.to_json()
     header.pop("schema_version")
     if args.json:
@@ -412,8 +457,6 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     root = Tree(_node_text(structure))
     _tree(structure, root)
     out.print(root)
-    if note:
-        err.print(f"[yellow]{escape(note)}[/]")
     return 0
 
 
@@ -554,11 +597,12 @@ class _Flattener:
                 return {k: self.walk(v, path + (k,)) for k, v in value.items()}
             return {"$dict": [[self.walk(k, path + ("key",)), self.walk(v, path + (str(k),))]
                               for k, v in value.items()]}
-        # A value of a registered custom type: its type and text, since only its codec knows its parts.
-        return {"$object": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)[:2000]}
+        if isinstance(value, _Custom):
+            return {"$custom": value.name, "value": self.walk(value.value, path)}
+        raise TypeError(f"cannot export a {type(value).__name__} at {'.'.join(path) or 'the root'}")
 
 
-def _export_one(journal: Journal, ref: PayloadRef, step: int, folder: str, prefix: str) -> List[Dict[str, Any]]:
+def _export_one(reader: _Reader, ref: PayloadRef, step: int, folder: str, prefix: str) -> List[Dict[str, Any]]:
     """Write one payload into `folder` as ``<prefix>tensors.safetensors`` and ``<prefix>rest.json``.
 
     Returns:
@@ -566,7 +610,7 @@ def _export_one(journal: Journal, ref: PayloadRef, step: int, folder: str, prefi
     """
     from safetensors.torch import save_file
 
-    value = journal.load(ref, step=step)
+    value = reader.load(ref, step)
     flat = _Flattener(folder, f"{prefix}tensors.safetensors", f"{prefix}raw")
     tree = flat.walk(value, ())
     if flat.tensors:
@@ -586,12 +630,12 @@ def cmd_export(args: argparse.Namespace, out: Console, err: Console) -> int:
         import safetensors.torch  # noqa: F401
     except ImportError:
         raise _Failure("export needs safetensors: pip install safetensors") from None
-    _import_codecs(args.imports)
     steps = _steps(args.steps) or StepRanges.every()
     target = os.path.abspath(args.to)
     if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
         raise _Failure(f"--to {args.to}: exists and is not an empty folder; choose a new one")
-    with _open(args.journal) as journal:
+    with _Reader(args.journal) as reader:
+        journal = reader.journal
         run = _one_run(journal, args.run)
         wanted = [
             (step, index)
@@ -611,9 +655,9 @@ def cmd_export(args: argparse.Namespace, out: Console, err: Console) -> int:
                 name = f"step_{step:06d}_idx_{index}"
                 folder = os.path.join(target, name)
                 os.makedirs(folder)
-                files = {"output": _export_one(journal, event.output, step, folder, "")}
+                files = {"output": _export_one(reader, event.output, step, folder, "")}
                 if args.inputs and event.input is not None:
-                    files["input"] = _export_one(journal, event.input, step, folder, "input_")
+                    files["input"] = _export_one(reader, event.input, step, folder, "input_")
                 entries.append({
                     "dir": name,
                     "step": step,
@@ -752,8 +796,6 @@ def _parser() -> _Parser:
     p.add_argument("--mode", default="train", help="the mode (default train)")
     p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
     p.add_argument("--items", type=_nonneg_int, default=20, help="items shown per container (default 20)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import a module that registers codecs for custom payload types (repeatable)")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
 
     p = command("verify", cmd_verify, "re-hash every payload, decode every event, check the index")
@@ -765,8 +807,6 @@ def _parser() -> _Parser:
     p.add_argument("--run", help="the run key (needed when the journal holds several)")
     p.add_argument("--mode", default="train", help="the mode (default train)")
     p.add_argument("--inputs", action="store_true", help="export stored inputs too")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import a module that registers codecs for custom payload types (repeatable)")
 
     p = command("timeline", cmd_timeline, "draw the run: a column per step, replays linked to their source")
     p.add_argument("--out", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.html")

@@ -20,7 +20,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from stepjournal import Journal, journaled
+import attrs
+
+from stepjournal import Journal, journaled, register_codec
 from stepjournal._audit import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
@@ -52,6 +54,18 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return result
 
 
+@attrs.frozen
+class Point:
+    """A custom payload type; its codec is registered in this process only, never in the CLI's."""
+
+    x: float
+    y: float
+
+
+register_codec(Point, "tests.cli.Point", encode=lambda p: {"xy": torch.tensor([p.x, p.y])},
+               decode=lambda v: Point(*v["xy"].tolist()))
+
+
 def generate(prompts: torch.Tensor, step: int) -> dict:
     """A rollout with every kind of value an export must carry."""
     return {
@@ -67,6 +81,7 @@ def generate(prompts: torch.Tensor, step: int) -> dict:
         "nan": float("nan"),
         "scale": np.float32(0.5),
         "uid": [f"s{step}-{i}" for i in range(2)],
+        "point": Point(1.5, float(step)),
     }
 
 
@@ -191,6 +206,11 @@ def test_show_json_of_a_replayed_step_names_its_source(demo):
     keys = {item["key"]: item["value"] for item in shown["structure"]["items"]}
     assert keys["old_log_probs"]["dtype"] == "torch.float32" and keys["old_log_probs"]["shape"] == [8, 32]
     assert len(keys["old_log_probs"]["preview"]) == 6
+
+
+def test_show_lists_a_custom_type_as_its_codec_stored_it_without_the_codec(engine):
+    out = ok(cli("show", engine, "3", "--run", "adapters")).stdout
+    assert "custom tests.cli.Point" in out and "xy: tensor torch.float32 [2]" in out and "1.5, 3.0" in out
 
 
 def test_show_needs_run_when_the_journal_has_several(engine):
@@ -319,7 +339,8 @@ def test_read_only_commands_work_while_a_trainer_writes(tmp_path):
         Path(stop).touch()
         out, _ = writer.communicate(timeout=60)
     assert writer.returncode == 0
-    assert 0 < len(rows) < grown - 1 < int(out.split()[-1])  # the writer kept appending around both commands
+    # the writer kept appending while the commands ran (event 1 is its session)
+    assert 0 < len(rows) < grown - 1 <= int(out.split()[-1])
     assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))  # a consistent snapshot
 
 
@@ -335,17 +356,20 @@ def test_export_writes_safetensors_and_json_that_other_tools_read(engine, tmp_pa
     with Journal(engine, readonly=True) as j:
         original = j.load_output(j.lookup(2, run="adapters"))
     with safe_open(str(folder / "tensors.safetensors"), framework="pt") as f:
-        assert set(f.keys()) == {"ids", "logprobs", "mask"}
+        assert set(f.keys()) == {"ids", "logprobs", "mask", "point.xy"}
         assert torch.equal(f.get_tensor("ids"), original["ids"])
         assert f.get_tensor("logprobs").dtype == torch.bfloat16
         assert torch.equal(f.get_tensor("logprobs"), original["logprobs"])
         assert f.get_tensor("mask").numpy().tolist() == [[True, False, True]]
+        assert f.get_tensor("point.xy").tolist() == [1.5, 2.0]
     rest = json.loads((folder / "rest.json").read_text())["value"]
     assert rest["ids"] == {"$tensor": "ids", "kind": "torch", "dtype": "torch.int64", "shape": [2, 3],
                            "file": "tensors.safetensors"}
     assert rest["pair"] == {"$tuple": [2, "x"]} and rest["by_id"] == {"$dict": [[7, "seven"]]}
     assert rest["blob"] == {"$bytes": "AAE="} and rest["nan"] == {"$float": "nan"}
     assert rest["scale"] == {"$numpy_scalar": "<f4", "value": 0.5} and rest["uid"] == ["s2-0", "s2-1"]
+    # a custom type, exported as its codec stored it, without the codec in the CLI's process
+    assert rest["point"]["$custom"] == "tests.cli.Point" and rest["point"]["value"]["xy"]["$tensor"] == "point.xy"
     # dtypes safetensors lacks are raw C-order bytes beside the JSON, described by it
     phases = rest["phases"]
     data = np.frombuffer((folder / phases["file"]).read_bytes(), dtype=np.complex128).reshape(phases["shape"])
