@@ -61,6 +61,7 @@ __all__ = [
     "PAYLOAD_MAGIC",
     "CodecRegistry",
     "decode_payload",
+    "decode_payload_releasing",
     "default_registry",
     "describe_payload",
     "encode_payload",
@@ -486,7 +487,13 @@ def _reject_ext(code: int, data: bytes) -> Any:
 class _Reader:
     """Validates a payload's framing and walks its header, to decode or to describe it."""
 
-    def __init__(self, data: bytes | bytearray | memoryview, registry: CodecRegistry) -> None:
+    def __init__(
+        self,
+        data: bytes | bytearray | memoryview,
+        registry: CodecRegistry,
+        release: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.release = release
         try:
             view = memoryview(data).cast("B")
         except TypeError as exc:
@@ -645,6 +652,8 @@ class _Reader:
                 return torch.empty(0, dtype=torch.uint8).view(dtype).reshape(shape)
             array = np.empty(nbytes, dtype=np.uint8)
             array[:] = np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)
+            if self.release is not None:
+                self.release(start, start + nbytes)
             return torch.from_numpy(array).view(dtype).reshape(shape)
         if tag == _NDARRAY:
             dtype, shape, start, nbytes = self.buffer_spec(node)
@@ -652,6 +661,8 @@ class _Reader:
             if nbytes:
                 source = np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)
                 array.reshape(-1).view(np.uint8)[:] = source
+                if self.release is not None:
+                    self.release(start, start + nbytes)
             return array
         if tag == _OBJARRAY:
             if len(node) < 2:
@@ -786,8 +797,9 @@ def _read(
     data: bytes | bytearray | memoryview,
     registry: CodecRegistry | None,
     walk: Callable[[_Reader], Any],
+    release: Callable[[int, int], None] | None = None,
 ) -> Any:
-    reader = _Reader(data, default_registry if registry is None else registry)
+    reader = _Reader(data, default_registry if registry is None else registry, release)
     try:
         return walk(reader)
     except PayloadDecodeError:
@@ -816,6 +828,14 @@ def decode_payload(data: bytes | bytearray | memoryview, *, registry: CodecRegis
         TypeError: `data` is not bytes-like.
     """
     return _read(data, registry, lambda reader: reader.decode(reader.root, 0))
+
+
+def decode_payload_releasing(
+    data: memoryview, *, registry: CodecRegistry | None = None, release: Callable[[int, int], None]
+) -> Any:
+    """`decode_payload`, calling ``release(start, stop)`` on each tensor's or array's bytes of `data`
+    right after they are copied out, so the journal can unmap an LMDB value's pages as it goes."""
+    return _read(data, registry, lambda reader: reader.decode(reader.root, 0), release)
 
 
 def describe_payload(

@@ -26,7 +26,7 @@ import msgpack
 import structlog
 import zstandard
 
-from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload, encode_payload_array
+from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload, decode_payload_releasing, encode_payload_array
 from ._convert import decode_event, encode_event
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import (
@@ -46,6 +46,7 @@ from ._events import (
     ReplayServed,
     SessionOpened,
 )
+from ._pages import releaser
 from ._store import Store
 from ._version import __version__
 
@@ -200,6 +201,7 @@ class Journal:
         self._registry = registry
         self._lock = threading.RLock()
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
+        self._data_file = os.path.realpath(os.path.join(self.path, "data.mdb"))
         self._projections: Dict[Tuple[str, str], _StepProjection] = {}
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
@@ -620,7 +622,11 @@ class Journal:
             if blob is None:
                 raise IntegrityError(f"payload {ref.digest[:16]}…{where} is missing from the journal", step=step)
             raw = _unwrap(blob, ref.digest, step, ref.nbytes)
-            if digest_bytes(raw) != key:
+            # An uncompressed payload is read straight from LMDB's memory map. Its pages are unmapped
+            # from this process as soon as the digest, then the decoder, are done with them, so a
+            # replay holds the decoded tensors and not also a mapped copy of the payload (peak RSS).
+            release = releaser(raw, self._data_file) if raw is blob else None
+            if digest_bytes(raw, after_chunk=release) != key:
                 raise IntegrityError(
                     f"payload {ref.digest[:16]}…{where} does not match its digest: the journal is damaged",
                     step=step,
@@ -628,6 +634,8 @@ class Journal:
                 )
             try:
                 # Decoding copies every tensor out of the memory map before the transaction ends.
+                if release is not None:
+                    return decode_payload_releasing(raw, registry=self._registry, release=release)
                 return decode_payload(raw, registry=self._registry)
             except PayloadDecodeError as exc:
                 raise type(exc)(f"{exc}{where}", step=step) from None
