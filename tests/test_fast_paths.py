@@ -1,0 +1,67 @@
+"""The record and replay fast paths give the same bytes and values as the plain ones (issue 7).
+
+Speed is measured by `make bench`, never asserted here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from stepjournal import Journal, decode_payload, encode_payload
+from stepjournal._codec import _encode, encode_payload_array
+from stepjournal._pages import releaser
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pages are released on Linux only")
+
+VALUES = [
+    {"ids": torch.arange(1000), "lp": torch.randn(3, 5).t(), "uid": np.array(["a", "b"], dtype=object)},
+    [torch.ones(1, dtype=torch.bool), torch.zeros(0), np.zeros((0, 3)), torch.arange(7, dtype=torch.int16)],
+    {"bf16": torch.ones(5, dtype=torch.bfloat16), "empty": torch.empty(0, 4), "arr": np.arange(9.0)},
+    "just a string",
+]
+
+
+def _dirty(size: int) -> np.ndarray:
+    out = np.empty(size, dtype=np.uint8)
+    out[:] = 0xAB
+    return out
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_array_encoding_writes_the_same_bytes_as_bytearray_encoding_even_into_dirty_memory(value):
+    expected = bytes(encode_payload(value))
+    assert encode_payload_array(value).tobytes() == expected
+    assert _encode(value, None, _dirty).tobytes() == expected  # padding is zeroed, not inherited
+
+
+def test_decoded_tensors_own_writable_memory_of_their_dtype():
+    value = {"big": torch.arange(1 << 20, dtype=torch.int64), "half": torch.ones(3, dtype=torch.float16)}
+    decoded = decode_payload(encode_payload(value))
+    assert decoded["big"].dtype == torch.int64 and decoded["half"].dtype == torch.float16
+    decoded["big"] += 1  # writable
+    assert torch.equal(decoded["big"], torch.arange(1, (1 << 20) + 1))
+
+
+def test_releaser_refuses_memory_that_is_not_a_journal_mapping(tmp_path):
+    data_file = str(tmp_path / "data.mdb")
+    assert releaser(bytes(4 << 20), data_file) is None  # anonymous memory: DONTNEED would zero it
+    assert releaser(bytearray(4 << 20), data_file) is None
+    assert releaser(memoryview(bytes(16)), data_file) is None
+
+
+@linux_only
+def test_a_large_replay_releases_its_mapped_pages_and_still_reads_right(jpath):
+    value = {"x": torch.arange(4 << 20, dtype=torch.int64), "y": torch.randn(1024, 256)}
+    with Journal(jpath) as journal:
+        recorded = journal.record(1, value)
+        store = journal._store
+        with store.read(buffers=True) as txn:
+            key = bytes.fromhex(recorded.event.output.digest)
+            assert releaser(txn.get(key, db=store.db("payloads")), journal._data_file) is not None
+        for _ in range(2):  # the second load reads pages the first one released
+            out = journal.load_output(recorded)
+            assert torch.equal(out["x"], value["x"]) and torch.equal(out["y"], value["y"])
