@@ -764,7 +764,7 @@ def cmd_import_verl(args: argparse.Namespace, out: Console, err: Console) -> int
 def _parser() -> _Parser:
     parser = _Parser(
         prog="stepjournal",
-        description="Inspect, check, export and draw stepjournal journals (read-only, except reindex).",
+        description="Inspect, check, export and draw stepjournal journals (read-only, except reindex and import-verl).",
     )
     parser.add_argument("--version", action="version", version=f"stepjournal {stepjournal.__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-vv: debug)")
