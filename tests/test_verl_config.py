@@ -198,3 +198,13 @@ def test_records_made_under_another_rollout_n_are_refused(tmp_path):
     simulate(tmp_path, dump, [1], runs=1)
     with pytest.raises(FingerprintMismatchError, match="verl.rollout_n"):
         simulate(tmp_path, {**dump, "actor_rollout_ref": {"rollout": {"n": 8}}}, [1], runs=1)
+
+
+def test_verls_own_config_dataclasses_are_read_too():
+    from verl.utils.skip.config import RolloutSkipConfig, SkipManagerConfig
+
+    cfg = {"trainer": {"experiment_name": "e", "project_name": "p"},
+           "skip": SkipManagerConfig(rollout=RolloutSkipConfig(enable=True, dump_dir="/d", steps=[4, 5], action="repeat"))}
+    found = read_verl_config(cfg)
+    assert (found.form, found.policy, found.path, found.run) == ("skip_manager.rollout", "nearest@4-5;passthrough",
+                                                                 "/d/stepjournal", "e_p")
