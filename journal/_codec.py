@@ -402,9 +402,17 @@ class _Encoder:
 
 def _write_tensor(out: bytearray, offset: int, nbytes: int, value: torch.Tensor) -> None:
     """Copy a tensor's bytes into `out` once, straight from its device, as C-contiguous bytes."""
-    dst = torch.frombuffer(out, dtype=torch.uint8, count=nbytes, offset=offset)
     src = value.detach().resolve_conj().resolve_neg()
     width = _SAME_WIDTH_INT.get(src.element_size())
+    if width is not None and src.device.type == "cpu" and src.is_contiguous():
+        # The common case, a contiguous CPU tensor, is one memcpy through numpy. torch's copy_ splits
+        # a large copy over its intra-op threads, which wait and spin for a busy core: on a loaded
+        # 2-core machine that made an 86 MB copy take 2x longer than the single memcpy.
+        np.frombuffer(out, dtype=np.uint8, count=nbytes, offset=offset)[:] = (
+            src.view(width).reshape(-1).numpy().view(np.uint8)
+        )
+        return
+    dst = torch.frombuffer(out, dtype=torch.uint8, count=nbytes, offset=offset)
     if width is None:  # 16-byte complex128: no integer that wide, and its own copy is exact.
         dst.view(src.dtype).view(src.shape).copy_(src)
     else:
