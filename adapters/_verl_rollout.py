@@ -24,7 +24,6 @@ from typing import Any, Callable, Optional, Tuple
 import numpy as np
 import structlog
 import torch
-from tensordict import TensorDict
 from verl.protocol import DataProto
 
 from stepjournal import Journal

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.utils.skip import SkipManager

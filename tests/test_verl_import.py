@@ -10,7 +10,6 @@ import subprocess
 import sys
 import zlib
 
-import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from verl.protocol import DataProto
