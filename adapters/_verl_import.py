@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
+import pickle  # pickle-ok: only import_verl_dumps(trust_pickle=True) unpickles, to migrate verl dumps
 import re
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
