@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import attrs
@@ -60,6 +61,8 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _MAX_STEP = (1 << 63) - 1
 _MAX_GEN_INDEX = (1 << 32) - 1
 _COMPRESSIONS = (None, "zstd")
+# Events per read transaction of `raw_events` (events are small: about half a KB each).
+_EVENT_BATCH = 2048
 # Decompressed size allowed when no event says how large a payload is (verify of orphans).
 _MAX_UNWRAPPED = 1 << 36
 
@@ -154,6 +157,19 @@ class _StepProjection:
             bisect.insort(found, gen_index)
 
 
+# The journals of this process. A thread may hold a journal's lock when another thread calls fork();
+# in the child that thread does not exist, so the child gives each journal a new lock.
+_JOURNALS: "weakref.WeakSet[Journal]" = weakref.WeakSet()
+
+
+def _new_locks_in_fork_child() -> None:
+    for journal in list(_JOURNALS):
+        journal._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_fork_child)
+
+
 class Journal:
     """An append-only journal of generate calls in an LMDB folder.
 
@@ -200,6 +216,7 @@ class Journal:
         self.compression = compression
         self._registry = registry
         self._lock = threading.RLock()
+        _JOURNALS.add(self)
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
         self._data_file = os.path.realpath(os.path.join(self.path, "data.mdb"))
         self._projections: Dict[Tuple[str, str], _StepProjection] = {}
@@ -215,6 +232,13 @@ class Journal:
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Journal":
         return self
+
+    def __reduce__(self):
+        # Spawn pools, spawn dataloader workers and Ray pickle what they send to another process.
+        raise JournalError(
+            f"a Journal cannot be sent to another process (pickled); pass the journal's path "
+            f"({self.path!r}) and open a Journal there. After fork() an inherited Journal reopens by itself"
+        )
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -455,14 +479,27 @@ class Journal:
             return int.from_bytes(cur.key(), "big") if cur.last() else 0
 
     def raw_events(self, *, since: int = 0) -> Iterator[Tuple[int, bytes]]:
-        """Yield (seq, stored bytes) of every event after `since`, without decoding."""
+        """Yield (seq, stored bytes) of every event after `since`, without decoding.
+
+        Events are read in batches, each in its own short transaction: no transaction stays open
+        while the caller holds the generator (it would block the other threads, and a fork() then).
+        Events never change once written, so the batches join into the log as it was, plus whatever
+        was appended meanwhile.
+        """
         store = self._live()
-        with store.read() as txn:
-            cur = txn.cursor(db=store.db("events"))
-            if not cur.set_range(_u64(since + 1)):
+        while True:
+            batch: List[Tuple[int, bytes]] = []
+            with store.read() as txn:
+                cur = txn.cursor(db=store.db("events"))
+                if cur.set_range(_u64(since + 1)):
+                    for key, value in cur:
+                        batch.append((int.from_bytes(key, "big"), value))
+                        if len(batch) == _EVENT_BATCH:
+                            break
+            yield from batch
+            if len(batch) < _EVENT_BATCH:
                 return
-            for key, value in cur:
-                yield int.from_bytes(key, "big"), value
+            since = batch[-1][0]
 
     def events(
         self,

@@ -15,7 +15,7 @@ from typing import Dict, Iterator, Tuple
 import lmdb
 import structlog
 
-from ._errors import JournalError, JournalFullError, JournalLockedError
+from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError, UnsafePathError
 
 __all__ = ["Store", "DB_NAMES"]
 
@@ -30,6 +30,46 @@ _DEFAULT_MAP_SIZE = 1 << 30
 # environment it inherited is not its own.
 _ENVS: Dict[str, Tuple[int, "_SharedEnv"]] = {}
 _ENVS_LOCK = threading.Lock()
+
+# fork(): a child closes the environment it inherited before opening its own (py-lmdb refuses a
+# second open of the same files in one process). Closing aborts every transaction open at that
+# moment, and aborting a read transaction frees its slot in the lock file shared with the parent, so
+# the parent's snapshot would stop being protected; a write transaction of another thread would make
+# the close wait forever. So fork() first waits, bounded, for the transactions of other threads to end.
+_FORK_WAIT_S = 10.0
+_FORK_HELD: list = []
+
+
+def _before_fork() -> None:
+    held = []
+    if _ENVS_LOCK.acquire(timeout=_FORK_WAIT_S):
+        held.append(_ENVS_LOCK)
+    pid = os.getpid()
+    for owner, shared in list(_ENVS.values()):
+        if owner != pid:
+            continue
+        if shared.lock.acquire(timeout=_FORK_WAIT_S):
+            held.append(shared.lock)
+        else:
+            log.warning("fork_during_journal_transaction", hint="the child must not use journals opened here")
+    _FORK_HELD[:] = held
+
+
+def _after_fork_in_parent() -> None:
+    while _FORK_HELD:
+        _FORK_HELD.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    global _ENVS_LOCK
+    acquired = _ENVS_LOCK in _FORK_HELD
+    _after_fork_in_parent()  # this thread holds them in the child too
+    if not acquired:
+        # Held by a thread that does not exist in the child: nobody would ever release it.
+        _ENVS_LOCK = threading.Lock()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 class _SharedEnv:
@@ -72,6 +112,14 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             os.makedirs(key, mode=0o700, exist_ok=True)
         elif not os.path.isdir(key) or not os.path.exists(os.path.join(key, "data.mdb")):
             raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
+        _refuse_links(key)
+        data_file = os.path.join(key, "data.mdb")
+        if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
+            # LMDB would silently start a new, empty journal over it.
+            raise IntegrityError(
+                f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
+                "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
+            )
         # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
         lock = not readonly or _is_writable_location(key)
         try:
@@ -90,6 +138,15 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             )
         except lmdb.Error as exc:
             raise JournalError(f"cannot open journal {path!r}: {exc}") from None
+        try:
+            _check_file_size(env, data_file, path)
+        except IntegrityError:
+            env.close()
+            raise
+        if lock:
+            # Processes killed inside a read transaction leave their reader slot taken; with 256
+            # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
+            env.reader_check()
         shared = _SharedEnv(env, readonly)
         for name in DB_NAMES:
             try:
@@ -111,6 +168,27 @@ def _release(path: str, shared: _SharedEnv) -> None:
                 del _ENVS[key]
             if entry is not None and entry[0] == os.getpid():
                 shared.env.close()
+
+
+def _refuse_links(folder: str) -> None:
+    for name in ("data.mdb", "lock.mdb"):
+        if os.path.islink(os.path.join(folder, name)):
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} is a symbolic link; LMDB would write wherever it points. "
+                "Replace it by the real file (or link the whole folder instead)"
+            )
+
+
+def _check_file_size(env: lmdb.Environment, data_file: str, path: str) -> None:
+    """Refuse a data file shorter than its last committed page: reading past its end kills the process."""
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    actual = os.path.getsize(data_file)
+    if actual < needed:
+        raise IntegrityError(
+            f"journal {path!r} is damaged: data.mdb holds {actual} bytes but its last committed page ends at "
+            f"{needed}; the file was truncated. Restore it from a copy",
+            detail="data.mdb truncated",
+        )
 
 
 def folder_is_shared(path: str) -> bool:
@@ -197,6 +275,12 @@ class Store:
                 except lmdb.MapResizedError:
                     # Another process grew the map; adopt its size and try again.
                     shared.env.set_mapsize(0)
+                except lmdb.ReadersFullError:
+                    # Slots of processes that died while reading; free them and try again.
+                    if not shared.env.reader_check():
+                        raise JournalError(
+                            f"journal {self.path!r} has more than 256 live readers; close some"
+                        ) from None
             else:  # pragma: no cover - a map resized three times in a row
                 raise JournalError(f"journal {self.path!r} keeps being resized by another process")
             try:
@@ -259,4 +343,11 @@ class Store:
 
 def _is_disk_full(exc: Exception) -> bool:
     text = str(exc)
-    return "No space left" in text or "ENOSPC" in text or getattr(exc, "errno", None) == errno.ENOSPC
+    # A full quota (EDQUOT) or a file-size limit (EFBIG) is as full as a full disk for the journal.
+    return (
+        "No space left" in text
+        or "ENOSPC" in text
+        or "quota exceeded" in text
+        or "File too large" in text
+        or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    )

@@ -1,0 +1,89 @@
+"""Shared pieces of the reliability tests (tests/test_reliability_*.py).
+
+- `report`: figures for docs/reliability.md, merged into the JSON file named by the environment
+  variable ``STEPJOURNAL_RELIABILITY_REPORT`` (nothing is written when it is unset).
+- `worker_context`: the multiprocessing context of the kill loops (see its docstring).
+- `expected_output`: the deterministic rollout the writer children record, so the parent can check
+  every byte that was served without keeping a copy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import multiprocessing as mp
+import os
+import platform
+import time
+from typing import Any
+
+import torch
+
+REPORT_ENV = "STEPJOURNAL_RELIABILITY_REPORT"
+
+
+def report(section: str, **figures: Any) -> None:
+    """Merge `figures` under `section` of the reliability report, when one was asked for."""
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (FileNotFoundError, json.JSONDecodeError):
+            data = {}
+        data.setdefault("machine", {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+        })
+        entry = dict(figures)
+        entry["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        data.setdefault("sections", {})[section] = entry
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def worker_context(kind: str = "forkserver"):
+    """The context that starts the writer children of the kill loops.
+
+    ``spawn`` pays the import of torch (about 1.7 s of CPU) for every child; the kill loops start
+    hundreds. ``forkserver`` starts one clean server process the way spawn does (no journal is ever
+    open in it), imports stepjournal there once, and forks each child from it: a child is as clean
+    as a spawned one and costs milliseconds. Tests that start a handful of children use ``spawn``.
+    """
+    ctx = mp.get_context(kind)
+    if kind == "forkserver":
+        ctx.set_forkserver_preload(["stepjournal", "stepjournal.adapters", "reliability_workers"])
+    return ctx
+
+
+# Payload sizes the writer children cycle through: small ones make many short commits, large ones
+# make commits long enough that a random kill often lands inside LMDB's write and fsync.
+SIZES = (2_000, 40_000, 500_000, 2_000_000, 120_000, 1_000_000, 8_000, 3_000_000)
+
+
+def expected_output(step: int, sizes: tuple = SIZES) -> dict:
+    """The rollout a writer child produces at `step`: unique per step, cheap to make and to compare."""
+    n = sizes[step % len(sizes)] // 8
+    return {
+        "step": step,
+        "tokens": torch.arange(n, dtype=torch.int64) + step * 10_000_019,
+        "text": f"completion of step {step}",
+    }
+
+
+def same_output(a: Any, b: Any) -> bool:
+    return (
+        isinstance(a, dict)
+        and a.keys() == b.keys()
+        and a["step"] == b["step"]
+        and a["text"] == b["text"]
+        and a["tokens"].dtype == b["tokens"].dtype
+        and torch.equal(a["tokens"], b["tokens"])
+    )

@@ -1,0 +1,201 @@
+"""Code that runs in the child processes of the reliability tests (importable by spawned children).
+
+Each function is a process target. Children report through small files written unbuffered (one
+``write`` per line), so what a SIGKILLed child had written before it died is on disk for the parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from typing import List
+
+from reliability_support import SIZES, expected_output, same_output
+
+
+def _line(fd: int, text: str) -> None:
+    os.write(fd, (text + "\n").encode())
+
+
+# -- crash: a writer that is killed at a random moment -------------------------------------------------
+def crash_writer(path: str, ack_path: str, run: str = "crash", stop_after: int = 0) -> None:
+    """Resume the run the way a restarted training loop does, and record until killed.
+
+    Protocol (one line each, written after the fact it states):
+        ``O<step>``  opened; resuming at <step> (one step before the last recorded, as a checkpoint would)
+        ``B<step>``  about to make the call of <step>
+        ``A<step>``  the call was generated and `record` returned: acknowledged as committed
+        ``R<step>``  the call was served from the journal, and the value equals what generating gives
+        ``X<step>``  a replayed value differs from the generated one (the parent fails the test)
+        ``E``        `stop_after` calls made; exiting normally
+    """
+    from stepjournal import Journal
+    from stepjournal.adapters import journaled
+
+    fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with Journal(path, run=run) as journal:
+        recorded = journal.recorded_steps()
+        start = max(1, recorded[-1] - 1) if recorded else 1
+        _line(fd, f"O{start}")
+        rollout = journaled(lambda step: expected_output(step), journal, "cache", input_of=None)
+        step, made = start, 0
+        while not stop_after or made < stop_after:
+            _line(fd, f"B{step}")
+            value = rollout(step=step)
+            if rollout.last_outcome.action == "replayed":
+                _line(fd, f"{'R' if same_output(value, expected_output(step)) else 'X'}{step}")
+            else:
+                _line(fd, f"A{step}")
+            step += 1
+            made += 1
+    _line(fd, "E")
+    os.close(fd)
+
+
+def hold_reader(path: str, flag: str) -> None:
+    """Open the journal read-only, stay inside a read transaction, say so, and wait to be killed."""
+    from stepjournal import Journal
+
+    journal = Journal(path, readonly=True)
+    events = journal.raw_events()
+    next(events)
+    open(flag, "w").close()
+    time.sleep(600)
+
+
+def locked_writer(path: str, flag: str, nbytes: int) -> None:
+    """Record huge payloads in a loop (each commit is long), announcing each start; killed by the parent."""
+    import torch
+
+    from stepjournal import Journal
+
+    with Journal(path, run="killed-writer") as journal:
+        step = 0
+        while True:
+            step += 1
+            open(flag, "w").close()
+            journal.record(step, {"x": torch.full((nbytes // 8,), step, dtype=torch.int64)})
+
+
+# -- concurrency: threads and async callers in several processes --------------------------------------
+def concurrent_writer(path: str, proc: int, threads: int, per_thread: int, async_steps: int, fanout: int,
+                      done_path: str) -> None:
+    """Record from `threads` threads (one run, distinct steps) and from `fanout` async callers per step.
+
+    Every call's identity and content derive from (proc, step, gen_index), so the parent can check
+    each record without hearing from the child. Writes "ok" to `done_path` at the end.
+    """
+    import torch
+
+    from stepjournal import Journal
+    from stepjournal.adapters import journaled
+
+    run = f"proc{proc}"
+    errors: List[BaseException] = []
+    with Journal(path, run=run, fingerprint={"proc": proc}) as journal:
+
+        def thread_body(t: int) -> None:
+            try:
+                for i in range(per_thread):
+                    step = 1 + t + i * threads
+                    journal.record(step, concurrent_payload(proc, step, 0), input={"step": step})
+            except BaseException as exc:  # reported to the parent through done_path
+                errors.append(exc)
+
+        workers = [threading.Thread(target=thread_body, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+
+        # The async callers of one step share the run and the engine: gen indices come from the engine.
+        async def generate(step: int) -> dict:
+            await asyncio.sleep(0)
+            return {"step": step, "t": torch.zeros(16)}
+
+        rollout = journaled(generate, journal, "dump", input_of=None)
+        base = 1_000_000
+
+        async def fan() -> None:
+            for s in range(async_steps):
+                await asyncio.gather(*(rollout(step=base + s) for _ in range(fanout)))
+
+        try:
+            asyncio.run(fan())
+        except BaseException as exc:
+            errors.append(exc)
+        for w in workers:
+            w.join()
+    with open(done_path, "w") as fh:
+        fh.write("ok" if not errors else "".join(f"{type(e).__name__}: {e}\n" for e in errors))
+
+
+def concurrent_payload(proc: int, step: int, gen_index: int):
+    import torch
+
+    n = 512 + (step * 37 + proc * 101) % 4096
+    return {"proc": proc, "step": step, "v": torch.arange(n, dtype=torch.int32) + proc * 1_000_003 + step}
+
+
+def snapshot_reader(path: str, stop_path: str, out_path: str) -> None:
+    """Read the journal in a loop while others write; check each snapshot holds only whole transactions.
+
+    In one read transaction: event sequence numbers are gapless from 1, every event decodes, every
+    stored output and input it references is present, and every index entry points at an event of
+    that snapshot. Then through the public API: the audit's records load and verify. Writes
+    "<snapshots> <max events seen> <payloads loaded>" or the first violation to `out_path`.
+    """
+    from stepjournal import GenerationRecorded, Journal
+    from stepjournal._convert import decode_event
+
+    snapshots = loaded = max_events = 0
+    problem = ""
+    journal = Journal(path, readonly=True)
+    try:
+        while not problem:
+            stopping = os.path.exists(stop_path)
+            store = journal._store
+            with store.read() as txn:
+                seqs = []
+                refs = []
+                for key, body in txn.cursor(db=store.db("events")):
+                    seq = int.from_bytes(key, "big")
+                    seqs.append(seq)
+                    event = decode_event(body, seq=seq)
+                    if isinstance(event, GenerationRecorded):
+                        refs += [r for r in (event.output, event.input) if r is not None]
+                if seqs != list(range(1, len(seqs) + 1)):
+                    problem = f"sequence numbers are not gapless: {seqs[:5]}...{seqs[-5:]}"
+                for ref in refs:
+                    if txn.get(bytes.fromhex(ref.digest), db=store.db("payloads")) is None:
+                        problem = f"an event references payload {ref.digest[:16]}, absent from its snapshot"
+                for _, raw in txn.cursor(db=store.db("gen")):
+                    if int.from_bytes(raw, "big") > len(seqs):
+                        problem = "an index entry points past the snapshot's last event"
+            max_events = max(max_events, len(seqs))
+            records = journal.audit()
+            for record in records[-20:]:
+                if record.action == "generated":
+                    recorded = journal.lookup(record.step, record.gen_index, run=record.run)
+                    if recorded is not None:
+                        journal.load_output(recorded)
+                        loaded += 1
+            snapshots += 1
+            if stopping:
+                break
+    except BaseException as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    finally:
+        journal.close()
+    with open(out_path, "w") as fh:
+        fh.write(problem or f"{snapshots} {max_events} {loaded}")
+
+
+# -- growth and full disks ------------------------------------------------------------------------
+def main() -> None:  # pragma: no cover - `python tests/reliability_workers.py` is not a use
+    sys.exit("this module holds process targets for the reliability tests")
+
+
+if __name__ == "__main__":
+    main()

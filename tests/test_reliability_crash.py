@@ -1,0 +1,186 @@
+"""Crash safety: writers SIGKILLed at random moments leave a journal that opens, verifies and resumes.
+
+After every kill: the journal opens, `verify` finds nothing, the recorded steps are exactly the
+steps the writers had been told were committed, plus at most the one call that was in flight, each
+step is recorded once, every new step holds the bytes the writer generated, and the next writer
+(a restarted training loop with the ``cache`` policy) replays what is there and generates the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from stepjournal import GenerationRecorded, Journal
+
+from reliability_support import expected_output, report, same_output, worker_context
+from reliability_workers import crash_writer, hold_reader, locked_writer
+
+
+def _read_lines(path: str) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [line for line in fh.read().split("\n") if line]
+
+
+def _check_journal_after_kill(path: str, acked_max: int, in_flight: int | None, checked_upto: int) -> int:
+    """Assert the journal state a kill must leave; return the number of recorded steps."""
+    with Journal(path, run="crash", readonly=True) as journal:
+        assert journal.verify() == []
+        steps = journal.recorded_steps()
+        count = len(steps)
+        assert steps == list(range(1, count + 1)), "recorded steps have a gap"
+        assert count >= acked_max, f"acknowledged step {acked_max} was lost (journal ends at {count})"
+        assert count == acked_max or (count == acked_max + 1 and in_flight == count), (
+            f"journal holds {count} steps; {acked_max} were acknowledged and the call in flight was {in_flight}"
+        )
+        generated = [e.step for _, e in journal.events(run="crash", types=[GenerationRecorded])]
+        assert sorted(generated) == steps, "a step was recorded twice"
+        for step in range(checked_upto + 1, count + 1):
+            assert same_output(journal.load_output(journal.lookup(step)), expected_output(step))
+    return count
+
+
+def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 8, max_delay: float = 0.4) -> dict:
+    """Start a resuming writer `kills` times and SIGKILL it after a random delay; check after each."""
+    rng = random.Random(seed)
+    ctx = worker_context(context)
+    path = str(tmp_path / "journal")
+    Journal(path, run="crash").close()
+    acked_max = recorded = 0
+    figures = {"kills": 0, "kills_in_flight": 0, "in_flight_committed": 0, "replayed": 0, "generated": 0}
+    for k in range(kills):
+        ack = str(tmp_path / f"ack{k}")
+        proc = ctx.Process(target=crash_writer, args=(path, ack))
+        proc.start()
+        time.sleep(rng.uniform(0.0, max_delay))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(60)
+        assert proc.exitcode == -signal.SIGKILL
+        lines = _read_lines(ack)
+        assert not [line for line in lines if line.startswith("X")], f"kill {k}: a replay differed: {lines}"
+        done = [int(line[1:]) for line in lines if line[0] in "AR"]
+        opened = [int(line[1:]) for line in lines if line[0] == "O"]
+        if opened:
+            # The writer resumed one step before the end of what was recorded (a checkpoint).
+            assert opened[0] == max(1, recorded - 1)
+        # What an earlier check found committed counts as acknowledged from then on.
+        acked_max = max([acked_max, recorded, *done])
+        in_flight = int(lines[-1][1:]) if lines and lines[-1][0] == "B" else None
+        count = _check_journal_after_kill(path, acked_max, in_flight, recorded)
+        figures["kills"] += 1
+        figures["kills_in_flight"] += in_flight is not None
+        figures["in_flight_committed"] += in_flight is not None and count == in_flight
+        figures["replayed"] += sum(line[0] == "R" for line in lines)
+        figures["generated"] += sum(line[0] == "A" for line in lines)
+        recorded = count
+        if os.path.exists(ack):
+            os.unlink(ack)
+    # A last run that is not killed continues where the killed ones stopped.
+    ack = str(tmp_path / "ack-final")
+    proc = ctx.Process(target=crash_writer, args=(path, ack, "crash", 4))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    lines = _read_lines(ack)
+    assert lines[0] == f"O{max(1, recorded - 1)}" and lines[-1] == "E"
+    assert [line[0] for line in lines if line[0] in "ARX"] == ["R"] * min(2, recorded) + ["A"] * (4 - min(2, recorded))
+    final = _check_journal_after_kill(path, recorded + 4 - min(2, recorded), None, recorded)
+    with Journal(path, readonly=True) as journal:
+        figures["journal_bytes"] = os.path.getsize(os.path.join(path, "data.mdb"))
+        figures["events"] = journal.last_seq()
+    figures["steps_recorded"] = final
+    figures["lost"] = 0
+    return figures
+
+
+def test_fifty_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_path):
+    """≥ 50 kills at random moments, large payloads, a resuming `cache` writer each time."""
+    figures = kill_loop(tmp_path, 50)
+    assert figures["kills"] == 50 and figures["kills_in_flight"] > 0
+    report("crash", **figures, context="forkserver")
+
+
+@pytest.mark.soak
+def test_five_hundred_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_path):
+    totals: dict = {}
+    for round_ in range(10):
+        figures = kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, max_delay=0.6)
+        for key, value in figures.items():
+            totals[key] = totals.get(key, 0) + value
+    figures = kill_loop(tmp_path / "spawned", 20, context="spawn", seed=7, max_delay=2.5)
+    for key, value in figures.items():
+        totals[key] = totals.get(key, 0) + value
+    assert totals["kills"] == 520
+    report("crash_soak", **totals, context="forkserver (500) + spawn (20)")
+
+
+def test_stale_reader_slots_of_killed_processes_are_reclaimed(tmp_path):
+    """Processes killed inside a read transaction leave no slot that blocks other readers for good.
+
+    LMDB keeps a reader table of 256 slots; a process killed while reading leaves its slot taken
+    until someone clears it. While another process keeps the journal open, the table would fill.
+    """
+    ctx = worker_context()
+    path = str(tmp_path / "journal")
+    kills = 300
+    with Journal(path, run="main") as journal:
+        journal.record(1, {"a": 1})
+        for k in range(kills):
+            flag = str(tmp_path / f"flag{k}")
+            proc = ctx.Process(target=hold_reader, args=(path, flag))
+            proc.start()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(flag):
+                assert time.monotonic() < deadline and proc.is_alive()
+                time.sleep(0.002)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+            journal.record(k + 2, {"a": k})
+            assert journal.last_seq() == k + 3
+        assert journal.verify() == []
+    report("stale_readers", killed_readers=kills)
+
+
+def _record_in_thread(path: str, step: int, timeout: float) -> bool:
+    result = []
+
+    def body():
+        with Journal(path, run="after-kill") as journal:
+            journal.record(step, {"x": torch.zeros(4)})
+            result.append(journal.verify())
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return result == [[]]
+
+
+def test_writer_killed_inside_its_transaction_does_not_block_the_next_writer(tmp_path):
+    """LMDB's writer mutex is robust: the next writer recovers it instead of waiting forever."""
+    ctx = worker_context()
+    path = str(tmp_path / "journal")
+    Journal(path).close()
+    rng = random.Random(3)
+    for k in range(8):
+        flag = str(tmp_path / f"flag{k}")
+        proc = ctx.Process(target=locked_writer, args=(path, flag, 48 << 20))
+        proc.start()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(flag):
+            assert time.monotonic() < deadline and proc.is_alive()
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.05, 0.3))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        assert _record_in_thread(path, k, timeout=60), f"the writer after kill {k} could not record"
+    with Journal(path, readonly=True) as journal:
+        assert journal.verify() == []
+        assert journal.recorded_steps(run="after-kill") == list(range(8))
