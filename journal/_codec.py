@@ -839,7 +839,7 @@ def decode_payload(data: bytes | bytearray | memoryview, *, registry: CodecRegis
 
 
 def decode_payload_releasing(
-    data: memoryview, *, registry: CodecRegistry | None = None, release: Callable[[int, int], None]
+    data: memoryview, *, registry: CodecRegistry | None = None, release: Callable[[int, int], None] | None
 ) -> Any:
     """`decode_payload`, calling ``release(start, stop)`` on each tensor's or array's bytes of `data`
     right after they are copied out, so the journal can unmap an LMDB value's pages as it goes."""

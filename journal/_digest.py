@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Optional
 
 import blake3
 
-__all__ = ["DIGEST_NAME", "DIGEST_SIZE", "digest_bytes", "digest_hex"]
+__all__ = ["DIGEST_NAME", "DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex"]
 
 DIGEST_NAME = "blake3"
 DIGEST_SIZE = 32
@@ -42,3 +43,34 @@ def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = No
 def digest_hex(data) -> str:
     """Return the digest of `data` as lowercase hex."""
     return digest_bytes(data).hex()
+
+
+class DigestInBackground:
+    """The digest of `data`, computed on a worker thread while the caller reads the same bytes.
+
+    BLAKE3 and numpy's copies both release the GIL, so a replay can hash and decode a large payload
+    at the same time instead of one after the other. Call `result()` before `data` goes away (an LMDB
+    view dies with its transaction): it waits for the worker.
+    """
+
+    def __init__(self, data, *, after_chunk: Optional[Callable[[int, int], None]] = None) -> None:
+        self._digest: Optional[bytes] = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(
+            target=self._run, args=(data, after_chunk), name="stepjournal-digest", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, data, after_chunk) -> None:
+        try:
+            self._digest = digest_bytes(data, after_chunk=after_chunk)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> bytes:
+        """Wait for the worker and return the 32-byte digest (or raise what it raised)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._digest is not None
+        return self._digest

@@ -27,9 +27,9 @@ import msgpack
 import structlog
 import zstandard
 
-from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload, decode_payload_releasing, encode_payload_array
+from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload_releasing, encode_payload_array
 from ._convert import decode_event, encode_event
-from ._digest import DIGEST_SIZE, digest_bytes
+from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
 from ._errors import (
     IntegrityError,
     InvalidKeyError,
@@ -47,7 +47,7 @@ from ._events import (
     ReplayServed,
     SessionOpened,
 )
-from ._pages import releaser
+from ._pages import ReleaseBehind, releaser
 from ._store import Store
 from ._version import __version__
 
@@ -63,6 +63,8 @@ _MAX_GEN_INDEX = (1 << 32) - 1
 _COMPRESSIONS = (None, "zstd")
 # Events per read transaction of `raw_events` (events are small: about half a KB each).
 _EVENT_BATCH = 2048
+# Payloads from this size up are hashed on a worker thread while they are decoded (Journal.load).
+_HASH_BESIDE_DECODE_FROM = 1 << 22
 # Decompressed size allowed when no event says how large a payload is (verify of orphans).
 _MAX_UNWRAPPED = 1 << 36
 
@@ -670,21 +672,37 @@ class Journal:
             if blob is None:
                 raise IntegrityError(f"payload {ref.digest[:16]}…{where} is missing from the journal", step=step)
             raw = _unwrap(blob, ref.digest, step, ref.nbytes)
+            mismatch = IntegrityError(
+                f"payload {ref.digest[:16]}…{where} does not match its digest: the journal is damaged",
+                step=step,
+                detail="digest mismatch",
+            )
             # An uncompressed payload is read straight from LMDB's memory map. Its pages are unmapped
-            # from this process as soon as the digest, then the decoder, are done with them, so a
+            # from this process as soon as the digest and the decoder are both done with them, so a
             # replay holds the decoded tensors and not also a mapped copy of the payload (peak RSS).
             release = releaser(raw, self._data_file) if raw is blob else None
-            if digest_bytes(raw, after_chunk=release) != key:
-                raise IntegrityError(
-                    f"payload {ref.digest[:16]}…{where} does not match its digest: the journal is damaged",
-                    step=step,
-                    detail="digest mismatch",
-                )
             try:
-                # Decoding copies every tensor out of the memory map before the transaction ends.
-                if release is not None:
+                if len(raw) < _HASH_BESIDE_DECODE_FROM:
+                    if digest_bytes(raw, after_chunk=release) != key:
+                        raise mismatch
+                    # Decoding copies every tensor out of the memory map before the transaction ends.
                     return decode_payload_releasing(raw, registry=self._registry, release=release)
-                return decode_payload(raw, registry=self._registry)
+                # A large payload is hashed on a worker thread while this one decodes (copies) it: the
+                # two took about as long as each other, one after the other. Nothing decoded is returned
+                # unless the digest matches, and a damaged payload reports the mismatch first.
+                behind = ReleaseBehind(release, 2) if release is not None else None
+                hashing = DigestInBackground(raw, after_chunk=behind.reader(0) if behind else None)
+                try:
+                    value = decode_payload_releasing(
+                        raw, registry=self._registry, release=behind.reader(1) if behind else None
+                    )
+                except BaseException:
+                    if hashing.result() != key:
+                        raise mismatch from None
+                    raise
+                if hashing.result() != key:
+                    raise mismatch
+                return value
             except PayloadDecodeError as exc:
                 raise type(exc)(f"{exc}{where}", step=step) from None
 

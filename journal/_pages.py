@@ -14,11 +14,12 @@ import ctypes
 import ctypes.util
 import mmap
 import sys
-from typing import Callable, Optional
+import threading
+from typing import Callable, List, Optional
 
 import numpy as np
 
-__all__ = ["releaser"]
+__all__ = ["ReleaseBehind", "releaser"]
 
 _MADV_DONTNEED = 4  # Linux; other systems give MADV_DONTNEED other meanings, so they get no releaser
 _PAGE = mmap.PAGESIZE
@@ -87,3 +88,30 @@ def releaser(view, path: str) -> Optional[Callable[[int, int], None]]:
             _madvise(first, last - first, _MADV_DONTNEED)  # failure only means the pages stay mapped
 
     return release
+
+
+class ReleaseBehind:
+    """Share one `release` between readers that each go through the bytes in ascending order.
+
+    Each reader reports how far it has got; the pages every reader is past are released, once.
+    """
+
+    def __init__(self, release: Callable[[int, int], None], readers: int) -> None:
+        self._release = release
+        self._marks: List[int] = [0] * readers
+        self._released = 0
+        self._lock = threading.Lock()
+
+    def reader(self, index: int) -> Callable[[int, int], None]:
+        """The ``(start, stop)`` callback for reader `index`: it has read everything before `stop`."""
+
+        def advance(start: int, stop: int) -> None:
+            with self._lock:
+                if stop > self._marks[index]:
+                    self._marks[index] = stop
+                low = min(self._marks)
+                if low > self._released:
+                    self._release(self._released, low)
+                    self._released = low
+
+        return advance

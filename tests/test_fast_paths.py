@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import sys
 
+import lmdb
 import numpy as np
 import pytest
 import torch
 
-from stepjournal import Journal, decode_payload, encode_payload
+from stepjournal import IntegrityError, Journal, decode_payload, encode_payload
 from stepjournal._codec import _encode, encode_payload_array
-from stepjournal._pages import releaser
+from stepjournal._pages import ReleaseBehind, releaser
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pages are released on Linux only")
 
@@ -65,3 +66,38 @@ def test_a_large_replay_releases_its_mapped_pages_and_still_reads_right(jpath):
         for _ in range(2):  # the second load reads pages the first one released
             out = journal.load_output(recorded)
             assert torch.equal(out["x"], value["x"]) and torch.equal(out["y"], value["y"])
+
+
+def _flip_byte(path: str, key: bytes, offset: int) -> None:
+    env = lmdb.open(path, max_dbs=8, subdir=True, map_size=1 << 30)  # room to rewrite a large value
+    try:
+        db = env.open_db(b"payloads")
+        with env.begin(write=True, db=db) as txn:
+            value = bytearray(txn.get(key))
+            value[offset] ^= 0xFF
+            txn.put(key, bytes(value))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("offset", [20, -1], ids=["header", "data"])
+def test_a_damaged_large_payload_reports_the_digest_mismatch_not_a_decode_error(jpath, offset):
+    value = {"x": torch.arange(1 << 20, dtype=torch.int64)}  # 8 MB: hashed beside the decode
+    with Journal(jpath) as journal:
+        recorded = journal.record(1, value)
+    _flip_byte(jpath, bytes.fromhex(recorded.event.output.digest), offset)
+    with Journal(jpath, readonly=True) as journal:
+        with pytest.raises(IntegrityError, match="does not match its digest"):
+            journal.load_output(journal.lookup(1))
+
+
+def test_pages_are_released_only_behind_every_reader_and_only_once():
+    released = []
+    behind = ReleaseBehind(lambda start, stop: released.append((start, stop)), 2)
+    digest, decoder = behind.reader(0), behind.reader(1)
+    digest(0, 100)
+    assert released == []  # the decoder has not read anything yet
+    decoder(64, 80)
+    digest(100, 200)
+    decoder(90, 150)
+    assert released == [(0, 80), (80, 150)]
