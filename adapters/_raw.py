@@ -31,6 +31,7 @@ def journaled(
     verify_input: bool = False,
     on_input_mismatch: str = "generate",
     bypass_modes: tuple = ("validate",),
+    on_corrupt: str = "error",
 ) -> F:
     """Wrap a rollout function so each call is recorded, replayed or bypassed as the policy decides.
 
@@ -46,7 +47,7 @@ def journaled(
         step_of: computes the train step from the call's arguments, instead of ``step=``.
         mode_of: computes the call's mode (default ``"train"``); modes in `bypass_modes` are bypassed.
         input_of: what to store as the call's input (default: its arguments); None stores no input.
-        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes: see `Engine`.
+        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes, on_corrupt: see `Engine`.
 
     Returns:
         The wrapper, with the `Engine` as its ``engine`` attribute and the last call's `Outcome` as
@@ -59,6 +60,7 @@ def journaled(
         verify_input=verify_input,
         on_input_mismatch=on_input_mismatch,
         bypass_modes=bypass_modes,
+        on_corrupt=on_corrupt,
     )
     takes_step = "step" in inspect.signature(fn).parameters
     name = getattr(fn, "__qualname__", repr(fn))

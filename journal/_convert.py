@@ -1,12 +1,17 @@
 """The journal's one cattrs converter and the event codec built on it (msgpack bytes).
 
-An event is stored as a msgpack map ``{"type": <stable tag>, "v": <schema version>, **fields}``.
+An event is stored as a msgpack map ``{"type": <stable tag>, "v": <schema version>, **fields,
+"crc32": <checksum>}``. The checksum is the CRC-32 of the map packed without it: LMDB checks nothing
+of what it stores, and a flipped byte in a timestamp, a reason or a digest would otherwise decode
+into a valid but false event. It detects damage, not tampering. Events written before it existed
+have no ``crc32`` and are read unchecked.
 Unknown tags, newer versions and malformed bodies raise typed errors; older versions are lifted to
 the current one by the functions in `_UPGRADES` before structuring, so old journals stay readable.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable, Dict, Tuple
 
 import cattrs
@@ -20,6 +25,7 @@ __all__ = ["converter", "encode_event", "decode_event", "event_tag"]
 
 # An event body is small (no payload bytes); anything larger is not an event.
 _MAX_EVENT_BYTES = 1 << 20
+_CHECKSUM_KEY = "crc32"
 
 _TAG_TO_TYPE: Dict[str, Tuple[type, int]] = {tag: (cls, ver) for cls, (tag, ver) in EVENT_TYPES.items()}
 
@@ -63,8 +69,9 @@ def event_tag(event: Event) -> str:
 def encode_event(event: Event) -> bytes:
     """Turn an event into its stored bytes."""
     tag, version = EVENT_TYPES[type(event)]
-    body = converter.unstructure(event)
-    return msgpack.packb({"type": tag, "v": version, **body}, use_bin_type=True)
+    body = {"type": tag, "v": version, **converter.unstructure(event)}
+    body[_CHECKSUM_KEY] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
+    return msgpack.packb(body, use_bin_type=True)
 
 
 def decode_event(data: Any, *, seq: int | None = None) -> Event:
@@ -89,6 +96,9 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         raise EventDecodeError(f"{where} is not valid msgpack ({exc}); the journal is damaged") from None
     if not isinstance(body, dict):
         raise EventDecodeError(f"{where} is not a map; the journal is damaged")
+    checksum = body.pop(_CHECKSUM_KEY, None)
+    # Packing what was unpacked gives back the bytes the writer checksummed: one packer, no choices.
+    computed = zlib.crc32(msgpack.packb(body, use_bin_type=True)) if checksum is not None else None
     tag = body.pop("type", None)
     version = body.pop("v", None)
     if tag not in _TAG_TO_TYPE:
@@ -106,7 +116,12 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         body = _UPGRADES[(tag, version)](body)
         version += 1
     try:
-        return converter.structure(body, cls)
+        event = converter.structure(body, cls)
     except Exception as exc:  # cattrs wraps field errors in exception groups
         detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
         raise EventDecodeError(f"{where} ({tag}) has a broken body: {detail}") from None
+    if checksum != computed:
+        raise EventDecodeError(
+            f"{where} ({tag}) does not match its checksum: a byte of it changed; the journal is damaged"
+        )
+    return event

@@ -31,6 +31,7 @@ from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload_releasing, enco
 from ._convert import decode_event, encode_event
 from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
 from ._errors import (
+    EventDecodeError,
     IntegrityError,
     InvalidKeyError,
     JournalClosedError,
@@ -298,8 +299,10 @@ class Journal:
 
         def fn(txn):
             for key, blob in payloads:
-                # Content-addressed: identical payloads are stored once.
-                if txn.get(key, db=payloads_db) is None:
+                # Content-addressed: identical payloads are stored once. A stored copy that no longer
+                # matches its digest (damaged on disk) is replaced: the new bytes are what the key names.
+                existing = txn.get(key, db=payloads_db)
+                if existing is None or not _blob_intact(existing, key):
                     txn.put(key, blob, db=payloads_db)
             cur = txn.cursor(db=events_db)
             seq = int.from_bytes(cur.key(), "big") if cur.last() else 0
@@ -549,12 +552,22 @@ class Journal:
     def session_fingerprint(self, session: str) -> Dict[str, Any]:
         """The fingerprint recorded when `session` opened."""
         found = self._session_fingerprints.get(session)
+        damaged: List[int] = []
         if found is None:
-            for _, ev in self.sessions():
-                self._session_fingerprints[ev.session] = ev.fingerprint
+            # One damaged event elsewhere in the log must not make every replay fail: skip it here
+            # (verify reports it), unless it is the session asked for.
+            for seq, raw in self.raw_events():
+                try:
+                    ev = decode_event(raw, seq=seq)
+                except EventDecodeError:
+                    damaged.append(seq)
+                    continue
+                if isinstance(ev, SessionOpened):
+                    self._session_fingerprints[ev.session] = ev.fingerprint
             found = self._session_fingerprints.get(session)
         if found is None:
-            raise IntegrityError(f"session {session!r} has no SessionOpened event in {self.path!r}")
+            hint = f"; events {damaged[:10]} are damaged (run `stepjournal verify`)" if damaged else ""
+            raise IntegrityError(f"session {session!r} has no SessionOpened event in {self.path!r}{hint}")
         return found
 
     # -- recorded generations (projection) ---------------------------------------------------------
@@ -574,7 +587,10 @@ class Journal:
             raw = txn.get(_u64(seq), db=store.db("events"))
         if raw is None:
             raise IntegrityError(f"index entry for step {step} points at missing event #{seq}", step=step)
-        event = decode_event(raw, seq=seq)
+        try:
+            event = decode_event(raw, seq=seq)
+        except EventDecodeError as exc:
+            raise type(exc)(f"{exc} (the record of step {step} index {gen_index})", step=step) from None
         if not isinstance(event, GenerationRecorded) or (event.run, event.mode, event.step, event.gen_index) != (
             run,
             mode,
@@ -877,6 +893,13 @@ def _unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) 
     if head != PAYLOAD_MAGIC[:4]:
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
     return blob
+
+
+def _blob_intact(blob: Any, key: bytes) -> bool:
+    try:
+        return digest_bytes(_unwrap(blob, key.hex(), None, None)) == key
+    except IntegrityError:
+        return False
 
 
 def _salvage_steps(body: Any) -> Tuple[int, ...]:

@@ -285,6 +285,11 @@ class Store:
                 raise JournalError(f"journal {self.path!r} keeps being resized by another process")
             try:
                 yield txn
+            except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadValsizeError) as exc:
+                # LMDB's own pages are damaged (no checksum of ours covers them).
+                raise IntegrityError(f"journal {self.path!r} is damaged: {exc}; run `stepjournal verify`") from None
+            except lmdb.Error as exc:
+                raise JournalError(f"journal {self.path!r}: read failed: {exc}") from None
             finally:
                 txn.abort()
 

@@ -37,7 +37,7 @@ class EngineConfig:
         run: the run key.
         fingerprint: what must match for a recorded generation to be replayed (flat JSON scalars).
         compression: ``"zstd"`` or None.
-        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes: see `Engine`.
+        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes, on_corrupt: see `Engine`.
         max_size: cap on the journal's size in bytes (None: no cap).
     """
 
@@ -51,6 +51,7 @@ class EngineConfig:
     on_input_mismatch: Literal["generate", "error"] = "generate"
     bypass_modes: Tuple[str, ...] = ("validate",)
     max_size: Optional[int] = None
+    on_corrupt: Literal["error", "regenerate"] = "error"
 
 
 def _plain(source: Any) -> Any:
@@ -129,4 +130,5 @@ def open_engine(config: EngineConfig | Any) -> Engine:
         verify_input=config.verify_input,
         on_input_mismatch=config.on_input_mismatch,
         bypass_modes=config.bypass_modes,
+        on_corrupt=config.on_corrupt,
     )

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 import attrs
 import structlog
 
-from stepjournal import Journal, RecordedGeneration
+from stepjournal import IntegrityError, Journal, RecordedGeneration
 
 from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
 from ._errors import FingerprintMismatchError, InputMismatchError, ReplayMissError
@@ -69,6 +69,11 @@ class Engine:
         on_input_mismatch: with `verify_input`, ``"generate"`` regenerates (and stores) on a mismatch,
             ``"error"`` raises `InputMismatchError`. Either way the reason is journaled.
         bypass_modes: modes whose calls skip the policy and are journaled as bypassed (validation).
+        on_corrupt: what to do when the record a replay needs is damaged (its event or payload fails
+            its checksum or digest): ``"error"`` journals a refusal and raises the `IntegrityError`
+            (which names the step); ``"regenerate"`` generates and stores the call instead, with the
+            damage in the journaled reason. Storing the regenerated output also repairs a damaged
+            payload of identical content.
     """
 
     def __init__(
@@ -80,9 +85,13 @@ class Engine:
         verify_input: bool = False,
         on_input_mismatch: str = "generate",
         bypass_modes: Tuple[str, ...] = ("validate",),
+        on_corrupt: str = "error",
     ) -> None:
         if on_input_mismatch not in ("generate", "error"):
             raise ValueError(f"on_input_mismatch={on_input_mismatch!r}: use 'generate' or 'error'")
+        if on_corrupt not in ("error", "regenerate"):
+            raise ValueError(f"on_corrupt={on_corrupt!r}: use 'error' or 'regenerate'")
+        self.on_corrupt = on_corrupt
         self.journal = journal
         self.policy = policy
         self.allow_fingerprint_mismatch = allow_fingerprint_mismatch
@@ -120,17 +129,26 @@ class Engine:
         if mode in self.bypass_modes:
             decision: Decision = BypassCall(reason=f"mode {mode!r} is bypassed", policy="bypass")
         else:
-            decision = self.policy.decide(ctx, JournalView(self.journal, mode=mode))
+            try:
+                decision = self.policy.decide(ctx, JournalView(self.journal, mode=mode))
+            except IntegrityError as exc:  # the view read a damaged record
+                decision = self._damaged(ctx, self.policy.name, exc)
         policy = decision.policy or self.policy.name
         if isinstance(decision, ServeRecorded):
-            decision = self._check_replay(ctx, decision, policy)
+            try:
+                decision = self._check_replay(ctx, decision, policy)
+            except IntegrityError as exc:
+                decision = self._damaged(ctx, policy, exc)
         if isinstance(decision, RefuseCall):
             self.journal.record_refusal(step, gen_index=gen_index, mode=mode, policy=policy, reason=decision.reason)
             log.warning("call_refused", step=step, gen_index=gen_index, policy=policy, reason=decision.reason)
             raise ReplayMissError(decision.reason, step=step, gen_index=gen_index)
         if isinstance(decision, ServeRecorded):
             started = time.perf_counter()
-            value = self.journal.load_output(decision.source)
+            try:
+                value = self.journal.load_output(decision.source)
+            except IntegrityError as exc:  # PayloadDecodeError too
+                return PendingCall(ctx, self._damaged(ctx, policy, exc), policy)
             seq = self.journal.record_replay(
                 step,
                 decision.source,
@@ -214,6 +232,20 @@ class Engine:
         return self.finish(pending, output, input=input, duration_s=time.perf_counter() - started)
 
     # -- validity checks ---------------------------------------------------------------------------------
+    def _damaged(self, ctx: CallContext, policy: str, exc: IntegrityError) -> GenerateCall:
+        """A replay met a damaged record: journal a refusal and re-raise, or decide to regenerate."""
+        where = f"step {ctx.step} index {ctx.gen_index}"
+        log.warning("replay_found_damage", step=ctx.step, gen_index=ctx.gen_index, on_corrupt=self.on_corrupt,
+                    error=str(exc))
+        if self.on_corrupt == "error":
+            self.journal.record_refusal(
+                ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy,
+                reason=f"refused to replay {where}: the recorded call is damaged ({exc}); "
+                "run `stepjournal verify`, or pass on_corrupt='regenerate' to generate it again",
+            )
+            raise exc
+        return GenerateCall(reason=f"the record to replay at {where} is damaged ({exc}); regenerated", policy=policy)
+
     def _check_replay(self, ctx: CallContext, decision: ServeRecorded, policy: str) -> Decision:
         source = decision.source
         recorded_fp = self.journal.session_fingerprint(source.event.session)

@@ -192,6 +192,51 @@ def snapshot_reader(path: str, stop_path: str, out_path: str) -> None:
         fh.write(problem or f"{snapshots} {max_events} {loaded}")
 
 
+# -- corruption: look at a damaged journal from a process that may die of it ---------------------------
+def inspect_journal(path: str, readonly: bool, out_path: str, run: str = "damage", sizes: tuple = SIZES) -> None:
+    """Open, verify and replay every recorded step of a (damaged) journal; write what happened as JSON.
+
+    Runs in a child so that a crash (SIGBUS, SIGSEGV) shows as the child's exit status, not as a dead
+    test runner. Outputs are compared with `expected_output`: "served_wrong" lists steps whose value
+    came back without an error but different; that is the one outcome that must never happen.
+    """
+    import json
+
+    from stepjournal import Journal, StepJournalError
+
+    result: dict = {"opened": False, "error": None, "problems": [], "served_ok": 0, "served_wrong": [],
+                    "refused": []}
+    try:
+        with Journal(path, run=run, readonly=readonly) as journal:
+            result["opened"] = True
+            result["problems"] = [[p.kind, list(p.steps)] for p in journal.verify()]
+            try:
+                steps = journal.recorded_steps()
+            except StepJournalError as exc:
+                steps = []
+                result["refused"].append(["steps", type(exc).__name__, str(exc)])
+            for step in steps:
+                try:
+                    recorded = journal.lookup(step)
+                    if recorded is None:  # listed, then not found: the index's order is damaged
+                        result["refused"].append([step, "lookup found nothing", "", None])
+                        continue
+                    value = journal.load_output(recorded)
+                except StepJournalError as exc:
+                    result["refused"].append([step, type(exc).__name__, str(exc), getattr(exc, "step", None)])
+                    continue
+                if same_output(value, expected_output(step, sizes)):
+                    result["served_ok"] += 1
+                else:
+                    result["served_wrong"].append(step)
+    except StepJournalError as exc:
+        result["error"] = [type(exc).__name__, str(exc)]
+    except Exception as exc:  # an untyped error is a finding; report it, do not crash
+        result["error"] = ["UNTYPED " + type(exc).__module__ + "." + type(exc).__name__, str(exc)]
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+
+
 # -- growth and full disks ------------------------------------------------------------------------
 def main() -> None:  # pragma: no cover - `python tests/reliability_workers.py` is not a use
     sys.exit("this module holds process targets for the reliability tests")
