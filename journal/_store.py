@@ -15,6 +15,11 @@ from typing import Dict, Iterator, Tuple
 import lmdb
 import structlog
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on Windows
+    resource = None  # type: ignore[assignment]
+
 from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError, UnsafePathError
 
 __all__ = ["Store", "DB_NAMES"]
@@ -148,11 +153,12 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
             env.reader_check()
         shared = _SharedEnv(env, readonly)
-        for name in DB_NAMES:
-            try:
-                shared.dbs[name] = env.open_db(name.encode(), create=not readonly)
-            except lmdb.NotFoundError:
-                shared.dbs[name] = None
+        try:
+            for name in DB_NAMES:
+                shared.dbs[name] = _open_db(env, name, create=not readonly)
+        except lmdb.Error as exc:
+            env.close()
+            raise JournalError(f"cannot open journal {path!r}: {exc}") from None
         shared.users = 1
         _ENVS[key] = (pid, shared)
         return shared
@@ -168,6 +174,18 @@ def _release(path: str, shared: _SharedEnv) -> None:
                 del _ENVS[key]
             if entry is not None and entry[0] == os.getpid():
                 shared.env.close()
+
+
+def _open_db(env: lmdb.Environment, name: str, *, create: bool):
+    for _ in range(8):
+        try:
+            return env.open_db(name.encode(), create=create)
+        except lmdb.NotFoundError:
+            return None
+        except lmdb.MapResizedError:
+            # Another process grew the map since this one opened it: adopt the new size.
+            env.set_mapsize(0)
+    raise JournalError(f"journal {env.path()!r} keeps being resized by another process")
 
 
 def _refuse_links(folder: str) -> None:
@@ -318,7 +336,7 @@ class Store:
                 except lmdb.MapResizedError:
                     shared.env.set_mapsize(0)
                 except lmdb.Error as exc:
-                    if _is_disk_full(exc):
+                    if _is_disk_full(exc) or _short_write_on_full_disk(exc, self.path, needed):
                         raise JournalFullError(
                             f"the disk holding journal {self.path!r} is full; nothing already recorded "
                             "was harmed. Free space, or continue without recording (see docs/reliability.md)"
@@ -344,6 +362,24 @@ class Store:
         log.info("journal_map_grown", path=self.path, old_bytes=current, new_bytes=target)
         shared.env.set_mapsize(target)
         self._map_size = target
+
+
+def _short_write_on_full_disk(exc: Exception, path: str, needed: int) -> bool:
+    """LMDB reports a write the disk cut short as EIO; tell that apart from a failing disk."""
+    if "Input/output error" not in str(exc) and getattr(exc, "errno", None) != errno.EIO:
+        return False
+    margin = max(2 * needed, 16 << 20)
+    try:
+        st = os.statvfs(path)
+        if st.f_bavail * st.f_frsize < margin:
+            return True
+        if resource is None:  # pragma: no cover
+            return False
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        size = os.path.getsize(os.path.join(path, "data.mdb"))
+    except OSError:
+        return False
+    return limit != resource.RLIM_INFINITY and size + margin > limit
 
 
 def _is_disk_full(exc: Exception) -> bool:

@@ -95,7 +95,7 @@ def concurrent_writer(path: str, proc: int, threads: int, per_thread: int, async
 
     run = f"proc{proc}"
     errors: List[BaseException] = []
-    with Journal(path, run=run, fingerprint={"proc": proc}) as journal:
+    with Journal(path, run=run, fingerprint={"proc": proc}, map_size=64 * 1024) as journal:
 
         def thread_body(t: int) -> None:
             try:
@@ -238,6 +238,57 @@ def inspect_journal(path: str, readonly: bool, out_path: str, run: str = "damage
 
 
 # -- growth and full disks ------------------------------------------------------------------------
+def fill_disk(path: str, out_path: str, fsize_limit: int = 0, chunk: int = 1 << 20) -> None:
+    """Record until the disk (or the file-size limit) is full, then check nothing recorded was harmed.
+
+    The training-loop side follows docs/reliability.md: when recording fails with JournalFullError,
+    keep the generated value and go on without recording. Writes a JSON report to `out_path`.
+    """
+    import json
+    import resource
+    import signal as signals
+
+    import torch
+
+    from stepjournal import Journal, JournalFullError
+    from stepjournal.policies import Engine, parse
+
+    if fsize_limit:
+        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)  # get EFBIG from write() instead of dying
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
+    result: dict = {}
+    generated_unrecorded = 0
+    with Journal(path, run="full", map_size=64 * 1024) as journal:
+        engine = Engine(journal, parse("dump"))
+        recording, step, error = True, 0, None
+        while step < 100_000 and generated_unrecorded < 5:
+            step += 1
+            value = {"step": step, "x": torch.full((chunk // 8,), step, dtype=torch.int64)}
+            if not recording:
+                generated_unrecorded += 1  # the loop goes on; the value is used, not journaled
+                continue
+            pending = engine.begin(step)
+            try:
+                engine.finish(pending, value)
+            except JournalFullError as exc:
+                error, recording = str(exc), False
+                generated_unrecorded += 1
+        result["error"] = error
+        recorded = journal.recorded_steps(run="full")
+        result["recorded"] = len(recorded)
+        result["contiguous"] = recorded == list(range(1, len(recorded) + 1))
+        result["intact"] = all(
+            torch.equal(journal.load_output(journal.lookup(s))["x"], torch.full((chunk // 8,), s)) for s in recorded
+        )
+        result["verify_open"] = [p.kind for p in journal.verify()]
+        result["unrecorded_calls"] = generated_unrecorded
+    with Journal(path, readonly=True) as journal:
+        result["verify_reopened"] = [p.kind for p in journal.verify()]
+        result["recorded_reopened"] = len(journal.recorded_steps(run="full"))
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+
+
 def main() -> None:  # pragma: no cover - `python tests/reliability_workers.py` is not a use
     sys.exit("this module holds process targets for the reliability tests")
 
