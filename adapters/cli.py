@@ -866,6 +866,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
+    # The command line owns logging while it runs; called in-process (tests, notebooks) it hands the
+    # caller's configuration back afterwards instead of leaving its stderr logger behind.
+    previous = structlog.get_config()
     _configure_logging(args.verbose)
     try:
         with _consoles() as (out, err):
@@ -883,3 +886,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("stepjournal: interrupted", file=sys.stderr)
         return 130
+    finally:
+        structlog.configure(**previous)
