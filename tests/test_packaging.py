@@ -87,12 +87,20 @@ def test_runtime_code_never_unpickles_or_evals():
 def test_every_public_name_is_documented_in_docs():
     import stepjournal
     import stepjournal.adapters
+    import stepjournal.adapters.trl
+    import stepjournal.adapters.verl
     import stepjournal.policies
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
     missing = [
         f"{module.__name__}.{name}"
-        for module in (stepjournal, stepjournal.policies, stepjournal.adapters)
+        for module in (
+            stepjournal,
+            stepjournal.policies,
+            stepjournal.adapters,
+            stepjournal.adapters.verl,
+            stepjournal.adapters.trl,
+        )
         for name in module.__all__
         if name != "__version__" and not re.search(rf"\b{re.escape(name)}\b", docs)
     ]
