@@ -1,0 +1,132 @@
+"""`python -m benchmarks`: run every measurement once and print the JSON report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from rich.console import Console
+
+from ._measure import load_average, machine_facts, quiet_logs
+from ._report import goals_and_ratios
+from ._suite import Context, bench_lookup, bench_passthrough, bench_record, bench_replay, bench_scan
+from ._workload import Workload, make_batch, tensor_nbytes, to_dataproto
+
+__all__ = ["main", "run"]
+
+REPORT_SCHEMA = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Benchmark stepjournal against plain files and verl on one rollout batch; print a JSON report.",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few repetitions (the test suite's smoke run)")
+    p.add_argument("--out", type=Path, help="also write the report to this file")
+    p.add_argument("--reps", type=int, help="timed repetitions per figure (default 7, quick 3)")
+    p.add_argument("--lookup-steps", type=int, help="recorded steps for the lookup figure (default 100000)")
+    p.add_argument("--scan-steps", type=int, help="verl step folders for the scan figure (default 100000)")
+    p.add_argument("--workdir", type=Path, help="where to write, on the disk to measure (default: the system temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the work folder")
+    p.add_argument("--no-verl", action="store_true", help="leave verl out (its import alone takes seconds)")
+    return p
+
+
+def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
+    """Run every section and return the report."""
+    quiet_logs()
+    started = time.perf_counter()
+    load_start = load_average()
+    workload = Workload.quick() if args.quick else Workload()
+    reps = args.reps or (3 if args.quick else 7)
+    lookup_steps = args.lookup_steps or (300 if args.quick else 100_000)
+    scan_steps = args.scan_steps or (100 if args.quick else 100_000)
+
+    def progress(message: str) -> None:
+        console.log(message)
+
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    # A new folder of our own (inside --workdir when given), removed at the end unless --keep.
+    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-bench-", dir=args.workdir))
+    progress(f"building the workload {workload} in {workdir}")
+    batch = make_batch(workload)
+    dataproto = adapter = None
+    adapter_note = None
+    if not args.no_verl:
+        dataproto = to_dataproto(batch)
+        try:
+            import stepjournal.adapters.verl  # noqa: F401  (registers the DataProto codec)
+
+            adapter = True
+        except ImportError as exc:
+            adapter = False
+            adapter_note = f"stepjournal.adapters.verl is not importable ({exc}); DataProto is not journaled"
+    ctx = Context(
+        workdir=workdir,
+        workload=workload,
+        reps=reps,
+        lookup_steps=lookup_steps,
+        scan_steps=scan_steps,
+        batch=batch,
+        dataproto=dataproto,
+        adapter=bool(adapter),
+        progress=progress,
+        verl_cross_check=not args.no_verl,
+    )
+    figures: Dict[str, Any] = {}
+    try:
+        figures["record"] = bench_record(ctx)
+        figures["replay"] = bench_replay(ctx)
+        figures["lookup"] = bench_lookup(ctx)
+        figures["passthrough"] = bench_passthrough(ctx)
+        figures["scan"] = bench_scan(ctx)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    machine = machine_facts()
+    machine["load_average_start"] = load_start
+    machine["load_average_end"] = load_average()
+    report: Dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "quick": bool(args.quick),
+        "machine": machine,
+        "workload": {
+            "samples": workload.samples,
+            "prompt_len": workload.prompt_len,
+            "response_len": workload.response_len,
+            "group": workload.group,
+            "tensor_bytes": tensor_nbytes(batch),
+            "formats_journaled": list(ctx.formats()),
+            "goal_format": ctx.main_format,
+            "verl_adapter": adapter_note or ("imported" if adapter else "not used"),
+            "repetitions": reps,
+            "workdir": str(workdir),
+        },
+        **goals_and_ratios(figures, ctx.main_format),
+        "figures": figures,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+    return report
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point: prints the report to stdout (progress to stderr); returns 0 whatever the goals say."""
+    args = _parser().parse_args(argv)
+    console = Console(stderr=True)
+    report = run(args, console)
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    met = sum(goal["met"] for goal in report["goals"].values())
+    console.log(f"{met} of {len(report['goals'])} goals met; elapsed {report['elapsed_s']} s")
+    return 0

@@ -1,0 +1,160 @@
+"""Timing, machine facts and the spawned child that replays with its own page tables and RSS."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+__all__ = ["Timings", "timed", "summarize", "machine_facts", "load_average", "quiet_logs", "disk_bytes", "settle"]
+
+
+def quiet_logs() -> None:
+    """Send stepjournal's structlog events to stderr at WARNING and above: stdout carries the JSON report.
+
+    Real trainers configure logging too; benchmarking with info events rendered would time the renderer.
+    """
+    import structlog
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+Timings = List[float]
+
+
+def summarize(times: Timings) -> Dict[str, Any]:
+    """Median (the figure every ratio uses), min, max and every repetition, in seconds."""
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "reps": len(times),
+        "times_s": [round(t, 6) for t in times],
+    }
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds one call of `fn` takes (its result is dropped before returning)."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def settle(warm_bytes: int = 0) -> None:
+    """Level the ground before a timed write, outside the timed region.
+
+    Flush every dirty page, so one measurement's writeback does not land in the next one's fsync
+    (verl's dump is not durable: the kernel would flush it later). Then touch and free `warm_bytes` of
+    memory: on a VM whose host backs guest memory lazily (this one), the first use of a free page
+    costs several times the copy into it (86 MB of new page cache: ~45 ms warm, ~220 ms cold), and it
+    would land on whichever writer happens to need fresh pages. After this every writer finds the
+    same warm free memory.
+    """
+    os.sync()
+    if warm_bytes:
+        import numpy as np
+
+        scratch = np.ones(warm_bytes, dtype=np.uint8)
+        del scratch
+
+
+def disk_bytes(path: str) -> Dict[str, int]:
+    """Bytes a file or folder holds: allocated on disk (st_blocks) and apparent (st_size)."""
+    allocated = apparent = 0
+    paths = [path]
+    if os.path.isdir(path):
+        paths = [os.path.join(root, f) for root, _, files in os.walk(path) for f in files]
+    for p in paths:
+        st = os.stat(p)
+        allocated += st.st_blocks * 512
+        apparent += st.st_size
+    return {"allocated": allocated, "apparent": apparent}
+
+
+def load_average() -> Optional[List[float]]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on Linux/macOS
+        return None
+
+
+def _version(module: str) -> Optional[str]:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return None
+
+
+def machine_facts() -> Dict[str, Any]:
+    """What the figures were measured on."""
+    import lmdb
+    import numpy
+    import torch
+
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS
+        affinity = os.cpu_count()
+    mem_total = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_total = int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    cpu_model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:  # pragma: no cover
+        pass
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": affinity,
+        "memory_bytes": mem_total,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "numpy": numpy.__version__,
+        "py_lmdb": lmdb.__version__,
+        "lmdb": ".".join(str(x) for x in lmdb.version()),
+        "blake3": _version("blake3"),
+        "zstandard": _version("zstandard"),
+        "verl": _version("verl"),
+        "tensordict": _version("tensordict"),
+        "transparent_hugepages": _read_first("/sys/kernel/mm/transparent_hugepage/enabled"),
+    }
+
+
+def _read_first(path: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def maxrss_bytes() -> int:
+    """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024

@@ -1,0 +1,69 @@
+"""The benchmark harness runs end to end at tiny sizes and reports every goal; speed is never asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GOALS = {
+    "replay_vs_plain_read",
+    "replay_speedup_vs_verl_load",
+    "record_vs_plain_write_fsync",
+    "record_vs_verl_save",
+    "lookup_ms_per_decision",
+    "lookup_speedup_vs_folder_scan",
+    "passthrough_overhead_us",
+    "disk_bytes_compressed_vs_verl_dp",
+    "replay_peak_rss_vs_payload",
+}
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("bench") / "report.json"
+    work = tmp_path_factory.mktemp("bench-work")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--workdir", str(work)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    printed = json.loads(done.stdout)
+    assert printed == json.loads(out.read_text())
+    assert not any(work.iterdir()), "the harness leaves its work folder empty"
+    return printed
+
+
+def test_quick_run_reports_every_goal_with_measured_value_and_verdict(quick_report):
+    assert set(quick_report["goals"]) == GOALS
+    for name, goal in quick_report["goals"].items():
+        assert set(goal) >= {"measured", "goal", "met"}, name
+        assert isinstance(goal["met"], bool), name
+        assert isinstance(goal["measured"], (int, float)), name
+
+
+def test_quick_run_reports_the_machine(quick_report):
+    machine = quick_report["machine"]
+    for key in ("cpu_count", "python", "torch", "py_lmdb", "lmdb", "date_utc", "load_average_start"):
+        assert machine[key], key
+
+
+def test_quick_run_replays_every_byte_it_recorded(quick_report):
+    tensor_bytes = quick_report["workload"]["tensor_bytes"]
+    replay = quick_report["figures"]["replay"]
+    for name in ("journal_dict", "journal_dataproto", "journal_zstd", "verl", "plain"):
+        assert replay[name]["loaded_tensor_bytes"] == tensor_bytes, name
+        assert replay[name]["reps"] == quick_report["workload"]["repetitions"], name
+
+
+def test_quick_run_lookup_and_scan_agree_on_the_step_count(quick_report):
+    ratios = quick_report["ratios"]["lookup"]
+    assert ratios["recorded_steps"] == 300 and ratios["step_folders"] == 100
+    assert "verl_rollout_skip_scan" in quick_report["figures"]["scan"], "verl's own scan was cross-checked"
