@@ -101,13 +101,13 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
     computed = zlib.crc32(msgpack.packb(body, use_bin_type=True)) if checksum is not None else None
     tag = body.pop("type", None)
     version = body.pop("v", None)
-    if tag not in _TAG_TO_TYPE:
+    if not isinstance(tag, str) or tag not in _TAG_TO_TYPE:  # a damaged tag may be any value, unhashable too
         raise UnknownEventTypeError(
-            f"{where} has unknown type {tag!r}; it was written by another program or a newer stepjournal"
+            f"{where} has unknown type {repr(tag)[:80]}; it was written by another program or a newer stepjournal"
         )
     cls, current = _TAG_TO_TYPE[tag]
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise EventDecodeError(f"{where} ({tag}) has no valid schema version ({version!r})")
+        raise EventDecodeError(f"{where} ({tag}) has no valid schema version ({repr(version)[:80]})")
     if version > current:
         raise UnsupportedSchemaVersionError(
             f"{where} ({tag}) has schema version {version}, this stepjournal reads up to {current}; upgrade stepjournal"
