@@ -56,6 +56,8 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         args.workdir.mkdir(parents=True, exist_ok=True)
     # A new folder of our own (inside --workdir when given), removed at the end unless --keep.
     workdir = Path(tempfile.mkdtemp(prefix="stepjournal-bench-", dir=args.workdir))
+    if load_start and load_start[0] > 0.5:
+        progress(f"load average {load_start[0]}: other processes are running, figures will be noisier")
     progress(f"building the workload {workload} in {workdir}")
     batch = make_batch(workload)
     dataproto = adapter = None
@@ -82,12 +84,19 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         verl_cross_check=not args.no_verl,
     )
     figures: Dict[str, Any] = {}
+    sections = {
+        "record": bench_record,
+        "replay": bench_replay,
+        "lookup": bench_lookup,
+        "passthrough": bench_passthrough,
+        "scan": bench_scan,
+    }
     try:
-        figures["record"] = bench_record(ctx)
-        figures["replay"] = bench_replay(ctx)
-        figures["lookup"] = bench_lookup(ctx)
-        figures["passthrough"] = bench_passthrough(ctx)
-        figures["scan"] = bench_scan(ctx)
+        for name, section in sections.items():
+            # Other processes on the same cores make every figure noisier: keep the load beside each.
+            load = load_average()
+            figures[name] = section(ctx)
+            figures[name]["load_average_before"] = load
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
