@@ -14,6 +14,7 @@ import torch
 
 from stepjournal import IntegrityError, Journal, decode_payload, encode_payload
 from stepjournal._codec import _encode, encode_payload_array
+from stepjournal._digest import digest_hex
 from stepjournal._pages import ReleaseBehind, releaser
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pages are released on Linux only")
@@ -101,3 +102,17 @@ def test_pages_are_released_only_behind_every_reader_and_only_once():
     digest(100, 200)
     decoder(90, 150)
     assert released == [(0, 80), (80, 150)]
+
+
+@pytest.mark.parametrize("size", [1000, 3 << 20], ids=["small", "large"])
+def test_prepare_digest_is_the_digest_of_the_bytearray_encoding(jpath, size):
+    value = {
+        "a": torch.arange(size, dtype=torch.int64),
+        "b": torch.randn(64, 33).t(),  # strided: copied by torch, not numpy
+        "c": np.arange(size // 7, dtype=">i4"),
+        "s": "text",
+    }
+    with Journal(jpath) as journal:
+        prepared = journal.prepare(value)
+    assert prepared.ref.digest == digest_hex(encode_payload(value))
+
