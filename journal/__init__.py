@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
 from ._journal import DEFAULT_RUN, Journal, PreparedPayload, RecordedGeneration, VerifyProblem
+from ._paths import resolve_journal_path
 from ._version import __version__
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "UnknownCodecError",
     "UnsupportedValueError",
     "journaled",
+    "resolve_journal_path",
 ]
 
 

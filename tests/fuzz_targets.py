@@ -194,6 +194,41 @@ def fuzz_with_hypothesis(examples: int, seed: int, deadline_ms: int) -> None:
     target()
 
 
+def _rss_mb() -> int:
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // (1 << 20)
+
+
+def _leak_check(cases: int, seed: int) -> int:
+    """Decode `cases` randomly damaged valid encodings without hypothesis; return the RSS growth in MB.
+
+    Hypothesis keeps data about what it ran; this loop keeps nothing, so growth here would be the
+    decoders' own.
+    """
+    import gc
+    import random
+
+    from stepjournal import decode_payload, describe_payload
+    from stepjournal._convert import decode_event
+
+    seeds = _valid_payloads() + _valid_events()
+    rng = random.Random(seed)
+    gc.collect()
+    before = _rss_mb()
+    for _ in range(cases):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(data))
+            data[i] = rng.randrange(256)
+        for kind, fn in (("payload", decode_payload), ("describe", describe_payload), ("event", decode_event)):
+            _call(kind, fn, bytes(data))
+    gc.collect()
+    grown = _rss_mb() - before
+    if grown > 64:
+        raise AssertionError(f"decoding {cases} damaged inputs grew the process by {grown} MB")
+    return grown
+
+
 def _limit_memory(extra_bytes: int) -> int:
     with open("/proc/self/status", encoding="ascii") as fh:
         vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
@@ -224,6 +259,11 @@ def run_fuzz(examples: int, seed: int, out_path: str, deadline_ms: int = 2000, e
     except BaseException as exc:  # the parent reports it
         parts = list(exc.exceptions) if isinstance(exc, BaseExceptionGroup) else [exc]
         result["failure"] = " | ".join(f"{type(e).__name__}: {e} {getattr(e, '__notes__', '')}" for e in parts)[:6000]
+    if result["failure"] is None:
+        try:
+            result["rss_growth_mb_plain_loop"] = _leak_check(examples, seed)
+        except BaseException as exc:
+            result["failure"] = f"plain loop: {type(exc).__name__}: {exc}"[:4000]
     result.update(COUNTS)
     result["decoder_calls"] = COUNTS["payload"] + COUNTS["event"] + COUNTS["describe"]
     result["seconds"] = round(time.monotonic() - started, 1)

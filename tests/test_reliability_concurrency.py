@@ -94,7 +94,7 @@ def test_processes_threads_and_async_callers_record_at_once_without_loss(tmp_pat
 
 @pytest.mark.soak
 def test_processes_threads_and_async_callers_record_at_once_without_loss_soak(tmp_path):
-    figures = run_concurrently(tmp_path, procs=6, threads=4, per_thread=400, async_steps=40, fanout=16)
+    figures = run_concurrently(tmp_path, procs=6, threads=4, per_thread=1500, async_steps=40, fanout=16)
     report("concurrency_soak", **figures)
 
 

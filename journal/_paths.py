@@ -1,0 +1,85 @@
+"""Paths from configs, and the permissions of a journal folder.
+
+Run keys never become paths: they are LMDB keys inside the journal, so no run key can reach the file
+system. A config that names a journal *relative to a base folder* (verl's ``dump_dir`` with a
+subfolder, a sweep root with a run name) goes through `resolve_journal_path`, which refuses anything
+that would land outside that folder.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import List, Union
+
+from ._errors import UnsafePathError
+
+__all__ = ["resolve_journal_path", "security_warnings"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def resolve_journal_path(root: PathLike, path: PathLike) -> str:
+    """Join a journal path from a config onto the folder it must stay in; refuse every way out.
+
+    `root` is trusted (whoever runs the job chose it); `path` comes from a config and is not. The
+    result has every symbolic link resolved, so a link inside `root` pointing elsewhere is caught
+    here, at the time of the call.
+
+    Args:
+        root: the folder the journal must stay in, e.g. verl's ``dump_dir``.
+        path: the relative path a config gives, e.g. ``"stepjournal"`` or ``"runs/exp1"``.
+
+    Returns:
+        The absolute, resolved path of the journal folder, inside `root` (never `root` itself).
+
+    Raises:
+        UnsafePathError: `path` is empty, absolute, holds a NUL, or leads outside `root` through
+            ``..`` or a symbolic link.
+    """
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip() or "\x00" in text:
+        raise UnsafePathError(f"journal path {text!r} from the config is empty or not a plain path")
+    if os.path.isabs(text) or os.path.splitdrive(text)[0]:
+        raise UnsafePathError(
+            f"journal path {text!r} from the config is absolute; give a path relative to {os.fspath(root)!r}"
+        )
+    base = os.path.realpath(os.fspath(root))
+    resolved = os.path.realpath(os.path.join(base, text))
+    if resolved == base or os.path.commonpath([base, resolved]) != base:
+        raise UnsafePathError(
+            f"journal path {text!r} from the config leads to {resolved!r}, outside {base!r} "
+            "(through '..' or a symbolic link); keep journals inside the folder the config is about"
+        )
+    return resolved
+
+
+def security_warnings(path: PathLike) -> List[str]:
+    """Say what lets another user change (or swap) the journal at `path`; empty when nothing does.
+
+    Checks the journal folder, its data and lock files (writable by group or others, owned by
+    someone else) and its parent folder (writable by others without the sticky bit, so the journal
+    could be renamed away and replaced).
+    """
+    folder = os.path.realpath(os.fspath(path))
+    found: List[str] = []
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    for name in (None, "data.mdb", "lock.mdb"):
+        target = folder if name is None else os.path.join(folder, name)
+        what = "journal folder" if name is None else name
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            continue
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+            found.append(f"{what} {target!r} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}); "
+                         f"chmod {'700' if name is None else '600'} it")
+        if me is not None and st.st_uid != me:
+            found.append(f"{what} {target!r} belongs to user id {st.st_uid}, not to this user ({me})")
+    parent = os.path.dirname(folder)
+    st = os.stat(parent)
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        found.append(f"the folder holding the journal, {parent!r}, is writable by others without the sticky "
+                     "bit: anyone can rename the journal away and put another in its place")
+    return found
