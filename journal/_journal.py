@@ -50,6 +50,7 @@ from ._events import (
     SessionOpened,
 )
 from ._pages import ReleaseBehind, releaser
+from ._paths import security_warnings
 from ._store import Store
 from ._version import __version__
 
@@ -789,6 +790,14 @@ class Journal:
             self._projections.clear()
         log.info("journal_reindexed", path=self.path, events=len(decoded))
         return len(decoded)
+
+    def security_warnings(self) -> List[str]:
+        """What lets another user change or swap this journal (permissions, owners); empty when nothing.
+
+        A journal is trusted because only its owner writes it: a folder writable by others is
+        reported here (and logged when the journal opens), not refused.
+        """
+        return security_warnings(self.path)
 
     def verify(self, *, progress: Any = None) -> List[VerifyProblem]:
         """Check everything: each event decodes, each payload matches its digest, the index matches the log.
