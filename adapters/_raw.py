@@ -7,7 +7,7 @@ import inspect
 from typing import Any, Callable, Optional, TypeVar
 
 from stepjournal import Journal, UnsupportedValueError
-from stepjournal.policies import Engine, Outcome, parse
+from stepjournal.policies import Engine, Outcome
 
 __all__ = ["journaled", "default_input_of"]
 
@@ -55,7 +55,7 @@ def journaled(
     """
     engine = Engine(
         journal,
-        parse(policy) if isinstance(policy, str) else policy,
+        policy,
         allow_fingerprint_mismatch=allow_fingerprint_mismatch,
         verify_input=verify_input,
         on_input_mismatch=on_input_mismatch,

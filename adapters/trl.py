@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import structlog
 
 from stepjournal import Journal, StepJournalError, UnsupportedValueError
-from stepjournal.policies import Engine, Outcome, PendingCall, parse
+from stepjournal.policies import Engine, Outcome, PendingCall
 
 from ._trl_rng import capture_rng_state, restore_rng_state
 
@@ -364,7 +364,7 @@ def attach(
     eval_mode = _mode_name(trainer, "eval")
     engine = Engine(
         journal,
-        parse(policy) if isinstance(policy, str) else policy,
+        policy,
         allow_fingerprint_mismatch=allow_fingerprint_mismatch,
         verify_input=verify_input,
         on_input_mismatch=on_input_mismatch,

@@ -16,8 +16,18 @@ import structlog
 
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 
-from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
+from ._base import (
+    BypassCall,
+    CallContext,
+    Decision,
+    GenerateCall,
+    JournalView,
+    RefuseCall,
+    ServeRecorded,
+    is_policy,
+)
 from ._errors import FingerprintMismatchError, InputMismatchError, ReplayMissError
+from ._spec import parse
 
 __all__ = ["Engine", "Outcome", "PendingCall"]
 
@@ -62,7 +72,7 @@ class Engine:
 
     Args:
         journal: the journal (opened for writing) the calls go to.
-        policy: a policy object (see `stepjournal.policies.parse`).
+        policy: a policy object, or a spec string given to `stepjournal.policies.parse`.
         allow_fingerprint_mismatch: replay records made under another fingerprint (journaled in the
             reason). By default such a replay is refused with `FingerprintMismatchError`.
         verify_input: a replay requires the call's input digest to equal the recorded one.
@@ -92,6 +102,13 @@ class Engine:
         if on_corrupt not in ("error", "regenerate"):
             raise ValueError(f"on_corrupt={on_corrupt!r}: use 'error' or 'regenerate'")
         self.on_corrupt = on_corrupt
+        if isinstance(policy, str):
+            policy = parse(policy)
+        if not is_policy(policy):
+            raise TypeError(
+                f"policy {policy!r} is not a policy: pass a spec string such as 'cache', or an object with a "
+                "str `name` and a `decide(ctx, view)` method"
+            )
         self.journal = journal
         self.policy = policy
         self.allow_fingerprint_mismatch = allow_fingerprint_mismatch
