@@ -467,3 +467,12 @@ def test_config_from_dict_yaml_and_omegaconf_builds_the_same_engine(tmp_path):
 def test_config_errors_name_the_bad_key_and_value(data, message):
     with pytest.raises(ConfigError, match=message):
         load_config(data)
+
+
+def test_engine_takes_a_spec_string_and_rejects_what_is_not_a_policy(jpath):
+    with Journal(jpath) as j:
+        assert Engine(j, "dump@1-4;repeat").policy == parse("dump@1-4;repeat")
+        with pytest.raises(TypeError, match="is not a policy"):
+            Engine(j, object())
+        with pytest.raises(SpecError, match="unknown policy"):
+            Engine(j, "cachee")
