@@ -94,8 +94,8 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on bad input
         raise EventDecodeError(f"{where} is not valid msgpack ({exc}); the journal is damaged") from None
-    if not isinstance(body, dict):
-        raise EventDecodeError(f"{where} is not a map; the journal is damaged")
+    if not isinstance(body, dict) or not all(isinstance(key, str) for key in body):
+        raise EventDecodeError(f"{where} is not a map of named fields; the journal is damaged")
     checksum = body.pop(_CHECKSUM_KEY, None)
     # Packing what was unpacked gives back the bytes the writer checksummed: one packer, no choices.
     computed = zlib.crc32(msgpack.packb(body, use_bin_type=True)) if checksum is not None else None
@@ -118,7 +118,10 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
     try:
         event = converter.structure(body, cls)
     except Exception as exc:  # cattrs wraps field errors in exception groups
-        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        try:
+            detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        except Exception:  # describing hostile values may fail in its own ways
+            detail = type(exc).__name__
         raise EventDecodeError(f"{where} ({tag}) has a broken body: {detail}") from None
     if checksum != computed:
         raise EventDecodeError(

@@ -170,6 +170,8 @@ def _mutations():
                           st.text(max_size=30), st.binary(max_size=30),
                           st.sampled_from(["generation_recorded", "session_opened", "call_refused"]),
                           st.dictionaries(st.text(max_size=8), st.integers(-(1 << 63), (1 << 64) - 1), max_size=4))
+        keys = st.one_of(keys, keys, st.binary(max_size=6))  # msgpack allows bytes keys; events do not
+        value = st.one_of(value, st.dictionaries(st.binary(max_size=4), st.integers(0, 9), max_size=2))
         return msgpack.packb(draw(st.dictionaries(keys, value, max_size=12)), use_bin_type=True)
 
     return st.one_of(st.binary(max_size=2048), mutated(), payload_headers(), event_maps())

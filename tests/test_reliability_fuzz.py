@@ -107,3 +107,17 @@ def test_a_payload_cannot_name_code_to_run(tmp_path):
     with pytest.raises(PayloadDecodeError):
         decode_payload(b"SJP\x01\x01\0\0\0" + len(evil).to_bytes(8, "little") + evil)
     assert not marker.exists()
+
+
+def test_an_event_with_bytes_keys_is_refused_with_a_typed_error():
+    """Found by atheris: cattrs' error report failed on a bytes field name and let TypeError out."""
+    import msgpack
+
+    from stepjournal import EventDecodeError
+    from stepjournal._convert import decode_event
+
+    fields = {"type": "call_bypassed", "v": 1, "session": "s", "run": "r", "step": 6, "gen_index": 0,
+              "mode": "validate", "policy": "bypass", "reason": "val", "ts": [5.0]}
+    for extra in ({b"<f4": b"32"}, {"fingerprint": {b"k": 1}}, {}):
+        with pytest.raises(EventDecodeError):
+            decode_event(msgpack.packb({**fields, **extra}, use_bin_type=True))
