@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import attrs
 import structlog
 
+from stepjournal import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, SpecError, load_config, parse
 
 __all__ = [
@@ -237,8 +238,9 @@ def v1_file_identity(name: str) -> Optional[Tuple[str, Dict[str, Any]]]:
 
 def _journal_path(dump_dir: Any, key: str) -> str:
     base = os.path.abspath(os.path.expanduser(_str(dump_dir, key)))
-    # The journal is always the fixed child folder: no config value can make it leave dump_dir.
-    return os.path.join(base, JOURNAL_DIRNAME)
+    # The journal is always the fixed child folder; resolving it also refuses a `stepjournal` link
+    # planted in a shared dump_dir that points elsewhere.
+    return resolve_journal_path(base, JOURNAL_DIRNAME)
 
 
 def _ranges_text(steps: List[int]) -> str:

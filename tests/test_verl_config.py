@@ -208,3 +208,17 @@ def test_verls_own_config_dataclasses_are_read_too():
     found = read_verl_config(cfg)
     assert (found.form, found.policy, found.path, found.run) == ("skip_manager.rollout", "nearest@4-5;passthrough",
                                                                  "/d/stepjournal", "e_p")
+
+
+def test_a_stepjournal_link_planted_in_a_shared_dump_dir_is_refused(tmp_path):
+    """verl's dump_dir may be shared; a `stepjournal` symlink in it must not redirect the journal."""
+    from stepjournal import UnsafePathError
+    from stepjournal.adapters.verl import read_verl_config
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "stepjournal").symlink_to(elsewhere)
+    with pytest.raises(UnsafePathError, match="stepjournal"):
+        read_verl_config(verl_cfg({"stepjournal": {"policy": "cache", "dump_dir": str(shared)}}))
