@@ -28,7 +28,11 @@ demo: $(VENV)/.base
 test: $(VENV)/.test
 	$(VENV)/bin/pytest -q -m "not soak"
 
-soak: $(VENV)/.test
+$(VENV)/.soak: $(VENV)/.test
+	$(PIP) -e ".[test,verl,trl,soak]"
+	touch $@
+
+soak: $(VENV)/.soak
 	$(VENV)/bin/pytest -q -m soak
 
 bench: $(VENV)/.test
