@@ -318,7 +318,8 @@ class Journal:
             return seqs
 
         with self._lock:
-            return store.write(fn, needed=needed)
+            # buffers: checking a stored duplicate hashes it in place instead of copying it out first.
+            return store.write(fn, needed=needed, buffers=True)
 
     def prepare(self, value: Any) -> PreparedPayload:
         """Encode, hash (and compress) a value for storage, without writing anything.

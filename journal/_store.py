@@ -311,12 +311,13 @@ class Store:
             finally:
                 txn.abort()
 
-    def write(self, fn, *, needed: int = 0):
+    def write(self, fn, *, needed: int = 0, buffers: bool = False):
         """Run `fn(txn)` in a write transaction and commit; grow the map and retry when it is full.
 
         Args:
             fn: does the writes; it may run more than once, so it must not have other side effects.
             needed: bytes the transaction is about to write, so the map can grow ahead of time.
+            buffers: values read in `fn` are views into the map (no copy), valid until its next write.
 
         Raises:
             JournalFullError: the size cap or the disk is full; the transaction left nothing behind.
@@ -329,7 +330,7 @@ class Store:
                 self._ensure_room(shared, needed)
             while True:
                 try:
-                    with shared.env.begin(write=True) as txn:
+                    with shared.env.begin(write=True, buffers=buffers) as txn:
                         return fn(txn)
                 except lmdb.MapFullError:
                     self._grow(shared, max(needed, 1))
