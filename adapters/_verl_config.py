@@ -26,7 +26,7 @@ import attrs
 import structlog
 
 from stepjournal import resolve_journal_path
-from stepjournal.policies import ConfigError, EngineConfig, SpecError, load_config, parse
+from stepjournal.policies import ConfigError, EngineConfig, load_config
 
 __all__ = [
     "VerlJournalConfig",
@@ -450,10 +450,9 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
     settings.setdefault("run", verl_run_key(cfg))
     settings["fingerprint"] = fingerprint
     try:
-        parse(settings["policy"])
-    except SpecError as exc:
-        raise ConfigError(f"{form}: policy {settings['policy']!r} is not valid: {exc}") from None
-    engine = load_config(settings)
+        engine = load_config(settings)  # validates the policy spec, once
+    except ConfigError as exc:
+        raise ConfigError(f"{form}: {exc}") from None
     rollout_n = _select(cfg, "actor_rollout_ref.rollout.n", 1)
     rollout_n = rollout_n if isinstance(rollout_n, int) and not isinstance(rollout_n, bool) and rollout_n > 0 else 1
     result = VerlJournalConfig(engine=engine, form=form, step_source=step_source, rollout_n=rollout_n, keys=keys)
