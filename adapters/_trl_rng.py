@@ -18,12 +18,13 @@ import random
 from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
-import structlog
 import torch
+
+from stepjournal._log import get_logger
 
 __all__ = ["capture_rng_state", "restore_rng_state"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def capture_rng_state() -> Dict[str, Any]:

@@ -23,8 +23,8 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import attrs
-import structlog
 
+from stepjournal._log import get_logger
 from stepjournal import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, load_config
 
@@ -38,7 +38,7 @@ __all__ = [
     "DEFAULT_DUMP_DIR",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 JOURNAL_DIRNAME = "stepjournal"
 DEFAULT_DUMP_DIR = "~/.verl/rollout_dump"

@@ -24,10 +24,10 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import attrs
-import structlog
 import zstandard
 from verl.protocol import DataProto
 
+from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError
 
 from ._verl_config import fingerprint_from_dump_folder, v1_file_identity
@@ -35,7 +35,7 @@ from ._verl_errors import PickleRefusedError, VerlDumpError
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _GENSTEP_DIR = re.compile(r"^genstep_(?P<n>[0-9]+)$")
 _GENSTEP_PKL = re.compile(r"^genstep_(?P<n>[0-9]+)\.pkl$")

@@ -22,10 +22,10 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
-import structlog
 import torch
 from verl.protocol import DataProto
 
+from stepjournal._log import get_logger
 from stepjournal import Journal
 from stepjournal.policies import Engine, Outcome, PendingCall, open_engine
 
@@ -44,7 +44,7 @@ __all__ = [
     "feed_index_step",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _IDS = itertools.count()
 

@@ -21,7 +21,6 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-import structlog
 import torch
 from rich.console import Console
 from rich.filesize import decimal as human_size
@@ -45,6 +44,8 @@ from stepjournal import (
     summarize_runs,
 )
 from stepjournal._audit import ACTIONS, AUDIT_FIELDS, iso_time
+from stepjournal._keys import parse_gen_key
+from stepjournal._log import console_logging
 from stepjournal.policies import StepRanges
 
 __all__ = ["main", "EXPORT_FORMAT_VERSION"]
@@ -495,14 +496,9 @@ def cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _where_text(problem: Any) -> str:
     """An index key (``run \\0 mode \\0 step gen_index``, hex) as words; other places as they are."""
     if problem.kind == "index":
-        try:
-            key = bytes.fromhex(problem.where)
-            run, mode, tail = key.split(b"\0", 2)
-            if len(tail) == 12:
-                step, index = int.from_bytes(tail[:8], "big"), int.from_bytes(tail[8:], "big")
-                return f"run {run.decode()} {mode.decode()} step {step} #{index}"
-        except ValueError:
-            pass  # not a key this version writes: show it raw
+        key = parse_gen_key(bytes.fromhex(problem.where))
+        if key is not None:
+            return f"run {key.run} {key.mode} step {key.step} #{key.gen_index}"
     if problem.kind in ("payload", "missing_payload"):
         return problem.where[:16] + "…"
     return problem.where
@@ -840,12 +836,8 @@ def _nonneg_int(text: str) -> int:
     return value
 
 
-def _configure_logging(verbosity: int) -> None:
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
+def _log_level(verbosity: int) -> int:
+    return {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
 
 
 @contextlib.contextmanager
@@ -866,12 +858,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
-    # The command line owns logging while it runs; called in-process (tests, notebooks) it hands the
-    # caller's configuration back afterwards instead of leaving its stderr logger behind.
-    previous = structlog.get_config()
-    _configure_logging(args.verbose)
+    # The command line owns the library's log output while it runs; called in-process (tests,
+    # notebooks) it hands the caller's logging configuration back afterwards.
     try:
-        with _consoles() as (out, err):
+        with console_logging(_log_level(args.verbose)), _consoles() as (out, err):
             return args.fn(args, out, err)
     except _UsageError as exc:
         print(f"stepjournal: error: {_one_line(exc)}", file=sys.stderr)
@@ -886,5 +876,3 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("stepjournal: interrupted", file=sys.stderr)
         return 130
-    finally:
-        structlog.configure(**previous)

@@ -13,12 +13,12 @@ import shutil
 import sys
 from typing import List, Optional
 
-import structlog
 import torch
 from rich.console import Console
 from rich.table import Table
 
 from stepjournal import Journal, journaled
+from stepjournal._log import console_logging
 
 DEFAULT_PATH = "./.stepjournal-demo"
 BATCH, PROMPT_LEN, RESPONSE_LEN, VOCAB = 8, 16, 32, 5000
@@ -75,17 +75,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stepjournal.adapters.demo", description=__doc__)
     parser.add_argument("--path", default=DEFAULT_PATH, help="journal folder (recreated)")
     args = parser.parse_args(argv)
-    # The library never configures logging; the demo keeps its output to the table.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    shutil.rmtree(args.path, ignore_errors=True)
+    # The library never configures logging; the demo shows warnings on stderr and keeps stdout to the table.
+    with console_logging(logging.WARNING):
+        return _run(args.path)
+
+
+def _run(path: str) -> int:
+    shutil.rmtree(path, ignore_errors=True)
     console = Console()
-    with Journal(args.path, run="demo", fingerprint={"model": "fake", "batch": BATCH}) as journal:
+    with Journal(path, run="demo", fingerprint={"model": "fake", "batch": BATCH}) as journal:
         train(journal, fake_generate, "cache", range(1, 7))
-    with Journal(args.path, run="demo", fingerprint={"model": "fake", "batch": BATCH}) as journal:
+    with Journal(path, run="demo", fingerprint={"model": "fake", "batch": BATCH}) as journal:
         train(journal, refuse_to_generate, "replay@1-6;repeat", range(1, 9))
-    with Journal(args.path, readonly=True) as journal:
+    with Journal(path, readonly=True) as journal:
         console.print(call_table(journal))
-    console.print(f"run 2 generated nothing; inspect the journal with: stepjournal audit {args.path}")
+    console.print(f"run 2 generated nothing; inspect the journal with: stepjournal audit {path}")
     return 0
 
 

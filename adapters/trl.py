@@ -30,8 +30,8 @@ import inspect
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-import structlog
 
+from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError, UnsupportedValueError
 from stepjournal.policies import Engine, Outcome, PendingCall
 
@@ -58,7 +58,7 @@ __all__ = [
     "TrlSignatureError",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Keep in step with the `trl` extra in pyproject.toml (a test checks that they agree).
 SUPPORTED_TRL = ">=1.16.0,<1.17"

@@ -16,17 +16,14 @@ __all__ = ["Timings", "timed", "summarize", "machine_facts", "load_average", "qu
 
 
 def quiet_logs() -> None:
-    """Send stepjournal's structlog events to stderr at WARNING and above: stdout carries the JSON report.
+    """Send stepjournal's log events to stderr at WARNING and above: stdout carries the JSON report.
 
     Real trainers configure logging too; benchmarking with info events rendered would time the renderer.
     """
-    import structlog
-
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    logger = logging.getLogger("stepjournal")
+    logger.setLevel(logging.WARNING)
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler(sys.stderr))
 
 
 Timings = List[float]

@@ -25,7 +25,6 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import attrs
 import msgpack
-import structlog
 import zstandard
 
 from ._codec import CodecRegistry, PAYLOAD_MAGIC, decode_payload_releasing, encode_payload_array
@@ -49,6 +48,12 @@ from ._events import (
     ReplayServed,
     SessionOpened,
 )
+from ._keys import check_key as _check_key
+from ._keys import check_step as _check_step
+from ._keys import gen_key as _gen_key
+from ._keys import gen_prefix as _gen_prefix
+from ._keys import seq_key as _u64
+from ._log import get_logger
 from ._pages import ReleaseBehind, releaser
 from ._paths import security_warnings
 from ._store import Store
@@ -56,13 +61,11 @@ from ._version import __version__
 
 __all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", "DEFAULT_RUN"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_RUN = "default"
 FORMAT_VERSION = 1
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_MAX_STEP = (1 << 63) - 1
-_MAX_GEN_INDEX = (1 << 32) - 1
 _COMPRESSIONS = (None, "zstd")
 # Events per read transaction of `raw_events` (events are small: about half a KB each).
 _EVENT_BATCH = 2048
@@ -116,33 +119,6 @@ class VerifyProblem:
     where: str
     steps: Tuple[int, ...]
     detail: str
-
-
-def _u64(n: int) -> bytes:
-    return n.to_bytes(8, "big")
-
-
-def _check_key(run: str, mode: str) -> None:
-    for label, value in (("run key", run), ("mode", mode)):
-        if not isinstance(value, str) or not value or "\x00" in value or len(value) > 512:
-            raise InvalidKeyError(
-                f"{label} {value!r} is not valid: use a non-empty string of at most 512 characters without NUL"
-            )
-
-
-def _check_step(step: int, gen_index: int = 0) -> None:
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= _MAX_STEP:
-        raise InvalidKeyError(f"step {step!r} is not valid: use an int from 0 to 2**63-1")
-    if not isinstance(gen_index, int) or isinstance(gen_index, bool) or not 0 <= gen_index <= _MAX_GEN_INDEX:
-        raise InvalidKeyError(f"gen_index {gen_index!r} is not valid: use an int from 0 to 2**32-1")
-
-
-def _gen_prefix(run: str, mode: str) -> bytes:
-    return run.encode() + b"\x00" + mode.encode() + b"\x00"
-
-
-def _gen_key(run: str, mode: str, step: int, gen_index: int) -> bytes:
-    return _gen_prefix(run, mode) + _u64(step) + gen_index.to_bytes(4, "big")
 
 
 class _StepProjection:

@@ -13,18 +13,18 @@ from contextlib import contextmanager
 from typing import Dict, Iterator, Tuple
 
 import lmdb
-import structlog
 
 try:
     import resource
 except ImportError:  # pragma: no cover - not on Windows
     resource = None  # type: ignore[assignment]
 
+from ._log import get_logger
 from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError, UnsafePathError
 
 __all__ = ["Store", "DB_NAMES"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
 DB_NAMES = ("events", "payloads", "gen", "meta")

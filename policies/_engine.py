@@ -12,8 +12,8 @@ import time
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 
 import attrs
-import structlog
 
+from stepjournal._log import get_logger
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 
 from ._base import (
@@ -31,7 +31,7 @@ from ._spec import parse
 
 __all__ = ["Engine", "Outcome", "PendingCall"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @attrs.frozen

@@ -8,8 +8,8 @@ from importlib.metadata import entry_points
 from typing import Any, Dict, Optional, Tuple
 
 import attrs
-import structlog
 
+from stepjournal._log import get_logger
 from ._base import CallContext, Decision, JournalView, Policy, is_policy
 from ._builtin import BUILTIN_POLICIES, Passthrough
 from ._errors import PluginError, SpecError
@@ -17,7 +17,7 @@ from ._ranges import StepRanges
 
 __all__ = ["Schedule", "parse", "policy_by_name", "plugin_names", "PLUGIN_GROUP", "DISABLE_PLUGINS_ENV"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PLUGIN_GROUP = "stepjournal.policies"
 DISABLE_PLUGINS_ENV = "STEPJOURNAL_DISABLE_PLUGIN_AUTOLOAD"

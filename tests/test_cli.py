@@ -310,9 +310,8 @@ def test_read_only_commands_work_on_a_copy_in_a_read_only_place(engine, tmp_path
 
 
 WRITER = """
-import logging, os, sys, time, structlog, torch
+import os, sys, time, torch
 from stepjournal import Journal
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 path, stop = sys.argv[1], sys.argv[2]
 with Journal(path, run="live") as j:
     step = 0

@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-import structlog
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -96,19 +95,7 @@ def _record_big_forever(journal: Journal, stop: threading.Event, counts: list) -
         counts[0] = step
 
 
-@pytest.fixture
-def stdlib_logging():
-    """Route structlog through the standard library's logging, as an application that forks should.
-
-    structlog's default PrintLogger guards stdout with a lock that is not reset in a fork child: a
-    thread logging at the moment of fork() leaves it held there forever. logging's locks are reset.
-    """
-    structlog.configure(logger_factory=structlog.stdlib.LoggerFactory(), wrapper_class=structlog.stdlib.BoundLogger)
-    yield
-    structlog.reset_defaults()
-
-
-def test_fork_while_another_thread_writes_neither_hangs_the_child_nor_harms_the_parent(tmp_path, stdlib_logging):
+def test_fork_while_another_thread_writes_neither_hangs_the_child_nor_harms_the_parent(tmp_path):
     """fork() waits for the other threads' transactions; the child reopens and records."""
     path = str(tmp_path / "journal")
     forks = 12

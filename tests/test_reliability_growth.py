@@ -16,11 +16,11 @@ import subprocess
 import time
 
 import pytest
-import structlog
 import torch
 
 from stepjournal import Journal, JournalFullError
 
+from log_capture import captured_events
 from reliability_support import report, worker_context
 from reliability_workers import fill_disk
 
@@ -31,7 +31,7 @@ def grow(path: str, total_bytes: int, payload_bytes: int) -> dict:
     """Record unique payloads into a journal that starts with a 64 KiB map, until `total_bytes`."""
     started = time.monotonic()
     n = payload_bytes // 8
-    with structlog.testing.capture_logs() as logs:
+    with captured_events() as logs:
         with Journal(path, run="grow", map_size=64 * 1024) as journal:
             for step in range(1, 41):  # small records first: many growths from the tiny start
                 journal.record(step, {"s": step, "x": torch.full((step * 512,), step, dtype=torch.int64)})

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import structlog
 import torch
 
 from stepjournal import Journal, UnsafePathError, resolve_journal_path
 
+from log_capture import captured_events
 from reliability_support import report
 
 
@@ -113,7 +113,7 @@ def test_a_journal_folder_writable_by_others_is_reported(tmp_path, mode):
     path = tmp_path / "journal"
     Journal(path).close()
     os.chmod(path, mode)
-    with structlog.testing.capture_logs() as logs:
+    with captured_events() as logs:
         journal = Journal(path, readonly=True)
     try:
         (warning,) = journal.security_warnings()

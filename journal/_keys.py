@@ -1,0 +1,103 @@
+"""The journal's key layout, in one place: event sequence numbers and the generation-index keys.
+
+- ``events``: the sequence number, u64 big-endian (so LMDB's byte order is log order).
+- ``gen``: ``run \\0 mode \\0 step(u64 BE) gen_index(u32 BE)``: for one (run, mode) the keys sort by
+  step, then by generation index, which is what nearest-step lookups walk.
+
+LMDB keys are at most 511 bytes, so run and mode are checked on their encoded length, with the
+separators and the 12 bytes of step and index counted in.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from ._errors import InvalidKeyError
+
+__all__ = [
+    "MAX_STEP",
+    "MAX_GEN_INDEX",
+    "MAX_KEY_BYTES",
+    "GenKey",
+    "seq_key",
+    "seq_of",
+    "gen_prefix",
+    "gen_key",
+    "parse_gen_key",
+    "check_key",
+    "check_step",
+]
+
+MAX_STEP = (1 << 63) - 1
+MAX_GEN_INDEX = (1 << 32) - 1
+# LMDB's compile-time key limit (mdb_env_get_maxkeysize) of the builds py-lmdb ships.
+MAX_KEY_BYTES = 511
+_STEP_AND_INDEX = 12
+
+
+class GenKey(NamedTuple):
+    """A parsed generation-index key."""
+
+    run: str
+    mode: str
+    step: int
+    gen_index: int
+
+
+def seq_key(seq: int) -> bytes:
+    """The ``events`` key of sequence number `seq`."""
+    return seq.to_bytes(8, "big")
+
+
+def seq_of(key: bytes) -> int:
+    """The sequence number an ``events`` key (or a stored index value) names."""
+    return int.from_bytes(key, "big")
+
+
+def gen_prefix(run: str, mode: str) -> bytes:
+    """The prefix every index key of (run, mode) starts with."""
+    return run.encode() + b"\x00" + mode.encode() + b"\x00"
+
+
+def gen_key(run: str, mode: str, step: int, gen_index: int) -> bytes:
+    """The ``gen`` index key of one call."""
+    return gen_prefix(run, mode) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+
+
+def parse_gen_key(key: bytes) -> Optional[GenKey]:
+    """The fields of an index key, or None when `key` is not one this version writes."""
+    parts = bytes(key).split(b"\x00", 2)
+    if len(parts) != 3 or len(parts[2]) != _STEP_AND_INDEX:
+        return None
+    try:
+        run, mode = parts[0].decode(), parts[1].decode()
+    except UnicodeDecodeError:
+        return None
+    tail = parts[2]
+    return GenKey(run, mode, int.from_bytes(tail[:8], "big"), int.from_bytes(tail[8:], "big"))
+
+
+def check_key(run: str, mode: str) -> None:
+    """Refuse a run key or mode that cannot be part of an index key, naming the limit."""
+    for label, value in (("run key", run), ("mode", mode)):
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise InvalidKeyError(f"{label} {value!r} is not valid: use a non-empty string without NUL")
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidKeyError(f"{label} {value!r} is not valid: it holds a lone surrogate, not UTF-8 text") from None
+    size = len(gen_prefix(run, mode)) + _STEP_AND_INDEX
+    if size > MAX_KEY_BYTES:
+        raise InvalidKeyError(
+            f"run key and mode take {size - _STEP_AND_INDEX - 2} bytes encoded as UTF-8; together they may take "
+            f"at most {MAX_KEY_BYTES - _STEP_AND_INDEX - 2} (LMDB keys are at most {MAX_KEY_BYTES} bytes): "
+            f"use a shorter run key (run={run[:40]!r}…)"
+        )
+
+
+def check_step(step: int, gen_index: int = 0) -> None:
+    """Refuse a step or generation index outside the key's fixed-width fields."""
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+        raise InvalidKeyError(f"step {step!r} is not valid: use an int from 0 to 2**63-1")
+    if not isinstance(gen_index, int) or isinstance(gen_index, bool) or not 0 <= gen_index <= MAX_GEN_INDEX:
+        raise InvalidKeyError(f"gen_index {gen_index!r} is not valid: use an int from 0 to 2**32-1")

@@ -1,0 +1,66 @@
+"""The library's loggers: structlog key-value events, handed to the standard `logging` hierarchy.
+
+Every module logs through ``get_logger(__name__)``: a structlog logger bound to the stdlib logger of
+that name (``stepjournal._journal``, ``stepjournal.adapters.trl`` ...), so everything sits under the
+``stepjournal`` logger. Nothing here configures structlog globally or adds a handler: an application
+that configures nothing sees only warnings and errors (stdlib's last-resort handler, on stderr), and
+``logging.getLogger("stepjournal").setLevel(...)`` works as for any library.
+
+A record's message is ``event key=value ...``; the fields also travel as the record's ``stepjournal``
+attribute (a dict with ``event``), for JSON formatters and structlog's ``ProcessorFormatter``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
+
+import structlog
+
+__all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging"]
+
+LOGGER_NAME = "stepjournal"
+RECORD_ATTRIBUTE = "stepjournal"
+
+
+def _to_stdlib(_logger: Any, _method: str, event_dict: Dict[str, Any]) -> Tuple[Tuple[str], Dict[str, Any]]:
+    fields = dict(event_dict)
+    event = str(fields.pop("event", ""))
+    text = " ".join([event, *(f"{key}={value!r}" for key, value in fields.items())])
+    return (text,), {"extra": {RECORD_ATTRIBUTE: {"event": event, **fields}}}
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger writing to the stdlib logger `name` (which must sit under ``stepjournal``)."""
+    if name != LOGGER_NAME and not name.startswith(LOGGER_NAME + "."):
+        raise ValueError(f"logger {name!r} is not under {LOGGER_NAME!r}")
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        # The level check comes first, so a disabled event costs one isEnabledFor and no rendering.
+        processors=[structlog.stdlib.filter_by_level, _to_stdlib],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+
+@contextlib.contextmanager
+def console_logging(level: int, stream: Optional[TextIO] = None) -> Iterator[None]:
+    """While inside, print the library's events at `level` and above to `stream` (stderr by default).
+
+    For the command line and the demo, which own their output; a library caller configures `logging`
+    itself. The logger's previous level, handlers and propagation are restored on exit.
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter("stepjournal: %(levelname)s %(message)s"))
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
