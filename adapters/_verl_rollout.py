@@ -505,6 +505,10 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
     Raises:
         ConfigError: the config enables no form (and no ``policy=`` was given), or enables two.
     """
+    from ._verl_v1 import attach_v1, is_v1_trainer
+
+    if is_v1_trainer(trainer):
+        return attach_v1(trainer, config=config, **overrides)
     config = config if config is not None else getattr(trainer, "config", None)
     if target is None:
         target = "async_rollout_manager" if getattr(trainer, "async_rollout_manager", None) is not None else "actor_rollout_wg"

@@ -23,6 +23,8 @@ from ._verl_codec import CODEC_NAME, dataproto_diff, decode_dataproto, encode_da
 from ._verl_config import VerlJournalConfig, read_verl_config, verl_fingerprint, verl_run_key
 from ._verl_errors import MissingInputError, PickleRefusedError, VerlAdapterError, VerlDumpError, VerlStepError
 from ._verl_import import ImportedRecord, ImportReport, SkippedDump, VerlDump, find_verl_dumps, import_verl_dumps
+from ._verl_v1 import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
+from ._verl_v1_codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
 from ._verl_rollout import (
     JournaledRollout,
     align_batch,
@@ -66,9 +68,21 @@ __all__ = [
     "MissingInputError",
     "PickleRefusedError",
     "VerlDumpError",
+    "V1Journal",
+    "attach_v1",
+    "is_v1_trainer",
+    "v1_trainer_mode",
+    "V1_TRAINER_MODES",
+    "remap_tq_batch",
+    "TQBatch",
+    "TQ_CODEC_NAME",
+    "encode_tq_batch",
+    "decode_tq_batch",
+    "tq_batch_diff",
 ]
 
 register_dataproto_codec()
+register_tq_codec()
 
 
 def __getattr__(name: str) -> Any:
