@@ -10,6 +10,7 @@ Forms understood (see docs/verl.md for the migration guide):
 | ``rollout_skip_v2_pre``     | ``actor_rollout_ref.rollout.skip.{enable, dump_dir, dump_step, post_dump_action}`` |
 | ``skip_manager.rollout``    | ``skip.rollout.{enable, dump_dir, steps, action}``                    |
 | ``skip_manager.async_rollout`` | ``skip.async_rollout.{enable, dump_dir, steps, action}``           |
+| ``skip_manager.rollout_tq`` | ``skip.rollout_tq.{enable, dump_dir, steps, action}`` (V1 trainer)    |
 
 Exactly one form may be enabled. The run key is ``{experiment_name}_{project_name}`` (verl's own dump
 folder name) and the fingerprint carries the generation batch size, ``rollout.n`` and the prompt and
@@ -431,11 +432,6 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
     elif form == "rollout_skip_v2":
         spec, path, form, keys = _form_v2(section)
         settings = {"policy": spec, "path": path}
-    elif form == "skip_manager.rollout_tq":
-        raise ConfigError(
-            "skip.rollout_tq (verl's TransferQueue trainer) is enabled: stepjournal does not replace it; "
-            "disable it, or use skip.rollout / a stepjournal section with the agent-loop trainer"
-        )
     else:
         role = form.split(".", 1)[1]
         spec, path, keys = _form_skip_manager(section, role)

@@ -8,6 +8,7 @@ Layouts read (``run`` is verl's ``{experiment_name}_{project_name}`` folder):
 | ``rollout_skip_v2``      | ``run/GBS.../genstep_{NNNNNN}/{gen_batch,new_batch}.dp`` + meta.json | meta global_steps, order of gen_steps | new_batch |
 | ``rollout_skip_v2_pre``  | ``run/GBS.../genstep_{NNNNNN}.pkl`` (dict of compressed pickles) | NNNNNN, 0                     | new_batch |
 | ``rollout_skip_v1``      | ``{run}_GBS{g}__N{n}`` (one pickled DataProto)                | 1, 0                              | none  |
+| ``rollout_tq`` (V1)      | ``run/GBS.../{step}/{inner}/tq_batch.pt`` + meta.json (torch.save) | step folder, inner folder     | none  |
 
 Every dump file is a Python pickle: loading one runs whatever code it names. Nothing is read until the
 caller passes ``trust_pickle=True``; only the file listing is looked at before that. SkipManager and v2
@@ -32,6 +33,7 @@ from stepjournal import Journal, StepJournalError
 
 from ._verl_config import fingerprint_from_dump_folder, v1_file_identity
 from ._verl_errors import PickleRefusedError, VerlDumpError
+from ._verl_v1_import import is_v1_dump_folder, load_tq_dump
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
 
@@ -149,6 +151,13 @@ def find_verl_dumps(dump_dir: Union[str, os.PathLike]) -> Tuple[List[VerlDump], 
                 if not _inside(root, full):
                     skipped.append(SkippedDump(full, "link leaves the dump folder; not followed"))
                 continue
+            if is_v1_dump_folder(here, name):
+                ident = identity(os.path.dirname(here))
+                if ident is None:
+                    skipped.append(SkippedDump(full, "grandparent folder is not GBS{g}_N{n}_in{p}_out{r}"))
+                else:
+                    found.append(VerlDump("rollout_tq", full, ident[0], ident[1], int(os.path.basename(here))))
+                continue
             for pattern, form in ((_GENSTEP_DIR, "rollout_skip_v2"), (_STEP_DIR, "skip_manager")):
                 match = pattern.match(name)
                 if match and os.path.isfile(os.path.join(full, "gen_batch.dp")):
@@ -173,8 +182,20 @@ def find_verl_dumps(dump_dir: Union[str, os.PathLike]) -> Tuple[List[VerlDump], 
             v1 = v1_file_identity(name)
             if v1 is not None and "." not in name:
                 found.append(VerlDump("rollout_skip_v1", full, v1[0], v1[1], 1))
-    found.sort(key=lambda d: (d.run, sorted(d.fingerprint.items(), key=str), d.order, d.path))
+    found.sort(key=lambda d: (d.run, sorted(d.fingerprint.items(), key=str), d.order, _inner(d), d.path))
     return found, skipped
+
+
+def _inner(dump: VerlDump) -> int:
+    """A V1 dump's mini-batch index (its ``{inner}`` folder); 0 for the other forms."""
+    return int(os.path.basename(dump.path)) if dump.form == "rollout_tq" else 0
+
+
+_LAYOUTS = (
+    "{run}/GBS{g}_N{n}_in{p}_out{r}/{step}/{inner}/tq_batch.pt (V1 skip.rollout_tq), "
+    "{run}/GBS.../{step}/gen_batch.dp (SkipManager), {run}/GBS.../genstep_NNNNNN/gen_batch.dp (RolloutSkip v2), "
+    "{run}/GBS.../genstep_NNNNNN.pkl (v2 pre-release), {exp}_{proj}_GBS{g}__N{n} (RolloutSkip v1)"
+)
 
 
 def _load_pickle(path: str) -> Any:
@@ -266,6 +287,12 @@ def import_verl_dumps(
         VerlDumpError: `dump_dir` is not a folder.
     """
     dumps, skipped = find_verl_dumps(dump_dir)
+    if not dumps:
+        left = f"; left out: {'; '.join(f'{s.source} ({s.reason})' for s in skipped)}" if skipped else ""
+        raise VerlDumpError(
+            f"no verl dumps found under {os.fspath(dump_dir)!r}: looked for {_LAYOUTS}{left}. "
+            "Give the dump_dir of your verl config (or a folder below it)"
+        )
     if trust_pickle is not True:
         raise PickleRefusedError(
             f"refusing to import {len(dumps)} verl dump(s) from {os.fspath(dump_dir)!r}: {_PICKLE_WHY}. "
@@ -291,7 +318,13 @@ def import_verl_dumps(
         for done, dump in enumerate(dumps, 1):
             rel = os.path.relpath(dump.path, root)
             try:
-                if dump.form in ("skip_manager", "rollout_skip_v2"):
+                if dump.form == "rollout_tq":
+                    meta = _read_meta(dump.path)
+                    if meta is None:
+                        skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
+                        continue
+                    output, given, step = load_tq_dump(dump.path), None, dump.order
+                elif dump.form in ("skip_manager", "rollout_skip_v2"):
                     meta = _read_meta(dump.path)
                     if meta is None:
                         skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
@@ -332,6 +365,8 @@ def import_verl_dumps(
             count_key = (dump.run, fp_key, step)
             gen_index = gen_counts.get(count_key, 0)
             gen_counts[count_key] = gen_index + 1
+            if dump.form == "rollout_tq":
+                gen_index = _inner(dump)  # the mini-batch's own folder, not the order it was found in
             target = journals.get((dump.run, fp_key))
             if target is None:
                 target = Journal(path, run=dump.run, fingerprint=fp, compression=compression)

@@ -29,7 +29,7 @@ from stepjournal._log import get_logger
 from stepjournal import Journal
 from stepjournal.policies import Engine, Outcome, PendingCall, open_engine
 
-from ._verl_config import VerlJournalConfig, read_verl_config
+from ._verl_config import VerlJournalConfig, _select, read_verl_config
 from ._verl_errors import MissingInputError, VerlAdapterError, VerlStepError
 
 __all__ = [
@@ -579,6 +579,16 @@ def make_journaled_agent_loop_manager() -> type:
 
         class JournaledAgentLoopManager(AgentLoopManager):
             """verl's AgentLoopManager with journaled ``generate_sequences`` (see `make_journaled_agent_loop_manager`)."""
+
+            @classmethod
+            def create(cls, *args: Any, **kwargs: Any) -> Any:
+                config = kwargs.get("config", args[0] if args else None)
+                if _select(config, "trainer.use_v1", False) is True:
+                    # verl's default V1 trainer moves batches through TransferQueue: its own manager class.
+                    from ._verl_v1 import make_journaled_agent_loop_manager_tq
+
+                    return make_journaled_agent_loop_manager_tq().create(*args, **kwargs)
+                return super().create(*args, **kwargs)
 
             def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
                 super().__init__(config, *args, **kwargs)

@@ -34,7 +34,15 @@ from ._verl_errors import VerlAdapterError
 from ._verl_rollout import _undecorated
 from ._verl_v1_codec import TQBatch
 
-__all__ = ["V1Journal", "attach_v1", "is_v1_trainer", "v1_trainer_mode", "remap_tq_batch", "V1_TRAINER_MODES"]
+__all__ = [
+    "V1Journal",
+    "attach_v1",
+    "is_v1_trainer",
+    "v1_trainer_mode",
+    "remap_tq_batch",
+    "V1_TRAINER_MODES",
+    "make_journaled_agent_loop_manager_tq",
+]
 
 log = get_logger(__name__)
 
@@ -148,7 +156,7 @@ class V1Journal:
         self.held = 0
         self._held: Dict[int, Deque[Any]] = {}
         self._samples: Dict[int, int] = collections.Counter()
-        self._installed: List[Tuple[Any, str, bool]] = []
+        self._installed: List[Tuple[Any, str, bool, Any]] = []
         buffer = trainer.replay_buffer
         self._submit_batch = _undecorated(type(trainer)._add_batch_to_generate).__get__(trainer)
         self._add_prompts = trainer._add_prompts_to_generate
@@ -328,6 +336,9 @@ def journal_v1_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
         if getattr(agent_loop_manager, "_stepjournal_v1", False) and not isinstance(
             getattr(self, "stepjournal", None), V1Journal
         ):
+            if read_verl_config(self.config) is None:
+                log.warning("journaled_manager_disabled", reason="the config enables no stepjournal section or rollout-skip form")
+                return fit(self, agent_loop_manager, *args, **kwargs)
             journaled = attach_v1(self)
             try:
                 return fit(self, agent_loop_manager, *args, **kwargs)
@@ -338,3 +349,32 @@ def journal_v1_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
     fit_with_journal.__wrapped__ = fit  # type: ignore[attr-defined]
     fit_with_journal._stepjournal = True  # type: ignore[attr-defined]
     return fit_with_journal
+
+
+_TQ_MANAGER: Any = None
+
+
+def make_journaled_agent_loop_manager_tq() -> type:
+    """Build (once) the V1 form of `JournaledAgentLoopManager`: verl's ``AgentLoopManagerTQ``, marked.
+
+    `JournaledAgentLoopManager.create` returns one of these when the config runs the V1 trainer
+    (``trainer.use_v1``). Building it wraps ``PPOTrainer.fit`` (once per process) so that a fit given
+    this manager attaches a `V1Journal` first and closes it when fit ends.
+    """
+    global _TQ_MANAGER
+    if _TQ_MANAGER is not None:
+        return _TQ_MANAGER
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    if not getattr(PPOTrainer.fit, "_stepjournal", False):
+        PPOTrainer.fit = journal_v1_fit(PPOTrainer.fit)
+
+    class JournaledAgentLoopManagerTQ(AgentLoopManagerTQ):
+        """verl's ``AgentLoopManagerTQ``; the trainer's fit journals its submit and sample calls."""
+
+        _stepjournal_v1 = True
+
+    JournaledAgentLoopManagerTQ.__module__ = "stepjournal.adapters.verl"
+    _TQ_MANAGER = JournaledAgentLoopManagerTQ
+    return _TQ_MANAGER

@@ -131,7 +131,6 @@ BAD = [
     ("SkipManager steps", manager("rollout", enable=True, steps=["3"]), "steps=.* must be a list of non-negative"),
     ("SkipManager action", manager("rollout", enable=True, steps=[1], action="repeat_last"),
      "action='repeat_last' is not valid: use one of cache, repeat"),
-    ("rollout_tq", manager("rollout_tq", enable=True, steps=[1]), "does not replace it"),
     ("native unknown key", {"stepjournal": {"policy": "cache", "path": "/j", "polcy": "x"}}, r"unknown keys \['polcy'\]"),
     ("native no policy", {"stepjournal": {"path": "/j"}}, "stepjournal.policy is missing"),
     ("native bad spec", {"stepjournal": {"policy": "cache@1-;;", "path": "/j"}}, "not a valid policy spec|not valid"),
