@@ -30,8 +30,8 @@ from verl.protocol import DataProto
 from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError
 
-from ._verl_config import fingerprint_from_dump_folder, v1_file_identity
-from ._verl_errors import PickleRefusedError, VerlDumpError
+from ._config import fingerprint_from_dump_folder, v1_file_identity
+from ._errors import PickleRefusedError, VerlDumpError
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
 
