@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shlex
 import shutil
 import sys
 from typing import List, Optional
@@ -71,6 +73,21 @@ def call_table(journal: Journal) -> Table:
     return table
 
 
+def audit_command(path: str) -> str:
+    """The audit command line for `path` as a user can type it here: the venv's script when not on PATH."""
+    script = os.path.join(os.path.dirname(sys.executable), "stepjournal")
+    if not os.path.exists(script):
+        return f"{shlex.quote(sys.executable)} -m stepjournal audit {shlex.quote(path)}"
+    if shutil.which("stepjournal") != script:
+        rel = os.path.relpath(script)
+        script = rel if not rel.startswith("..") else script
+        if os.sep not in script:
+            script = os.path.join(".", script)
+    else:
+        script = "stepjournal"
+    return f"{shlex.quote(script)} audit {shlex.quote(path)}"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stepjournal.adapters.demo", description=__doc__)
     parser.add_argument("--path", default=DEFAULT_PATH, help="journal folder (recreated)")
@@ -89,7 +106,8 @@ def _run(path: str) -> int:
         train(journal, refuse_to_generate, "replay@1-6;repeat", range(1, 9))
     with Journal(path, readonly=True) as journal:
         console.print(call_table(journal))
-    console.print(f"run 2 generated nothing; inspect the journal with: stepjournal audit {path}")
+    # One line, never wrapped: it is a command to copy, and it must run as printed from this folder.
+    console.print(f"run 2 generated nothing; inspect the journal with: {audit_command(path)}", soft_wrap=True)
     return 0
 
 

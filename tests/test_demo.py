@@ -22,3 +22,21 @@ def test_demo_prints_generated_and_replayed_calls_and_run_two_generates_nothing(
     assert [r.action for r in records if r.session == first] == ["generated"] * 7
     assert [r.action for r in records if r.session == second] == ["replayed"] * 9
     assert [r.source_step for r in records if r.session == second] == [1, 2, 3, 4, 4, 5, 6, 1, 2]
+
+
+def test_the_demos_closing_hint_runs_as_printed_through_a_shell(tmp_path):
+    """The printed audit command is one unwrapped line that a shell runs from the same folder."""
+    result = subprocess.run(
+        [sys.executable, "-m", "stepjournal.adapters.demo", "--path", "./demo-journal"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={"COLUMNS": "60", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    (hint,) = [line for line in result.stdout.splitlines() if "inspect the journal with:" in line]
+    command = hint.split("inspect the journal with: ", 1)[1]
+    assert command.endswith("audit ./demo-journal")
+    audit = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+    )
+    assert audit.returncode == 0, audit.stderr
+    assert "replayed" in audit.stdout

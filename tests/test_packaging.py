@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,8 +15,11 @@ RUNTIME_DIRS = ("journal", "policies", "adapters")
 
 
 def test_wheel_contains_only_the_stepjournal_package(tmp_path):
+    # Built from a clean copy: a stale build/ folder in the checkout would hide a package left out of pyproject.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "benchmarks"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -25,8 +29,13 @@ def test_wheel_contains_only_the_stepjournal_package(tmp_path):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"stepjournal"}
     assert "stepjournal/py.typed" in names
-    for sub in ("stepjournal/__init__.py", "stepjournal/policies/__init__.py", "stepjournal/adapters/__init__.py"):
-        assert sub in names
+    # Every package folder of the source tree (the adapters' subpackages too) is in the wheel.
+    packages = {"journal": "stepjournal", "policies": "stepjournal/policies", "adapters": "stepjournal/adapters"}
+    for folder, installed in packages.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            inside = init.relative_to(ROOT / folder).as_posix()
+            assert f"{installed}/{inside}" in names, f"{folder}/{inside} is not in the wheel"
+    assert "stepjournal/adapters/verl/_hooks.py" in names
     assert not any(n.startswith(("tests/", "journal/", "policies/", "adapters/", "benchmarks/")) for n in names)
 
     # Installed into a fresh target, the wheel gives `stepjournal` and never `journal` or `policies`.

@@ -333,10 +333,16 @@ def test_attach_on_a_real_ray_ppo_trainer_wraps_its_agent_loop_manager(tmp_path)
         gen_batch = trainer._get_gen_batch(batch)
         out = trainer.async_rollout_manager.generate_sequences(gen_batch.repeat(N, interleave=True))
         assert "timing" in out.meta_info and len(out) == GBS * N
+
+    async def awaited():  # verl's one-step-off trainer awaits the manager; attach keeps that working
+        return await trainer.async_rollout_manager.generate_sequences(_gen_batch(3))
+
+    trainer.global_steps = 3
+    assert len(asyncio.run(awaited())) == GBS * N
     rollout.close()
     assert not isinstance(trainer.async_rollout_manager.generate_sequences, JournaledRollout)
     with _journal(tmp_path) as journal:
-        assert journal.recorded_steps() == [1, 2]
+        assert journal.recorded_steps() == [1, 2, 3]
 
 
 def test_attach_needs_an_enabled_form_and_a_step(tmp_path):

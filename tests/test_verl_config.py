@@ -221,3 +221,34 @@ def test_a_stepjournal_link_planted_in_a_shared_dump_dir_is_refused(tmp_path):
     (shared / "stepjournal").symlink_to(elsewhere)
     with pytest.raises(UnsafePathError, match="stepjournal"):
         read_verl_config(verl_cfg({"stepjournal": {"policy": "cache", "dump_dir": str(shared)}}))
+
+
+def test_without_verl_the_config_reader_imports_and_the_rest_names_the_extra(tmp_path):
+    """verl and tensordict blocked: `read_verl_config` works, `attach` raises ImportError with the pip hint."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('verl', 'tensordict'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import stepjournal.adapters.verl as v\n"
+        "found = v.read_verl_config({'trainer': {'experiment_name': 'e', 'project_name': 'p'},\n"
+        "                            'stepjournal': {'policy': 'cache', 'path': 'j'}})\n"
+        "assert (found.policy, found.run) == ('cache', 'e_p'), found\n"
+        "assert issubclass(v.VerlStepError, v.VerlAdapterError)\n"
+        "try:\n"
+        "    from stepjournal.adapters.verl import attach\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    raise SystemExit('attach imported without verl')\n"
+        "assert 'verl' not in sys.modules and 'tensordict' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'stepjournal[verl]'" in result.stdout
+    assert "attach needs verl" in result.stdout

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._verl_errors import VerlDumpError
-from ._verl_v1_codec import TQBatch
+from ._errors import VerlDumpError
+from ._v1_codec import TQBatch
 
 __all__ = ["V1_DUMP_FILE", "is_v1_dump_folder", "load_tq_dump"]
 

@@ -29,10 +29,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from stepjournal._log import get_logger
 from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, Outcome, ServeRecorded, open_engine
 
-from ._verl_config import VerlJournalConfig, read_verl_config
-from ._verl_errors import VerlAdapterError
-from ._verl_rollout import _undecorated
-from ._verl_v1_codec import TQBatch
+from ._config import VerlJournalConfig, read_verl_config
+from ._errors import VerlAdapterError
+from ._hooks import undecorated as _undecorated
+from ._v1_codec import TQBatch
 
 __all__ = [
     "V1Journal",
@@ -65,7 +65,7 @@ def v1_trainer_mode(cfg: Any) -> str:
     Raises:
         ConfigError: the mode is not ``sync``, ``colocate_async`` or ``separate_async``.
     """
-    from ._verl_config import _select
+    from ._config import _select
 
     mode = _select(cfg, "trainer.v1.trainer_mode", "sync")
     if mode not in V1_TRAINER_MODES:

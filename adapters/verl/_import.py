@@ -31,9 +31,9 @@ from verl.protocol import DataProto
 from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError
 
-from ._verl_config import fingerprint_from_dump_folder, v1_file_identity
-from ._verl_errors import PickleRefusedError, VerlDumpError
-from ._verl_v1_import import is_v1_dump_folder, load_tq_dump
+from ._config import fingerprint_from_dump_folder, v1_file_identity
+from ._errors import PickleRefusedError, VerlDumpError
+from ._v1_import import is_v1_dump_folder, load_tq_dump
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
 
@@ -53,7 +53,8 @@ class VerlDump:
     """One dump found on disk (nothing read yet).
 
     Attributes:
-        form: ``skip_manager``, ``rollout_skip_v2``, ``rollout_skip_v2_pre`` or ``rollout_skip_v1``.
+        form: ``rollout_tq`` (V1), ``skip_manager``, ``rollout_skip_v2``, ``rollout_skip_v2_pre`` or
+            ``rollout_skip_v1``.
         path: the step folder or dump file.
         run: the run key (verl's ``{experiment}_{project}`` folder).
         fingerprint: what the folder names say (batch size, n, prompt and response lengths).
@@ -284,7 +285,7 @@ def import_verl_dumps(
 
     Raises:
         PickleRefusedError: `trust_pickle` is not True; nothing was read.
-        VerlDumpError: `dump_dir` is not a folder.
+        VerlDumpError: `dump_dir` is not a folder, or holds no dump of any layout above (the message lists them).
     """
     dumps, skipped = find_verl_dumps(dump_dir)
     if not dumps:

@@ -404,7 +404,7 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
 
     Raises:
         ConfigError: two forms are enabled at once, a value is malformed (the message names the key
-            and the value), or a form stepjournal does not replace (``skip.rollout_tq``) is enabled.
+            and the value).
     """
     forms = _enabled_forms(cfg)
     if overrides and not any(name == "stepjournal" for name, _ in forms):

@@ -1,11 +1,14 @@
-"""Journaled verl rollouts: wrap ``generate_sequences`` the way verl's own rollout skip did.
+"""The verl hook point: `JournaledRollout` wraps a ``generate_sequences`` the way verl's rollout skip did.
 
-`JournaledRollout` is the wrapper; `attach` installs one on a trainer's rollout manager (or worker
-group) with the step taken from ``trainer.global_steps``; `JournaledAgentLoopManager` is the same
-thing selected purely by config; `install_fully_async` does it for the fully-async rollouter, whose
-step is the feed index in ``sample_{epoch}_{index}`` uids. Decisions are the policies'; this module
-only finds each call's step and mode, hands the call to the `Engine`, and gives the trainer the
-input batch that belongs to a replayed output.
+This module finds each call's step and mode, hands the call to the `Engine`, and gives the trainer
+the input batch that belongs to a replayed output; the ways of installing it on a trainer, a manager
+class or the fully-async rollouter live in `_attach`. Decisions are the policies'.
+
+A call has two entry points, chosen by the caller, never guessed: ``rollout(prompts)`` from
+synchronous code (always the DataProto) and ``await rollout.acall(prompts)`` from a coroutine. Where
+the method replaced is an async verl method under verl's ``auto_await`` (``AgentLoopManager``),
+`JournaledRollout.install` puts ``acall`` under that same ``auto_await``, so each caller gets what
+verl's own method gives it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import contextvars
 import inspect
 import itertools
 import os
-import sys
 import threading
 import time
 from typing import Any, Callable, Optional, Tuple
@@ -29,16 +31,13 @@ from stepjournal._log import get_logger
 from stepjournal import Journal
 from stepjournal.policies import Engine, Outcome, PendingCall, open_engine
 
-from ._verl_config import VerlJournalConfig, _select, read_verl_config
-from ._verl_errors import MissingInputError, VerlAdapterError, VerlStepError
+from ._config import VerlJournalConfig, read_verl_config
+from ._errors import MissingInputError, VerlAdapterError, VerlStepError
 
 __all__ = [
     "JournaledRollout",
-    "attach",
-    "wrap_generate_sequences",
-    "rollout_from_config",
-    "install_fully_async",
-    "make_journaled_agent_loop_manager",
+    "align_batch",
+    "undecorated",
     "validate_mode",
     "meta_step",
     "feed_index_step",
@@ -110,7 +109,7 @@ def _skip_manager_file() -> Optional[str]:
     return os.path.realpath(module.__file__)
 
 
-def _undecorated(fn: Any) -> Any:
+def undecorated(fn: Any) -> Any:
     """`fn` without verl's `SkipManager.annotate` (and the layers around it), so only stepjournal decides.
 
     verl's SkipManager reads the same config keys a user migrates from; left in place it would dump and
@@ -163,8 +162,9 @@ class JournaledRollout:
     input batch is stored with the output, so `matching_batch` can give the trainer the prompts and
     ground truth that belong to a replayed output.
 
-    Synchronous callers get the DataProto; when the wrapped function is async (verl's
-    ``AgentLoopManager``), a caller that awaits gets a coroutine, like verl's own ``auto_await``.
+    Call it from synchronous code, ``await rollout.acall(prompts)`` from a coroutine. Installed in
+    place of an async verl method (``AgentLoopManager.generate_sequences``), it serves both kinds of
+    callers as that method does (see `install`).
 
     Args:
         generate: the function that generates (e.g. ``manager.generate_sequences``).
@@ -215,24 +215,13 @@ class JournaledRollout:
         path = self.journal.path if self.journal is not None else None
         return f"<JournaledRollout policy={policy!r} journal={path!r} calls={self.calls}>"
 
-    # -- calling -------------------------------------------------------------------------------------
+    # -- calling: one entry point for synchronous callers, one for coroutines ------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._dispatch(sys._getframe(1), args, kwargs)
-
-    def _dispatch(self, caller: Any, args: tuple, kwargs: dict) -> Any:
-        """Answer a call as the wrapped function would: a value, or a coroutine for an awaiting caller."""
-        if not self._async:
+        """The call, from synchronous code: the DataProto (an async `generate` is run to its end)."""
+        if self._async:
+            outcome = _run_blocking(self._call_async(args, kwargs))
+        else:
             outcome = self._call_sync(args, kwargs)
-            self._last.set(outcome)
-            return outcome.value
-        try:
-            asyncio.get_running_loop()
-            in_loop = True
-        except RuntimeError:
-            in_loop = False
-        if in_loop and caller is not None and caller.f_code.co_flags & inspect.CO_COROUTINE:
-            return self.acall(*args, **kwargs)
-        outcome = _run_blocking(self._call_async(args, kwargs))
         self._last.set(outcome)
         return outcome.value
 
@@ -369,16 +358,30 @@ class JournaledRollout:
 
     # -- installing and closing -----------------------------------------------------------------------------
     def install(self, obj: Any, attr: str = "generate_sequences") -> "JournaledRollout":
-        """Put this wrapper in place of ``obj.<attr>`` (an instance attribute); `uninstall` undoes it."""
+        """Put this wrapper in place of ``obj.<attr>`` (an instance attribute); `uninstall` undoes it.
+
+        When `generate` is async, what is installed is `acall` under verl's ``auto_await`` (the
+        decorator on verl's own ``AgentLoopManager.generate_sequences``), so a caller that awaits gets a
+        coroutine and a synchronous caller the DataProto, exactly as from the method replaced.
+        """
         current = getattr(obj, attr)
-        if isinstance(current, JournaledRollout):
+        owner = journaled_by(current)
+        if owner is not None:
             raise VerlAdapterError(
-                f"{type(obj).__name__}.{attr} is already journaled by {current!r}; attach once per trainer"
+                f"{type(obj).__name__}.{attr} is already journaled by {owner!r}; attach once per trainer"
             )
         had_own = attr in getattr(obj, "__dict__", {})
         self._installed = (obj, attr, current if had_own else None)
-        setattr(obj, attr, self)
+        setattr(obj, attr, self.awaitable_entry() if self._async else self)
         return self
+
+    def awaitable_entry(self) -> Callable[..., Any]:
+        """`acall` under verl's ``auto_await``: the calling convention of verl's async rollout methods."""
+        from verl.utils.ray_utils import auto_await
+
+        entry = auto_await(self.acall)
+        entry.stepjournal = self  # type: ignore[attr-defined]
+        return entry
 
     def uninstall(self) -> None:
         """Restore what `install` replaced."""
@@ -399,6 +402,14 @@ class JournaledRollout:
         self.uninstall()
         if self.journal is not None:
             self.journal.close()
+
+
+def journaled_by(fn: Any) -> Optional["JournaledRollout"]:
+    """The `JournaledRollout` that `fn` is (or whose installed entry it is), else None."""
+    if isinstance(fn, JournaledRollout):
+        return fn
+    found = getattr(fn, "stepjournal", None)
+    return found if isinstance(found, JournaledRollout) else None
 
 
 def align_batch(batch: DataProto, recorded: DataProto, *, rollout_n: int = 1) -> DataProto:
@@ -432,235 +443,3 @@ def align_batch(batch: DataProto, recorded: DataProto, *, rollout_n: int = 1) ->
                 value = recorded.batch.get(key)
                 tensors.set(key, value if index is None else value[torch.as_tensor(index)])
     return DataProto(batch=tensors, non_tensor_batch=non_tensor, meta_info=dict(batch.meta_info or {}))
-
-
-# -- ways to install it -------------------------------------------------------------------------------------
-
-
-def _step_function(
-    config: Optional[VerlJournalConfig], trainer: Any = None, *, fully_async: bool = False
-) -> Callable[[Any], int]:
-    source = config.step_source if config is not None else "auto"
-    if source == "feed_index" or (source == "auto" and fully_async):
-        return feed_index_step
-    if trainer is not None:
-
-        def trainer_step(prompts: Any) -> int:
-            step = getattr(trainer, "global_steps", None)
-            if step is None:
-                raise VerlStepError(f"{type(trainer).__name__} has no global_steps yet; call generate inside fit()")
-            return step
-
-        return trainer_step
-    return meta_step
-
-
-def rollout_from_config(
-    config: Any,
-    generate: Callable[..., Any],
-    *,
-    trainer: Any = None,
-    step_of: Optional[Callable[[Any], int]] = None,
-    **overrides: Any,
-) -> Optional[JournaledRollout]:
-    """Read a verl config, open its journal and engine, and wrap `generate`; None when no form is enabled.
-
-    Args:
-        config: the verl config (dict or OmegaConf), or an already read `VerlJournalConfig`.
-        generate: the function to wrap.
-        trainer: when given, steps come from ``trainer.global_steps`` (else from ``meta_info``, or
-            from the uid feed index for the fully-async form).
-        step_of: overrides where steps come from.
-        overrides: native ``stepjournal`` keys (``policy=``, ``path=`` ...) applied on top.
-    """
-    cfg = config if isinstance(config, VerlJournalConfig) else read_verl_config(config, **overrides)
-    if cfg is None:
-        return None
-    engine = open_engine(cfg.engine)
-    return JournaledRollout(
-        _undecorated(generate),
-        engine,
-        step_of=step_of or _step_function(cfg, trainer),
-        rollout_n=cfg.rollout_n,
-        config=cfg,
-    )
-
-
-def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **overrides: Any) -> JournaledRollout:
-    """Journal a verl trainer's rollouts: wrap its rollout entry point, steps from ``trainer.global_steps``.
-
-    Call it after ``trainer.init_workers()`` and before ``trainer.fit()``. It wraps
-    ``trainer.async_rollout_manager.generate_sequences`` (verl's `AgentLoopManager`), or
-    ``trainer.actor_rollout_wg.generate_sequences`` when there is no manager.
-
-    Args:
-        trainer: the trainer (e.g. verl's ``RayPPOTrainer``).
-        config: the verl config to read (default ``trainer.config``).
-        target: the attribute holding the rollout object, to choose it yourself.
-        overrides: native ``stepjournal`` keys (``policy=``, ``path=``, ``fingerprint=`` ...).
-
-    Returns:
-        The installed `JournaledRollout` (its ``matching_batch`` gives the batch that matches a replay).
-
-    Raises:
-        ConfigError: the config enables no form (and no ``policy=`` was given), or enables two.
-    """
-    from ._verl_v1 import attach_v1, is_v1_trainer
-
-    if is_v1_trainer(trainer):
-        return attach_v1(trainer, config=config, **overrides)
-    config = config if config is not None else getattr(trainer, "config", None)
-    if target is None:
-        target = "async_rollout_manager" if getattr(trainer, "async_rollout_manager", None) is not None else "actor_rollout_wg"
-    obj = getattr(trainer, target, None)
-    if obj is None:
-        raise VerlAdapterError(
-            f"{type(trainer).__name__} has no {target}: call attach(trainer) after trainer.init_workers()"
-        )
-    rollout = rollout_from_config(config if config is not None else {}, obj.generate_sequences, trainer=trainer, **overrides)
-    if rollout is None:
-        from stepjournal.policies import ConfigError
-
-        raise ConfigError(
-            "the verl config enables neither a stepjournal section nor a rollout-skip form: add "
-            "stepjournal.policy (e.g. +stepjournal.policy=cache) or pass attach(trainer, policy='cache')"
-        )
-    rollout.install(obj, "generate_sequences")
-    log.info("verl_attached", target=target, policy=rollout.config.policy, journal=rollout.journal.path)
-    return rollout
-
-
-def wrap_generate_sequences(
-    obj: Any,
-    *,
-    config: Any = None,
-    engine: Optional[Engine] = None,
-    step_of: Callable[[Any], int] = meta_step,
-    attr: str = "generate_sequences",
-    rollout_n: int = 1,
-    **overrides: Any,
-) -> JournaledRollout:
-    """Journal ``obj.generate_sequences`` of any rollout object (a worker group, your own manager).
-
-    Give either a verl `config` (read with `read_verl_config`, plus `overrides`) or a ready `engine`.
-    Steps come from `step_of` (default: ``meta_info["global_steps"]``).
-    """
-    generate = getattr(obj, attr)
-    if engine is not None:
-        rollout = JournaledRollout(_undecorated(generate), engine, step_of=step_of, rollout_n=rollout_n)
-    else:
-        rollout = rollout_from_config(config if config is not None else {}, generate, step_of=step_of, **overrides)
-        if rollout is None:
-            from stepjournal.policies import ConfigError
-
-            raise ConfigError("the config enables no stepjournal or rollout-skip form; pass policy=... or engine=...")
-    return rollout.install(obj, attr)
-
-
-# -- the config-only routes -----------------------------------------------------------------------------------
-
-_MANAGER_CLASS: Any = None
-_MANAGER_LOCK = threading.Lock()
-
-
-def make_journaled_agent_loop_manager() -> type:
-    """Build (once) `JournaledAgentLoopManager`, a subclass of verl's ``AgentLoopManager``.
-
-    Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=
-    stepjournal.adapters.verl.JournaledAgentLoopManager``: verl's trainer then builds it instead of its
-    own manager, and every ``generate_sequences`` call is journaled per the config's stepjournal
-    section (or verl skip form), with the step from ``meta_info["global_steps"]``.
-    """
-    global _MANAGER_CLASS
-    with _MANAGER_LOCK:
-        if _MANAGER_CLASS is not None:
-            return _MANAGER_CLASS
-        from verl.experimental.agent_loop import AgentLoopManager
-
-        class JournaledAgentLoopManager(AgentLoopManager):
-            """verl's AgentLoopManager with journaled ``generate_sequences`` (see `make_journaled_agent_loop_manager`)."""
-
-            @classmethod
-            def create(cls, *args: Any, **kwargs: Any) -> Any:
-                config = kwargs.get("config", args[0] if args else None)
-                if _select(config, "trainer.use_v1", False) is True:
-                    # verl's default V1 trainer moves batches through TransferQueue: its own manager class.
-                    from ._verl_v1 import make_journaled_agent_loop_manager_tq
-
-                    return make_journaled_agent_loop_manager_tq().create(*args, **kwargs)
-                return super().create(*args, **kwargs)
-
-            def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
-                super().__init__(config, *args, **kwargs)
-                self.stepjournal = rollout_from_config(config, self._stepjournal_generate)
-                if self.stepjournal is None:
-                    log.warning(
-                        "journaled_manager_disabled",
-                        reason="the config enables no stepjournal section or rollout-skip form",
-                    )
-                    self.stepjournal = JournaledRollout(super().generate_sequences, None, step_of=meta_step)
-
-            async def _stepjournal_generate(self, prompts: DataProto) -> DataProto:
-                return await _undecorated(AgentLoopManager.generate_sequences)(self, prompts)
-
-            def generate_sequences(self, prompts: DataProto) -> Any:
-                return self.stepjournal._dispatch(sys._getframe(1), (prompts,), {})
-
-        JournaledAgentLoopManager.__module__ = "stepjournal.adapters.verl"
-        JournaledAgentLoopManager.__qualname__ = "JournaledAgentLoopManager"
-        _MANAGER_CLASS = JournaledAgentLoopManager
-        return _MANAGER_CLASS
-
-
-def install_fully_async(manager_cls: Optional[type] = None) -> type:
-    """Journal the fully-async rollouter's ``generate_sequences_single`` in this process.
-
-    Each manager reads its own ``config`` on first use; the step is the feed index from the
-    ``sample_{epoch}_{index}`` uid (``skip.async_rollout`` form, or ``stepjournal.step_source:
-    feed_index``). Concurrent calls from asyncio tasks or threads are safe. Use it as Ray's
-    ``runtime_env.worker_process_setup_hook`` so that the rollouter's actor process runs it.
-
-    Args:
-        manager_cls: the class to patch (default verl's ``FullyAsyncAgentLoopManager``).
-
-    Returns:
-        The patched class.
-    """
-    if manager_cls is None:
-        from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncAgentLoopManager
-
-        manager_cls = FullyAsyncAgentLoopManager
-    if getattr(manager_cls, "_stepjournal_installed", False):
-        return manager_cls
-    raw = _undecorated(manager_cls.generate_sequences_single)
-    lock = threading.Lock()
-
-    def rollout_of(manager: Any) -> JournaledRollout:
-        found = manager.__dict__.get("_stepjournal")
-        if found is not None:
-            return found
-        with lock:
-            found = manager.__dict__.get("_stepjournal")
-            if found is None:
-                bound = raw.__get__(manager)
-                config = getattr(manager, "config", None)
-                cfg = read_verl_config(config) if config is not None else None
-                found = None
-                if cfg is not None:
-                    found = rollout_from_config(cfg, bound, step_of=_step_function(cfg, fully_async=True))
-                if found is None:
-                    found = JournaledRollout(bound, None, step_of=feed_index_step)
-                manager.__dict__["_stepjournal"] = found
-            return found
-
-    async def generate_sequences_single(self: Any, prompts: DataProto) -> DataProto:
-        return await rollout_of(self).acall(prompts)
-
-    generate_sequences_single.__qualname__ = f"{manager_cls.__qualname__}.generate_sequences_single"
-    generate_sequences_single.__wrapped__ = raw  # type: ignore[attr-defined]
-    manager_cls.generate_sequences_single = generate_sequences_single
-    manager_cls._stepjournal_installed = True
-    manager_cls.stepjournal = property(rollout_of)
-    log.info("fully_async_installed", manager=manager_cls.__qualname__)
-    return manager_cls
-
