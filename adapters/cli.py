@@ -721,6 +721,17 @@ def cmd_reindex(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 # -- import-verl -------------------------------------------------------------------------------------
+def _verl_run_config(path: Optional[str]) -> Any:
+    if path is None:
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(path)
+    except Exception as exc:  # a missing file or YAML that does not parse: say which
+        raise _Failure(f"--config {path!r} cannot be read as a verl config: {exc}") from None
+
+
 def cmd_import_verl(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Import verl RolloutSkip / SkipManager dump folders into a journal (writes to it; docs/verl.md)."""
     try:
@@ -736,6 +747,7 @@ def cmd_import_verl(args: argparse.Namespace, out: Console, err: Console) -> int
             args.dump_dir,
             args.journal,
             trust_pickle=True,
+            config=_verl_run_config(args.config),
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     if args.json:
@@ -821,6 +833,9 @@ def _parser() -> _Parser:
                    help="the journal folder to write into (created when missing)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load the dumps although they are pickles (only for dumps you made, in a folder only you write)")
+    p.add_argument("--config", metavar="YAML", default=None,
+                   help="the verl config of the run that wrote the dumps (e.g. its .hydra/config.yaml): its model, "
+                   "sampling settings and train files join the records' fingerprint")
     p.add_argument("--json", action="store_true", help="print the import report as JSON")
     p.set_defaults(fn=cmd_import_verl)
     return parser

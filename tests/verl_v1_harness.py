@@ -89,7 +89,8 @@ def compose(overrides: List[str]) -> Any:
         return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
-def mode_overrides(mode: str, root: str, dump_dir: str, *, n: int = 2, batch: int = 4, extra: List[str] = ()) -> List[str]:
+def mode_overrides(mode: str, root: str, *, n: int = 2, batch: int = 4, steps: int = 3,
+                   extra: List[str] = ()) -> List[str]:
     model = make_model_dir(root)
     data = make_train_file(root)
     parameter_sync = 2 if mode == "separate_async" else 1
@@ -108,7 +109,7 @@ def mode_overrides(mode: str, root: str, dump_dir: str, *, n: int = 2, batch: in
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch // parameter_sync}",
         "algorithm.adv_estimator=grpo",
         "algorithm.rollout_correction.bypass_mode=true",
-        "trainer.total_training_steps=3",
+        f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
@@ -116,7 +117,6 @@ def mode_overrides(mode: str, root: str, dump_dir: str, *, n: int = 2, batch: in
         "trainer.resume_mode=disable",
         "trainer.experiment_name=v1_" + mode,
         "trainer.project_name=stepjournal",
-        f"+stepjournal.dump_dir={dump_dir}",
     ]
     if mode == "separate_async":
         out += [
@@ -126,6 +126,40 @@ def mode_overrides(mode: str, root: str, dump_dir: str, *, n: int = 2, batch: in
             "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
         ]
     return out + list(extra)
+
+
+def journal_overrides(root: str, policy: str = "cache") -> List[str]:
+    """stepjournal's own section."""
+    return [f"+stepjournal.dump_dir={os.path.join(root, 'dumps')}", f"+stepjournal.policy='{policy}'"]
+
+
+def verl_skip_overrides(root: str) -> List[str]:
+    """verl's own V1 skip (``skip.rollout_tq``): read by stepjournal when attached, else run by verl."""
+    return ["skip.rollout_tq.enable=true", "skip.rollout_tq.steps=[1,2,3]", "skip.rollout_tq.action=cache",
+            f"skip.rollout_tq.dump_dir={os.path.join(root, 'verl_dumps')}"]
+
+
+def passes(root: str, phase: str) -> List[Dict[str, Any]]:
+    """The runs of one process: name, mode, overrides, whether stepjournal attaches, whether the sampler fails."""
+    modes = ("sync", "colocate_async", "separate_async")
+    if phase == "record":
+        out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True, fail=False) for m in modes]
+        # verl's own RolloutTqSkip writes tq_batch.pt dumps (torch.save), for import-verl to migrate.
+        out += [dict(name=f"verl_{m}", mode=m, extra=verl_skip_overrides(root), attach=False, fail=False)
+                for m in ("sync", "separate_async")]
+        return out
+    out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True, fail=True) for m in modes]
+    # Steps 4 and 5 were never recorded: `nearest` serves step 3's batch under their own prompts.
+    out.append(dict(name="sync_nearest", mode="sync", extra=journal_overrides(root, "nearest@1-5;passthrough"),
+                    attach=True, fail=True, steps=5))
+    # The imported verl dumps, replayed by stepjournal reading verl's own skip.rollout_tq section.
+    out += [dict(name=f"verl_{m}", mode=m, extra=verl_skip_overrides(root), attach=True, fail=True)
+            for m in ("sync", "separate_async")]
+    return out
+
+
+def run_config(root: str, run: Dict[str, Any]) -> Any:
+    return compose(mode_overrides(run["mode"], root, steps=run.get("steps", 3), extra=run["extra"]))
 
 
 # -- stand-ins for what needs a GPU ---------------------------------------------------------------------
@@ -292,8 +326,8 @@ def summary(trainer: Any) -> List[Dict[str, Any]]:
     return out
 
 
-def run_modes(root: str, phase: str, modes: List[str], out_path: str, policy: str = "cache") -> None:
-    """Record (``phase="record"``) or replay (the sampler raises) each mode's 3 steps; write what the actor saw."""
+def run_phase(root: str, phase: str, out_path: str) -> None:
+    """Every run of `passes` in this process, on one local Ray and TransferQueue; what each actor saw, as JSON."""
     import ray
     import transfer_queue as tq
     from omegaconf import OmegaConf
@@ -304,25 +338,27 @@ def run_modes(root: str, phase: str, modes: List[str], out_path: str, policy: st
     tq.init(OmegaConf.create(TQ_CONF))
     results: Dict[str, Any] = {}
     try:
-        for mode in modes:
-            config = compose(mode_overrides(mode, root, os.path.join(root, "dumps"),
-                                            extra=[f"+stepjournal.policy={policy}"]))
-            trainer = build_trainer(config, mode)
-            journal = attach(trainer)
-            loop = TinyAgentLoop(config, trainer.tokenizer, seed=7, fail=(phase == "replay"))
+        for run in passes(root, phase):
+            config = run_config(root, run)
+            trainer = build_trainer(config, run["mode"])
+            journal = attach(trainer) if run["attach"] else None
+            loop = TinyAgentLoop(config, trainer.tokenizer, seed=7, fail=run["fail"])
             try:
                 trainer.fit(loop)
             finally:
-                journal.close()
+                if journal is not None:
+                    journal.close()
             leftover = tq.kv_list() or {}
             for partition, items in leftover.items():
                 if items:
                     tq.kv_clear(keys=list(items), partition_id=partition)
-            results[mode] = {
+            results[run["name"]] = {
                 "updates": summary(trainer),
-                "actions": [(o.action, o.ctx.step, o.ctx.gen_index, o.ctx.mode) for o in journal.outcomes],
+                "actions": [[o.action, o.ctx.step, o.ctx.gen_index, o.ctx.mode,
+                             o.source.step if o.source is not None else None]
+                            for o in (journal.outcomes if journal is not None else [])],
                 "generate_calls": loop.calls,
-                "held": journal.held,
+                "held": journal.held if journal is not None else 0,
             }
     finally:
         tq.close()
@@ -334,4 +370,4 @@ def run_modes(root: str, phase: str, modes: List[str], out_path: str, policy: st
 if __name__ == "__main__":
     import sys
 
-    run_modes(sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4], *(sys.argv[5:6]))
+    run_phase(sys.argv[1], sys.argv[2], sys.argv[3])

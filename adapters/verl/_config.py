@@ -35,6 +35,8 @@ __all__ = [
     "verl_run_key",
     "verl_fingerprint",
     "fingerprint_from_dump_folder",
+    "config_fingerprint_extras",
+    "GENERATION_KEYS",
     "JOURNAL_DIRNAME",
     "DEFAULT_DUMP_DIR",
 ]
@@ -60,6 +62,7 @@ _NATIVE_KEYS = {
     "bypass_modes": "bypass_modes",
     "max_size": "max_size",
     "step_source": None,
+    "fingerprint_ignore": None,
 }
 _STEP_SOURCES = ("global_steps", "feed_index")
 
@@ -193,20 +196,63 @@ def verl_run_key(cfg: Any) -> str:
     return f"{experiment}_{project}"
 
 
-def verl_fingerprint(cfg: Any) -> Dict[str, Any]:
-    """What a recorded generation must match: generation batch size, ``rollout.n``, prompt and response lengths.
+# What else changes what generation produces: fingerprint key -> config key. A key enters the
+# fingerprint only when the config sets it (not None), so configs and imported dumps that do not
+# name it still match each other.
+GENERATION_KEYS = {
+    "verl.model_path": "actor_rollout_ref.model.path",
+    "verl.tokenizer_path": "actor_rollout_ref.model.tokenizer_path",
+    "verl.chat_template": "actor_rollout_ref.model.custom_chat_template",
+    "verl.temperature": "actor_rollout_ref.rollout.temperature",
+    "verl.top_p": "actor_rollout_ref.rollout.top_p",
+    "verl.top_k": "actor_rollout_ref.rollout.top_k",
+    "verl.do_sample": "actor_rollout_ref.rollout.do_sample",
+    "verl.train_files": "data.train_files",
+}
 
-    The batch size is ``data.gen_batch_size``, else ``data.train_batch_size`` (as verl's dumps use).
+
+def verl_fingerprint(cfg: Any) -> Dict[str, Any]:
+    """What a recorded generation must match (docs/verl.md lists each key).
+
+    Always: generation batch size (``data.gen_batch_size``, else ``data.train_batch_size``, as verl's
+    dumps use), ``rollout.n``, prompt and response lengths. When the config sets them: model and
+    tokenizer paths, custom chat template, temperature, top_p, top_k, do_sample and the train files
+    (`GENERATION_KEYS`).
     """
     gbs = _select(cfg, "data.gen_batch_size", None)
     if gbs is None:
         gbs = _select(cfg, "data.train_batch_size", 0)
-    return {
+    found = {
         "verl.gen_batch_size": _scalar(gbs),
         "verl.rollout_n": _scalar(_select(cfg, "actor_rollout_ref.rollout.n", 0)),
         "verl.max_prompt_length": _scalar(_select(cfg, "data.max_prompt_length", 0)),
         "verl.max_response_length": _scalar(_select(cfg, "data.max_response_length", 0)),
     }
+    for name, key in GENERATION_KEYS.items():
+        value = _select(cfg, key, None)
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        if isinstance(value, float) and not value.is_integer():
+            found[name] = value
+        elif value is not None:
+            found[name] = _scalar(value)
+    return found
+
+
+def config_fingerprint_extras(cfg: Any) -> Dict[str, Any]:
+    """The fingerprint values a dump folder's name cannot spell, read from the verl config that made the dumps.
+
+    The `GENERATION_KEYS` the config sets, then its ``stepjournal.fingerprint`` extras, less its
+    ``stepjournal.fingerprint_ignore`` keys: what `import_verl_dumps` adds to each imported record
+    when given ``config=``.
+    """
+    found = {k: v for k, v in verl_fingerprint(cfg).items() if k in GENERATION_KEYS}
+    extras = _select(cfg, "stepjournal.fingerprint", None) or {}
+    if isinstance(extras, Mapping):
+        found.update(extras)
+    for key in _select(cfg, "stepjournal.fingerprint_ignore", None) or []:
+        found.pop(key, None)
+    return found
 
 
 _DUMP_FOLDER = re.compile(r"^GBS(?P<gbs>[^_]+)_N(?P<n>[^_]+)_in(?P<prompt>[^_]+)_out(?P<response>.+)$")
@@ -388,6 +434,7 @@ def _native(section: Any, overrides: Mapping[str, Any]) -> Tuple[Dict[str, Any],
     settings = {field: data[key] for key, field in _NATIVE_KEYS.items() if field and key in data and key != "path"}
     settings["path"] = path
     settings["fingerprint"] = data.get("fingerprint") or {}
+    settings["fingerprint_ignore"] = data.get("fingerprint_ignore") or []
     return settings, step_source, tuple(f"stepjournal.{k}" for k in data)
 
 
@@ -420,10 +467,17 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
     form, section = forms[0]
     step_source = "global_steps"
     extra_fp: Dict[str, Any] = {}
+    ignored_fp: List[str] = []
     settings: Dict[str, Any]
     if form == "stepjournal":
         settings, step_source, keys = _native(section, overrides)
         extra_fp = settings.pop("fingerprint", None) or {}
+        ignored_fp = settings.pop("fingerprint_ignore", None) or []
+        if not isinstance(ignored_fp, (list, tuple)) or not all(isinstance(k, str) for k in ignored_fp):
+            raise ConfigError(
+                f"stepjournal.fingerprint_ignore={ignored_fp!r} must be a list of fingerprint keys such as "
+                "['verl.model_path']"
+            )
         if not isinstance(extra_fp, Mapping):
             raise ConfigError(f"stepjournal.fingerprint={extra_fp!r} must be a mapping of names to scalars")
     elif form == "rollout_skip_v1":
@@ -443,6 +497,8 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
         if not isinstance(key, str):
             raise ConfigError(f"stepjournal.fingerprint key {key!r} must be a string")
         fingerprint[key] = value
+    for key in ignored_fp:
+        fingerprint.pop(key, None)
     settings.setdefault("run", verl_run_key(cfg))
     settings["fingerprint"] = fingerprint
     try:

@@ -31,7 +31,7 @@ from verl.protocol import DataProto
 from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError
 
-from ._config import fingerprint_from_dump_folder, v1_file_identity
+from ._config import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
 from ._errors import PickleRefusedError, VerlDumpError
 from ._v1_import import is_v1_dump_folder, load_tq_dump
 
@@ -263,6 +263,7 @@ def import_verl_dumps(
     progress: Optional[Callable[[int, int], None]] = None,
     fingerprint: Optional[Dict[str, Any]] = None,
     replace: bool = False,
+    config: Any = None,
 ) -> ImportReport:
     """Import verl v1/v2/SkipManager dump folders into a journal, keeping their steps.
 
@@ -277,6 +278,10 @@ def import_verl_dumps(
         progress: called as ``progress(done, total)`` after each dump.
         fingerprint: extra or corrected fingerprint values (e.g. those of a ``stepjournal.fingerprint``
             section), merged over what the folder names say.
+        config: the verl config of the run that wrote the dumps (dict, OmegaConf, or the
+            ``.hydra/config.yaml`` Hydra saved, loaded): its model, tokenizer, sampling settings and train
+            files (`config_fingerprint_extras`) join each record's fingerprint, so that config replays
+            them; without it the records carry only what the folder names spell.
         replace: import a dump even when the journal already has a record at its step and index
             (the import then becomes the one replayed); by default such dumps are skipped.
 
@@ -287,6 +292,8 @@ def import_verl_dumps(
         PickleRefusedError: `trust_pickle` is not True; nothing was read.
         VerlDumpError: `dump_dir` is not a folder, or holds no dump of any layout above (the message lists them).
     """
+    if config is not None:
+        fingerprint = {**config_fingerprint_extras(config), **(fingerprint or {})}
     dumps, skipped = find_verl_dumps(dump_dir)
     if not dumps:
         left = f"; left out: {'; '.join(f'{s.source} ({s.reason})' for s in skipped)}" if skipped else ""
