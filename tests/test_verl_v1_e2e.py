@@ -79,7 +79,8 @@ def test_the_sync_trainer_replays_three_steps_in_a_new_process_without_generatin
     assert runs["replayed"]["sync"]["held"] == 3  # each step's prompts drawn, none submitted
 
 
-def test_the_colocated_async_trainer_replays_three_steps_and_holds_its_warmup_prompts_back(runs):
+def test_the_colocated_async_trainer_replays_three_steps_through_the_no_code_route_holding_its_warmup_back(runs):
+    """The replay run attaches through the wrapped fit() that JournaledAgentLoopManager under use_v1 installs."""
     _assert_replayed(runs, "colocate_async")
     assert runs["replayed"]["colocate_async"]["held"] == 4  # warm-up batch + one per step
 

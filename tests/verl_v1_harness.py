@@ -149,6 +149,9 @@ def passes(root: str, phase: str) -> List[Dict[str, Any]]:
                 for m in ("sync", "separate_async")]
         return out
     out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True, fail=True) for m in modes]
+    # The no-code route: the agent loop manager is marked as JournaledAgentLoopManager's V1 form is,
+    # and the trainer's own (wrapped) fit attaches the journal.
+    out[1]["route"] = "manager"
     # Steps 4 and 5 were never recorded: `nearest` serves step 3's batch under their own prompts.
     out.append(dict(name="sync_nearest", mode="sync", extra=journal_overrides(root, "nearest@1-5;passthrough"),
                     attach=True, fail=True, steps=5))
@@ -333,6 +336,7 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
     from omegaconf import OmegaConf
 
     from stepjournal.adapters.verl import attach
+    from stepjournal.adapters.verl._v1_hooks import make_journaled_agent_loop_manager_tq
 
     ray.init(num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
     tq.init(OmegaConf.create(TQ_CONF))
@@ -341,13 +345,20 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
         for run in passes(root, phase):
             config = run_config(root, run)
             trainer = build_trainer(config, run["mode"])
-            journal = attach(trainer) if run["attach"] else None
             loop = TinyAgentLoop(config, trainer.tokenizer, seed=7, fail=run["fail"])
-            try:
+            if run.get("route") == "manager":
+                make_journaled_agent_loop_manager_tq()  # wraps PPOTrainer.fit, as the manager class does
+                loop._stepjournal_v1 = True
                 trainer.fit(loop)
-            finally:
-                if journal is not None:
-                    journal.close()
+                journal = trainer.stepjournal
+                assert journal.closed
+            else:
+                journal = attach(trainer) if run["attach"] else None
+                try:
+                    trainer.fit(loop)
+                finally:
+                    if journal is not None:
+                        journal.close()
             leftover = tq.kv_list() or {}
             for partition, items in leftover.items():
                 if items:

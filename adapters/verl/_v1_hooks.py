@@ -154,6 +154,7 @@ class V1Journal:
         self.config = config
         self.outcomes: List[Outcome] = []
         self.held = 0
+        self.closed = False
         self._held: Dict[int, Deque[Any]] = {}
         self._samples: Dict[int, int] = collections.Counter()
         self._installed: List[Tuple[Any, str, bool, Any]] = []
@@ -267,7 +268,8 @@ class V1Journal:
     def install(self) -> "V1Journal":
         """Put the hooks on the trainer and its replay buffer (instance attributes); `uninstall` undoes them."""
         trainer, buffer = self.trainer, self.trainer.replay_buffer
-        if isinstance(getattr(trainer, "stepjournal", None), V1Journal):
+        current = getattr(trainer, "stepjournal", None)
+        if isinstance(current, V1Journal) and not current.closed:
             raise VerlAdapterError(f"{type(trainer).__name__} is already journaled by {trainer.stepjournal!r}; attach once")
         for obj, attr, value in (
             (trainer, "_add_batch_to_generate", self.add_batch_to_generate),
@@ -292,9 +294,10 @@ class V1Journal:
                 obj.__dict__.pop(attr, None)
 
     def close(self) -> None:
-        """Uninstall and close the journal."""
+        """Uninstall and close the journal (`outcomes` stay readable)."""
         self.uninstall()
         self.journal.close()
+        self.closed = True
 
 
 def attach_v1(trainer: Any, *, config: Any = None, **overrides: Any) -> V1Journal:
@@ -330,11 +333,15 @@ def attach_v1(trainer: Any, *, config: Any = None, **overrides: Any) -> V1Journa
 
 
 def journal_v1_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
-    """``PPOTrainer.fit`` that attaches the journal first when its agent loop manager asks for it."""
+    """``PPOTrainer.fit`` that attaches the journal first when its agent loop manager asks for it.
+
+    After fit, ``trainer.stepjournal`` is the (closed) `V1Journal`, its ``outcomes`` readable.
+    """
 
     def fit_with_journal(self: Any, agent_loop_manager: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(agent_loop_manager, "_stepjournal_v1", False) and not isinstance(
-            getattr(self, "stepjournal", None), V1Journal
+        current = getattr(self, "stepjournal", None)
+        if getattr(agent_loop_manager, "_stepjournal_v1", False) and not (
+            isinstance(current, V1Journal) and not current.closed
         ):
             if read_verl_config(self.config) is None:
                 log.warning("journaled_manager_disabled", reason="the config enables no stepjournal section or rollout-skip form")
@@ -344,6 +351,7 @@ def journal_v1_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
                 return fit(self, agent_loop_manager, *args, **kwargs)
             finally:
                 journaled.close()
+                self.stepjournal = journaled  # closed; its outcomes stay readable after fit
         return fit(self, agent_loop_manager, *args, **kwargs)
 
     fit_with_journal.__wrapped__ = fit  # type: ignore[attr-defined]
