@@ -334,7 +334,14 @@ class Engine:
         """
         if hooks.prepare_input is not None and (input is not None or input_digest is not None):
             raise TypeError("pass the call's input either as input=/input_digest= or through hooks.prepare_input")
-        pending, input = yield functools.partial(self._open, step, mode, gen_index, input, input_digest, hooks)
+
+        def decide() -> Tuple[PendingCall, Any]:
+            given, digest = input, input_digest
+            if hooks.prepare_input is not None and mode not in self.options.bypass_modes:
+                given, digest = hooks.prepare_input()  # a bypassed call stores no input
+            return self.begin(step, mode=mode, gen_index=gen_index, input_digest=digest), given
+
+        pending, input = yield decide
         if pending.outcome is not None:
             if hooks.from_stored is _served_value:
                 return pending.outcome
@@ -345,20 +352,6 @@ class Engine:
         stored = hooks.to_stored(output)
         outcome = yield functools.partial(self.finish, pending, stored, input=input, duration_s=duration)
         return outcome if stored is output else attrs.evolve(outcome, value=output)
-
-    def _open(
-        self,
-        step: int,
-        mode: str,
-        gen_index: Optional[int],
-        input: Any,
-        input_digest: Optional[str],
-        hooks: CallHooks,
-    ) -> Tuple[PendingCall, Any]:
-        """Prepare the call's input (unless its mode is bypassed) and `begin` it."""
-        if hooks.prepare_input is not None and mode not in self.options.bypass_modes:
-            input, input_digest = hooks.prepare_input()
-        return self.begin(step, mode=mode, gen_index=gen_index, input_digest=input_digest), input
 
     # -- validity checks ---------------------------------------------------------------------------------
     def _damaged(self, ctx: CallContext, policy: str, exc: IntegrityError) -> GenerateCall:
