@@ -17,17 +17,19 @@ from ._base import (
 )
 from ._builtin import BUILTIN_POLICIES, Bypass, Cache, Dump, Nearest, Passthrough, Repeat, RepeatLast, Replay
 from ._config import EngineConfig, load_config, open_engine
-from ._engine import Engine, Outcome, PendingCall
+from ._engine import CallHooks, Engine, Outcome, PendingCall
 from ._errors import (
     ConfigError,
     FingerprintMismatchError,
     InputMismatchError,
+    OptionError,
     PluginError,
     PolicyError,
     ReplayMissError,
     ReplayRefusedError,
     SpecError,
 )
+from ._options import EngineOptions
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
 
@@ -59,6 +61,8 @@ __all__ = [
     "Passthrough",
     "Bypass",
     "Engine",
+    "EngineOptions",
+    "CallHooks",
     "Outcome",
     "PendingCall",
     "EngineConfig",
@@ -68,6 +72,7 @@ __all__ = [
     "SpecError",
     "PluginError",
     "ConfigError",
+    "OptionError",
     "ReplayRefusedError",
     "ReplayMissError",
     "FingerprintMismatchError",

@@ -11,6 +11,7 @@ __all__ = [
     "SpecError",
     "PluginError",
     "ConfigError",
+    "OptionError",
     "ReplayRefusedError",
     "ReplayMissError",
     "FingerprintMismatchError",
@@ -32,6 +33,22 @@ class PluginError(PolicyError):
 
 class ConfigError(PolicyError, ValueError):
     """A stepjournal config has a bad key or value; the message names both."""
+
+
+class OptionError(ConfigError):
+    """An engine option has a value it does not take; the message names the option, the value and what it takes.
+
+    Attributes:
+        option: the option's name (e.g. ``"on_corrupt"``).
+        value: the value given.
+        allowed: the values the option takes, in words (e.g. ``"'error' or 'regenerate'"``).
+    """
+
+    def __init__(self, option: str, value: Any, allowed: str) -> None:
+        super().__init__(f"engine option {option}={value!r} is not valid: use {allowed}")
+        self.option = option
+        self.value = value
+        self.allowed = allowed
 
 
 class ReplayRefusedError(PolicyError):

@@ -456,7 +456,7 @@ def test_config_from_dict_yaml_and_omegaconf_builds_the_same_engine(tmp_path):
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"path": "j", "polcy": "cache"}, "extra fields found \\(polcy\\)"),
+        ({"path": "j", "polcy": "cache"}, "unknown key.*'polcy' \\(did you mean 'policy'\\?\\)"),
         ({"path": "j", "verify_input": "yes"}, "verify_input.*'yes'"),
         ({"path": "j", "policy": "cachee"}, "policy='cachee'"),
         ({"policy": "cache"}, "config.path"),
