@@ -23,11 +23,14 @@ from ._errors import (
     FingerprintMismatchError,
     InputMismatchError,
     PluginError,
+    PluginLoadError,
     PolicyError,
     ReplayMissError,
     ReplayRefusedError,
     SpecError,
+    SpecWarning,
 )
+from ._plugins import PluginStatus, plugin_report
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
 
@@ -35,6 +38,8 @@ __all__ = [
     "parse",
     "policy_by_name",
     "plugin_names",
+    "plugin_report",
+    "PluginStatus",
     "PLUGIN_GROUP",
     "DISABLE_PLUGINS_ENV",
     "StepRange",
@@ -66,7 +71,9 @@ __all__ = [
     "open_engine",
     "PolicyError",
     "SpecError",
+    "SpecWarning",
     "PluginError",
+    "PluginLoadError",
     "ConfigError",
     "ReplayRefusedError",
     "ReplayMissError",
