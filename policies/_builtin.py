@@ -10,6 +10,9 @@
 | `nearest`     | exact, else largest earlier, else smallest later step | nothing recorded: generate and store |
 | `passthrough` | generate, store nothing (journaled)| generate, store nothing (journaled)            |
 | `bypass`      | generate outside the journal (journaled as bypassed) | same                         |
+
+In a `Schedule`, `repeat`, `repeat_last` and `nearest` get a view restricted to the steps earlier
+recording clauses cover (``dump@1-5;repeat`` cycles through 1-5 only); their reasons name that scope.
 """
 
 from __future__ import annotations
