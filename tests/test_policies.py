@@ -511,6 +511,17 @@ def test_unreachable_warning_matches_the_steps_earlier_clauses_take(earlier, las
     assert bool(last_clause) == covered
 
 
+@given(st.text(alphabet="cahedumpry_plast()=,;@-:*0123456789 onmisgtfx.", max_size=40))
+def test_any_spec_text_parses_or_raises_spec_error(text):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpecWarning)
+        try:
+            policy = parse(text)
+        except SpecError:
+            return
+    assert isinstance(policy.name, str) and callable(policy.decide)
+
+
 def test_builtin_arguments_are_checked_when_the_spec_is_parsed():
     with pytest.raises(SpecError, match=r"policy 'replay' \(built-in policy\): argument on_missing must be one of 'error', 'generate', got 'maybe'"):
         parse("replay(on_missing=maybe)")
