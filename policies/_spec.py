@@ -13,7 +13,7 @@ import attrs
 
 from ._base import CallContext, Decision, JournalView, is_policy
 from ._builtin import BUILTIN_POLICIES, Bypass, Nearest, Passthrough, Repeat, RepeatLast
-from ._errors import PluginError, SpecError, SpecWarning
+from ._errors import SpecError, SpecWarning
 from ._plugins import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, load_plugin, not_a_policy, plugin_names
 from ._ranges import StepRange, StepRanges
 
@@ -146,8 +146,6 @@ def parse(spec: str) -> Any:
                 raise SpecError(f"{where}: {exc}") from None
         try:
             policy = _build(match.group("name"), raw, from_text=True)
-        except PluginError:
-            raise
         except SpecError as exc:
             raise SpecError(f"{where}: {exc}") from None
         clauses.append((ranges, policy, text.strip()))

@@ -124,43 +124,42 @@ def test_plugin_policy_is_used_by_name_in_a_spec(site, tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "['generated', 'replayed', 'generated', 'replayed']"
 
 
-def test_plugin_that_fails_to_import_is_named_with_its_distribution(site):
+def parse_error(site: Path, spec: str, error: str, **env: str) -> str:
+    """The message of the `error` (a stepjournal.policies class) that parsing `spec` raises, in a subprocess."""
     result = run_python(
         site,
-        """
-        from stepjournal.policies import PluginError, parse
+        f"""
+        from stepjournal.policies import {error}, parse
         try:
-            parse("broken")
-        except PluginError as exc:
+            parse({spec!r})
+        except {error} as exc:
             print(exc)
+        else:
+            print("parsed")
         """,
+        **env,
     )
     assert result.returncode == 0, result.stderr
-    assert "'broken'" in result.stdout and "sj-example-plugin" in result.stdout
-    assert "sj_example_plugin_missing" in result.stdout
+    return result.stdout
+
+
+def test_plugin_that_fails_to_import_is_named_with_its_distribution(site):
+    message = parse_error(site, "broken", "PluginError")
+    assert "'broken'" in message and "sj-example-plugin" in message
+    assert "sj_example_plugin_missing" in message
 
 
 def test_plugin_that_is_not_a_policy_is_rejected(site):
-    result = run_python(
-        site,
-        """
-        from stepjournal.policies import PluginError, parse
-        try:
-            parse("not_a_policy")
-        except PluginError as exc:
-            print(exc)
-        """,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "not a policy" in result.stdout and "NotAPolicy" in result.stdout
+    message = parse_error(site, "not_a_policy", "PluginError")
+    assert "not a policy" in message and "NotAPolicy" in message
 
 
 def test_disabling_autoload_hides_plugins(site):
     result = run_python(
         site,
         """
-        from stepjournal.policies import SpecError, parse, plugin_names
-        assert plugin_names() == {}
+        from stepjournal.policies import SpecError, parse, plugin_names, plugin_report
+        assert plugin_names() == {} and plugin_report() == ()
         try:
             parse("every_other")
         except SpecError as exc:
@@ -222,29 +221,9 @@ def test_plugin_report_says_which_plugins_load_and_why_the_others_do_not(site):
     assert report["cache"]["shadowed"] is True and report["cache"]["loads"] is True
 
 
-def test_plugin_report_is_empty_when_discovery_is_off(site):
-    result = run_python(
-        site,
-        "from stepjournal.policies import plugin_report\nprint(plugin_report())",
-        STEPJOURNAL_DISABLE_PLUGIN_AUTOLOAD="1",
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "()"
-
-
 def test_plugin_name_typo_suggests_the_closest_plugin_name(site):
-    result = run_python(
-        site,
-        """
-        from stepjournal.policies import SpecError, parse
-        try:
-            parse("every_othr@1-;passthrough")
-        except SpecError as exc:
-            print(exc)
-        """,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "unknown policy 'every_othr' (did you mean 'every_other'" in result.stdout
+    message = parse_error(site, "every_othr@1-;passthrough", "SpecError")
+    assert "unknown policy 'every_othr' (did you mean 'every_other'" in message
 
 
 def test_plugin_arguments_are_converted_to_the_annotated_types_when_the_spec_is_parsed(site):
