@@ -24,12 +24,15 @@ from ._errors import (
     InputMismatchError,
     OptionError,
     PluginError,
+    PluginLoadError,
     PolicyError,
     ReplayMissError,
     ReplayRefusedError,
     SpecError,
+    SpecWarning,
 )
 from ._options import EngineOptions
+from ._plugins import PluginStatus, plugin_report
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
 
@@ -37,6 +40,8 @@ __all__ = [
     "parse",
     "policy_by_name",
     "plugin_names",
+    "plugin_report",
+    "PluginStatus",
     "PLUGIN_GROUP",
     "DISABLE_PLUGINS_ENV",
     "StepRange",
@@ -70,7 +75,9 @@ __all__ = [
     "open_engine",
     "PolicyError",
     "SpecError",
+    "SpecWarning",
     "PluginError",
+    "PluginLoadError",
     "ConfigError",
     "OptionError",
     "ReplayRefusedError",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from stepjournal import StepJournalError
 
@@ -16,6 +16,8 @@ __all__ = [
     "ReplayMissError",
     "FingerprintMismatchError",
     "InputMismatchError",
+    "PluginLoadError",
+    "SpecWarning",
 ]
 
 
@@ -82,3 +84,42 @@ class FingerprintMismatchError(ReplayRefusedError):
 
 class InputMismatchError(ReplayRefusedError):
     """`verify_input` is on and the call's input differs from the recorded one."""
+
+
+class PluginLoadError(PluginError, ConfigError):
+    """A policy plugin named in a spec or config could not be imported, or gave no policy.
+
+    It is a `PluginError`, and also a `ConfigError` so that `load_config` (whose callers catch
+    `ConfigError`) raises it as it is, with its message, when a config names the plugin.
+
+    Attributes:
+        plugin: the policy name.
+        target: the entry point's ``module:attr``.
+        distribution, version: the installed distribution that declares the entry point (None if unknown).
+        error: what went wrong, e.g. ``"ModuleNotFoundError: No module named 'x'"``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        plugin: str,
+        target: str,
+        distribution: Optional[str],
+        version: Optional[str],
+        error: str,
+    ) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.target = target
+        self.distribution = distribution
+        self.version = version
+        self.error = error
+
+
+class SpecWarning(UserWarning):
+    """A policy spec parses but does something its author probably did not mean (an unreachable clause).
+
+    Issued through Python's `warnings`, so it is shown once per place by default; turn it into an
+    error with ``warnings.simplefilter("error", SpecWarning)``.
+    """
