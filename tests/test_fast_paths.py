@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from stepjournal import IntegrityError, Journal, decode_payload, encode_payload
-from stepjournal._codec import _encode, encode_payload_array
+from stepjournal._codec import encode_payload_array
+from stepjournal._codec_encode import _encode
 from stepjournal._digest import digest_hex
 from stepjournal._pages import ReleaseBehind, releaser
 
