@@ -31,6 +31,7 @@ from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, InvalidKeyError, JournalClosedError, JournalError
 from ._eventlog import EventLog
 from ._events import Event, PayloadRef, SessionOpened
+from ._keys import META_CREATED, META_FORMAT
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
 from ._log import get_logger
@@ -171,10 +172,10 @@ class Journal(Recording):
     def _init_meta(self) -> None:
         def fn(txn):
             meta = self._store.db("meta")
-            new = txn.get(b"format", db=meta) is None
+            new = txn.get(META_FORMAT, db=meta) is None
             if new:
-                txn.put(b"format", str(FORMAT_VERSION).encode(), db=meta)
-                txn.put(b"created", repr(time.time()).encode(), db=meta)
+                txn.put(META_FORMAT, str(FORMAT_VERSION).encode(), db=meta)
+                txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
             Projections.ensure_sessions_in(txn, self._store, new=new)
 
         self._store.write(fn)

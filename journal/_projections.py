@@ -22,13 +22,13 @@ from ._convert import decode_event
 from ._errors import EventDecodeError, IntegrityError
 from ._eventlog import EventLog
 from ._events import Event, GenerationRecorded, SessionOpened
-from ._keys import gen_key, gen_prefix, seq_key, seq_of
+from ._keys import MAX_KEY_BYTES, META_SESSIONS_INDEX, gen_key, gen_prefix, seq_key, seq_of, session_key
 from ._store import Store
 
 __all__ = ["RecordedGeneration", "StepProjection", "Projections", "SESSIONS_FLAG"]
 
 # ``meta`` key: present once the sessions index holds every SessionOpened of the log.
-SESSIONS_FLAG = b"sessions_index"
+SESSIONS_FLAG = META_SESSIONS_INDEX
 
 
 @attrs.frozen
@@ -83,8 +83,10 @@ class Projections:
                 txn.put(gen_key(event.run, event.mode, event.step, event.gen_index), seq_key(seq), db=store.db("gen"))
         elif isinstance(event, SessionOpened):
             sessions = store.db("sessions")
-            if sessions is not None:
-                txn.put(event.session.encode(), seq_key(seq), db=sessions)
+            key = session_key(event.session)
+            # An id LMDB cannot take as a key is left out; its lookups fall back to a scan.
+            if sessions is not None and 0 < len(key) <= MAX_KEY_BYTES:
+                txn.put(key, seq_key(seq), db=sessions)
 
     @classmethod
     def rebuild_in(cls, txn: Any, store: Store) -> int:
@@ -122,7 +124,7 @@ class Projections:
                 except EventDecodeError:
                     continue
                 if isinstance(event, SessionOpened):
-                    txn.put(event.session.encode(), seq_key(seq), db=sessions)
+                    Projections.apply_in(txn, store, seq, event)
         txn.put(SESSIONS_FLAG, b"1", db=meta)
 
     # -- reading ---------------------------------------------------------------------------------
@@ -131,8 +133,11 @@ class Projections:
         sessions = store.db("sessions")
         if sessions is None:
             return None
+        key = session_key(session)
+        if not 0 < len(key) <= MAX_KEY_BYTES:
+            return None
         with store.read() as txn:
-            raw = txn.get(session.encode(), db=sessions)
+            raw = txn.get(key, db=sessions)
         return seq_of(raw) if raw is not None else None
 
     def index_items(self, store: Store) -> List[Tuple[bytes, int]]:
@@ -210,6 +215,7 @@ class Projections:
                     for k in cur.iternext(values=False):
                         if not k.startswith(prefix):
                             break
+                        # The `_keys.gen_key` layout read in place (parse_gen_key would split each key).
                         step = int.from_bytes(k[start : start + 8], "big")
                         gen_index = int.from_bytes(k[start + 8 : start + 12], "big")
                         if step == last:

@@ -139,3 +139,15 @@ def test_journal_audit_reads_the_same_records_as_the_audit_of_its_events(jpath):
         assert journal.audit() == audit(journal.events()) == audit(journal)
         assert journal.audit(actions={"replayed"}) == audit(journal.events(), actions={"replayed"})
         assert [r.step for r in audit(list(journal.events()), steps={1, 3})] == [1, 3]
+
+
+def test_an_indexed_session_fingerprint_is_read_without_scanning_the_log(jpath):
+    with Journal(jpath, fingerprint={"model": "a"}) as first:
+        session = first.session
+    with Journal(jpath, readonly=True) as journal:
+
+        def no_scan(**_):
+            raise AssertionError("session_fingerprint scanned the log")
+
+        journal._log.raw_events = no_scan
+        assert journal.session_fingerprint(session) == {"model": "a"}
