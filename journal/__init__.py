@@ -15,6 +15,7 @@ from ._errors import (
     JournalFullError,
     JournalLockedError,
     PayloadDecodeError,
+    PayloadMissingError,
     StepJournalError,
     UnknownCodecError,
     UnknownEventTypeError,
@@ -25,6 +26,7 @@ from ._errors import (
 from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
 from ._journal import DEFAULT_RUN, Journal, PreparedPayload, RecordedGeneration, VerifyProblem
 from ._paths import resolve_journal_path
+from ._payload_store import LmdbPayloadStore, PayloadStore
 from ._version import __version__
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "RecordedGeneration",
     "PreparedPayload",
     "VerifyProblem",
+    "PayloadStore",
+    "LmdbPayloadStore",
     "AuditRecord",
     "RunSummary",
     "AUDIT_SCHEMA_VERSION",
@@ -62,6 +66,7 @@ __all__ = [
     "UnknownEventTypeError",
     "UnsupportedSchemaVersionError",
     "PayloadDecodeError",
+    "PayloadMissingError",
     "UnknownCodecError",
     "UnsupportedValueError",
     "journaled",

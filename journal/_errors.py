@@ -9,6 +9,7 @@ __all__ = [
     "JournalFullError",
     "JournalLockedError",
     "IntegrityError",
+    "PayloadMissingError",
     "EventDecodeError",
     "UnknownEventTypeError",
     "UnsupportedSchemaVersionError",
@@ -60,6 +61,10 @@ class IntegrityError(StepJournalError):
         super().__init__(message)
         self.step = step
         self.detail = detail
+
+
+class PayloadMissingError(IntegrityError):
+    """A payload the caller named is not in the payload store (lost, deleted, or never written)."""
 
 
 class EventDecodeError(IntegrityError):

@@ -27,7 +27,7 @@ __all__ = ["Store", "DB_NAMES"]
 log = get_logger(__name__)
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
-DB_NAMES = ("events", "payloads", "gen", "meta")
+DB_NAMES = ("events", "payloads", "gen", "meta", "sessions")
 _MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
 
