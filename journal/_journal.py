@@ -48,6 +48,7 @@ from ._events import (
     ReplayServed,
     SessionOpened,
 )
+from ._events import check_fingerprint
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
 from ._keys import gen_key as _gen_key
@@ -856,6 +857,7 @@ def _check_fingerprint(fp: Mapping[str, Any]) -> Dict[str, Any]:
                 f"fingerprint value {key}={value!r} is a {type(value).__name__}; use str, int, float, bool or None"
             )
         out[key] = value
+    check_fingerprint(out)  # finite numbers, 64-bit ints: what every reader can compare and print
     return out
 
 

@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - not on Windows
 
 from ._log import get_logger
 from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError, UnsafePathError
+from ._lmdb_check import check_data_file, newest_txnid
 
 __all__ = ["Store", "DB_NAMES"]
 
@@ -30,6 +31,7 @@ log = get_logger(__name__)
 DB_NAMES = ("events", "payloads", "gen", "meta")
 _MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
+_STRUCTURE_RETRIES = 8
 
 # One environment per real path per process (LMDB's rule); the pid tells a forked child that the
 # environment it inherited is not its own.
@@ -117,7 +119,7 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             os.makedirs(key, mode=0o700, exist_ok=True)
         elif not os.path.isdir(key) or not os.path.exists(os.path.join(key, "data.mdb")):
             raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
-        _refuse_links(key)
+        _check_files(key)
         data_file = os.path.join(key, "data.mdb")
         if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
             # LMDB would silently start a new, empty journal over it.
@@ -145,13 +147,14 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             raise JournalError(f"cannot open journal {path!r}: {exc}") from None
         try:
             _check_file_size(env, data_file, path)
+            if lock:
+                # Processes killed inside a read transaction leave their reader slot taken; with 256
+                # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
+                env.reader_check()
+            _check_structure(env, data_file, path)
         except IntegrityError:
             env.close()
             raise
-        if lock:
-            # Processes killed inside a read transaction leave their reader slot taken; with 256
-            # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
-            env.reader_check()
         shared = _SharedEnv(env, readonly)
         try:
             for name in DB_NAMES:
@@ -188,13 +191,72 @@ def _open_db(env: lmdb.Environment, name: str, *, create: bool):
     raise JournalError(f"journal {env.path()!r} keeps being resized by another process")
 
 
-def _refuse_links(folder: str) -> None:
+def _check_files(folder: str) -> None:
+    """Refuse LMDB files that would make LMDB read or write something other than this journal's own file.
+
+    LMDB opens `data.mdb` and `lock.mdb` and writes the lock file even for a read-only open; through
+    a link (symbolic or hard) it would write into whatever else the file is, and a FIFO or a device
+    would hang or feed it anything. Checked with `lstat` (links are not followed), in every mode.
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else None
     for name in ("data.mdb", "lock.mdb"):
-        if os.path.islink(os.path.join(folder, name)):
+        target = os.path.join(folder, name)
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
             raise UnsafePathError(
                 f"{name} in journal folder {folder!r} is a symbolic link; LMDB would write wherever it points. "
                 "Replace it by the real file (or link the whole folder instead)"
             )
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} is {_file_kind(st.st_mode)}, not a regular file; LMDB cannot "
+                f"use it safely. Move it away{' (LMDB recreates a missing lock.mdb)' if name == 'lock.mdb' else ''}"
+            )
+        if st.st_nlink != 1:
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} has {st.st_nlink} hard links; LMDB writes it (lock.mdb even "
+                "when reading) and would change the other names too. Copy the journal folder (cp -r makes "
+                "unlinked copies) and open the copy"
+            )
+        if me is not None and st.st_uid != me:
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} belongs to user id {st.st_uid}, not to this user ({me}); "
+                "its owner can change it under you. Copy the journal folder to a place of your own and open the copy"
+            )
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _check_structure(env: lmdb.Environment, data_file: str, path: str) -> None:
+    """Walk data.mdb's trees before LMDB reads any of them (see `_lmdb_check`); refuse what would fault.
+
+    Runs at the first open of a path in each process, in every mode: a process cannot tell a journal
+    it wrote from one it was handed. A read transaction pins the snapshot meanwhile, so a writer in
+    another process cannot reuse its pages; a meta page read while that writer commits may be torn,
+    so a failed check is retried when the file's newest transaction moved in the meantime.
+    """
+    for _ in range(_STRUCTURE_RETRIES):
+        before = newest_txnid(data_file)
+        with env.begin() as txn:
+            try:
+                stats = check_data_file(data_file, journal=path, pinned_txnid=txn.id())
+            except IntegrityError:
+                if newest_txnid(data_file) != before:
+                    continue  # a writer committed while the file was read: look again
+                raise
+        log.debug("journal_structure_checked", path=path, tree_pages=stats.tree_pages,
+                  overflow_values=stats.overflow_values, file_bytes=stats.file_bytes)
+        return
+    raise JournalError(f"journal {path!r} keeps being written while it is opened; try again")
 
 
 def _check_file_size(env: lmdb.Environment, data_file: str, path: str) -> None:
