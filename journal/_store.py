@@ -88,6 +88,7 @@ class _SharedEnv:
         # environment serialises transactions and resizes between the threads of a process.
         self.lock = threading.RLock()
         self.dbs: Dict[str, object] = {}
+        self.options: Dict[str, object] = {}  # what lmdb.open was given, to map it again
 
 
 def _is_writable_location(path: str) -> bool:
@@ -129,20 +130,10 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             )
         # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
         lock = not readonly or _is_writable_location(key)
+        options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
+                       readahead=False, max_readers=256, mode=0o600)
         try:
-            env = lmdb.open(
-                key,
-                map_size=map_size,
-                max_dbs=_MAX_DBS,
-                subdir=True,
-                readonly=readonly,
-                lock=lock,
-                sync=sync,
-                metasync=sync,
-                readahead=False,
-                max_readers=256,
-                mode=0o600,
-            )
+            env = lmdb.open(key, map_size=map_size, **options)
         except lmdb.Error as exc:
             raise JournalError(f"cannot open journal {path!r}: {exc}") from None
         try:
@@ -156,6 +147,7 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             env.close()
             raise
         shared = _SharedEnv(env, readonly)
+        shared.options = options
         try:
             for name in DB_NAMES:
                 shared.dbs[name] = _open_db(env, name, create=not readonly)
@@ -422,9 +414,33 @@ class Store:
                     "recorded was harmed. Raise max_size, or continue without recording (see docs/reliability.md)"
                 )
             target = min(target, self.max_size)
+        try:
+            shared.env.set_mapsize(target)
+        except lmdb.Error as exc:
+            # LMDB unmaps the old map before mapping the larger one; when that mmap fails (the address
+            # space or memory is short: RLIMIT_AS, overcommit limits) the environment is left with no
+            # map at all, and the next transaction would crash. Map the journal again at its old size.
+            self._remap(shared, current)
+            raise JournalFullError(
+                f"journal {self.path!r} could not grow its memory map from {current} to {target} bytes ({exc}): "
+                "the process is short of address space or memory. Nothing already recorded was harmed and the "
+                "journal stays usable; free memory or raise the limit (ulimit -v), or continue without recording"
+            ) from None
         log.info("journal_map_grown", path=self.path, old_bytes=current, new_bytes=target)
-        shared.env.set_mapsize(target)
         self._map_size = target
+
+    def _remap(self, shared: _SharedEnv, map_size: int) -> None:
+        """Open the environment again in place (its transactions all hold `shared.lock`, held here)."""
+        shared.env.close()
+        try:
+            shared.env = lmdb.open(os.path.realpath(self.path), map_size=map_size, **shared.options)
+            shared.dbs = {name: _open_db(shared.env, name, create=False) for name in DB_NAMES}
+        except lmdb.Error as exc:
+            raise JournalError(
+                f"journal {self.path!r} lost its memory map and cannot map it again ({exc}); nothing recorded was "
+                "harmed. Free memory, then open a new Journal on it"
+            ) from None
+        log.warning("journal_map_restored", path=self.path, map_bytes=map_size)
 
 
 def _short_write_on_full_disk(exc: Exception, path: str, needed: int) -> bool:
