@@ -20,8 +20,9 @@ except ImportError:  # pragma: no cover - not on Windows
     resource = None  # type: ignore[assignment]
 
 from ._log import get_logger
-from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError, UnsafePathError
+from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_data_file, newest_txnid
+from ._paths import check_lmdb_files
 
 __all__ = ["Store", "DB_NAMES"]
 
@@ -120,7 +121,7 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             os.makedirs(key, mode=0o700, exist_ok=True)
         elif not os.path.isdir(key) or not os.path.exists(os.path.join(key, "data.mdb")):
             raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
-        _check_files(key)
+        check_lmdb_files(key)
         data_file = os.path.join(key, "data.mdb")
         if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
             # LMDB would silently start a new, empty journal over it.
@@ -181,51 +182,6 @@ def _open_db(env: lmdb.Environment, name: str, *, create: bool):
             # Another process grew the map since this one opened it: adopt the new size.
             env.set_mapsize(0)
     raise JournalError(f"journal {env.path()!r} keeps being resized by another process")
-
-
-def _check_files(folder: str) -> None:
-    """Refuse LMDB files that would make LMDB read or write something other than this journal's own file.
-
-    LMDB opens `data.mdb` and `lock.mdb` and writes the lock file even for a read-only open; through
-    a link (symbolic or hard) it would write into whatever else the file is, and a FIFO or a device
-    would hang or feed it anything. Checked with `lstat` (links are not followed), in every mode.
-    """
-    me = os.geteuid() if hasattr(os, "geteuid") else None
-    for name in ("data.mdb", "lock.mdb"):
-        target = os.path.join(folder, name)
-        try:
-            st = os.lstat(target)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafePathError(
-                f"{name} in journal folder {folder!r} is a symbolic link; LMDB would write wherever it points. "
-                "Replace it by the real file (or link the whole folder instead)"
-            )
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePathError(
-                f"{name} in journal folder {folder!r} is {_file_kind(st.st_mode)}, not a regular file; LMDB cannot "
-                f"use it safely. Move it away{' (LMDB recreates a missing lock.mdb)' if name == 'lock.mdb' else ''}"
-            )
-        if st.st_nlink != 1:
-            raise UnsafePathError(
-                f"{name} in journal folder {folder!r} has {st.st_nlink} hard links; LMDB writes it (lock.mdb even "
-                "when reading) and would change the other names too. Copy the journal folder (cp -r makes "
-                "unlinked copies) and open the copy"
-            )
-        if me is not None and st.st_uid != me:
-            raise UnsafePathError(
-                f"{name} in journal folder {folder!r} belongs to user id {st.st_uid}, not to this user ({me}); "
-                "its owner can change it under you. Copy the journal folder to a place of your own and open the copy"
-            )
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return kind
-    return "a special file"
 
 
 def _check_structure(env: lmdb.Environment, data_file: str, path: str) -> None:

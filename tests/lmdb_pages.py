@@ -7,7 +7,6 @@ found by walking down first children.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Dict, List, NamedTuple
 
