@@ -157,5 +157,5 @@ def test_damaged_lmdb_files_are_refused_or_read_whole_never_a_crash(tmp_path):
 @pytest.mark.soak
 def test_damaged_lmdb_files_soak(tmp_path):
     seed = random.SystemRandom().randrange(1 << 31)
-    result = lmdb_fuzz(tmp_path, cases=100_000, seed=seed)
+    result = lmdb_fuzz(tmp_path, cases=50_000, seed=seed)
     report("fuzz_lmdb_file_soak", **result)
