@@ -42,7 +42,11 @@ class JournalLockedError(JournalError):
 
 
 class InvalidKeyError(JournalError, ValueError):
-    """A run key, mode, step or generation index is not acceptable."""
+    """A run key, mode, step, generation index or another field of an event is not acceptable.
+
+    Raised when a call is recorded with such a value (a NaN duration or fingerprint value, a time
+    `datetime` cannot show); the message names the field and the range it must be in.
+    """
 
 
 class UnsafePathError(JournalError, ValueError):

@@ -30,7 +30,7 @@ from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, InvalidKeyError, JournalClosedError, JournalError
 from ._eventlog import EventLog
-from ._events import Event, PayloadRef, SessionOpened
+from ._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from ._keys import META_CREATED, META_FORMAT
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
@@ -437,4 +437,5 @@ def _check_fingerprint(fp: Mapping[str, Any]) -> Dict[str, Any]:
                 f"fingerprint value {key}={value!r} is a {type(value).__name__}; use str, int, float, bool or None"
             )
         out[key] = value
+    check_fingerprint(out)  # finite numbers, 64-bit ints: what every reader can compare and print
     return out
