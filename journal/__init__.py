@@ -5,6 +5,8 @@ verl, TRL and raw loops in `stepjournal.adapters`.
 """
 
 from ._audit import AUDIT_SCHEMA_VERSION, AuditRecord, RunSummary, summarize_runs
+from ._compare import DTYPE_TOLERANCES, Comparison, Difference, Tolerance, Tolerances, compare_values
+from ._diff import DIFF_SCHEMA_VERSION, DiffReport, DiffSide, PairDiff, diff_journals
 from ._codec import CodecRegistry, decode_payload, default_registry, describe_payload, encode_payload, register_codec
 from ._errors import (
     EventDecodeError,
@@ -20,6 +22,7 @@ from ._errors import (
     UnknownEventTypeError,
     UnsafePathError,
     UnsupportedSchemaVersionError,
+    DiffError,
     UnsupportedValueError,
 )
 from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
@@ -66,6 +69,18 @@ __all__ = [
     "UnsupportedValueError",
     "journaled",
     "resolve_journal_path",
+    "diff_journals",
+    "DiffReport",
+    "DiffSide",
+    "PairDiff",
+    "DIFF_SCHEMA_VERSION",
+    "Tolerance",
+    "Tolerances",
+    "DTYPE_TOLERANCES",
+    "Comparison",
+    "Difference",
+    "compare_values",
+    "DiffError",
 ]
 
 

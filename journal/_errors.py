@@ -17,6 +17,7 @@ __all__ = [
     "UnsupportedValueError",
     "InvalidKeyError",
     "UnsafePathError",
+    "DiffError",
 ]
 
 
@@ -87,3 +88,7 @@ class UnknownCodecError(PayloadDecodeError):
 
 class UnsupportedValueError(StepJournalError, TypeError):
     """A value cannot be stored in a payload; the message names its path and how to register a codec."""
+
+
+class DiffError(StepJournalError, ValueError):
+    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field."""
