@@ -347,7 +347,7 @@ class _Walk:
             err, scale = float("inf"), 0.0
         if err != err:  # nan against a number
             err = float("inf")
-        close = err <= tol.atol + tol.rtol * scale
+        close = err != float("inf") and err <= tol.atol + tol.rtol * scale
         self.add(Difference(
             path, WITHIN_TOLERANCE if close else DIFFERING, "values",
             f"{_short(a)} vs {_short(b)}", n_elements=1, n_differing=1, n_outside=0 if close else 1,
@@ -421,7 +421,8 @@ class _Walk:
             err = lib.abs(x - y)
             err[lib.isnan(err)] = float("inf")  # NaN against a number: no tolerance covers it
             scale = lib.maximum(lib.abs(x), lib.abs(y))
-            outside_sub = err > tol.atol + tol.rtol * scale
+            # NaN or inf against another value is outside any tolerance (its bound would be nan or inf).
+            outside_sub = ~(err <= tol.atol + tol.rtol * scale) | lib.isinf(err)
             max_abs = float(err.max())
             rel = err / scale
             max_rel = float(rel[scale > 0].max()) if bool((scale > 0).any()) else None
