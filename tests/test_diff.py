@@ -343,8 +343,33 @@ _CLI = (
 )
 
 
+# Several command lines in one process (each with its own consoles): a fresh interpreter costs seconds.
+_CLI_MANY = (
+    "import argparse, contextlib, io, json, sys\n"
+    "from rich.console import Console\n"
+    "from stepjournal.adapters._cli_diff import add_parser\n"
+    "p = argparse.ArgumentParser(prog='stepjournal')\n"
+    "add_parser(p.add_subparsers(dest='command'))\n"
+    "results = []\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    a = p.parse_args(argv)\n"
+    "    out, err = io.StringIO(), io.StringIO()\n"
+    "    with contextlib.redirect_stdout(out):\n"
+    "        code = a.fn(a, Console(file=out, width=100), Console(file=err, width=100))\n"
+    "    results.append([code, out.getvalue(), err.getvalue()])\n"
+    "print(json.dumps(results))\n"
+)
+
+
 def stepjournal_diff(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", _CLI, "diff", *argv], capture_output=True, text=True, timeout=120)
+
+
+def stepjournal_diffs(*argvs: tuple) -> list:
+    """Run several `stepjournal diff` command lines in one fresh process: [(exit status, stdout, stderr)]."""
+    done = subprocess.run([sys.executable, "-c", _CLI_MANY, json.dumps([["diff", *a] for a in argvs])],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
 
 
 def test_cli_exit_status_is_0_when_equal_1_when_different_2_on_bad_input(jpath, tmp_path):
@@ -358,16 +383,16 @@ def test_cli_exit_status_is_0_when_equal_1_when_different_2_on_bad_input(jpath, 
     assert lines[0].startswith("runs agree through step 6; at step 7 the first differing stage is generate")
     assert all(len(line) <= 100 for line in lines)
     assert any("DIFFERS" in line and "reward sample 2: 0.0 vs 1.0" in line for line in lines)
-    for argv, message in (
-        (("--tol", "reward"), "--tol 'reward': write FIELD=ATOL"),
-        (("--tol", "nothing=1e-3", "--steps", "7"), "tolerance for 'nothing': no such field"),
-        (("--steps", "9-"), "the runs share no step"),
-        (("--plot", "x.gif"), "--plot x.gif: name a .png, .svg or .html file"),
-    ):
-        bad = stepjournal_diff(jpath, jpath, "--session-a", first, "--session-b", second, *argv)
-        assert bad.returncode == 2 and message in bad.stderr, (argv, bad.stderr)
-    missing = stepjournal_diff(jpath, str(tmp_path / "nowhere"))
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    sides = (jpath, jpath, "--session-a", first, "--session-b", second)
+    cases = {
+        "--tol 'reward': write FIELD=ATOL": sides + ("--tol", "reward"),
+        "tolerance for 'nothing': no such field": sides + ("--tol", "nothing=1e-3", "--steps", "7"),
+        "the runs share no step": sides + ("--steps", "9-"),
+        "--plot x.gif: name a .png, .svg or .html file": sides + ("--plot", "x.gif"),
+        "does not exist": (jpath, str(tmp_path / "nowhere")),
+    }
+    for message, (code, _, err) in zip(cases, stepjournal_diffs(*cases.values())):
+        assert code == 2 and message in " ".join(err.split()), (message, err)
 
 
 def test_cli_json_and_plots(jpath, tmp_path):
