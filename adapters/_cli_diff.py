@@ -11,8 +11,10 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from typing import Any, Dict, List, Optional
 
+import attrs
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -34,6 +36,8 @@ _STATE_TEXT = {
     "damaged": "[magenta]damaged[/]",
     "unreadable": "[magenta]unreadable[/]",
 }
+_COUNT_TEXT = {"equal": "equal", "within_tolerance": "within tolerance", "differing": "differing",
+               "only_a": "only in A", "only_b": "only in B", "damaged": "damaged", "unreadable": "unreadable"}
 _TABLE_WIDTH = 100
 
 
@@ -155,7 +159,9 @@ def _side_text(side: Any) -> str:
 
 
 def _title(report: DiffReport) -> str:
-    return f"A: {_side_text(report.a)}\nB: {_side_text(report.b)}"
+    sides = [attrs.evolve(side, path=os.path.basename(os.path.abspath(side.path))) for side in (report.a, report.b)]
+    summary = "\n".join(textwrap.wrap(report.summary, 90))
+    return f"{summary}\nA: {_side_text(sides[0])}\nB: {_side_text(sides[1])}"
 
 
 def _print_report(report: DiffReport, out: Console) -> None:
@@ -164,7 +170,7 @@ def _print_report(report: DiffReport, out: Console) -> None:
     out.print(f"A: {escape(_side_text(report.a))}")
     out.print(f"B: {escape(_side_text(report.b))}")
     out.print(_table(report))
-    counts = ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in report.counts.items() if n)
+    counts = ", ".join(f"{n} {_COUNT_TEXT[state]}" for state, n in report.counts.items() if n)
     out.print(f"{len(report.pairs)} pairs: {counts}; {report.payloads_loaded} payloads loaded")
     for note in report.notes:
         out.print(f"[yellow]note:[/] {escape(note)}")

@@ -455,10 +455,12 @@ class _Walk:
 
 def _element(array: Any, position: Tuple[int, ...]) -> str:
     item = array[position] if position else array[()]
-    if isinstance(item, torch.Tensor):
+    single = str(array.dtype).replace("torch.", "") in ("float32", "float16", "bfloat16", "complex64")
+    if isinstance(item, (torch.Tensor, np.generic)):
         item = item.item()
-    elif isinstance(item, np.generic):
-        item = item.item()
+    if single and isinstance(item, float):
+        text = f"{item:.8g}"  # every digit a float32 holds, not the float64 expansion of it
+        return text if any(c in text for c in ".eni") else text + ".0"
     return _short(item)
 
 
