@@ -361,13 +361,23 @@ class _Walk:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
         if a.dtype != b.dtype:
             return self.add(Difference(path, DIFFERING, "dtype", f"dtype {a.dtype} vs {b.dtype}", **meta))
+        exact_kind = not (a.dtype.is_floating_point or a.dtype.is_complex)
+        tol = self.tol.for_value(names, a.dtype, exact_kind)
+        try:
+            # numpy's kernels on the same memory (no copy): its equality and nonzero scans ran 4-6x
+            # faster than torch's on CPU here. Dtypes numpy lacks (bfloat16, float8 ...) stay in torch.
+            na, nb = a.numpy(), b.numpy()
+        except (TypeError, RuntimeError):
+            na = nb = None
+        if na is not None:
+            if not np.array_equal(na, nb):
+                self.elementwise(na, nb, tol, path, meta, torch_ops=False)
+            return
         try:
             if torch.equal(a, b):
                 return
         except (RuntimeError, TypeError, NotImplementedError):
             pass  # no comparison kernel for this dtype: the bytes are compared below
-        exact_kind = not (a.dtype.is_floating_point or a.dtype.is_complex)
-        tol = self.tol.for_value(names, a.dtype, exact_kind)
         try:
             if a.dtype.is_floating_point and a.element_size() < 4:
                 a, b = a.to(torch.float32), b.to(torch.float32)  # bf16, fp16, fp8: no loss, more kernels
@@ -386,9 +396,7 @@ class _Walk:
         if a.dtype.kind in "mM":  # datetimes: compare their int64 counts (NaT equals NaT)
             a, b = a.view(np.int64), b.view(np.int64)
         numeric = a.dtype.kind in "fc"
-        if not numeric and np.array_equal(a, b):
-            return
-        if numeric and np.array_equal(a, b, equal_nan=True):
+        if np.array_equal(a, b):  # NaNs make it False: `elementwise` then finds them equal
             return
         tol = self.tol.for_value(names, a.dtype, not numeric)
         self.elementwise(a, b, tol, path, meta, torch_ops=False)
@@ -396,51 +404,44 @@ class _Walk:
     def elementwise(self, a: Any, b: Any, tol: Tolerance, path: str, meta: Dict[str, Any], torch_ops: bool) -> None:
         """Count, measure and locate the differing elements of two same-shape arrays, vectorised."""
         lib = torch if torch_ops else np
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        # One pass finds the differing elements; everything after works on those alone, so a pair
+        # that parts in one token of a million costs that pass and a handful of values.
         if torch_ops:
             floating = a.dtype.is_floating_point or a.dtype.is_complex
+            measurable = a.dtype != torch.bool
+            idx = torch.nonzero(flat_a != flat_b).reshape(-1)
         else:
             floating = a.dtype.kind in "fc"
-        if floating:
-            both_nan = lib.isnan(a) & lib.isnan(b)
-            differs = (a != b) & ~both_nan
-        else:
-            differs = a != b
-        n_diff = int(differs.sum())
+            measurable = a.dtype.kind in "iufc"
+            idx = np.flatnonzero(flat_a != flat_b)
+        x, y = flat_a[idx], flat_b[idx]
+        if floating:  # NaN != NaN: where both are NaN they are equal
+            keep = ~(lib.isnan(x) & lib.isnan(y))
+            idx, x, y = idx[keep], x[keep], y[keep]
+        n_diff = int(idx.shape[0])
         if n_diff == 0:
             return
-        if torch_ops:
-            measurable = a.dtype != torch.bool
-        else:
-            measurable = a.dtype.kind in "iufc"
+        max_abs = max_rel = None
+        n_out, first = n_diff, int(idx[0])
         if measurable:
-            # Only the differing elements are measured: a pair that parts in one token costs one.
-            x, y = a[differs], b[differs]
-            if not floating:
-                x = x.to(torch.float64) if torch_ops else x.astype(np.float64)
-                y = y.to(torch.float64) if torch_ops else y.astype(np.float64)
-            err = lib.abs(x - y)
-            err[lib.isnan(err)] = float("inf")  # NaN against a number: no tolerance covers it
-            scale = lib.maximum(lib.abs(x), lib.abs(y))
-            # NaN or inf against another value is outside any tolerance (its bound would be nan or inf).
-            outside_sub = ~(err <= tol.atol + tol.rtol * scale) | lib.isinf(err)
-            max_abs = float(err.max())
-            rel = err / scale
-            max_rel = float(rel[scale > 0].max()) if bool((scale > 0).any()) else None
-        else:  # bool, strings: exact
-            outside_sub = None
-            max_abs = max_rel = None
-        if outside_sub is None:
-            n_out = n_diff
-            outside = differs
-        else:
-            n_out = int(outside_sub.sum())
+            with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, inf / inf: handled below
+                if not floating:
+                    x = x.to(torch.float64) if torch_ops else x.astype(np.float64)
+                    y = y.to(torch.float64) if torch_ops else y.astype(np.float64)
+                err = lib.abs(x - y)
+                err[lib.isnan(err)] = float("inf")  # NaN against a number: no tolerance covers it
+                scale = lib.maximum(lib.abs(x), lib.abs(y))
+                # NaN or inf against another value is outside any tolerance (its bound would be nan or inf).
+                outside = ~(err <= tol.atol + tol.rtol * scale) | lib.isinf(err)
+                max_abs = float(err.max())
+                nonzero = scale > 0
+                rel = err[nonzero] / scale[nonzero]
+                rel[lib.isnan(rel)] = float("inf")  # an infinity against another value
+                max_rel = float(rel.max()) if bool(nonzero.any()) else None
+            n_out = int(outside.sum())
             if n_out:
-                outside = lib.zeros_like(differs)
-                outside[differs] = outside_sub
-            else:
-                outside = differs
-        flat = outside.reshape(-1)
-        first = int(flat.to(torch.uint8).argmax()) if torch_ops else int(np.argmax(flat))
+                first = int(idx[outside][0])
         position = tuple(int(i) for i in np.unravel_index(first, tuple(a.shape))) if a.ndim else ()
         value_a, value_b = _element(a, position), _element(b, position)
         state = DIFFERING if n_out else WITHIN_TOLERANCE
