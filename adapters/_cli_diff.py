@@ -22,7 +22,7 @@ from rich.table import Table
 
 from stepjournal import DiffReport, Journal, StepJournalError, Tolerance, diff_journals
 from stepjournal._compare import json_float
-from stepjournal._diff import compact_steps
+from stepjournal._diff_report import compact_steps
 from stepjournal.policies import StepRanges
 
 __all__ = ["add_parser", "cmd_diff"]

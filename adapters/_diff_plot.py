@@ -12,7 +12,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from stepjournal import DiffReport, PairDiff
-from stepjournal._diff import stage_rank
+from stepjournal._diff_report import stage_rank
 
 __all__ = ["STATE_COLOURS", "render_diff"]
 

@@ -11,18 +11,16 @@ tolerance. Integer, bool and string values are exact unless a per-field toleranc
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 import numpy as np
 import torch
 
 from ._codec import CodecRegistry, default_registry
+from ._tolerance import EXACT, Tolerance, Tolerances
 
 __all__ = [
-    "Tolerance",
-    "Tolerances",
-    "DTYPE_TOLERANCES",
     "Difference",
     "Comparison",
     "compare_values",
@@ -35,97 +33,6 @@ EQUAL, WITHIN_TOLERANCE, DIFFERING = "equal", "within_tolerance", "differing"
 # How many differing leaves a comparison lists (it counts them all).
 _MAX_LISTED = 20
 _SHORT = 60
-
-
-@attrs.frozen
-class Tolerance:
-    """How far two numbers may be apart and still count as equal: ``|a-b| <= atol + rtol*max(|a|,|b|)``."""
-
-    atol: float = 0.0
-    rtol: float = 0.0
-
-    @property
-    def exact(self) -> bool:
-        return self.atol == 0.0 and self.rtol == 0.0
-
-
-_EXACT = Tolerance()
-
-# Per-dtype defaults: those of `torch.testing.assert_close`, which absorb the rounding of a reduction
-# summed in another order (another GPU, another batch split, another kernel): a few units in the last
-# place of each format. float32: eps 1.2e-7, so rtol 1.3e-6 is about 11 ulps; bfloat16 keeps 8
-# significant bits (eps 7.8e-3), so rtol 1.6e-2 is 2 ulps. Python floats count as float64. Integer
-# and bool dtypes (token ids, masks) and strings are exact: one token off is a different rollout.
-DTYPE_TOLERANCES: Mapping[str, Tolerance] = {
-    "float64": Tolerance(atol=1e-7, rtol=1e-7),
-    "float32": Tolerance(atol=1e-5, rtol=1.3e-6),
-    "float16": Tolerance(atol=1e-5, rtol=1e-3),
-    "bfloat16": Tolerance(atol=1e-5, rtol=1.6e-2),
-    "float8": Tolerance(atol=1e-3, rtol=0.125),
-    "complex128": Tolerance(atol=1e-7, rtol=1e-7),
-    "complex64": Tolerance(atol=1e-5, rtol=1.3e-6),
-    "complex32": Tolerance(atol=1e-5, rtol=1e-3),
-}
-
-
-def _dtype_key(dtype: Union[torch.dtype, np.dtype]) -> str:
-    name = str(dtype).replace("torch.", "")
-    return "float8" if name.startswith("float8") else name
-
-
-@attrs.frozen
-class Tolerances:
-    """The tolerances of one diff: overall, per field and per dtype.
-
-    Attributes:
-        atol, rtol: overall tolerance for floating-point values; both None means the per-dtype
-            defaults (`DTYPE_TOLERANCES`); one given means the other is 0.
-        fields: field path -> `Tolerance`. A field is a dotted path of dict keys (list and array
-            indices left out); it names every value whose path holds it as a run of keys
-            (``old_log_probs`` names ``batch.old_log_probs``; ``batch`` names all of ``batch``). The
-            longest matching field wins. A per-field tolerance applies to integers too.
-    """
-
-    atol: Optional[float] = None
-    rtol: Optional[float] = None
-    fields: Mapping[str, Tolerance] = attrs.field(factory=dict, converter=dict)
-
-    def __attrs_post_init__(self) -> None:
-        for value in (self.atol, self.rtol, *(t for f in self.fields.values() for t in (f.atol, f.rtol))):
-            if value is not None and not (value >= 0 and np.isfinite(value)):
-                raise ValueError(f"tolerance {value!r} is not a finite number >= 0")
-        for name in self.fields:
-            if not name or any(not part for part in name.split(".")):
-                raise ValueError(f"tolerance field {name!r} is not a dotted path of keys (e.g. batch.old_log_probs)")
-
-    def _field(self, names: Tuple[str, ...]) -> Optional[Tuple[str, Tolerance]]:
-        best = None
-        for name, tol in self.fields.items():
-            parts = tuple(name.split("."))
-            if _holds_run(names, parts) and (best is None or len(parts) > len(best[0].split("."))):
-                best = (name, tol)
-        return best
-
-    def for_value(self, names: Tuple[str, ...], dtype: Any, exact_kind: bool) -> Tolerance:
-        """The tolerance of a value at `names` (its dict-key path) of `dtype`; exact kinds are exact."""
-        found = self._field(names) if self.fields else None
-        if found is not None:
-            return found[1]
-        if exact_kind:
-            return _EXACT
-        if self.atol is not None or self.rtol is not None:
-            return Tolerance(self.atol or 0.0, self.rtol or 0.0)
-        return DTYPE_TOLERANCES.get(_dtype_key(dtype), _EXACT)
-
-    def unused(self, seen: Iterable[Tuple[str, ...]]) -> List[str]:
-        """The fields that name no path in `seen`."""
-        seen = list(seen)
-        return [f for f in self.fields if not any(_holds_run(names, tuple(f.split("."))) for names in seen)]
-
-
-def _holds_run(names: Tuple[str, ...], parts: Tuple[str, ...]) -> bool:
-    n = len(parts)
-    return any(names[i : i + n] == parts for i in range(len(names) - n + 1))
 
 
 @attrs.frozen
@@ -385,7 +292,7 @@ class _Walk:
         except (RuntimeError, TypeError, NotImplementedError):
             # Dtypes without arithmetic (bits8, uint4 ...): compare their bytes, exactly.
             width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-            self.elementwise(a.view(width), b.view(width), _EXACT, path, meta, torch_ops=True)
+            self.elementwise(a.view(width), b.view(width), EXACT, path, meta, torch_ops=True)
 
     def array(self, a: np.ndarray, b: np.ndarray, path: str, names: Tuple[str, ...]) -> None:
         meta = dict(shape_a=a.shape, shape_b=b.shape, dtype_a=str(a.dtype), dtype_b=str(b.dtype))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -25,7 +24,7 @@ from stepjournal import (
     diff_journals,
     journaled,
 )
-from stepjournal._diff import STAGE_ORDER, stage_rank
+from stepjournal._diff_report import STAGE_ORDER, stage_rank
 from stepjournal._keys import seq_key
 
 
