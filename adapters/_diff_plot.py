@@ -1,7 +1,7 @@
 """The picture of a diff: one column per step, one row per stage, each pair coloured by its state.
 
 `render_diff` writes ``.png`` (or ``.svg``) through matplotlib (the `stepjournal[timeline]` extra) or a
-self-contained ``.html`` page (inline SVG, a tooltip on every cell, no extra). Where a pair differs
+self-contained ``.html`` page (a grid table, a tooltip on every cell, no extra). Where a pair differs
 its largest absolute error is written into the cell.
 """
 
@@ -109,65 +109,43 @@ def render_image(report: DiffReport, out: str, *, title: str) -> None:
 
 
 def render_html(report: DiffReport, out: str, *, title: str) -> None:
-    """Write the diff as one self-contained HTML page: an inline SVG with a tooltip on every cell."""
+    """Write the diff as one self-contained HTML page: a grid table with a tooltip on every cell."""
     steps, rows, cells = _grid(report)
-    size_w, size_h, gap, left, top, bottom = 44, 22, 3, 150, 10, 40
-    column = {s: i for i, s in enumerate(steps)}
-    line = {r: i for i, r in enumerate(rows)}
-    width = left + len(steps) * (size_w + gap) + 20
-    height = top + len(rows) * (size_h + gap) + bottom
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">']
-    for row, i in line.items():
-        y = top + i * (size_h + gap) + size_h / 2 + 4
-        parts.append(f'<text x="{left - 8}" y="{y}" text-anchor="end">{html.escape(row)}</text>')
-    for i in _ticks(len(steps)):
-        x = left + i * (size_w + gap) + size_w / 2
-        parts.append(f'<text x="{x}" y="{height - bottom + 16}" text-anchor="middle">{steps[i]}</text>')
-    parts.append(f'<text x="{left}" y="{height - 6}">step</text>')
-    for (step, row), p in cells.items():
-        x, y = left + column[step] * (size_w + gap), top + line[row] * (size_h + gap)
-        tip = f"step {p.step} {row}: {_LABELS[p.state]}; {p.brief()}"
-        parts.append(f'<g class="{p.state}"><title>{html.escape(tip)}</title>'
-                     f'<rect x="{x}" y="{y}" width="{size_w}" height="{size_h}" rx="2" fill="{STATE_COLOURS[p.state]}"/>')
-        text = _error_text(p)
-        if text:
-            fill = "white" if p.state == "differing" else "#222"
-            parts.append(f'<text x="{x + size_w / 2}" y="{y + size_h / 2 + 4}" text-anchor="middle" '
-                         f'font-size="9" fill="{fill}">{html.escape(text)}</text>')
-        parts.append("</g>")
-    parts.append("</svg>")
-    present = {p.state for p in cells.values()}
-    legend = "".join(
-        f'<span class="key"><span class="swatch" style="background:{c}"></span>{html.escape(_LABELS[s])}</span>'
-        for s, c in STATE_COLOURS.items() if s in present
+    esc = html.escape
+    head = "".join(f"<th>{step}</th>" for step in steps)
+    body = []
+    for row in rows:
+        tds = []
+        for step in steps:
+            p = cells.get((step, row))
+            if p is None:
+                tds.append("<td></td>")
+                continue
+            text = _error_text(p) or ""
+            tip = f"step {p.step} {row}: {_LABELS[p.state]}; {p.brief()}"
+            tds.append(f'<td class="{p.state}" style="background:{STATE_COLOURS[p.state]}" title="{esc(tip)}">{esc(text)}</td>')
+        body.append(f'<tr><th class="row">{esc(row)}</th>{"".join(tds)}</tr>')
+    legend = " ".join(
+        f'<span style="background:{c};padding:0 0.6em">&nbsp;</span> {esc(_LABELS[s])}'
+        for s, c in STATE_COLOURS.items() if s in {p.state for p in cells.values()}
     )
-    page = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{html.escape(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
-.key {{ margin-right: 1.2em; white-space: nowrap; }}
-.swatch {{ display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.35em; vertical-align: -0.1em; border-radius: 2px; }}
-.scroll {{ overflow-x: auto; margin-top: 1em; }}
-</style>
-</head>
-<body>
-<h1 style="font-size:1.2em">{html.escape(title)}</h1>
-<p><b>{html.escape(report.summary)}</b></p>
-<p>{legend}</p>
-<p>One column per step, one row per stage; the number in a cell is its largest absolute error. Hover over a
-cell for where it differs.</p>
-<div class="scroll">
-{"".join(parts)}
-</div>
-</body>
-</html>
-"""
+    lines = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{esc(title)}</title>",
+        "<style>body{font:14px sans-serif;margin:1.5em;color:#222} table{border-collapse:separate;border-spacing:3px}"
+        " td{width:4.2em;height:1.6em;text-align:center;font-size:11px;border-radius:2px}"
+        " td.differing{color:white} th{font-weight:normal;font-size:12px} th.row{text-align:right;padding-right:.6em}"
+        " .grid{overflow-x:auto}</style></head><body>",
+        f"<pre>{esc(title)}</pre>",
+        f"<p>{legend}</p>",
+        "<p>One column per step, one row per stage; the number in a cell is its largest absolute error."
+        " Hover over a cell for where it differs.</p>",
+        f'<div class="grid"><table><tr><th></th>{head}</tr>{"".join(body)}</table></div>',
+        "</body></html>",
+    ]
     with open(out, "w", encoding="utf-8") as fh:
-        fh.write(page)
+        fh.write("\n".join(lines) + "\n")
 
 
 def render_diff(report: DiffReport, out: str, *, title: str) -> None:

@@ -408,5 +408,5 @@ def test_cli_json_and_plots(jpath, tmp_path):
     shown = stepjournal_diff(jpath, jpath, "--session-a", first, "--session-b", second, "--plot", page)
     assert shown.returncode == 1 and f"wrote {page}" in shown.stdout.replace("\n", "")
     text = open(page, encoding="utf-8").read()
-    assert text.count('<g class="equal">') == 6 and text.count('<g class="differing">') == 2
-    assert "runs agree through step 6" in text and "1.0e-03" in text
+    assert text.count('<td class="equal"') == 6 and text.count('<td class="differing"') == 2
+    assert "runs agree through step 6" in text and ">1.0e-03</td>" in text
