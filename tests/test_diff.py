@@ -17,7 +17,10 @@ from stepjournal import (
     DIFF_SCHEMA_VERSION,
     CodecRegistry,
     DiffError,
+    DiffReport,
+    DiffSide,
     Journal,
+    PairDiff,
     Tolerance,
     Tolerances,
     compare_values,
@@ -25,6 +28,7 @@ from stepjournal import (
     journaled,
 )
 from stepjournal._diff_report import STAGE_ORDER, stage_rank
+from stepjournal.adapters._diff_plot import render_diff
 from stepjournal._keys import seq_key
 
 
@@ -145,6 +149,30 @@ def test_filters_select_steps_and_mode(jpath):
         assert [(p.step, p.mode) for p in report.pairs] == [(2, "validate"), (3, "validate")]
         with pytest.raises(DiffError, match="share no step"):
             diff_journals(journal, journal, stage="reward")
+
+
+def test_the_summary_names_the_first_differing_stage_and_the_equal_ones_before_it(tmp_path):
+    """Stages do not exist in the journal yet (issue 15): the report is built from pairs directly."""
+    reward_b = torch.zeros(16)
+    reward_b[12] = 1.0
+    comparison, _ = compare_values(torch.zeros(16), reward_b)
+    pairs = tuple(
+        PairDiff(stage, "train", step, 0, state, comparison=comparison if state == "differing" else None)
+        for step, stage, state in [
+            (6, "generate", "equal"), (6, "reward", "equal"),
+            (7, "generate", "equal"), (7, "reward", "differing"), (7, "metrics", "differing"),
+        ]
+    )
+    side = DiffSide("j", "default", None, 5, {})
+    report = DiffReport(side, side, pairs, Tolerances())
+    assert report.summary == (
+        "runs agree through step 6; at step 7 the first differing stage is reward (sample 12: 0.0 vs 1.0); "
+        "generate is equal; 2 of 5 pairs differ"
+    )
+    page = str(tmp_path / "stages.html")
+    render_diff(report, page, title="stages")
+    text = open(page, encoding="utf-8").read()
+    assert text.index(">generate</th>") < text.index(">reward</th>") < text.index(">metrics</th>")
 
 
 def test_stages_sort_in_the_order_of_an_rl_step():
