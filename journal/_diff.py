@@ -9,6 +9,7 @@ compared structurally by `_compare`. A payload that fails its digest check is *d
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Container, Dict, List, Mapping, Optional, Set, Tuple
 
 import attrs
@@ -227,6 +228,8 @@ def diff_journals(
             state, comparison, detail = cache[(dig_a, dig_b)]
         pairs.append(PairDiff(stage_k, mode_k, step_k, index_k, state, seq_a, seq_b, dig_a, dig_b, comparison, detail))
     notes = _notes(scan_a, scan_b)
+    if os.path.realpath(a.path) == os.path.realpath(b.path) and (run_a, session_a) == (run_b, session_b):
+        notes.append("A and B select the same records (one journal, run and session): choose two runs or sessions")
     if tol.fields:
         if loader.loaded:
             unused = tol.unused(seen)

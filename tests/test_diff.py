@@ -231,7 +231,7 @@ def test_events_of_a_newer_schema_are_left_out_and_noted(tmp_path):
     assert any("newer schema this stepjournal cannot read" in note for note in report.notes)
 
 
-def test_different_stored_schema_versions_are_noted(tmp_path):
+def test_the_schema_versions_read_are_listed_and_a_self_diff_is_noted(tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     for path in (a, b):
         with Journal(path) as journal:
@@ -239,6 +239,9 @@ def test_different_stored_schema_versions_are_noted(tmp_path):
     with Journal(a, readonly=True) as ja, Journal(b, readonly=True) as jb:
         same = diff_journals(ja, jb)
     assert same.notes == () and same.a.event_versions == {"generation_recorded": (1,), "session_opened": (1,)}
+    with Journal(a, readonly=True) as ja:
+        itself = diff_journals(ja, ja)
+    assert itself.exit_code == 0 and "A and B select the same records" in itself.notes[0]
 
 
 # -- tolerances --------------------------------------------------------------------------------------
