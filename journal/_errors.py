@@ -18,6 +18,7 @@ __all__ = [
     "UnsupportedValueError",
     "InvalidKeyError",
     "UnsafePathError",
+    "DiffError",
 ]
 
 
@@ -96,3 +97,7 @@ class UnknownCodecError(PayloadDecodeError):
 
 class UnsupportedValueError(StepJournalError, TypeError):
     """A value cannot be stored in a payload; the message names its path and how to register a codec."""
+
+
+class DiffError(StepJournalError, ValueError):
+    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field."""
