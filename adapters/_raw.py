@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
-from stepjournal import Journal, UnsupportedValueError
-from stepjournal.policies import Engine, Outcome
+from stepjournal import Journal, PreparedPayload, UnsupportedValueError
+from stepjournal.policies import CallHooks, Engine, EngineOptions, Policy
 
 __all__ = ["journaled", "default_input_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_NO_INPUT = CallHooks()
 
 
 def default_input_of(*args: Any, **kwargs: Any) -> dict:
@@ -22,16 +24,13 @@ def default_input_of(*args: Any, **kwargs: Any) -> dict:
 def journaled(
     fn: F,
     journal: Journal,
-    policy: Any = "cache",
+    policy: Union[Policy, str] = "cache",
     *,
     step_of: Optional[Callable[..., int]] = None,
     mode_of: Optional[Callable[..., str]] = None,
     input_of: Optional[Callable[..., Any]] = default_input_of,
-    allow_fingerprint_mismatch: bool = False,
-    verify_input: bool = False,
-    on_input_mismatch: str = "generate",
-    bypass_modes: tuple = ("validate",),
-    on_corrupt: str = "error",
+    options: Optional[EngineOptions] = None,
+    **option_keywords: Any,
 ) -> F:
     """Wrap a rollout function so each call is recorded, replayed or bypassed as the policy decides.
 
@@ -47,25 +46,31 @@ def journaled(
         step_of: computes the train step from the call's arguments, instead of ``step=``.
         mode_of: computes the call's mode (default ``"train"``); modes in `bypass_modes` are bypassed.
         input_of: what to store as the call's input (default: its arguments); None stores no input.
-        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes, on_corrupt: see `Engine`.
+            It is not called for a bypassed mode (nothing is stored then).
+        options: the engine's `EngineOptions`.
+        **option_keywords: each option as its own keyword (``verify_input=True`` ...), as before
+            `EngineOptions` existed; not together with `options`.
 
     Returns:
         The wrapper, with the `Engine` as its ``engine`` attribute and the last call's `Outcome` as
         ``last_outcome``.
     """
-    engine = Engine(
-        journal,
-        policy,
-        allow_fingerprint_mismatch=allow_fingerprint_mismatch,
-        verify_input=verify_input,
-        on_input_mismatch=on_input_mismatch,
-        bypass_modes=bypass_modes,
-        on_corrupt=on_corrupt,
-    )
+    engine = Engine(journal, policy, options=EngineOptions.from_keywords(options, option_keywords, where="journaled"))
     takes_step = "step" in inspect.signature(fn).parameters
     name = getattr(fn, "__qualname__", repr(fn))
 
-    def prepare(args: tuple, kwargs: dict):
+    def prepare(value: Any) -> Tuple[PreparedPayload, str]:
+        try:
+            prepared = journal.prepare(value)
+        except UnsupportedValueError as exc:
+            raise UnsupportedValueError(
+                f"{exc}\n(this is the input of {name}; pass input_of=... to journaled to choose what to store, "
+                "or input_of=None to store none)"
+            ) from None
+        return prepared, prepared.ref.digest
+
+    def call_of(args: tuple, kwargs: dict) -> Tuple[int, str, dict, CallHooks]:
+        """The call's step, mode, the keyword arguments `fn` gets, and how its input is stored."""
         step = kwargs.pop("step", None) if step_of is None else step_of(*args, **kwargs)
         if step is None:
             raise TypeError(
@@ -74,49 +79,26 @@ def journaled(
         if takes_step and step_of is None:
             kwargs["step"] = step
         mode = mode_of(*args, **kwargs) if mode_of is not None else "train"
-        prepared = None
-        if input_of is not None:
-            value = input_of(*args, **kwargs)
-            try:
-                prepared = journal.prepare(value)
-            except UnsupportedValueError as exc:
-                raise UnsupportedValueError(
-                    f"{exc}\n(this is the input of {name}; pass input_of=... to journaled to choose what to store, "
-                    "or input_of=None to store none)"
-                ) from None
-        return step, mode, prepared, kwargs
-
-    def done(outcome: Outcome) -> Any:
-        wrapper.last_outcome = outcome
-        return outcome.value
+        hooks = _NO_INPUT if input_of is None else CallHooks(prepare_input=lambda: prepare(input_of(*args, **kwargs)))
+        return step, mode, kwargs, hooks
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            step, mode, prepared, kwargs = prepare(args, kwargs)
-            outcome = await engine.acall(
-                step,
-                lambda: fn(*args, **kwargs),
-                mode=mode,
-                input=prepared,
-                input_digest=prepared.ref.digest if prepared else None,
-            )
-            return done(outcome)
+            step, mode, kwargs, hooks = call_of(args, kwargs)
+            outcome = await engine.acall(step, lambda: fn(*args, **kwargs), mode=mode, hooks=hooks)
+            wrapper.last_outcome = outcome  # type: ignore[attr-defined]
+            return outcome.value
 
     else:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            step, mode, prepared, kwargs = prepare(args, kwargs)
-            outcome = engine.call(
-                step,
-                lambda: fn(*args, **kwargs),
-                mode=mode,
-                input=prepared,
-                input_digest=prepared.ref.digest if prepared else None,
-            )
-            return done(outcome)
+            step, mode, kwargs, hooks = call_of(args, kwargs)
+            outcome = engine.call(step, lambda: fn(*args, **kwargs), mode=mode, hooks=hooks)
+            wrapper.last_outcome = outcome  # type: ignore[attr-defined]
+            return outcome.value
 
     wrapper.engine = engine  # type: ignore[attr-defined]
     wrapper.last_outcome = None  # type: ignore[attr-defined]

@@ -5,6 +5,9 @@ verl, TRL and raw loops in `stepjournal.adapters`.
 """
 
 from ._audit import AUDIT_SCHEMA_VERSION, AuditRecord, RunSummary, summarize_runs
+from ._compare import Comparison, Difference, compare_values
+from ._diff import diff_journals
+from ._diff_report import DIFF_SCHEMA_VERSION, DiffReport, DiffSide, PairDiff
 from ._codec import CodecRegistry, decode_payload, default_registry, describe_payload, encode_payload, register_codec
 from ._errors import (
     EventDecodeError,
@@ -15,16 +18,20 @@ from ._errors import (
     JournalFullError,
     JournalLockedError,
     PayloadDecodeError,
+    PayloadMissingError,
     StepJournalError,
     UnknownCodecError,
     UnknownEventTypeError,
     UnsafePathError,
     UnsupportedSchemaVersionError,
+    DiffError,
     UnsupportedValueError,
 )
 from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
 from ._journal import DEFAULT_RUN, Journal, PreparedPayload, RecordedGeneration, VerifyProblem
 from ._paths import resolve_journal_path
+from ._payload_store import LmdbPayloadStore, PayloadStore
+from ._tolerance import DTYPE_TOLERANCES, Tolerance, Tolerances
 from ._version import __version__
 
 __all__ = [
@@ -33,6 +40,8 @@ __all__ = [
     "RecordedGeneration",
     "PreparedPayload",
     "VerifyProblem",
+    "PayloadStore",
+    "LmdbPayloadStore",
     "AuditRecord",
     "RunSummary",
     "AUDIT_SCHEMA_VERSION",
@@ -62,10 +71,23 @@ __all__ = [
     "UnknownEventTypeError",
     "UnsupportedSchemaVersionError",
     "PayloadDecodeError",
+    "PayloadMissingError",
     "UnknownCodecError",
     "UnsupportedValueError",
     "journaled",
     "resolve_journal_path",
+    "diff_journals",
+    "DiffReport",
+    "DiffSide",
+    "PairDiff",
+    "DIFF_SCHEMA_VERSION",
+    "Tolerance",
+    "Tolerances",
+    "DTYPE_TOLERANCES",
+    "Comparison",
+    "Difference",
+    "compare_values",
+    "DiffError",
 ]
 
 

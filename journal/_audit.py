@@ -1,6 +1,8 @@
 """The audit: one typed record per generate call, and one summary per run, projected from the event log.
 
-Nothing here writes; every function reads a `Journal` (usually opened with ``readonly=True``).
+Nothing here reads or writes storage: `audit` and `summarize_runs` fold an iterable of ``(seq, event)``
+pairs (``journal.events()``, or a `Journal` itself, whose filtered read is then used). So the audit
+imports nothing of the journal beyond the events, and any event source can be audited.
 `AuditRecord.to_json` is the row format of ``stepjournal audit --json`` and ``--csv``; its keys are
 versioned by `AUDIT_SCHEMA_VERSION` and documented in docs/audit.md.
 """
@@ -8,14 +10,11 @@ versioned by `AUDIT_SCHEMA_VERSION` and documented in docs/audit.md.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any, Container, Dict, List, Optional, Tuple
+from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
-from ._events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed, SessionOpened
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._journal import Journal
+from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, ReplayServed, SessionOpened
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -23,6 +22,7 @@ __all__ = [
     "ACTIONS",
     "AuditRecord",
     "RunSummary",
+    "CALL_EVENT_TYPES",
     "audit",
     "summarize_runs",
 ]
@@ -38,6 +38,19 @@ _ACTION_OF = {
     CallBypassed: "bypassed",
     CallRefused: "refused",
 }
+
+
+# The event classes the audit shows (one per generate call).
+CALL_EVENT_TYPES: Tuple[type, ...] = tuple(_ACTION_OF)
+# `Journal` or ``journal.events()``: anything with an ``events(**filters)`` method, or (seq, event) pairs.
+EventSource = Union[Any, Iterable[Tuple[int, Event]]]
+
+
+def _pairs(source: EventSource, **filters: Any) -> Iterable[Tuple[int, Event]]:
+    read = getattr(source, "events", None)
+    if callable(read):
+        return read(**filters)  # a journal filters while it reads (fewer events decoded into records)
+    return source
 
 
 def iso_time(ts: Optional[float]) -> Optional[str]:
@@ -171,17 +184,17 @@ AUDIT_FIELDS: Tuple[str, ...] = (
 
 
 def audit(
-    journal: "Journal",
+    source: EventSource,
     *,
     run: Optional[str] = None,
     steps: Optional[Container[int]] = None,
     mode: Optional[str] = None,
     actions: Optional[Container[str]] = None,
 ) -> List[AuditRecord]:
-    """One `AuditRecord` per generate call in the journal, in log order.
+    """One `AuditRecord` per generate call, in log order.
 
     Args:
-        journal: an open journal (read-only is enough).
+        source: ``(seq, event)`` pairs in log order, or an open journal (read-only is enough).
         run: only calls of this run key (None: every run).
         steps: only calls whose step is in this container (a set, range or `StepRanges`).
         mode: only calls of this mode (``"train"``, ``"validate"`` ...).
@@ -191,7 +204,11 @@ def audit(
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
     records = []
-    for seq, event in journal.events(run=run, steps=steps, types=tuple(_ACTION_OF)):
+    for seq, event in _pairs(source, run=run, steps=steps, types=CALL_EVENT_TYPES):
+        if type(event) not in _ACTION_OF:
+            continue
+        if (run is not None and event.run != run) or (steps is not None and event.step not in steps):
+            continue
         if mode is not None and event.mode != mode:
             continue
         record = AuditRecord.from_event(seq, event)
@@ -261,14 +278,17 @@ class RunSummary:
         }
 
 
-def summarize_runs(journal: "Journal") -> List[RunSummary]:
+def summarize_runs(source: EventSource) -> List[RunSummary]:
     """One `RunSummary` per run key, in order of each run's first event.
+
+    Args:
+        source: ``(seq, event)`` pairs in log order, or an open journal.
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
     acc: Dict[str, Dict[str, Any]] = {}
-    for seq, event in journal.events():
+    for seq, event in _pairs(source):
         entry = acc.setdefault(
             event.run,
             {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "steps": [], "bytes": 0},

@@ -15,10 +15,11 @@ import zlib
 from typing import Any, Callable, Dict, Tuple
 
 import cattrs
+from cattrs.v import format_exception
 import msgpack
 from cattrs.preconf.msgpack import make_converter
 
-from ._errors import EventDecodeError, UnknownEventTypeError, UnsupportedSchemaVersionError
+from ._errors import EventDecodeError, StepJournalError, UnknownEventTypeError, UnsupportedSchemaVersionError
 from ._events import EVENT_TYPES, Event
 
 __all__ = ["converter", "encode_event", "decode_event", "event_tag"]
@@ -59,6 +60,13 @@ def _make_converter() -> cattrs.Converter:
 
 
 converter: cattrs.Converter = _make_converter()
+
+
+def _describe_field_error(exc: BaseException, type_: Any) -> str:
+    # The event classes' validators say which field and what range (see _events); keep their words.
+    if isinstance(exc, StepJournalError):
+        return str(exc)
+    return format_exception(exc, type_)
 
 
 def event_tag(event: Event) -> str:
@@ -119,7 +127,11 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         event = converter.structure(body, cls)
     except Exception as exc:  # cattrs wraps field errors in exception groups
         try:
-            detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+            detail = (
+                "; ".join(cattrs.transform_error(exc, format_exception=_describe_field_error))
+                if isinstance(exc, cattrs.BaseValidationError)
+                else str(exc)
+            )
         except Exception:  # describing hostile values may fail in its own ways
             detail = type(exc).__name__
         raise EventDecodeError(f"{where} ({tag}) has a broken body: {detail}") from None

@@ -7,9 +7,8 @@ from typing import Callable, Optional
 
 import blake3
 
-__all__ = ["DIGEST_NAME", "DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex"]
+__all__ = ["DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex"]
 
-DIGEST_NAME = "blake3"
 DIGEST_SIZE = 32
 # Hashing a payload of tens of MB is on the record and replay paths; BLAKE3 spreads it over cores.
 _THREADS_FROM = 1 << 22

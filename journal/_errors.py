@@ -9,6 +9,7 @@ __all__ = [
     "JournalFullError",
     "JournalLockedError",
     "IntegrityError",
+    "PayloadMissingError",
     "EventDecodeError",
     "UnknownEventTypeError",
     "UnsupportedSchemaVersionError",
@@ -17,6 +18,7 @@ __all__ = [
     "UnsupportedValueError",
     "InvalidKeyError",
     "UnsafePathError",
+    "DiffError",
 ]
 
 
@@ -41,7 +43,11 @@ class JournalLockedError(JournalError):
 
 
 class InvalidKeyError(JournalError, ValueError):
-    """A run key, mode, step or generation index is not acceptable."""
+    """A run key, mode, step, generation index or another field of an event is not acceptable.
+
+    Raised when a call is recorded with such a value (a NaN duration or fingerprint value, a time
+    `datetime` cannot show); the message names the field and the range it must be in.
+    """
 
 
 class UnsafePathError(JournalError, ValueError):
@@ -60,6 +66,10 @@ class IntegrityError(StepJournalError):
         super().__init__(message)
         self.step = step
         self.detail = detail
+
+
+class PayloadMissingError(IntegrityError):
+    """A payload the caller named is not in the payload store (lost, deleted, or never written)."""
 
 
 class EventDecodeError(IntegrityError):
@@ -87,3 +97,7 @@ class UnknownCodecError(PayloadDecodeError):
 
 class UnsupportedValueError(StepJournalError, TypeError):
     """A value cannot be stored in a payload; the message names its path and how to register a codec."""
+
+
+class DiffError(StepJournalError, ValueError):
+    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field."""

@@ -8,9 +8,13 @@ step, resume positions) is a projection of these events.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+import math
+from typing import Any, Dict, Mapping, Optional, Union
 
 import attrs
+
+from ._errors import InvalidKeyError
+from ._keys import MAX_GEN_INDEX, MAX_STEP, check_key
 
 __all__ = [
     "PayloadRef",
@@ -22,10 +26,142 @@ __all__ = [
     "Event",
     "CallEvent",
     "EVENT_TYPES",
+    "check_fingerprint",
 ]
 
 # Values a fingerprint may hold: JSON scalars, so that a journal can be read anywhere.
 FingerprintValue = Union[str, int, float, bool, None]
+
+# -- field validators --------------------------------------------------------------------------------
+# They run whenever an event is built: when a call is recorded (the caller gets `InvalidKeyError`, a
+# ValueError) and when stored bytes are decoded (cattrs builds the event; `decode_event` turns the
+# error into an `EventDecodeError` naming the event's seq). A CRC only proves the bytes are the ones
+# written, not that a sane program wrote them: a step of -1, a NaN time or an index of 2**32 would
+# otherwise reach the index keys, the clock formatting and the JSON printers as raw tracebacks.
+
+# The latest time `datetime` can show (the end of year 9999), and msgpack's integer range.
+MAX_TS = 253402300799.0
+_MIN_INT, _MAX_INT = -(1 << 63), (1 << 64) - 1
+_MAX_U64 = (1 << 64) - 1
+_MAX_NBYTES = (1 << 63) - 1
+_DIGEST_HEX = 64
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _show(value: Any) -> str:
+    try:
+        return repr(value)[:80]
+    except Exception:  # a hostile value may not even have a repr
+        return type(value).__name__
+
+
+def _refuse(name: str, value: Any, expected: str) -> None:
+    raise InvalidKeyError(f"{name}={_show(value)} is not valid: {expected}")
+
+
+def _int_field(low: int, high: int, text: str):
+    def check(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            _refuse(attribute.name, value, f"use an int from {text}")
+
+    return check
+
+
+def _number_field(low: float, high: float, text: str):
+    def check(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            _refuse(attribute.name, value, f"use a finite number from {text}")
+
+    return check
+
+
+def _check_text(name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        _refuse(name, value, "use a string")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        _refuse(name, value, "it holds a lone surrogate, not UTF-8 text")
+
+
+def _text(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _check_text(attribute.name, value)
+
+
+def _optional_text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _text(instance, attribute, value)
+
+
+def _run_key(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_key(value, "train")
+
+
+def _mode(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_key(instance.run, value)  # validators run once every field is set
+
+
+def _digest(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or len(value) != _DIGEST_HEX or not _HEX.issuperset(value):
+        _refuse(attribute.name, value, f"use the {_DIGEST_HEX} hex digits of a BLAKE3 digest")
+
+
+def _compression(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value not in (None, "zstd"):
+        _refuse(attribute.name, value, "use None or 'zstd'")
+
+
+def _payload_ref(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, PayloadRef):
+        _refuse(attribute.name, value, "use a PayloadRef")
+
+
+def _optional_payload_ref(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _payload_ref(instance, attribute, value)
+
+
+def check_fingerprint(fingerprint: Mapping[str, Any]) -> None:
+    """Refuse a fingerprint that is not a map of names to JSON scalars (finite numbers, 64-bit ints).
+
+    Raises:
+        InvalidKeyError: naming the first bad key or value.
+    """
+    if not isinstance(fingerprint, Mapping):
+        _refuse("fingerprint", fingerprint, "use a dict of names to str, int, float, bool or None")
+    for key, value in fingerprint.items():
+        _check_text("fingerprint key", key)
+        where = f"fingerprint value {key[:40]}"
+        if isinstance(value, str):
+            _check_text(where, value)
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not _MIN_INT <= value <= _MAX_INT:
+                _refuse(where, value, "use an int that fits in 64 bits (or a string)")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                _refuse(where, value, "use a finite number (NaN never equals itself, so it would never match)")
+        else:
+            _refuse(where, value, f"it is a {type(value).__name__}; use str, int, float, bool or None")
+
+
+def _fingerprint(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_fingerprint(value)
+
+
+_STEP = _int_field(0, MAX_STEP, "0 to 2**63-1")
+_GEN_INDEX = _int_field(0, MAX_GEN_INDEX, "0 to 2**32-1")
+_SEQ = _int_field(1, _MAX_U64, "1 to 2**64-1")
+_NBYTES = _int_field(0, _MAX_NBYTES, "0 to 2**63-1")
+_PID = _int_field(0, _MAX_NBYTES, "0 to 2**63-1")
+_TS = _number_field(0.0, MAX_TS, f"0 to {MAX_TS:.0f} (a Unix time before the year 10000)")
+_DURATION = _number_field(0.0, float(MAX_TS), "0 up (seconds)")
 
 
 @attrs.frozen
@@ -39,92 +175,92 @@ class PayloadRef:
         compression: ``"zstd"`` or ``None``.
     """
 
-    digest: str
-    nbytes: int
-    stored_nbytes: int
-    compression: Optional[str] = None
+    digest: str = attrs.field(validator=_digest)
+    nbytes: int = attrs.field(validator=_NBYTES)
+    stored_nbytes: int = attrs.field(validator=_NBYTES)
+    compression: Optional[str] = attrs.field(default=None, validator=_compression)
 
 
 @attrs.frozen
 class SessionOpened:
     """A process opened the journal for writing under a run key and fingerprint."""
 
-    session: str
-    run: str
-    fingerprint: Dict[str, FingerprintValue]
-    library_version: str
-    host: str
-    pid: int
-    ts: float
+    session: str = attrs.field(validator=_text)
+    run: str = attrs.field(validator=_run_key)
+    fingerprint: Dict[str, FingerprintValue] = attrs.field(validator=_fingerprint)
+    library_version: str = attrs.field(validator=_text)
+    host: str = attrs.field(validator=_text)
+    pid: int = attrs.field(validator=_PID)
+    ts: float = attrs.field(validator=_TS)
 
 
 @attrs.frozen
 class GenerationRecorded:
     """A generate call ran for real (or was imported); its output is stored unless `output` is None."""
 
-    session: str
-    run: str
-    step: int
-    gen_index: int
-    mode: str
-    input_digest: Optional[str]
-    output: Optional[PayloadRef]
-    input: Optional[PayloadRef]
-    duration_s: float
-    policy: str
-    reason: str
-    ts: float
-    imported_from: Optional[str] = None
+    session: str = attrs.field(validator=_text)
+    run: str = attrs.field(validator=_run_key)
+    step: int = attrs.field(validator=_STEP)
+    gen_index: int = attrs.field(validator=_GEN_INDEX)
+    mode: str = attrs.field(validator=_mode)
+    input_digest: Optional[str] = attrs.field(validator=_optional_text)
+    output: Optional[PayloadRef] = attrs.field(validator=_optional_payload_ref)
+    input: Optional[PayloadRef] = attrs.field(validator=_optional_payload_ref)
+    duration_s: float = attrs.field(validator=_DURATION)
+    policy: str = attrs.field(validator=_text)
+    reason: str = attrs.field(validator=_text)
+    ts: float = attrs.field(validator=_TS)
+    imported_from: Optional[str] = attrs.field(default=None, validator=_optional_text)
 
 
 @attrs.frozen
 class ReplayServed:
     """A generate call was answered from a recorded generation instead of running."""
 
-    session: str
-    run: str
-    step: int
-    gen_index: int
-    mode: str
-    input_digest: Optional[str]
-    source_seq: int
-    source_run: str
-    source_step: int
-    source_gen_index: int
-    output: PayloadRef
-    policy: str
-    reason: str
-    ts: float
-    duration_s: float = 0.0
+    session: str = attrs.field(validator=_text)
+    run: str = attrs.field(validator=_run_key)
+    step: int = attrs.field(validator=_STEP)
+    gen_index: int = attrs.field(validator=_GEN_INDEX)
+    mode: str = attrs.field(validator=_mode)
+    input_digest: Optional[str] = attrs.field(validator=_optional_text)
+    source_seq: int = attrs.field(validator=_SEQ)
+    source_run: str = attrs.field(validator=_run_key)
+    source_step: int = attrs.field(validator=_STEP)
+    source_gen_index: int = attrs.field(validator=_GEN_INDEX)
+    output: PayloadRef = attrs.field(validator=_payload_ref)
+    policy: str = attrs.field(validator=_text)
+    reason: str = attrs.field(validator=_text)
+    ts: float = attrs.field(validator=_TS)
+    duration_s: float = attrs.field(default=0.0, validator=_DURATION)
 
 
 @attrs.frozen
 class CallBypassed:
     """A generate call ran without the journal's involvement (e.g. validation); nothing stored."""
 
-    session: str
-    run: str
-    step: int
-    gen_index: int
-    mode: str
-    policy: str
-    reason: str
-    ts: float
-    duration_s: float = 0.0
+    session: str = attrs.field(validator=_text)
+    run: str = attrs.field(validator=_run_key)
+    step: int = attrs.field(validator=_STEP)
+    gen_index: int = attrs.field(validator=_GEN_INDEX)
+    mode: str = attrs.field(validator=_mode)
+    policy: str = attrs.field(validator=_text)
+    reason: str = attrs.field(validator=_text)
+    ts: float = attrs.field(validator=_TS)
+    duration_s: float = attrs.field(default=0.0, validator=_DURATION)
 
 
 @attrs.frozen
 class CallRefused:
     """A generate call was refused (replay miss, fingerprint or input mismatch): an error was raised."""
 
-    session: str
-    run: str
-    step: int
-    gen_index: int
-    mode: str
-    policy: str
-    reason: str
-    ts: float
+    session: str = attrs.field(validator=_text)
+    run: str = attrs.field(validator=_run_key)
+    step: int = attrs.field(validator=_STEP)
+    gen_index: int = attrs.field(validator=_GEN_INDEX)
+    mode: str = attrs.field(validator=_mode)
+    policy: str = attrs.field(validator=_text)
+    reason: str = attrs.field(validator=_text)
+    ts: float = attrs.field(validator=_TS)
 
 
 CallEvent = Union[GenerationRecorded, ReplayServed, CallBypassed, CallRefused]

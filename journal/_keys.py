@@ -3,6 +3,8 @@
 - ``events``: the sequence number, u64 big-endian (so LMDB's byte order is log order).
 - ``gen``: ``run \\0 mode \\0 step(u64 BE) gen_index(u32 BE)``: for one (run, mode) the keys sort by
   step, then by generation index, which is what nearest-step lookups walk.
+- ``sessions``: the session id, UTF-8 (`session_key`); the value is a `seq_key`.
+- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`.
 
 LMDB keys are at most 511 bytes, so run and mode are checked on their encoded length, with the
 separators and the 12 bytes of step and index counted in.
@@ -21,6 +23,10 @@ __all__ = [
     "GenKey",
     "seq_key",
     "seq_of",
+    "session_key",
+    "META_FORMAT",
+    "META_CREATED",
+    "META_SESSIONS_INDEX",
     "gen_prefix",
     "gen_key",
     "parse_gen_key",
@@ -33,6 +39,10 @@ MAX_GEN_INDEX = (1 << 32) - 1
 # LMDB's compile-time key limit (mdb_env_get_maxkeysize) of the builds py-lmdb ships.
 MAX_KEY_BYTES = 511
 _STEP_AND_INDEX = 12
+# ``meta`` keys: the format version, the creation time, and "the sessions index is built".
+META_FORMAT = b"format"
+META_CREATED = b"created"
+META_SESSIONS_INDEX = b"sessions_index"
 
 
 class GenKey(NamedTuple):
@@ -52,6 +62,11 @@ def seq_key(seq: int) -> bytes:
 def seq_of(key: bytes) -> int:
     """The sequence number an ``events`` key (or a stored index value) names."""
     return int.from_bytes(key, "big")
+
+
+def session_key(session: str) -> bytes:
+    """The ``sessions`` index key of a session id."""
+    return session.encode()
 
 
 def gen_prefix(run: str, mode: str) -> bytes:

@@ -1,4 +1,4 @@
-"""Paths from configs, and the permissions of a journal folder.
+"""Paths from configs, the permissions of a journal folder, and LMDB files that are safe to open.
 
 Run keys never become paths: they are LMDB keys inside the journal, so no run key can reach the file
 system. A config that names a journal *relative to a base folder* (verl's ``dump_dir`` with a
@@ -14,7 +14,7 @@ from typing import List, Union
 
 from ._errors import UnsafePathError
 
-__all__ = ["resolve_journal_path", "security_warnings"]
+__all__ = ["resolve_journal_path", "security_warnings", "check_lmdb_files"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -83,3 +83,48 @@ def security_warnings(path: PathLike) -> List[str]:
         found.append(f"the folder holding the journal, {parent!r}, is writable by others without the sticky "
                      "bit: anyone can rename the journal away and put another in its place")
     return found
+
+
+def check_lmdb_files(folder: str) -> None:
+    """Refuse LMDB files that would make LMDB read or write something other than this journal's own file.
+
+    LMDB opens `data.mdb` and `lock.mdb` and writes the lock file even for a read-only open; through
+    a link (symbolic or hard) it would write into whatever else the file is, and a FIFO or a device
+    would hang or feed it anything. Checked with `lstat` (links are not followed), in every mode.
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    for name in ("data.mdb", "lock.mdb"):
+        target = os.path.join(folder, name)
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} is a symbolic link; LMDB would write wherever it points. "
+                "Replace it by the real file (or link the whole folder instead)"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} is {_file_kind(st.st_mode)}, not a regular file; LMDB cannot "
+                f"use it safely. Move it away{' (LMDB recreates a missing lock.mdb)' if name == 'lock.mdb' else ''}"
+            )
+        if st.st_nlink != 1:
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} has {st.st_nlink} hard links; LMDB writes it (lock.mdb even "
+                "when reading) and would change the other names too. Copy the journal folder (cp -r makes "
+                "unlinked copies) and open the copy"
+            )
+        if me is not None and st.st_uid != me:
+            raise UnsafePathError(
+                f"{name} in journal folder {folder!r} belongs to user id {st.st_uid}, not to this user ({me}); "
+                "its owner can change it under you. Copy the journal folder to a place of your own and open the copy"
+            )
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "a special file"

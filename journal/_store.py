@@ -20,16 +20,19 @@ except ImportError:  # pragma: no cover - not on Windows
     resource = None  # type: ignore[assignment]
 
 from ._log import get_logger
-from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError, UnsafePathError
+from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
+from ._lmdb_check import check_data_file, newest_txnid
+from ._paths import check_lmdb_files
 
 __all__ = ["Store", "DB_NAMES"]
 
 log = get_logger(__name__)
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
-DB_NAMES = ("events", "payloads", "gen", "meta")
+DB_NAMES = ("events", "payloads", "gen", "meta", "sessions")
 _MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
+_STRUCTURE_RETRIES = 8
 
 # One environment per real path per process (LMDB's rule); the pid tells a forked child that the
 # environment it inherited is not its own.
@@ -86,6 +89,7 @@ class _SharedEnv:
         # environment serialises transactions and resizes between the threads of a process.
         self.lock = threading.RLock()
         self.dbs: Dict[str, object] = {}
+        self.options: Dict[str, object] = {}  # what lmdb.open was given, to map it again
 
 
 def _is_writable_location(path: str) -> bool:
@@ -117,7 +121,7 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             os.makedirs(key, mode=0o700, exist_ok=True)
         elif not os.path.isdir(key) or not os.path.exists(os.path.join(key, "data.mdb")):
             raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
-        _refuse_links(key)
+        check_lmdb_files(key)
         data_file = os.path.join(key, "data.mdb")
         if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
             # LMDB would silently start a new, empty journal over it.
@@ -127,32 +131,24 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
             )
         # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
         lock = not readonly or _is_writable_location(key)
+        options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
+                       readahead=False, max_readers=256, mode=0o600)
         try:
-            env = lmdb.open(
-                key,
-                map_size=map_size,
-                max_dbs=_MAX_DBS,
-                subdir=True,
-                readonly=readonly,
-                lock=lock,
-                sync=sync,
-                metasync=sync,
-                readahead=False,
-                max_readers=256,
-                mode=0o600,
-            )
+            env = lmdb.open(key, map_size=map_size, **options)
         except lmdb.Error as exc:
             raise JournalError(f"cannot open journal {path!r}: {exc}") from None
         try:
             _check_file_size(env, data_file, path)
+            if lock:
+                # Processes killed inside a read transaction leave their reader slot taken; with 256
+                # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
+                env.reader_check()
+            _check_structure(env, data_file, path)
         except IntegrityError:
             env.close()
             raise
-        if lock:
-            # Processes killed inside a read transaction leave their reader slot taken; with 256
-            # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
-            env.reader_check()
         shared = _SharedEnv(env, readonly)
+        shared.options = options
         try:
             for name in DB_NAMES:
                 shared.dbs[name] = _open_db(env, name, create=not readonly)
@@ -188,13 +184,27 @@ def _open_db(env: lmdb.Environment, name: str, *, create: bool):
     raise JournalError(f"journal {env.path()!r} keeps being resized by another process")
 
 
-def _refuse_links(folder: str) -> None:
-    for name in ("data.mdb", "lock.mdb"):
-        if os.path.islink(os.path.join(folder, name)):
-            raise UnsafePathError(
-                f"{name} in journal folder {folder!r} is a symbolic link; LMDB would write wherever it points. "
-                "Replace it by the real file (or link the whole folder instead)"
-            )
+def _check_structure(env: lmdb.Environment, data_file: str, path: str) -> None:
+    """Walk data.mdb's trees before LMDB reads any of them (see `_lmdb_check`); refuse what would fault.
+
+    Runs at the first open of a path in each process, in every mode: a process cannot tell a journal
+    it wrote from one it was handed. A read transaction pins the snapshot meanwhile, so a writer in
+    another process cannot reuse its pages; a meta page read while that writer commits may be torn,
+    so a failed check is retried when the file's newest transaction moved in the meantime.
+    """
+    for _ in range(_STRUCTURE_RETRIES):
+        before = newest_txnid(data_file)
+        with env.begin() as txn:
+            try:
+                stats = check_data_file(data_file, journal=path, pinned_txnid=txn.id())
+            except IntegrityError:
+                if newest_txnid(data_file) != before:
+                    continue  # a writer committed while the file was read: look again
+                raise
+        log.debug("journal_structure_checked", path=path, tree_pages=stats.tree_pages,
+                  overflow_values=stats.overflow_values, file_bytes=stats.file_bytes)
+        return
+    raise JournalError(f"journal {path!r} keeps being written while it is opened; try again")
 
 
 def _check_file_size(env: lmdb.Environment, data_file: str, path: str) -> None:
@@ -360,9 +370,33 @@ class Store:
                     "recorded was harmed. Raise max_size, or continue without recording (see docs/reliability.md)"
                 )
             target = min(target, self.max_size)
+        try:
+            shared.env.set_mapsize(target)
+        except lmdb.Error as exc:
+            # LMDB unmaps the old map before mapping the larger one; when that mmap fails (the address
+            # space or memory is short: RLIMIT_AS, overcommit limits) the environment is left with no
+            # map at all, and the next transaction would crash. Map the journal again at its old size.
+            self._remap(shared, current)
+            raise JournalFullError(
+                f"journal {self.path!r} could not grow its memory map from {current} to {target} bytes ({exc}): "
+                "the process is short of address space or memory. Nothing already recorded was harmed and the "
+                "journal stays usable; free memory or raise the limit (ulimit -v), or continue without recording"
+            ) from None
         log.info("journal_map_grown", path=self.path, old_bytes=current, new_bytes=target)
-        shared.env.set_mapsize(target)
         self._map_size = target
+
+    def _remap(self, shared: _SharedEnv, map_size: int) -> None:
+        """Open the environment again in place (its transactions all hold `shared.lock`, held here)."""
+        shared.env.close()
+        try:
+            shared.env = lmdb.open(os.path.realpath(self.path), map_size=map_size, **shared.options)
+            shared.dbs = {name: _open_db(shared.env, name, create=False) for name in DB_NAMES}
+        except lmdb.Error as exc:
+            raise JournalError(
+                f"journal {self.path!r} lost its memory map and cannot map it again ({exc}); nothing recorded was "
+                "harmed. Free memory, then open a new Journal on it"
+            ) from None
+        log.warning("journal_map_restored", path=self.path, map_bytes=map_size)
 
 
 def _short_write_on_full_disk(exc: Exception, path: str, needed: int) -> bool:

@@ -17,17 +17,22 @@ from ._base import (
 )
 from ._builtin import BUILTIN_POLICIES, Bypass, Cache, Dump, Nearest, Passthrough, Repeat, RepeatLast, Replay
 from ._config import EngineConfig, load_config, open_engine
-from ._engine import Engine, Outcome, PendingCall
+from ._engine import CallHooks, Engine, Outcome, PendingCall
 from ._errors import (
     ConfigError,
     FingerprintMismatchError,
     InputMismatchError,
+    OptionError,
     PluginError,
+    PluginLoadError,
     PolicyError,
     ReplayMissError,
     ReplayRefusedError,
     SpecError,
+    SpecWarning,
 )
+from ._options import EngineOptions
+from ._plugins import PluginStatus, plugin_report
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
 
@@ -35,6 +40,8 @@ __all__ = [
     "parse",
     "policy_by_name",
     "plugin_names",
+    "plugin_report",
+    "PluginStatus",
     "PLUGIN_GROUP",
     "DISABLE_PLUGINS_ENV",
     "StepRange",
@@ -59,6 +66,8 @@ __all__ = [
     "Passthrough",
     "Bypass",
     "Engine",
+    "EngineOptions",
+    "CallHooks",
     "Outcome",
     "PendingCall",
     "EngineConfig",
@@ -66,8 +75,11 @@ __all__ = [
     "open_engine",
     "PolicyError",
     "SpecError",
+    "SpecWarning",
     "PluginError",
+    "PluginLoadError",
     "ConfigError",
+    "OptionError",
     "ReplayRefusedError",
     "ReplayMissError",
     "FingerprintMismatchError",

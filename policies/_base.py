@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import List, Optional, Protocol, Union, runtime_checkable
 
 import attrs
 
 from stepjournal import Journal, RecordedGeneration
+
+from ._ranges import StepRanges
 
 __all__ = [
     "CallContext",
@@ -84,41 +87,90 @@ class JournalView:
         journal: the journal to read.
         run: the run key to read (defaults to the journal's).
         mode: the mode whose recordings are visible.
+
+    A view made by `restricted` shows only the recorded steps inside its `scope`; every method
+    answers as if the other steps had never been recorded.
     """
 
-    __slots__ = ("_journal", "run", "mode")
+    __slots__ = ("_journal", "run", "mode", "scope", "_visible_steps")
 
     def __init__(self, journal: Journal, *, run: Optional[str] = None, mode: str = "train") -> None:
         self._journal = journal
         self.run = run or journal.run
         self.mode = mode
+        self.scope: Optional[StepRanges] = None  # None: every recorded step is visible
+        self._visible_steps: Optional[List[int]] = None
+
+    def restricted(self, scope: StepRanges) -> "JournalView":
+        """A view of the same run and mode that shows only recorded steps inside `scope`."""
+        if self.scope is not None:
+            raise ValueError(f"this view is already restricted to steps {self.scope}; restrict the full view")
+        view = JournalView(self._journal, run=self.run, mode=self.mode)
+        view.scope = StepRanges(scope)
+        return view
+
+    def _steps(self) -> List[int]:
+        """The visible recorded steps, ascending: computed once per restricted view (one per call).
+
+        The journal offers no range query, so this copies its step list once and slices it with
+        bisect: O(n) copy plus O(k) for the k steps in scope, instead of one read per step.
+        """
+        if self._visible_steps is None:
+            assert self.scope is not None
+            every = self._journal.recorded_steps(mode=self.mode, run=self.run)
+            parts = []
+            for r in self.scope.ranges:
+                lo = bisect.bisect_left(every, r.start)
+                hi = len(every) if r.stop is None else bisect.bisect_right(every, r.stop)
+                part = every[lo:hi]
+                parts.append(part if r.stride == 1 else [s for s in part if (s - r.start) % r.stride == 0])
+            self._visible_steps = parts[0] if len(parts) == 1 else sorted(set().union(*parts))
+        return self._visible_steps
 
     def lookup(self, step: int, gen_index: int = 0) -> Optional[RecordedGeneration]:
         """The recorded generation at (step, gen_index), or None."""
+        if self.scope is not None and step not in self.scope:
+            return None
         return self._journal.lookup(step, gen_index, mode=self.mode, run=self.run)
 
     def recorded_steps(self) -> List[int]:
         """Every recorded step, ascending (a copy: prefer the methods below on long runs)."""
-        return self._journal.recorded_steps(mode=self.mode, run=self.run)
+        if self.scope is None:
+            return self._journal.recorded_steps(mode=self.mode, run=self.run)
+        return list(self._steps())
 
     def step_count(self) -> int:
         """How many distinct steps are recorded."""
-        return self._journal.step_count(mode=self.mode, run=self.run)
+        if self.scope is None:
+            return self._journal.step_count(mode=self.mode, run=self.run)
+        return len(self._steps())
 
     def nth_step(self, n: int) -> int:
         """The n-th recorded step in ascending order (negative n counts from the end)."""
-        return self._journal.nth_step(n, mode=self.mode, run=self.run)
+        if self.scope is None:
+            return self._journal.nth_step(n, mode=self.mode, run=self.run)
+        return self._steps()[n]
 
     def nearest_below(self, step: int) -> Optional[int]:
         """The largest recorded step smaller than `step`, or None."""
-        return self._journal.nearest_below(step, mode=self.mode, run=self.run)
+        if self.scope is None:
+            return self._journal.nearest_below(step, mode=self.mode, run=self.run)
+        steps = self._steps()
+        i = bisect.bisect_left(steps, step)
+        return steps[i - 1] if i > 0 else None
 
     def nearest_above(self, step: int) -> Optional[int]:
         """The smallest recorded step larger than `step`, or None."""
-        return self._journal.nearest_above(step, mode=self.mode, run=self.run)
+        if self.scope is None:
+            return self._journal.nearest_above(step, mode=self.mode, run=self.run)
+        steps = self._steps()
+        i = bisect.bisect_right(steps, step)
+        return steps[i] if i < len(steps) else None
 
     def recorded_indices(self, step: int) -> List[int]:
         """The generation indices recorded at `step`, ascending."""
+        if self.scope is not None and step not in self.scope:
+            return []
         return self._journal.recorded_indices(step, mode=self.mode, run=self.run)
 
     def serve_from(self, step: int, gen_index: int) -> Optional[RecordedGeneration]:
@@ -152,3 +204,4 @@ class Policy(Protocol):
 def is_policy(obj: object) -> bool:
     """True when `obj` has a string `name` and a callable `decide`."""
     return isinstance(getattr(obj, "name", None), str) and callable(getattr(obj, "decide", None))
+

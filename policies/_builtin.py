@@ -10,6 +10,9 @@
 | `nearest`     | exact, else largest earlier, else smallest later step | nothing recorded: generate and store |
 | `passthrough` | generate, store nothing (journaled)| generate, store nothing (journaled)            |
 | `bypass`      | generate outside the journal (journaled as bypassed) | same                         |
+
+In a `Schedule`, `repeat`, `repeat_last` and `nearest` get a view restricted to the steps earlier
+recording clauses cover (``dump@1-5;repeat`` cycles through 1-5 only); their reasons name that scope.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ __all__ = [
 
 def _where(ctx: CallContext) -> str:
     return f"step {ctx.step} index {ctx.gen_index}"
+
+
+def _within(view: JournalView) -> str:
+    """How a reason names the steps a restricted view shows (see `Schedule`)."""
+    scope = getattr(view, "scope", None)
+    return "" if scope is None else f" in steps {scope}"
 
 
 @attrs.frozen
@@ -99,11 +108,13 @@ class Repeat:
     def decide(self, ctx: CallContext, view: JournalView) -> Decision:
         count = view.step_count()
         if count == 0:
-            return GenerateCall(reason="repeat: nothing recorded yet, generate and store")
+            return GenerateCall(reason=f"repeat: nothing recorded{_within(view)} yet, generate and store")
         source_step = view.nth_step((ctx.step - 1) % count)
         found = view.serve_from(source_step, ctx.gen_index)
         assert found is not None  # a step in the projection has at least one record
-        return ServeRecorded(found, reason=f"repeat: step {ctx.step} -> recorded step {source_step} of {count}")
+        return ServeRecorded(
+            found, reason=f"repeat: step {ctx.step} -> recorded step {source_step} of {count}{_within(view)}"
+        )
 
 
 @attrs.frozen
@@ -114,11 +125,11 @@ class RepeatLast:
 
     def decide(self, ctx: CallContext, view: JournalView) -> Decision:
         if view.step_count() == 0:
-            return GenerateCall(reason="repeat_last: nothing recorded yet, generate and store")
+            return GenerateCall(reason=f"repeat_last: nothing recorded{_within(view)} yet, generate and store")
         source_step = view.nth_step(-1)
         found = view.serve_from(source_step, ctx.gen_index)
         assert found is not None
-        return ServeRecorded(found, reason=f"repeat_last: recorded step {source_step}")
+        return ServeRecorded(found, reason=f"repeat_last: recorded step {source_step}{_within(view)}")
 
 
 @attrs.frozen
@@ -141,10 +152,10 @@ class Nearest:
             if source_step is None:
                 source_step = view.nearest_above(ctx.step)
         if source_step is None:
-            return GenerateCall(reason="nearest: nothing recorded yet, generate and store")
+            return GenerateCall(reason=f"nearest: nothing recorded{_within(view)} yet, generate and store")
         found = view.serve_from(source_step, ctx.gen_index)
         assert found is not None
-        return ServeRecorded(found, reason=f"nearest: step {ctx.step} -> recorded step {source_step}")
+        return ServeRecorded(found, reason=f"nearest: step {ctx.step} -> recorded step {source_step}{_within(view)}")
 
 
 @attrs.frozen

@@ -1,9 +1,9 @@
-"""`EngineConfig`: the settings of a journal and its policy, structured from dicts, YAML or OmegaConf."""
+"""`EngineConfig`: the settings of a journal, its policy and the engine's options, from dicts, YAML or OmegaConf."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Literal, Optional, Tuple, Union
+from typing import Any, Dict, Literal, Optional, Union
 
 import attrs
 import cattrs
@@ -13,6 +13,7 @@ from stepjournal._convert import converter
 
 from ._engine import Engine
 from ._errors import ConfigError, SpecError
+from ._options import EngineOptions, unknown_keys_text
 from ._spec import parse
 
 __all__ = ["EngineConfig", "load_config", "open_engine"]
@@ -27,9 +28,9 @@ def _spec_valid(instance: Any, attribute: Any, value: str) -> None:
         raise ConfigError(f"policy={value!r} is not a valid policy spec: {exc}") from None
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class EngineConfig:
-    """Where the journal is and which policy decides each generate call.
+    """Where the journal is, which policy decides each generate call, and the engine's options.
 
     Attributes:
         path: the journal folder.
@@ -37,8 +38,10 @@ class EngineConfig:
         run: the run key.
         fingerprint: what must match for a recorded generation to be replayed (flat JSON scalars).
         compression: ``"zstd"`` or None.
-        allow_fingerprint_mismatch, verify_input, on_input_mismatch, bypass_modes, on_corrupt: see `Engine`.
         max_size: cap on the journal's size in bytes (None: no cap).
+        options: the `EngineOptions`. As before they existed, each option may also be given as its own
+            keyword (``EngineConfig(path, verify_input=True)``, not together with ``options=``) and
+            read as an attribute (``config.verify_input``).
     """
 
     path: str
@@ -46,12 +49,21 @@ class EngineConfig:
     run: str = "default"
     fingerprint: Dict[str, Scalar] = attrs.field(factory=dict)
     compression: Optional[Literal["zstd"]] = None
-    allow_fingerprint_mismatch: bool = False
-    verify_input: bool = False
-    on_input_mismatch: Literal["generate", "error"] = "generate"
-    bypass_modes: Tuple[str, ...] = ("validate",)
     max_size: Optional[int] = None
-    on_corrupt: Literal["error", "regenerate"] = "error"
+    options: EngineOptions = attrs.field(factory=EngineOptions)
+
+    def __init__(self, *args: Any, options: Optional[EngineOptions] = None, **keywords: Any) -> None:
+        names = EngineOptions.names()
+        given = {key: keywords.pop(key) for key in list(keywords) if key in names}
+        self.__attrs_init__(  # type: ignore[attr-defined]
+            *args, options=EngineOptions.from_keywords(options, given, where="EngineConfig"), **keywords
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # The options were fields of the config before `EngineOptions`; they still read so.
+        if name in EngineOptions.names():
+            return getattr(self.options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def _plain(source: Any) -> Any:
@@ -76,14 +88,31 @@ def _plain(source: Any) -> Any:
 def load_config(source: Any) -> EngineConfig:
     """Build an `EngineConfig` from a dict, an OmegaConf object, a YAML file path or YAML text.
 
+    The engine options sit beside the other keys (``verify_input: true``), or in an ``options``
+    mapping; not both.
+
     Raises:
-        ConfigError: a key is unknown or missing, or a value has the wrong type; the message names them.
+        ConfigError: a key is unknown or missing, or a value has the wrong type; the message names them
+            (`OptionError`, a `ConfigError`, for an engine option's value).
     """
     data = _plain(source)
     if not isinstance(data, dict):
         raise ConfigError(f"a stepjournal config must be a mapping, got {type(data).__name__}: {data!r}")
+    data = dict(data)
+    names = EngineOptions.names()
+    flat = {key: data.pop(key) for key in list(data) if key in names}
+    nested = data.pop("options", None)
+    if nested is not None and flat:
+        raise ConfigError(
+            f"the config sets engine options both in 'options' and beside it ({', '.join(flat)}): keep one place"
+        )
+    keys = tuple(field.name for field in attrs.fields(EngineConfig)) + names
+    unknown = [key for key in data if key not in keys]
+    if unknown:
+        raise ConfigError("unknown key in the stepjournal config: " + unknown_keys_text(unknown, keys, "the keys are"))
+    options = EngineOptions.from_mapping(nested if nested is not None else flat)
     try:
-        return converter.structure(data, EngineConfig)
+        return attrs.evolve(converter.structure(data, EngineConfig), options=options)
     except ConfigError:
         raise
     except cattrs.BaseValidationError as exc:
@@ -123,12 +152,4 @@ def open_engine(config: EngineConfig | Any) -> Engine:
         compression=config.compression,
         max_size=config.max_size,
     )
-    return Engine(
-        journal,
-        parse(config.policy),
-        allow_fingerprint_mismatch=config.allow_fingerprint_mismatch,
-        verify_input=config.verify_input,
-        on_input_mismatch=config.on_input_mismatch,
-        bypass_modes=config.bypass_modes,
-        on_corrupt=config.on_corrupt,
-    )
+    return Engine(journal, parse(config.policy), options=config.options)

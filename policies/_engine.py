@@ -1,15 +1,19 @@
 """The engine: asks the policy about each generate call, checks the answer, carries it out, journals it.
 
 Policies decide; the engine does the I/O (loading payloads, recording events) and the validity checks
-that apply to every replay (fingerprint, optional input digest). Adapters call `Engine.begin` for a
-call, then either take the replayed value or run the generator and hand its output to `finish`.
+that apply to every replay (fingerprint, optional input digest). The call sequence (decide, time and
+run the generator, journal) is written once, in `Engine._sequence`; `Engine.call` runs it inline and
+`Engine.acall` runs its journal I/O through a hook (`CallHooks.run_blocking`). Adapters plug in with
+`CallHooks` (what is stored for a value and what a replay gives back) instead of repeating the sequence.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Generator, Optional, Tuple, Union
 
 import attrs
 
@@ -22,14 +26,16 @@ from ._base import (
     Decision,
     GenerateCall,
     JournalView,
+    Policy,
     RefuseCall,
     ServeRecorded,
     is_policy,
 )
 from ._errors import FingerprintMismatchError, InputMismatchError, ReplayMissError
+from ._options import EngineOptions
 from ._spec import parse
 
-__all__ = ["Engine", "Outcome", "PendingCall"]
+__all__ = ["Engine", "Outcome", "PendingCall", "CallHooks"]
 
 log = get_logger(__name__)
 
@@ -37,6 +43,8 @@ log = get_logger(__name__)
 @attrs.frozen
 class Outcome:
     """What happened to one generate call.
+
+    Every outcome is of a journaled call: a call an adapter makes without an engine has none.
 
     Attributes:
         value: what the call returns (generated, or decoded from the journal).
@@ -62,9 +70,48 @@ class PendingCall:
     policy: str
     outcome: Optional[Outcome] = None
 
-    @property
-    def must_generate(self) -> bool:
-        return self.outcome is None
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _served_value(outcome: Outcome) -> Any:
+    return outcome.value
+
+
+async def _run_inline(work: Callable[[], Any]) -> Any:
+    return work()
+
+
+@attrs.frozen
+class CallHooks:
+    """How an adapter plugs into the engine's call sequence; every hook is optional.
+
+    Attributes:
+        prepare_input: ``() -> (input, input_digest)``: what to store as the call's input (a value or
+            a `PreparedPayload`, or None) and its digest (or None). Runs as journal I/O before the
+            decision, and not at all for a bypassed mode. When given, `call`'s `input` and
+            `input_digest` are not.
+        to_stored: the generator's output -> what the journal stores (e.g. the output with the
+            random-number state the call left behind). Runs right after the generator returns, in the
+            caller's thread. The caller still gets the generator's output.
+        from_stored: a replayed `Outcome` -> what the caller gets (the inverse of `to_stored`;
+            ``outcome.value`` is what was stored, ``outcome.ctx`` and ``outcome.source`` say which
+            call and which record). Runs in the caller's thread.
+        run_blocking: `acall` only: ``async (work) -> work()``, where the journal I/O (deciding,
+            loading, encoding, recording) runs, e.g. `asyncio.to_thread` so other tasks go on
+            meanwhile. Default: inline in the event loop. `call` always runs it inline.
+    """
+
+    prepare_input: Optional[Callable[[], Tuple[Any, Optional[str]]]] = None
+    to_stored: Callable[[Any], Any] = _same
+    from_stored: Callable[[Outcome], Any] = _served_value
+    run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]] = _run_inline
+
+
+_NO_HOOKS = CallHooks()
+# What `_sequence` yields when the generator must run now (anything else it yields is journal I/O).
+_GENERATE = object()
 
 
 class Engine:
@@ -73,35 +120,30 @@ class Engine:
     Args:
         journal: the journal (opened for writing) the calls go to.
         policy: a policy object, or a spec string given to `stepjournal.policies.parse`.
-        allow_fingerprint_mismatch: replay records made under another fingerprint (journaled in the
-            reason). By default such a replay is refused with `FingerprintMismatchError`.
-        verify_input: a replay requires the call's input digest to equal the recorded one.
-        on_input_mismatch: with `verify_input`, ``"generate"`` regenerates (and stores) on a mismatch,
-            ``"error"`` raises `InputMismatchError`. Either way the reason is journaled.
-        bypass_modes: modes whose calls skip the policy and are journaled as bypassed (validation).
-        on_corrupt: what to do when the record a replay needs is damaged (its event or payload fails
-            its checksum or digest): ``"error"`` journals a refusal and raises the `IntegrityError`
-            (which names the step); ``"regenerate"`` generates and stores the call instead, with the
-            damage in the journaled reason. Storing the regenerated output also repairs a damaged
-            payload of identical content.
+        options: the `EngineOptions` (fingerprint and input checks, bypassed modes, damaged records).
+        **option_keywords: each option as its own keyword (``verify_input=True`` ...), as before
+            `EngineOptions` existed; not together with `options`.
+
+    Attributes:
+        journal, policy, options: as given. The options' names also read as attributes
+            (``engine.bypass_modes`` is ``engine.options.bypass_modes``).
+
+    Raises:
+        TypeError: `policy` is not a policy; a keyword is not an option; `options` and option
+            keywords were both given.
+        OptionError: an option has a value it does not take.
+        SpecError: `policy` is a spec string that does not parse.
     """
 
     def __init__(
         self,
         journal: Journal,
-        policy: Any,
+        policy: Union[Policy, str],
         *,
-        allow_fingerprint_mismatch: bool = False,
-        verify_input: bool = False,
-        on_input_mismatch: str = "generate",
-        bypass_modes: Tuple[str, ...] = ("validate",),
-        on_corrupt: str = "error",
+        options: Optional[EngineOptions] = None,
+        **option_keywords: Any,
     ) -> None:
-        if on_input_mismatch not in ("generate", "error"):
-            raise ValueError(f"on_input_mismatch={on_input_mismatch!r}: use 'generate' or 'error'")
-        if on_corrupt not in ("error", "regenerate"):
-            raise ValueError(f"on_corrupt={on_corrupt!r}: use 'error' or 'regenerate'")
-        self.on_corrupt = on_corrupt
+        self.options = EngineOptions.from_keywords(options, option_keywords, where="Engine")
         if isinstance(policy, str):
             policy = parse(policy)
         if not is_policy(policy):
@@ -110,15 +152,17 @@ class Engine:
                 "str `name` and a `decide(ctx, view)` method"
             )
         self.journal = journal
-        self.policy = policy
-        self.allow_fingerprint_mismatch = allow_fingerprint_mismatch
-        self.verify_input = verify_input
-        self.on_input_mismatch = on_input_mismatch
-        self.bypass_modes = tuple(bypass_modes)
+        self.policy: Policy = policy
         self._lock = threading.Lock()
         # Calls this session has started per (run, mode, step): the number of call events this
         # session has journaled for the key, plus calls in flight. A new session starts from zero.
         self._calls: Dict[Tuple[str, str, int], int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        # The options were attributes of the engine before `EngineOptions`; they still read so.
+        if name in EngineOptions.names():
+            return getattr(self.options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- generation index ----------------------------------------------------------------------------
     def next_gen_index(self, step: int, mode: str = "train") -> int:
@@ -143,7 +187,7 @@ class Engine:
         ctx = CallContext(
             run=self.journal.run, step=step, gen_index=gen_index, mode=mode, input_digest=input_digest
         )
-        if mode in self.bypass_modes:
+        if mode in self.options.bypass_modes:
             decision: Decision = BypassCall(reason=f"mode {mode!r} is bypassed", policy="bypass")
         else:
             try:
@@ -221,14 +265,27 @@ class Engine:
         input: Any = None,
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,
+        hooks: Optional[CallHooks] = None,
     ) -> Outcome:
-        """Decide one call, run `generate()` if needed, journal it, and return the outcome."""
-        pending = self.begin(step, mode=mode, gen_index=gen_index, input_digest=input_digest)
-        if pending.outcome is not None:
-            return pending.outcome
-        started = time.perf_counter()
-        output = generate()
-        return self.finish(pending, output, input=input, duration_s=time.perf_counter() - started)
+        """Decide one call, run `generate()` if needed, journal it, and return the outcome.
+
+        Args:
+            step: the train step.
+            generate: runs the generator and returns its output.
+            mode: the call's mode (``"train"``, ``"validate"`` ...).
+            input: what to store as the call's input (a value or a `PreparedPayload`), or None.
+            input_digest: the input's digest (checked by `verify_input`), or None.
+            gen_index: the call's index within its step (default: the next one of this session).
+            hooks: how an adapter's values are stored and given back (`CallHooks`).
+        """
+        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks or _NO_HOOKS)
+        effect = next(sequence)
+        while True:
+            result = generate() if effect is _GENERATE else effect()
+            try:
+                effect = sequence.send(result)
+            except StopIteration as done:
+                return done.value
 
     async def acall(
         self,
@@ -239,22 +296,70 @@ class Engine:
         input: Any = None,
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,
+        hooks: Optional[CallHooks] = None,
     ) -> Outcome:
-        """`call` for an async generator function: awaits `generate()` when the call must run."""
-        pending = self.begin(step, mode=mode, gen_index=gen_index, input_digest=input_digest)
+        """`call` for an async generator function: awaits `generate()` when the call must run.
+
+        The journal I/O runs through ``hooks.run_blocking`` (default: inline).
+        """
+        hooks = hooks or _NO_HOOKS
+        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks)
+        effect = next(sequence)
+        while True:
+            if effect is _GENERATE:
+                result = generate()
+                if inspect.isawaitable(result):
+                    result = await result
+            else:
+                result = await hooks.run_blocking(effect)
+            try:
+                effect = sequence.send(result)
+            except StopIteration as done:
+                return done.value
+
+    def _sequence(
+        self,
+        step: int,
+        mode: str,
+        gen_index: Optional[int],
+        input: Any,
+        input_digest: Optional[str],
+        hooks: CallHooks,
+    ) -> Generator[Any, Any, Outcome]:
+        """The call sequence, written once for `call` and `acall`: decide, time and run the generator, journal.
+
+        It does no I/O itself: it yields `_GENERATE` when the generator must run, and otherwise a
+        function doing journal I/O; the driver (`call` inline, `acall` through ``run_blocking`` and
+        ``await``) runs what was yielded and sends the result back.
+        """
+        if hooks.prepare_input is not None and (input is not None or input_digest is not None):
+            raise TypeError("pass the call's input either as input=/input_digest= or through hooks.prepare_input")
+
+        def decide() -> Tuple[PendingCall, Any]:
+            given, digest = input, input_digest
+            if hooks.prepare_input is not None and mode not in self.options.bypass_modes:
+                given, digest = hooks.prepare_input()  # a bypassed call stores no input
+            return self.begin(step, mode=mode, gen_index=gen_index, input_digest=digest), given
+
+        pending, input = yield decide
         if pending.outcome is not None:
-            return pending.outcome
+            if hooks.from_stored is _served_value:
+                return pending.outcome
+            return attrs.evolve(pending.outcome, value=hooks.from_stored(pending.outcome))
         started = time.perf_counter()
-        output = await generate()
-        return self.finish(pending, output, input=input, duration_s=time.perf_counter() - started)
+        output = yield _GENERATE
+        duration = time.perf_counter() - started
+        stored = hooks.to_stored(output)
+        outcome = yield functools.partial(self.finish, pending, stored, input=input, duration_s=duration)
+        return outcome if stored is output else attrs.evolve(outcome, value=output)
 
     # -- validity checks ---------------------------------------------------------------------------------
     def _damaged(self, ctx: CallContext, policy: str, exc: IntegrityError) -> GenerateCall:
         """A replay met a damaged record: journal a refusal and re-raise, or decide to regenerate."""
         where = f"step {ctx.step} index {ctx.gen_index}"
-        log.warning("replay_found_damage", step=ctx.step, gen_index=ctx.gen_index, on_corrupt=self.on_corrupt,
+        log.warning("replay_found_damage", step=ctx.step, gen_index=ctx.gen_index, on_corrupt=self.options.on_corrupt,
                     error=str(exc))
-        if self.on_corrupt == "error":
+        if self.options.on_corrupt == "error":
             self.journal.record_refusal(
                 ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy,
                 reason=f"refused to replay {where}: the recorded call is damaged ({exc}); "
@@ -274,7 +379,7 @@ class Engine:
         }
         if differences:
             listed = ", ".join(f"{k}: recorded {a!r}, now {b!r}" for k, (a, b) in differences.items())
-            if not self.allow_fingerprint_mismatch:
+            if not self.options.allow_fingerprint_mismatch:
                 reason = (
                     f"refused to replay step {source.step} index {source.gen_index}: the fingerprint differs "
                     f"({listed}); pass allow_fingerprint_mismatch=True to replay anyway"
@@ -287,12 +392,12 @@ class Engine:
                     reason, step=ctx.step, gen_index=ctx.gen_index, differences=differences
                 )
             decision = attrs.evolve(decision, reason=f"{decision.reason}; fingerprint differs ({listed}), allowed")
-        if self.verify_input and ctx.input_digest != source.event.input_digest:
+        if self.options.verify_input and ctx.input_digest != source.event.input_digest:
             why = (
                 f"input digest {str(ctx.input_digest)[:16]} differs from the one recorded at step {source.step} "
                 f"index {source.gen_index} ({str(source.event.input_digest)[:16]})"
             )
-            if self.on_input_mismatch == "error":
+            if self.options.on_input_mismatch == "error":
                 reason = f"refused to replay: {why}"
                 self.journal.record_refusal(
                     ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy, reason=reason

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from stepjournal import StepJournalError
 
@@ -11,10 +11,13 @@ __all__ = [
     "SpecError",
     "PluginError",
     "ConfigError",
+    "OptionError",
     "ReplayRefusedError",
     "ReplayMissError",
     "FingerprintMismatchError",
     "InputMismatchError",
+    "PluginLoadError",
+    "SpecWarning",
 ]
 
 
@@ -32,6 +35,22 @@ class PluginError(PolicyError):
 
 class ConfigError(PolicyError, ValueError):
     """A stepjournal config has a bad key or value; the message names both."""
+
+
+class OptionError(ConfigError):
+    """An engine option has a value it does not take; the message names the option, the value and what it takes.
+
+    Attributes:
+        option: the option's name (e.g. ``"on_corrupt"``).
+        value: the value given.
+        allowed: the values the option takes, in words (e.g. ``"'error' or 'regenerate'"``).
+    """
+
+    def __init__(self, option: str, value: Any, allowed: str) -> None:
+        super().__init__(f"engine option {option}={value!r} is not valid: use {allowed}")
+        self.option = option
+        self.value = value
+        self.allowed = allowed
 
 
 class ReplayRefusedError(PolicyError):
@@ -65,3 +84,42 @@ class FingerprintMismatchError(ReplayRefusedError):
 
 class InputMismatchError(ReplayRefusedError):
     """`verify_input` is on and the call's input differs from the recorded one."""
+
+
+class PluginLoadError(PluginError, ConfigError):
+    """A policy plugin named in a spec or config could not be imported, or gave no policy.
+
+    It is a `PluginError`, and also a `ConfigError` so that `load_config` (whose callers catch
+    `ConfigError`) raises it as it is, with its message, when a config names the plugin.
+
+    Attributes:
+        plugin: the policy name.
+        target: the entry point's ``module:attr``.
+        distribution, version: the installed distribution that declares the entry point (None if unknown).
+        error: what went wrong, e.g. ``"ModuleNotFoundError: No module named 'x'"``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        plugin: str,
+        target: str,
+        distribution: Optional[str],
+        version: Optional[str],
+        error: str,
+    ) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.target = target
+        self.distribution = distribution
+        self.version = version
+        self.error = error
+
+
+class SpecWarning(UserWarning):
+    """A policy spec parses but does something its author probably did not mean (an unreachable clause).
+
+    Issued through Python's `warnings`, so it is shown once per place by default; turn it into an
+    error with ``warnings.simplefilter("error", SpecWarning)``.
+    """

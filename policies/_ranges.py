@@ -33,6 +33,21 @@ class StepRange:
         return text if self.stride == 1 else f"{text}:{self.stride}"
 
 
+def _as_ranges(value: object) -> Tuple[StepRange, ...]:
+    """What `StepRanges(...)` accepts: range text, another `StepRanges`, or an iterable of `StepRange`."""
+    if isinstance(value, str):
+        return _Parser(value).parse().ranges
+    if isinstance(value, StepRanges):
+        return value.ranges
+    items = tuple(value) if isinstance(value, (tuple, list)) else None
+    if items is None or not all(isinstance(item, StepRange) for item in items):
+        raise SpecError(
+            f"StepRanges takes range text like '1-10,20' or a tuple of StepRange, got {type(value).__name__} "
+            f"{value!r}; for a collection of step numbers use StepRanges.of(steps)"
+        )
+    return items
+
+
 @attrs.frozen
 class StepRanges:
     """A union of inclusive step ranges, with strides and open ends.
@@ -41,10 +56,13 @@ class StepRanges:
     ``A-`` (A and every later step), each range optionally followed by ``:K`` (every K-th step from
     A). ``"*"`` means every step. Whitespace is ignored.
 
+    ``StepRanges("1-10,20")`` is ``StepRanges.parse("1-10,20")``; ``StepRanges((StepRange(1, 10),))``
+    builds it from ranges.
+
     Example: ``StepRanges.parse("1-10,20,30-40:2,50-")`` contains 1..10, 20, 30, 32, ..., 40 and 50 on.
     """
 
-    ranges: Tuple[StepRange, ...]
+    ranges: Tuple[StepRange, ...] = attrs.field(converter=_as_ranges)
 
     @classmethod
     def parse(cls, text: str) -> "StepRanges":

@@ -304,3 +304,139 @@ if __name__ == "__main__":  # pragma: no cover
         _atheris_main(sys.argv)
     else:
         sys.exit("usage: python tests/fuzz_targets.py -atheris [libFuzzer flags]")
+
+
+# -- LMDB files (hostile data.mdb) ---------------------------------------------------------------------
+# A crafted data.mdb must never crash the reader: stepjournal walks its trees (journal/_lmdb_check.py)
+# before LMDB reads them. Each case damages a real journal's file in a structure-aware way, then runs the
+# check; a file the check lets through is read completely with py-lmdb alone, every value of every
+# database touched. A signal (SIGBUS, SIGSEGV, an LMDB assertion) kills the child: the parent reports
+# the seed and the case number, and `lmdb_case_bytes(seed_file, seed, case)` rebuilds the file.
+LMDB_COUNTS = {"cases": 0, "refused": 0, "read": 0, "lmdb_error": 0}
+
+
+def build_lmdb_seed(path: str) -> None:
+    """A small journal with a two-level events tree, overflow payloads and inline ones."""
+    import torch
+
+    from stepjournal import Journal
+
+    with Journal(path, run="fuzz", fingerprint={"model": "m"}, sync=False, map_size=8 << 20) as journal:
+        for step in range(120):
+            journal.record(step, {"ids": torch.full((600 if step % 3 else 4,), step)}, input={"p": step})
+        journal.record_bypass(1)
+
+
+def _mutate_lmdb(data: bytes, rng) -> bytes:
+    import struct
+
+    out = bytearray(data)
+    psize = struct.unpack_from("<I", out, 16 + 24)[0]
+    pages = len(out) // psize
+    for _ in range(rng.randint(1, 3)):
+        how = rng.choice(["byte", "u16", "u32", "u64", "node_size", "pointer", "meta", "truncate", "copy_page"])
+        page = rng.randrange(pages)
+        base = page * psize
+        if how == "byte":
+            out[base + rng.randrange(psize)] ^= 1 << rng.randrange(8)
+        elif how in ("u16", "u32", "u64"):
+            width = {"u16": 2, "u32": 4, "u64": 8}[how]
+            at = base + rng.randrange(0, psize - width, 2)
+            value = rng.choice([0, 1, 2, pages - 1, pages, pages + 1, (1 << (8 * width)) - 1, rng.getrandbits(8 * width)])
+            out[at:at + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
+        elif how in ("node_size", "pointer"):
+            # A node of this page, as LMDB lays it out: lo, hi (size, or child page), flags, key size.
+            lower = struct.unpack_from("<H", out, base + 12)[0]
+            count = max(0, min((lower - 16) // 2, (psize - 16) // 2))
+            if count:
+                ptr = struct.unpack_from("<H", out, base + 16 + 2 * rng.randrange(count))[0]
+                if ptr + 8 <= psize:
+                    size = rng.choice([1 << 28, 1 << 31, (1 << 32) - 1, psize * rng.randrange(1, 64), rng.getrandbits(32)])
+                    if how == "pointer":
+                        size = rng.choice([pages, pages + 5, page, 0, 1, rng.randrange(pages)])
+                        out[base + ptr + 4:base + ptr + 6] = (size >> 32 & 0xFFFF).to_bytes(2, "little")
+                    out[base + ptr:base + ptr + 4] = struct.pack("<HH", size & 0xFFFF, size >> 16 & 0xFFFF)
+        elif how == "meta":
+            meta = rng.choice([0, psize]) + 16
+            field = rng.choice([16, 24 + 6, 24 + 40, 72 + 6, 72 + 40, 120, 128])  # mapsize, depths, roots, last page, txnid
+            value = rng.choice([0, 1, pages - 1, pages, pages + 3, 1 << 40, (1 << 64) - 1, rng.getrandbits(32)])
+            width = 2 if field in (30, 78) else 8
+            out[meta + field:meta + field + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
+        elif how == "truncate":
+            del out[rng.randrange(2 * psize, len(out)):]
+            pages = len(out) // psize
+        elif how == "copy_page" and pages > 3:
+            source = rng.randrange(2, pages) * psize
+            out[base:base + psize] = out[source:source + psize]
+        if pages < 3:
+            break
+    return bytes(out)
+
+
+def lmdb_case_bytes(seed_file: str, seed: int, case: int) -> bytes:
+    import random
+
+    with open(seed_file, "rb") as fh:
+        data = fh.read()
+    return _mutate_lmdb(data, random.Random(seed * 1_000_003 + case))
+
+
+def _read_everything_with_lmdb(folder: str) -> None:
+    import lmdb
+
+    env = lmdb.open(folder, max_dbs=16, readonly=True, lock=False, subdir=True)
+    try:
+        with env.begin(buffers=True) as txn:
+            names = [bytes(k) for k, _ in txn.cursor()]
+            total = 0
+            for name in names:
+                try:
+                    db = env.open_db(name, txn=txn, create=False)
+                except lmdb.Error:
+                    continue
+                for key, value in txn.cursor(db=db):
+                    total += len(bytes(key)) + sum(bytes(value)[:: 4096])  # touch every page of the value
+    finally:
+        env.close()
+
+
+def lmdb_case(folder: str, data: bytes) -> str:
+    """Write `data` as the folder's data.mdb, check it, and read all of it with LMDB when the check passes."""
+    import lmdb
+
+    from stepjournal import IntegrityError
+    from stepjournal._lmdb_check import check_data_file
+
+    with open(os.path.join(folder, "data.mdb"), "wb") as fh:
+        fh.write(data)
+    LMDB_COUNTS["cases"] += 1
+    try:
+        check_data_file(os.path.join(folder, "data.mdb"))
+    except IntegrityError:
+        LMDB_COUNTS["refused"] += 1
+        return "refused"
+    try:
+        _read_everything_with_lmdb(folder)
+    except lmdb.Error:
+        LMDB_COUNTS["lmdb_error"] += 1  # LMDB noticed by itself; a typed error in stepjournal
+        return "lmdb_error"
+    LMDB_COUNTS["read"] += 1
+    return "read"
+
+
+def run_lmdb_fuzz(seed_file: str, seed: int, cases: int, work: str, out_path: str) -> None:
+    """Process target: `cases` damaged files; the case in progress is kept in out_path + '.case'."""
+    started = time.monotonic()
+    with open(seed_file, "rb") as fh:
+        original = fh.read()
+    folder = os.path.join(work, "journal")
+    os.makedirs(folder, exist_ok=True)
+    import random
+
+    for case in range(cases):
+        with open(out_path + ".case", "w", encoding="ascii") as fh:
+            fh.write(str(case))
+        lmdb_case(folder, _mutate_lmdb(original, random.Random(seed * 1_000_003 + case)))
+    result = {"seed": seed, **LMDB_COUNTS, "seconds": round(time.monotonic() - started, 1)}
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh)

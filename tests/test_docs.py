@@ -1,12 +1,13 @@
 """Every ```python block in docs/*.md and README.md runs, so the docs cannot drift from the code.
 
-Blocks of one file run in order in one namespace, in a fresh temporary working directory.
+Each block runs on its own: a fresh namespace and a fresh temporary working directory, so a reader
+can copy any block and run it. A block fenced as ```python continuation continues the block before
+it instead (its namespace and working directory), for pages that build an example up step by step.
 A block fenced as ```text, ```console or ```yaml is shown, not run.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -14,11 +15,34 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
+CONTINUATION = "continuation"
 
 
-def python_blocks(path: Path) -> list[str]:
-    return BLOCK.findall(path.read_text(encoding="utf-8"))
+def python_blocks(path: Path) -> list[tuple[bool, str]]:
+    """(continues the previous block, code) for each ```python block of a page."""
+    blocks = []
+    for info, code in BLOCK.findall(path.read_text(encoding="utf-8")):
+        words = info.split()
+        if any(word != CONTINUATION for word in words):
+            raise ValueError(f"{path.name}: unknown fence info {info.strip()!r}; use ```python or ```python {CONTINUATION}")
+        if words and not blocks:
+            raise ValueError(f"{path.name}: the first python block cannot be a {CONTINUATION}")
+        blocks.append((bool(words), code))
+    return blocks
+
+
+def run_blocks(path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run a page's blocks: each in a fresh namespace and folder unless it is a continuation."""
+    namespace: dict = {}
+    for number, (continues, block) in enumerate(python_blocks(path), 1):
+        if not continues:
+            namespace = {"__name__": f"docs_{path.stem}"}
+            folder = workdir / f"block{number}"
+            folder.mkdir()
+            monkeypatch.chdir(folder)
+        code = compile(block, f"{path.name}[block {number}]", "exec")
+        exec(code, namespace)  # the docs are ours; running them is the point of this test
 
 
 def test_docs_folder_has_runnable_examples():
@@ -27,8 +51,42 @@ def test_docs_folder_has_runnable_examples():
 
 @pytest.mark.parametrize("doc", [p for p in DOCS if python_blocks(p)], ids=lambda p: p.name)
 def test_doc_examples_run(doc: Path, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": f"docs_{doc.stem}"}
-    for number, block in enumerate(python_blocks(doc), 1):
-        code = compile(block, f"{doc.name}[block {number}]", "exec")
-        exec(code, namespace)  # the docs are ours; running them is the point of this test
+    run_blocks(doc, tmp_path, monkeypatch)
+
+
+def write_page(tmp_path: Path, *blocks: str) -> Path:
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\n" + "\n".join(blocks), encoding="utf-8")
+    return page
+
+
+def test_a_block_does_not_see_the_names_or_files_of_the_block_before_it(tmp_path, monkeypatch):
+    first = '```python\nfrom pathlib import Path\nx = 1\nPath("made-by-block-1").touch()\n```\n'
+    page = write_page(tmp_path, first, '```python\nprint(x)\n```\n')
+    (tmp_path / "names").mkdir()
+    with pytest.raises(NameError, match="'x'"):
+        run_blocks(page, tmp_path / "names", monkeypatch)
+    page = write_page(tmp_path, first, '```python\nimport os\nassert not os.path.exists("made-by-block-1")\n```\n')
+    (tmp_path / "files").mkdir()
+    run_blocks(page, tmp_path / "files", monkeypatch)
+
+
+def test_a_continuation_block_sees_the_names_and_files_of_the_block_before_it(tmp_path, monkeypatch):
+    first = '```python\nfrom pathlib import Path\nx = 1\nPath("made-by-block-1").touch()\n```\n'
+    second = '```python continuation\nassert x == 1 and Path("made-by-block-1").exists()\ny = 2\n```\n'
+    third = '```python continuation\nassert x + y == 3\n```\n'
+    page = write_page(tmp_path, first, second, third)
+    (tmp_path / "run").mkdir()
+    run_blocks(page, tmp_path / "run", monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "blocks, message",
+    [
+        (['```python continuation\nx = 1\n```\n'], "first python block cannot be a continuation"),
+        (['```python\nx = 1\n```\n', '```python continued\nx\n```\n'], "unknown fence info 'continued'"),
+    ],
+)
+def test_a_misplaced_or_misspelt_mark_is_an_error(tmp_path, blocks, message):
+    with pytest.raises(ValueError, match=message):
+        python_blocks(write_page(tmp_path, *blocks))

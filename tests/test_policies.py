@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing as mp
 import os
 import signal
+import warnings
 
 import pytest
 import torch
@@ -32,10 +34,13 @@ from stepjournal.policies import (
     ReplayMissError,
     Schedule,
     SpecError,
+    SpecWarning,
+    StepRange,
     StepRanges,
     load_config,
     open_engine,
     parse,
+    policy_by_name,
 )
 
 
@@ -436,6 +441,172 @@ def test_bad_specs_are_rejected_with_the_clause(spec, message):
         parse(spec)
 
 
+def test_step_ranges_constructor_takes_range_text_like_parse():
+    """`StepRanges("1-10,20")` used to build an object whose `in` raised TypeError."""
+    r = StepRanges("1-10,20")
+    assert 5 in r and 20 in r and 11 not in r and r == StepRanges.parse("1-10,20")
+    assert StepRanges("*") == StepRanges.every()
+    with pytest.raises(SpecError, match="unexpected 'x'"):
+        StepRanges("1-x")
+
+
+def test_step_ranges_constructor_keeps_its_other_forms():
+    ranges = (StepRange(1, 10), StepRange(20, 20))
+    assert StepRanges(ranges) == StepRanges(list(ranges)) == StepRanges(StepRanges(ranges)) == StepRanges("1-10,20")
+    assert StepRanges.of([3, 1]) == StepRanges("1,3")
+    with pytest.raises(SpecError, match=r"StepRanges.of\(steps\)"):
+        StepRanges([1, 2])
+
+
+def test_unknown_policy_name_suggests_the_closest_built_in():
+    with pytest.raises(SpecError, match=r"unknown policy 'cahce' \(did you mean 'cache'\?\)"):
+        parse("cahce")
+    with pytest.raises(SpecError, match=r"clause 2 'repet_last': unknown policy 'repet_last' \(did you mean 'repeat_last'"):
+        parse("dump@1-5;repet_last")
+    with pytest.raises(SpecError, match=r"unknown policy 'zzz': built-in"):  # nothing close: no guess
+        parse("zzz")
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("dump@1-5;repeat;cache", "clause 3 'cache' can never be reached: clause 2 'repeat' matches every step"),
+        ("dump@1-5;cache@2-4", "clause 2 'cache@2-4' can never be reached: clause 1 'dump@1-5' takes steps 1-5"),
+        ("dump@1-3;cache@4-6;replay@2-5", "clause 3 'replay@2-5' can never be reached: clauses 1, 2 take all"),
+        ("dump@1-10:2;cache@1-9:4", "clause 2 'cache@1-9:4' can never be reached"),
+        ("cache@0-;dump@1000-", "clause 2 'dump@1000-' can never be reached: clause 1 'cache@0-' matches every"),
+    ],
+)
+def test_unreachable_clause_warns_when_the_spec_is_parsed(spec, message):
+    with pytest.warns(SpecWarning, match=message):
+        parse(spec)
+
+
+@pytest.mark.parametrize(
+    "spec", ["dump@1-5;repeat", "cache@1-10,20;replay@5-30", "dump@1-10:2;cache@2-10:4", "cache@1-5;dump@6-;repeat"]
+)
+def test_reachable_clauses_do_not_warn(spec):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpecWarning)
+        parse(spec)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.one_of(st.none(), st.integers(0, 40)), st.integers(1, 4)), min_size=1, max_size=3),
+    st.tuples(st.integers(0, 60), st.one_of(st.none(), st.integers(0, 40)), st.integers(1, 4)),
+)
+def test_unreachable_warning_matches_the_steps_earlier_clauses_take(earlier, last):
+    def text(a, n, k):
+        return f"{a}-" + ("" if n is None else str(a + n)) + f":{k}"
+
+    spec = ";".join([f"dump@{text(*item)}" for item in earlier] + [f"cache@{text(*last)}"])
+    # Past every bound, membership repeats with the lcm of the strides: this window decides it.
+    window = range(0, 101 + 2 * math.lcm(*(k for _, _, k in earlier + [last])))
+    ranges = [StepRanges.parse(text(*item)) for item in earlier]
+    covered = all(any(s in r for r in ranges) for s in window if s in StepRanges.parse(text(*last)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parse(spec)
+    last_clause = [w for w in caught if f"clause {len(earlier) + 1} " in str(w.message)]
+    assert bool(last_clause) == covered
+
+
+@given(st.text(alphabet="cahedumpry_plast()=,;@-:*0123456789 onmisgtfx.", max_size=40))
+def test_any_spec_text_parses_or_raises_spec_error(text):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpecWarning)
+        try:
+            policy = parse(text)
+        except SpecError:
+            return
+    assert isinstance(policy.name, str) and callable(policy.decide)
+
+
+def test_builtin_arguments_are_checked_when_the_spec_is_parsed():
+    with pytest.raises(SpecError, match=r"policy 'replay' \(built-in policy\): argument on_missing must be one of 'error', 'generate', got 'maybe'"):
+        parse("replay(on_missing=maybe)")
+    with pytest.raises(SpecError, match="argument on_missing must be one of 'error', 'generate', got 3"):
+        policy_by_name("replay", on_missing=3)
+    assert parse("replay(on_missing=generate)") == Replay(on_missing="generate")
+
+
+# -- serving clauses in a schedule see only what earlier clauses record -----------------------------
+def record_old_session(jpath, steps) -> None:
+    """An earlier session that recorded `steps` (its values carry call index 99 to tell them apart)."""
+    with Journal(jpath) as j:
+        engine = Engine(j, "dump")
+        for step in steps:
+            engine.call(step, lambda: {"step": step, "call": 99, "ids": torch.zeros(1)})
+
+
+def test_repeat_after_dump_cycles_only_through_the_steps_this_schedule_dumped(jpath):
+    """`dump@1-5;repeat` on a journal holding steps 1-10 from before served old steps 6-10."""
+    record_old_session(jpath, range(1, 11))
+    with Journal(jpath) as j:
+        engine = Engine(j, "dump@1-5;repeat")
+        outcomes = [engine.call(step, lambda: {"step": step, "call": 0}) for step in range(1, 13)]
+        assert [o.source.step for o in outcomes[5:]] == [1, 2, 3, 4, 5, 1, 2]
+        assert all(o.value["call"] == 0 for o in outcomes)  # nothing from the earlier session
+        reasons = [e.reason for _, e in j.events(types=[ReplayServed])]
+        assert reasons[0] == "repeat: step 6 -> recorded step 1 of 5 in steps 1-5"
+
+
+def test_repeat_last_and_nearest_after_recording_clauses_serve_only_their_steps(jpath):
+    record_old_session(jpath, range(1, 11))
+    with Journal(jpath) as j:
+        rows = run(j, "cache@1-5;repeat_last", range(1, 9), Generator())
+        assert served(rows[5:]) == [5, 5, 5]
+        rows = run(j, "cache@1-3;nearest", [1, 2, 3, 7], Generator())
+        assert served(rows) == [1, 2, 3, 3]  # exact step 7 of the earlier session is out of scope
+
+
+def test_standalone_repeat_and_repeat_after_non_recording_clauses_see_every_recorded_step(jpath):
+    record_old_session(jpath, range(1, 11))
+    with Journal(jpath) as j:
+        assert served(run(j, "repeat", [16], Generator())) == [6]
+        assert served(run(j, "passthrough@1-3;repeat", [1, 16], Generator())[1:]) == [6]
+        assert served(run(j, "bypass@1-3;repeat@4-8;nearest", [20], Generator())) == [10]
+
+
+def test_serving_clause_scopes_skip_passthrough_bypass_and_other_serving_clauses():
+    sched = parse("dump@1-5;passthrough@6;repeat@7-9;cache@20-30:2;nearest")
+    assert sched.scopes == (None, None, StepRanges("1-5"), None, StepRanges("1-5,20-30:2"))
+
+
+@pytest.fixture(scope="module")
+def sparse_journal(tmp_path_factory):
+    """A journal with recorded steps 1, 2, 3, 5, 8, 13, 21, 34, 55, 89 and 100-110, opened read-only."""
+    path = str(tmp_path_factory.mktemp("sparse") / "j")
+    steps = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, *range(100, 111)]
+    record_old_session(path, steps)
+    with Journal(path, readonly=True) as j:
+        yield j, steps
+
+
+RANGE_ITEM = st.tuples(st.integers(0, 120), st.one_of(st.none(), st.integers(0, 30)), st.integers(1, 3))
+
+
+@given(st.lists(RANGE_ITEM, min_size=1, max_size=4), st.lists(st.integers(-1, 125), min_size=1, max_size=5))
+def test_restricted_view_answers_as_if_only_its_steps_were_recorded(sparse_journal, items, probes):
+    j, steps = sparse_journal
+    scope = StepRanges(",".join(f"{a}-{'' if n is None else a + n}:{k}" for a, n, k in items))
+    view = JournalView(j).restricted(scope)
+    visible = [s for s in steps if s in scope]
+    assert view.recorded_steps() == visible and view.step_count() == len(visible)
+    assert [view.nth_step(n) for n in range(-len(visible), len(visible))] == visible[-len(visible):] + visible
+    for n in (len(visible), -len(visible) - 1):
+        with pytest.raises(IndexError):
+            view.nth_step(n)
+    for probe in probes:
+        below = [s for s in visible if s < probe]
+        above = [s for s in visible if s > probe]
+        assert view.nearest_below(probe) == (below[-1] if below else None)
+        assert view.nearest_above(probe) == (above[0] if above else None)
+        if probe >= 0:
+            assert (view.lookup(probe) is not None) == (probe in visible)
+            assert view.recorded_indices(probe) == ([0] if probe in visible else [])
+
+
 # -- config ----------------------------------------------------------------------------------------------------
 def test_config_from_dict_yaml_and_omegaconf_builds_the_same_engine(tmp_path):
     from omegaconf import OmegaConf
@@ -456,7 +627,7 @@ def test_config_from_dict_yaml_and_omegaconf_builds_the_same_engine(tmp_path):
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"path": "j", "polcy": "cache"}, "extra fields found \\(polcy\\)"),
+        ({"path": "j", "polcy": "cache"}, "unknown key.*'polcy' \\(did you mean 'policy'\\?\\)"),
         ({"path": "j", "verify_input": "yes"}, "verify_input.*'yes'"),
         ({"path": "j", "policy": "cachee"}, "policy='cachee'"),
         ({"policy": "cache"}, "config.path"),

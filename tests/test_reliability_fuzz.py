@@ -121,3 +121,41 @@ def test_an_event_with_bytes_keys_is_refused_with_a_typed_error():
     for extra in ({b"<f4": b"32"}, {"fingerprint": {b"k": 1}}, {}):
         with pytest.raises(EventDecodeError):
             decode_event(msgpack.packb({**fields, **extra}, use_bin_type=True))
+
+
+# -- hostile LMDB files ------------------------------------------------------------------------------
+def lmdb_fuzz(tmp_path, cases: int, seed: int) -> dict:
+    """Damaged data.mdb files in a spawned child: each is refused by the check or read whole by LMDB."""
+    import shutil
+    import signal
+
+    from fuzz_targets import build_lmdb_seed, run_lmdb_fuzz
+
+    build_lmdb_seed(str(tmp_path / "seed"))
+    seed_file = str(tmp_path / "seed.mdb")
+    shutil.copy(tmp_path / "seed" / "data.mdb", seed_file)
+    out = str(tmp_path / "lmdb-fuzz.json")
+    proc = mp.get_context("spawn").Process(target=run_lmdb_fuzz, args=(seed_file, seed, cases, str(tmp_path), out))
+    proc.start()
+    proc.join(3600)
+    if proc.exitcode != 0:
+        case = open(out + ".case", encoding="ascii").read()
+        how = signal.Signals(-proc.exitcode).name if proc.exitcode < 0 else f"exit {proc.exitcode}"
+        pytest.fail(f"a damaged data.mdb passed the check and killed the reader ({how}): seed {seed}, case {case}; "
+                    "rebuild it with fuzz_targets.lmdb_case_bytes(seed_file, seed, case)")
+    with open(out, encoding="utf-8") as fh:
+        result = json.load(fh)
+    assert result["cases"] == cases and result["refused"] > 0 and result["read"] > 0
+    return result
+
+
+def test_damaged_lmdb_files_are_refused_or_read_whole_never_a_crash(tmp_path):
+    result = lmdb_fuzz(tmp_path, cases=400, seed=3)
+    report("fuzz_lmdb_file", **result)
+
+
+@pytest.mark.soak
+def test_damaged_lmdb_files_soak(tmp_path):
+    seed = random.SystemRandom().randrange(1 << 31)
+    result = lmdb_fuzz(tmp_path, cases=50_000, seed=seed)
+    report("fuzz_lmdb_file_soak", **result)

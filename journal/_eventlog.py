@@ -1,0 +1,119 @@
+"""The event log: append events inside a write transaction, read them back in order.
+
+``events``: sequence number (u64 big-endian, gapless from 1; `_keys.seq_key`) -> event bytes (see
+`_convert`). This is the truth every projection is rebuilt from.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from ._convert import decode_event
+from ._errors import JournalError
+from ._events import Event, SessionOpened
+from ._keys import seq_key, seq_of
+from ._store import Store
+
+__all__ = ["EventLog"]
+
+# Events per read transaction of `raw_events` (events are small: about half a KB each).
+_EVENT_BATCH = 2048
+
+
+class EventLog:
+    """Appending to and reading the ``events`` database.
+
+    Args:
+        live: returns the journal's open `Store` (and raises when the journal is closed).
+        path: the journal folder, for messages.
+    """
+
+    def __init__(self, live: Callable[[], Store], path: str) -> None:
+        self._live = live
+        self._path = path
+
+    # -- writing ---------------------------------------------------------------------------------
+    @staticmethod
+    def append_in(txn: Any, store: Store, bodies: Sequence[bytes]) -> List[int]:
+        """Append encoded events inside the write transaction `txn`; return their sequence numbers."""
+        db = store.db("events")
+        cur = txn.cursor(db=db)
+        seq = seq_of(cur.key()) if cur.last() else 0
+        seqs = []
+        for body in bodies:
+            seq += 1
+            if not txn.put(seq_key(seq), body, db=db, append=True, overwrite=False):
+                raise JournalError(f"event #{seq} already exists; the journal is damaged")
+            seqs.append(seq)
+        return seqs
+
+    @staticmethod
+    def decoded_in(txn: Any, store: Store) -> Iterator[Tuple[int, Event]]:
+        """Every event, decoded, as the transaction `txn` sees the log (for rebuilds inside a write)."""
+        for key, body in txn.cursor(db=store.db("events")):
+            seq = seq_of(key)
+            yield seq, decode_event(body, seq=seq)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def last_seq(self) -> int:
+        """The sequence number of the newest event (0 for an empty journal)."""
+        store = self._live()
+        with store.read() as txn:
+            cur = txn.cursor(db=store.db("events"))
+            return seq_of(cur.key()) if cur.last() else 0
+
+    def raw_events(self, *, since: int = 0) -> Iterator[Tuple[int, bytes]]:
+        """Yield (seq, stored bytes) of every event after `since`, without decoding.
+
+        Events are read in batches, each in its own short transaction: no transaction stays open
+        while the caller holds the generator (it would block the other threads, and a fork() then).
+        Events never change once written, so the batches join into the log as it was, plus whatever
+        was appended meanwhile.
+        """
+        store = self._live()
+        while True:
+            batch: List[Tuple[int, bytes]] = []
+            with store.read() as txn:
+                cur = txn.cursor(db=store.db("events"))
+                if cur.set_range(seq_key(since + 1)):
+                    for key, value in cur:
+                        batch.append((seq_of(key), value))
+                        if len(batch) == _EVENT_BATCH:
+                            break
+            yield from batch
+            if len(batch) < _EVENT_BATCH:
+                return
+            since = batch[-1][0]
+
+    def events(
+        self,
+        *,
+        since: int = 0,
+        run: Optional[str] = None,
+        types: Optional[Iterable[type]] = None,
+        steps: Optional[Any] = None,
+    ) -> Iterator[Tuple[int, Event]]:
+        """Yield (seq, event) in log order, filtered (see `Journal.events`)."""
+        wanted = tuple(types) if types is not None else None
+        for seq, raw in self.raw_events(since=since):
+            event = decode_event(raw, seq=seq)
+            if wanted is not None and not isinstance(event, wanted):
+                continue
+            if run is not None and event.run != run:
+                continue
+            if steps is not None and (isinstance(event, SessionOpened) or event.step not in steps):
+                continue
+            yield seq, event
+
+    def get_raw(self, seq: int) -> Optional[bytes]:
+        """The stored bytes of event `seq`, or None."""
+        store = self._live()
+        with store.read() as txn:
+            return txn.get(seq_key(seq), db=store.db("events"))
+
+    def event(self, seq: int) -> Event:
+        """The event with sequence number `seq`."""
+        raw = self.get_raw(seq)
+        if raw is None:
+            raise JournalError(f"journal {self._path!r} has no event #{seq}")
+        return decode_event(raw, seq=seq)

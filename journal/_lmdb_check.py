@@ -1,0 +1,269 @@
+"""A structural check of an LMDB data file, made before LMDB is trusted with it.
+
+LMDB checks nothing of its own pages beyond the last committed page number. A leaf node flagged as
+an overflow value ("bigdata") may claim any size, and LMDB hands out a view of that many bytes from
+the memory map: reading past the end of ``data.mdb`` kills the process with SIGBUS, which no
+``except`` catches. So before any B-tree page is read through LMDB, this module reads the file itself
+(``pread``, never a mapping, so that it cannot fault) and walks every tree LMDB could touch: the
+free-page tree, the main tree and every named database under it. Each page number must lie inside
+the file and below the last committed page, each page must be what its parent says (its own number,
+branch or leaf at the right depth), every node must lie inside its page, and every overflow value's
+extent (its first page plus the pages its size needs) must lie inside the file too.
+
+The work is bounded by the file: each tree page is read once (a page reached twice is a cycle or a
+shared subtree, and refused), overflow pages are not read beyond their 16-byte header, and the walk
+uses an explicit stack no deeper than LMDB's own cursor (32 levels).
+
+The layout parsed here is LMDB 0.9's (the one py-lmdb bundles), on a 64-bit little-endian machine.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import List, NamedTuple, Optional, Tuple
+
+from ._errors import IntegrityError
+
+__all__ = ["check_data_file", "newest_txnid", "CheckStats"]
+
+_PAGEHDR = struct.Struct("<QHHHH")  # mp_pgno, mp_pad, mp_flags, mp_lower, mp_upper (mp_pages overlays the last two)
+_PAGEHDRSZ = _PAGEHDR.size
+_NODE = struct.Struct("<HHHH")  # mn_lo, mn_hi, mn_flags, mn_ksize
+_NODESZ = _NODE.size
+_DB = struct.Struct("<IHHQQQQQ")  # md_pad, md_flags, md_depth, branch, leaf, overflow pages, entries, md_root
+_META = struct.Struct("<IIQQ" + _DB.format[1:] * 2 + "QQ")  # magic, version, address, mapsize, dbs[2], last_pg, txnid
+_U64 = struct.Struct("<Q")
+
+_MAGIC = 0xBEEFC0DE
+_VERSION = 1
+_P_INVALID = (1 << 64) - 1
+P_BRANCH, P_LEAF, P_OVERFLOW, P_META = 0x01, 0x02, 0x04, 0x08
+_P_IGNORED = 0x10 | 0x4000 | 0x8000  # P_DIRTY, P_LOOSE, P_KEEP: in-memory marks
+F_BIGDATA, F_SUBDATA, F_DUPDATA = 0x01, 0x02, 0x04
+# Database flags that make LMDB read values as nested trees or fixed-size arrays; no journal uses them.
+_DUP_FLAGS = 0x04 | 0x10 | 0x20 | 0x40  # MDB_DUPSORT, MDB_DUPFIXED, MDB_INTEGERDUP, MDB_REVERSEDUP
+_MAX_DEPTH = 32  # LMDB's CURSOR_STACK
+_MIN_PSIZE, _MAX_PSIZE = 256, 1 << 16
+
+
+class CheckStats(NamedTuple):
+    """What a check read: tree pages walked, overflow values checked, bytes of the file, its snapshot."""
+
+    tree_pages: int
+    overflow_values: int
+    file_bytes: int
+    txnid: int
+
+
+class _Meta(NamedTuple):
+    psize: int
+    mapsize: int
+    free: tuple
+    main: tuple
+    last_pgno: int
+    txnid: int
+
+
+class _Damaged(Exception):
+    """Raised inside the walk; turned into an `IntegrityError` naming the journal."""
+
+
+def _read(fd: int, offset: int, length: int) -> bytes:
+    data = os.pread(fd, length, offset)
+    if len(data) != length:
+        raise _Damaged(f"{length} bytes at offset {offset} are past the end of the file")
+    return data
+
+
+def _metas(fd: int, size: int) -> Tuple[_Meta, _Meta]:
+    if size < _PAGEHDRSZ + _META.size:
+        raise _Damaged(f"the file holds {size} bytes, fewer than one meta page")
+    first = _meta(_read(fd, _PAGEHDRSZ, _META.size), 0)
+    if first.psize * 2 > size:
+        raise _Damaged(f"the file holds {size} bytes, fewer than its two {first.psize}-byte meta pages")
+    second = _meta(_read(fd, first.psize + _PAGEHDRSZ, _META.size), 1)
+    if second.psize != first.psize:
+        raise _Damaged(f"the meta pages disagree on the page size ({first.psize}, {second.psize})")
+    return first, second
+
+
+def _meta(raw: bytes, index: int) -> _Meta:
+    fields = _META.unpack(raw)
+    magic, version, _address, mapsize = fields[:4]
+    free, main = fields[4:12], fields[12:20]
+    last_pgno, txnid = fields[20:22]
+    if magic != _MAGIC or version != _VERSION:
+        raise _Damaged(f"meta page {index} is not an LMDB 0.9 meta page (magic {magic:#x}, version {version})")
+    psize = free[0]  # LMDB keeps the page size in the free tree's md_pad
+    if not _MIN_PSIZE <= psize <= _MAX_PSIZE or psize & (psize - 1):
+        raise _Damaged(f"meta page {index} gives a page size of {psize}")
+    return _Meta(psize, mapsize, free, main, last_pgno, txnid)
+
+
+def newest_txnid(path: str) -> Optional[int]:
+    """The transaction id of the newest meta page of `path`, or None when they cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        first, second = _metas(fd, os.fstat(fd).st_size)
+        return max(first.txnid, second.txnid)
+    except (_Damaged, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
+class _Walk:
+    def __init__(self, fd: int, psize: int, pages: int) -> None:
+        self.fd = fd
+        self.psize = psize
+        self.pages = pages  # page numbers below this are inside the file and committed
+        self.seen: set = set()
+        self.overflow_values = 0
+
+    def tree(self, name: str, db: tuple, *, main: bool = False, free: bool = False) -> List[Tuple[str, tuple]]:
+        """Walk one database; return the named databases a main tree holds."""
+        _pad, flags, depth, _branch, _leaf, _overflow, _entries, root = db
+        if flags & _DUP_FLAGS:
+            raise _Damaged(f"database {name} has duplicate-key flags ({flags:#x}) that no journal uses")
+        if root == _P_INVALID:
+            return []
+        if not 1 <= depth <= _MAX_DEPTH:
+            raise _Damaged(f"database {name} claims a depth of {depth} (LMDB handles 1 to {_MAX_DEPTH})")
+        named: List[Tuple[str, tuple]] = []
+        stack = [(root, 1, "its root")]
+        while stack:
+            pgno, level, parent = stack.pop()
+            page = self._page(name, pgno, parent)
+            kind = page[1]
+            if kind == P_BRANCH and level >= depth or kind == P_LEAF and level != depth:
+                raise _Damaged(f"page {pgno} of database {name} is a {'branch' if kind == P_BRANCH else 'leaf'} "
+                               f"at level {level} of a tree {depth} deep")
+            for offset in page[2]:
+                raw = page[0]
+                lo, hi, nflags, ksize = _NODE.unpack_from(raw, offset)
+                key_end = offset + _NODESZ + ksize
+                if key_end > self.psize:
+                    raise _Damaged(f"a key on page {pgno} of database {name} runs past the page")
+                if kind == P_BRANCH:
+                    child = lo | hi << 16 | nflags << 32
+                    stack.append((child, level + 1, f"branch page {pgno}"))
+                    continue
+                dsize = lo | hi << 16
+                if nflags & ~(F_BIGDATA | F_SUBDATA | F_DUPDATA) or nflags & F_DUPDATA:
+                    raise _Damaged(f"a node on page {pgno} of database {name} has flags {nflags:#x} no journal uses")
+                if nflags & F_BIGDATA:
+                    if key_end + 8 > self.psize:
+                        raise _Damaged(f"an overflow node on page {pgno} of database {name} runs past the page")
+                    (first,) = _U64.unpack_from(raw, key_end)
+                    value = self._overflow(name, pgno, first, dsize, read=free)
+                elif key_end + dsize > self.psize:
+                    raise _Damaged(f"a value on page {pgno} of database {name} runs past the page")
+                else:
+                    value = raw[key_end:key_end + dsize]
+                if nflags & F_SUBDATA:
+                    if not main or nflags & F_BIGDATA or dsize != _DB.size:
+                        raise _Damaged(f"a node on page {pgno} of database {name} claims to hold a database")
+                    sub = bytes(raw[offset + _NODESZ:key_end]).decode("utf-8", "replace")[:64]
+                    named.append((repr(sub), _DB.unpack(value)))
+                elif free:
+                    self._free_list(pgno, value)
+        return named
+
+    def _page(self, name: str, pgno: int, parent: str) -> Tuple[bytes, int, range]:
+        if pgno >= self.pages:
+            raise _Damaged(f"{parent} of database {name} points at page {pgno}, beyond the {self.pages} pages "
+                           "committed in the file")
+        if pgno < 2:
+            raise _Damaged(f"{parent} of database {name} points at meta page {pgno}")
+        if pgno in self.seen:
+            raise _Damaged(f"{parent} of database {name} points at page {pgno} a second time (a cycle)")
+        self.seen.add(pgno)
+        raw = _read(self.fd, pgno * self.psize, self.psize)
+        own, _pad, flags, lower, upper = _PAGEHDR.unpack_from(raw)
+        kind = flags & ~_P_IGNORED
+        if own != pgno or kind not in (P_BRANCH, P_LEAF):
+            raise _Damaged(f"page {pgno} of database {name} is not a tree page (it says page {own}, flags {flags:#x})")
+        if not _PAGEHDRSZ <= lower <= upper <= self.psize or (lower - _PAGEHDRSZ) % 2:
+            raise _Damaged(f"page {pgno} of database {name} has a broken header (lower {lower}, upper {upper})")
+        count = (lower - _PAGEHDRSZ) // 2
+        if kind == P_BRANCH and count < 1:
+            raise _Damaged(f"branch page {pgno} of database {name} has no children")
+        offsets = struct.unpack_from(f"<{count}H", raw, _PAGEHDRSZ)
+        for offset in offsets:
+            if offset < upper or offset % 2 or offset + _NODESZ > self.psize:
+                raise _Damaged(f"a node on page {pgno} of database {name} lies outside the page's node area")
+        return raw, kind, offsets
+
+    def _overflow(self, name: str, pgno: int, first: int, dsize: int, *, read: bool) -> bytes:
+        self.overflow_values += 1
+        where = f"an overflow value on page {pgno} of database {name}"
+        if not 2 <= first < self.pages:
+            raise _Damaged(f"{where} starts at page {first}, outside the {self.pages} pages committed in the file")
+        own, _pad, flags, lower, upper = _PAGEHDR.unpack(_read(self.fd, first * self.psize, _PAGEHDRSZ))
+        pages = lower | upper << 16  # mp_pages overlays mp_lower and mp_upper
+        if own != first or flags & ~_P_IGNORED != P_OVERFLOW or pages < 1:
+            raise _Damaged(f"{where} points at page {first}, which is not an overflow page")
+        if first + pages > self.pages:
+            raise _Damaged(f"{where} spans pages {first} to {first + pages - 1}, beyond the {self.pages} pages "
+                           "committed in the file")
+        if _PAGEHDRSZ + dsize > pages * self.psize:
+            raise _Damaged(f"{where} claims {dsize} bytes, more than its {pages} pages hold (it would be read "
+                           "past them)")
+        return _read(self.fd, first * self.psize + _PAGEHDRSZ, dsize) if read else b""
+
+    def _free_list(self, pgno: int, value: bytes) -> None:
+        # A free-page list: a count, then that many page numbers; a writer reuses them.
+        if len(value) < 8 or len(value) % 8:
+            raise _Damaged(f"a free-page list on page {pgno} is {len(value)} bytes long")
+        numbers = struct.unpack(f"<{len(value) // 8}Q", value)
+        if numbers[0] != len(numbers) - 1 or any(not 2 <= n < self.pages for n in numbers[1:]):
+            raise _Damaged(f"a free-page list on page {pgno} names pages outside the file")
+
+
+def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int] = None) -> CheckStats:
+    """Walk the LMDB file at `path` and refuse it unless every page LMDB could read lies inside it.
+
+    Args:
+        path: the ``data.mdb`` file.
+        journal: the journal path, for the error message.
+        pinned_txnid: the id of a read transaction the caller holds on the file; the snapshot checked
+            is the newest, never older than it (the caller's transaction keeps those pages from reuse).
+
+    Returns:
+        What was read.
+
+    Raises:
+        IntegrityError: the structure is damaged (or was crafted) so that LMDB could read outside
+            the file; nothing was read through LMDB.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            first, second = _metas(fd, size)
+            meta = second if first.txnid < second.txnid else first  # LMDB's own choice
+            if pinned_txnid is not None and meta.txnid < pinned_txnid:
+                raise _Damaged(f"its newest meta page (transaction {meta.txnid}) is older than the snapshot "
+                               f"LMDB opened ({pinned_txnid})")
+            pages = size // meta.psize
+            if meta.last_pgno + 1 > pages:
+                raise _Damaged(f"its last committed page {meta.last_pgno} lies beyond the end of the file "
+                               f"({pages} pages): the file was truncated")
+            walk = _Walk(fd, meta.psize, meta.last_pgno + 1)
+            walk.tree("(free pages)", meta.free, free=True)
+            for name, db in walk.tree("(main)", meta.main, main=True):
+                walk.tree(name, db)
+        except (_Damaged, struct.error) as exc:
+            raise IntegrityError(
+                f"journal {journal or path!r} is damaged or was crafted: in data.mdb, {exc}. LMDB trusts its "
+                "pages and would read outside the file (the process dies of SIGBUS) or loop, so it is not opened. "
+                "Restore it from a copy",
+                detail=f"data.mdb structure: {exc}",
+            ) from None
+        return CheckStats(len(walk.seen), walk.overflow_values, size, meta.txnid)
+    finally:
+        os.close(fd)

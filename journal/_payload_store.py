@@ -1,0 +1,180 @@
+"""Where payloads live: the `PayloadStore` protocol and its first implementation, `LmdbPayloadStore`.
+
+A payload store maps a 32-byte digest to the payload's stored bytes (an encoding, or a zstd frame of
+it; see `_payloads`). It knows nothing of events. The journal only ever talks to it through this
+protocol, so another store (object storage, say) can be added without touching the journal.
+
+The one rule that ties payloads to events: an event must never reference a payload that is not
+durable. `commit(items, write_events)` is how the journal asks for it:
+
+- a store in the journal's own LMDB environment writes the payloads inside the event's write
+  transaction (one commit: after a crash both exist or neither does);
+- a remote store writes the objects first, then lets the journal commit the event that references
+  them (a crash in between leaves an unreferenced object, never a dangling reference).
+
+Every store must pass the shared conformance suite in ``tests/payload_store_conformance.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
+
+from ._digest import DIGEST_SIZE, digest_bytes
+from ._errors import IntegrityError, PayloadMissingError
+from ._pages import releaser
+from ._payloads import blob_intact, unwrap
+from ._store import Store
+
+__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents"]
+
+T = TypeVar("T")
+# ``release(start, stop)``: the caller is done with these bytes of a view (see _pages).
+Release = Callable[[int, int], None]
+# The journal's event commit: ``write_events(in_txn)`` runs ``in_txn(txn)`` (when given) inside the
+# write transaction that appends the events, then commits.
+WriteEvents = Callable[[Optional[Callable[[Any], None]]], T]
+# Digests per read transaction of `digests()`.
+_DIGEST_BATCH = 4096
+
+
+@runtime_checkable
+class PayloadStore(Protocol):
+    """Content-addressed storage of payload bytes, keyed by the 32-byte digest of the encoding.
+
+    Stores hold bytes only: they never encode, decode or compress. `get` and `view` unwrap a zstd
+    frame (the digest names the uncompressed encoding). Implementations must be safe to read from
+    several threads and processes at once.
+    """
+
+    def put(self, digest: bytes, blob: Any) -> None:
+        """Store `blob` under `digest`. Idempotent: storing the same digest again is a no-op
+        (a stored copy that no longer matches its digest is replaced)."""
+
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+        """Make `items` durable and call `write_events` so the events referencing them commit after
+        (or with) them; return what `write_events` returns."""
+
+    def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
+        """The encoded payload stored under `digest`, checked against it.
+
+        Raises:
+            PayloadMissingError: nothing is stored under `digest`.
+            IntegrityError: the stored bytes are damaged (they do not match `digest`).
+        """
+
+    def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> ContextManager[Tuple[Any, Optional[Release]]]:
+        """A context manager giving ``(encoded bytes, release or None)``, unchecked and possibly a
+        zero-copy view valid only inside it (the journal's load path checks the digest while decoding).
+
+        Raises:
+            PayloadMissingError: nothing is stored under `digest`.
+        """
+
+    def has(self, digest: bytes) -> bool:
+        """True when something is stored under `digest`."""
+
+    def __contains__(self, digest: object) -> bool: ...
+
+    def digests(self) -> Iterator[bytes]:
+        """Every stored digest, in byte order."""
+
+    def delete(self, digest: bytes) -> bool:
+        """Remove what is stored under `digest`; return whether anything was (for retention)."""
+
+
+class LmdbPayloadStore:
+    """Payloads in the ``payloads`` database of the journal's own LMDB environment.
+
+    Payloads commit in the same write transaction as the events that reference them. An
+    uncompressed payload is read straight from LMDB's memory map, and its pages are unmapped from
+    this process as soon as the reader is done with them (`_pages`), so a replay holds the decoded
+    tensors and not also a mapped copy of the payload.
+
+    Args:
+        store: the journal's LMDB environment (`Journal`'s own).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))
+
+    def _db(self):
+        return self._store.db("payloads")
+
+    # -- writing ---------------------------------------------------------------------------------
+    def put_in(self, txn: Any, items: Sequence[Tuple[bytes, Any]]) -> None:
+        """Write `items` inside an open write transaction `txn` (opened with ``buffers=True``)."""
+        db = self._db()
+        for key, blob in items:
+            _check_digest(key)
+            # Content-addressed: identical payloads are stored once. A stored copy that no longer
+            # matches its digest (damaged on disk) is replaced: the new bytes are what the key names.
+            existing = txn.get(key, db=db)
+            if existing is None or not blob_intact(existing, key):
+                txn.put(key, blob, db=db)
+
+    def put(self, digest: bytes, blob: Any) -> None:
+        # buffers: checking a stored duplicate hashes it in place instead of copying it out first.
+        self._store.write(lambda txn: self.put_in(txn, [(digest, blob)]), needed=len(blob), buffers=True)
+
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+        if not items:
+            return write_events(None)
+        return write_events(lambda txn: self.put_in(txn, items))
+
+    def delete(self, digest: bytes) -> bool:
+        _check_digest(digest)
+        return bool(self._store.write(lambda txn: txn.delete(digest, db=self._db())))
+
+    # -- reading ---------------------------------------------------------------------------------
+    @contextmanager
+    def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> Iterator[Tuple[Any, Optional[Release]]]:
+        _check_digest(digest)
+        with self._store.read(buffers=True) as txn:
+            blob = txn.get(digest, db=self._db())
+            if blob is None:
+                raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
+            raw = unwrap(blob, digest.hex(), None, nbytes)
+            yield raw, (releaser(raw, self._data_file) if raw is blob else None)
+
+    def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
+        with self.view(digest, nbytes=nbytes) as (raw, _):
+            if digest_bytes(raw) != digest:
+                raise IntegrityError(
+                    f"payload {digest.hex()[:16]}… does not match its digest: the journal is damaged",
+                    detail="digest mismatch",
+                )
+            return bytes(raw)
+
+    def has(self, digest: bytes) -> bool:
+        with self._store.read(buffers=True) as txn:
+            return txn.get(digest, db=self._db()) is not None
+
+    def __contains__(self, digest: object) -> bool:
+        return isinstance(digest, bytes) and len(digest) == DIGEST_SIZE and self.has(digest)
+
+    def digests(self) -> Iterator[bytes]:
+        # Short read transactions, as `Journal.raw_events` does: none stays open in the caller's loop.
+        after = b""
+        while True:
+            batch: List[bytes] = []
+            with self._store.read() as txn:
+                cur = txn.cursor(db=self._db())
+                if cur.set_range(after) if after else cur.first():
+                    for key in cur.iternext(values=False):
+                        if key == after:
+                            continue
+                        batch.append(bytes(key))
+                        if len(batch) == _DIGEST_BATCH:
+                            break
+            yield from batch
+            if len(batch) < _DIGEST_BATCH:
+                return
+            after = batch[-1]
+
+
+def _check_digest(digest: object) -> None:
+    if not isinstance(digest, bytes) or len(digest) != DIGEST_SIZE:
+        raise IntegrityError(f"payload digest {digest!r} is malformed: a payload key is {DIGEST_SIZE} bytes")

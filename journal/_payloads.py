@@ -1,0 +1,188 @@
+"""The payload pipeline: encode -> digest -> compress (only when the payload is stored) -> unwrap.
+
+A payload is named by the BLAKE3 digest of its *encoded* bytes (see `_codec`), so compressing it or
+not never changes its name. Compression runs lazily, the first time the stored form (`blob`) or the
+`PayloadRef` an event will carry is asked for: the input of a call that is replayed only needs its
+digest, and is never compressed.
+
+Nothing here reads or writes a store; `_payload_store` holds the stores, `_journal` the sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional
+
+import attrs
+import zstandard
+
+from ._codec import PAYLOAD_MAGIC, CodecRegistry, decode_payload_releasing, encode_payload_array
+from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
+from ._errors import IntegrityError, JournalError, PayloadDecodeError
+from ._events import PayloadRef
+from ._pages import ReleaseBehind
+
+__all__ = [
+    "COMPRESSIONS",
+    "PreparedPayload",
+    "prepare_payload",
+    "digest_key",
+    "unwrap",
+    "blob_intact",
+    "decode_verified",
+]
+
+COMPRESSIONS = (None, "zstd")
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# Decompressed size allowed when no event says how large a payload is (verify of orphans).
+MAX_UNWRAPPED = 1 << 36
+# Payloads from this size up are hashed on a worker thread while they are decoded.
+_HASH_BESIDE_DECODE_FROM = 1 << 22
+
+
+@attrs.frozen(eq=False)
+class PreparedPayload:
+    """A value already encoded and hashed for storage: `Journal.prepare`'s result.
+
+    Pass it to `Journal.record` as `output` or `input` to skip encoding twice. `digest` (hex) names
+    the value's content and costs nothing more; `ref` (the `PayloadRef` an event carries) and `blob`
+    (the bytes as stored) compress the value on first use when the journal compresses.
+
+    Attributes:
+        digest: the BLAKE3 digest of the encoded value, as hex.
+        key: the same digest as 32 bytes (the payload store's key).
+        nbytes: the size of the encoded value.
+        compression: ``"zstd"`` or None: how `blob` is stored.
+    """
+
+    digest: str
+    key: bytes = attrs.field(repr=False)
+    nbytes: int
+    compression: Optional[str]
+    _raw: Any = attrs.field(repr=False, alias="raw")
+    _packed: List[Any] = attrs.field(factory=list, repr=False, alias="packed")
+
+    @property
+    def storable(self) -> bool:
+        """False when prepared with ``store=False``: only the digest is known."""
+        return self._raw is not None or bool(self._packed)
+
+    @property
+    def blob(self) -> Any:
+        """The bytes as stored: the encoding, or a zstd frame of it (compressed once, on first use)."""
+        if not self._packed:
+            if self._raw is None:
+                raise JournalError(
+                    f"payload {self.digest[:16]}… was prepared with store=False (digest only); "
+                    "prepare it with store=True to record it"
+                )
+            blob = self._raw
+            if self.compression == "zstd":
+                blob = zstandard.ZstdCompressor(level=3, threads=-1).compress(self._raw)
+            self._packed.append(blob)
+        return self._packed[0]
+
+    @property
+    def ref(self) -> PayloadRef:
+        """The `PayloadRef` an event stores for this payload (compresses it first, when compressing)."""
+        return PayloadRef(
+            digest=self.digest, nbytes=self.nbytes, stored_nbytes=len(self.blob), compression=self.compression
+        )
+
+
+def prepare_payload(
+    value: Any, *, registry: Optional[CodecRegistry], compression: Optional[str], store: bool = True
+) -> PreparedPayload:
+    """Encode and hash `value`; keep the encoding for storage unless `store` is False.
+
+    Raises:
+        UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
+    """
+    # A numpy buffer, not a bytearray: no zero-fill of fresh 4 KiB pages before the copy (see _codec).
+    raw = encode_payload_array(value, registry=registry)
+    key = digest_bytes(raw)
+    return PreparedPayload(key.hex(), key, len(raw), compression, raw=raw if store else None)
+
+
+def digest_key(digest: str, step: Optional[int] = None) -> bytes:
+    """The 32-byte store key of a hex digest; a malformed digest raises `IntegrityError`."""
+    try:
+        key = bytes.fromhex(digest)
+    except (ValueError, TypeError):
+        key = b""
+    if len(key) != DIGEST_SIZE:
+        raise IntegrityError(f"payload digest {digest!r} is malformed", step=step)
+    return key
+
+
+def unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) -> Any:
+    """The encoded payload bytes of a stored blob: decompressed when zstd, else the blob itself (no copy).
+
+    `nbytes` is the size the event promised; a frame claiming more is refused before any allocation.
+    """
+    head = bytes(blob[:4])
+    if head == ZSTD_MAGIC:
+        limit = nbytes if nbytes is not None else MAX_UNWRAPPED
+        try:
+            claimed = zstandard.frame_content_size(blob)
+            if claimed < 0 or claimed > limit:
+                raise IntegrityError(
+                    f"payload {digest[:16]}… claims {claimed} bytes, expected at most {limit}", step=step
+                )
+            return zstandard.ZstdDecompressor().decompress(blob, max_output_size=limit)
+        except zstandard.ZstdError as exc:
+            raise IntegrityError(f"payload {digest[:16]}… does not decompress: {exc}", step=step) from None
+    if head != PAYLOAD_MAGIC[:4]:
+        raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
+    return blob
+
+
+def blob_intact(blob: Any, key: bytes) -> bool:
+    """True when a stored blob unwraps to bytes whose digest is `key`."""
+    try:
+        return digest_bytes(unwrap(blob, key.hex(), None, None)) == key
+    except IntegrityError:
+        return False
+
+
+def decode_verified(
+    raw: Any,
+    key: bytes,
+    *,
+    registry: Optional[CodecRegistry],
+    release: Optional[Callable[[int, int], None]],
+    where: str,
+    step: Optional[int],
+) -> Any:
+    """Decode encoded payload bytes, returning nothing unless their digest is `key`.
+
+    `release(start, stop)` (from the store) is told which bytes both the digest and the decoder are
+    done with, so a memory-mapped store can let go of those pages during the read.
+    """
+    digest = key.hex()
+    mismatch = IntegrityError(
+        f"payload {digest[:16]}…{where} does not match its digest: the journal is damaged",
+        step=step,
+        detail="digest mismatch",
+    )
+    try:
+        if len(raw) < _HASH_BESIDE_DECODE_FROM:
+            if digest_bytes(raw, after_chunk=release) != key:
+                raise mismatch
+            # Decoding copies every tensor out of the store's buffer before it goes away.
+            return decode_payload_releasing(raw, registry=registry, release=release)
+        # A large payload is hashed on a worker thread while this one decodes (copies) it: the two
+        # took about as long as each other, one after the other. Nothing decoded is returned unless
+        # the digest matches, and a damaged payload reports the mismatch first.
+        behind = ReleaseBehind(release, 2) if release is not None else None
+        hashing = DigestInBackground(raw, after_chunk=behind.reader(0) if behind else None)
+        try:
+            value = decode_payload_releasing(raw, registry=registry, release=behind.reader(1) if behind else None)
+        except BaseException:
+            if hashing.result() != key:
+                raise mismatch from None
+            raise
+        if hashing.result() != key:
+            raise mismatch
+        return value
+    except PayloadDecodeError as exc:
+        raise type(exc)(f"{exc}{where}", step=step) from None

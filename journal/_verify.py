@@ -1,0 +1,120 @@
+"""Verification: every event decodes, every payload matches its digest, the index matches the log."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import attrs
+import msgpack
+
+from ._convert import decode_event
+from ._digest import digest_bytes
+from ._errors import IntegrityError, StepJournalError
+from ._events import GenerationRecorded
+from ._keys import gen_key, parse_gen_key
+from ._payload_store import PayloadStore
+
+__all__ = ["VerifyProblem", "verify"]
+
+
+@attrs.frozen
+class VerifyProblem:
+    """One thing `Journal.verify` found broken.
+
+    Attributes:
+        kind: ``event``, ``payload``, ``index`` or ``missing_payload``.
+        where: the event sequence number, payload digest or index key concerned.
+        steps: the train steps affected, when known.
+        detail: what is wrong.
+    """
+
+    kind: str
+    where: str
+    steps: Tuple[int, ...]
+    detail: str
+
+
+def verify(
+    raw_events: Iterable[Tuple[int, bytes]],
+    index_items: Callable[[], List[Tuple[bytes, int]]],
+    last_seq: Callable[[], int],
+    payloads: PayloadStore,
+    *,
+    progress: Optional[Callable[[int, int], Any]] = None,
+) -> List[VerifyProblem]:
+    """Check the log, the step index and the payload store against each other (see `Journal.verify`).
+
+    Args:
+        raw_events: (seq, stored bytes) of every event.
+        index_items: reads the ``gen`` index as (key, seq) pairs (called after the log was read).
+        last_seq: reads the newest sequence number now.
+        payloads: the payload store the events reference.
+        progress: called as ``progress(done, total)`` as events are checked.
+    """
+    problems: List[VerifyProblem] = []
+    expected: Dict[bytes, int] = {}
+    steps_of_digest: Dict[str, List[int]] = {}
+    size_of_digest: Dict[str, int] = {}
+    raw = list(raw_events)
+    total = len(raw)
+    for done, (seq, body) in enumerate(raw, 1):
+        try:
+            event = decode_event(body, seq=seq)
+        except StepJournalError as exc:
+            problems.append(VerifyProblem("event", f"#{seq}", _salvage_steps(body), str(exc)))
+            continue
+        if isinstance(event, GenerationRecorded):
+            for ref in (event.output, event.input):
+                if ref is not None:
+                    steps_of_digest.setdefault(ref.digest, []).append(event.step)
+                    size_of_digest[ref.digest] = ref.nbytes
+            if event.output is not None:
+                expected[gen_key(event.run, event.mode, event.step, event.gen_index)] = seq
+        if progress is not None:
+            progress(done, total)
+    found = dict(index_items())
+    # A live writer may have appended (and indexed) events since the log was read: those are not
+    # checked; an entry pointing past the end of the log still is.
+    checked_up_to, now = (raw[-1][0] if raw else 0), last_seq()
+    for key in sorted(set(expected) | set(found)):
+        if checked_up_to < (found.get(key) or 0) <= now:
+            continue
+        if expected.get(key) != found.get(key):
+            parsed = parse_gen_key(key)
+            problems.append(
+                VerifyProblem(
+                    "index",
+                    key.hex(),
+                    (parsed.step,) if parsed is not None else (),
+                    f"index has {found.get(key)}, event log says {expected.get(key)}; run `stepjournal reindex`",
+                )
+            )
+    seen = set()
+    for key in payloads.digests():
+        hexd = key.hex()
+        seen.add(hexd)
+        steps = tuple(sorted(set(steps_of_digest.get(hexd, ()))))
+        try:
+            with payloads.view(key, nbytes=size_of_digest.get(hexd)) as (blob, _):
+                ok = digest_bytes(blob) == key
+            detail = "bytes do not match the digest"
+        except IntegrityError as exc:
+            ok, detail = False, str(exc)
+        if not ok:
+            problems.append(VerifyProblem("payload", hexd, steps, detail))
+    for hexd, steps_list in steps_of_digest.items():
+        if hexd not in seen:
+            problems.append(
+                VerifyProblem("missing_payload", hexd, tuple(sorted(set(steps_list))), "payload is missing")
+            )
+    return problems
+
+
+def _salvage_steps(body: Any) -> Tuple[int, ...]:
+    """The step an undecodable event names, read leniently from its msgpack map (for verify's report)."""
+    try:
+        fields = msgpack.unpackb(bytes(body), raw=False)
+        step = fields.get("step") if isinstance(fields, dict) else None
+    except Exception:  # damaged bytes may fail in any way; the step is then unknown
+        return ()
+    return (step,) if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else ()

@@ -1,0 +1,190 @@
+"""The house's shape: imports point adapters -> policies -> journal, and no module cycle appears.
+
+The checker reads the source with `ast` (every import, those inside functions too: a lazy import is
+still an arrow) and runs nothing of the project. Its own tests run it on tiny synthetic trees, so a
+checker that stopped seeing backwards imports or cycles would fail here too.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import Dict, List, Set
+
+ROOT = Path(__file__).resolve().parent.parent
+# Source folder -> the package it is installed as (pyproject's package-dir).
+PACKAGES = {"journal": "stepjournal", "policies": "stepjournal.policies", "adapters": "stepjournal.adapters"}
+LAYER = {"stepjournal": 0, "stepjournal.policies": 1, "stepjournal.adapters": 2}
+
+# The only imports allowed to run backwards, each with its reason.
+EXCEPTIONS = {
+    ("stepjournal", "stepjournal.adapters"): (
+        "the package face offers `journaled` lazily in __getattr__ (documented in docs/journal.md): "
+        "wrapping a function is the first thing most users do"
+    ),
+    ("stepjournal.__main__", "stepjournal.adapters.cli"): (
+        "`python -m stepjournal` is the command line's entry point; it runs the CLI and is imported by nothing"
+    ),
+}
+
+
+def module_map(root: Path) -> Dict[str, Path]:
+    """Every module of the three packages under `root`, by its installed dotted name."""
+    found: Dict[str, Path] = {}
+    for folder, package in PACKAGES.items():
+        base = root / folder
+        for dirpath, _, files in os.walk(base):
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = Path(dirpath) / name
+                parts = list(path.relative_to(base).with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                found[".".join([package] + parts)] = path
+    return found
+
+
+def imports_of(module: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
+    """The project modules `module` imports, anywhere in its source."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from pkg import name`: the submodule pkg.name when there is one, else pkg itself.
+            candidates = [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in candidates:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def _layer(module: str) -> int:
+    return max(level for package, level in LAYER.items() if module == package or module.startswith(package + "."))
+
+
+def problems_in(root: Path, exceptions=EXCEPTIONS) -> List[str]:
+    """What breaks the house's shape under `root`: backwards imports and import cycles."""
+    modules = module_map(root)
+    edges = {m: imports_of(m, p, modules) for m, p in modules.items()}
+    problems = []
+    for module, deps in sorted(edges.items()):
+        for dep in sorted(deps):
+            if _layer(dep) > _layer(module) and (module, dep) not in exceptions:
+                problems.append(f"import runs backwards: {module} -> {dep}")
+    # Package faces only re-export; a cycle through one (a module importing its own package's face)
+    # is not a cycle between rooms, so faces are left out of the graph.
+    faces = {m for m, p in modules.items() if p.name == "__init__.py"}
+    graph = {m: sorted(d for d in deps if d not in faces) for m, deps in edges.items() if m not in faces}
+    state: Dict[str, int] = {}
+
+    def visit(node: str, stack: List[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                problems.append("import cycle: " + " -> ".join(stack[stack.index(nxt) :] + [nxt]))
+            elif not state.get(nxt):
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if not state.get(node):
+            visit(node, [])
+    return problems
+
+
+# -- the project -------------------------------------------------------------------------------------
+def test_no_import_runs_backwards_and_no_module_cycle_in_the_project():
+    assert problems_in(ROOT) == []
+
+
+def test_each_listed_exception_is_still_an_import_of_the_project():
+    """An exception that no longer happens is removed from the list, so the list stays honest."""
+    modules = module_map(ROOT)
+    for module, dep in EXCEPTIONS:
+        assert dep in imports_of(module, modules[module], modules), (module, dep)
+
+
+# -- the checker itself, on synthetic trees ------------------------------------------------------------
+def _tree(tmp_path: Path, files: Dict[str, str]) -> Path:
+    for folder in PACKAGES:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "__init__.py").touch()
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_the_checker_passes_a_tree_whose_imports_point_down(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "journal/_log.py": "",
+            "policies/_engine.py": "from stepjournal import _log\n",
+            "adapters/verl/_hooks.py": "from stepjournal.policies._engine import x\nfrom ._errors import E\n",
+            "adapters/verl/_errors.py": "",
+        },
+    )
+    assert problems_in(root) == []
+
+
+def test_the_checker_finds_the_journal_importing_policies_even_inside_a_function(tmp_path):
+    root = _tree(tmp_path, {"journal/_j.py": "def f():\n    from stepjournal.policies import _p\n", "policies/_p.py": ""})
+    assert problems_in(root) == ["import runs backwards: stepjournal._j -> stepjournal.policies._p"]
+
+
+def test_the_checker_finds_the_journal_importing_an_adapter(tmp_path):
+    root = _tree(tmp_path, {"journal/_j.py": "import stepjournal.adapters.trl\n", "adapters/trl.py": ""})
+    assert problems_in(root) == ["import runs backwards: stepjournal._j -> stepjournal.adapters.trl"]
+
+
+def test_the_checker_finds_a_policy_importing_an_adapter_by_relative_import(tmp_path):
+    root = _tree(tmp_path, {"policies/_p.py": "from ..adapters import _raw\n", "adapters/_raw.py": ""})
+    assert problems_in(root) == ["import runs backwards: stepjournal.policies._p -> stepjournal.adapters._raw"]
+
+
+def test_the_checker_finds_a_cycle_between_modules(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "journal/_a.py": "from ._b import x\n",
+            "journal/_b.py": "def f():\n    from . import _c\n",
+            "journal/_c.py": "from stepjournal._a import y\n",
+        },
+    )
+    assert problems_in(root) == ["import cycle: stepjournal._a -> stepjournal._b -> stepjournal._c -> stepjournal._a"]
+
+
+def test_the_checker_allows_a_backwards_import_only_where_it_is_listed(tmp_path):
+    files = {"journal/__init__.py": "def __getattr__(name):\n    from stepjournal.adapters import journaled\n"}
+    root = _tree(tmp_path, files)
+    assert problems_in(root) == []
+    assert problems_in(root, exceptions={}) == ["import runs backwards: stepjournal -> stepjournal.adapters"]
+
+
+def test_no_journal_module_is_over_450_lines_unless_architecture_md_names_it_cohesive():
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    long = []
+    for path in sorted((ROOT / "journal").glob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > 450 and f"journal/{path.name}" not in doc:
+            long.append(f"journal/{path.name}: {lines} lines")
+    assert long == []
