@@ -15,7 +15,6 @@ verl's own dumps.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import os
 import random
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-import numpy as np
 import torch
 
 RAY_CPUS = 8

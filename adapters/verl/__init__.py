@@ -19,7 +19,8 @@ the extra.
 
 The package has the inner shape of every adapter (docs/adapters.md): ``_config`` (verl's config
 forms), ``_codec`` (the DataProto codec), ``_hooks`` (the wrapped ``generate_sequences``),
-``_attach`` (the ways to install it), ``_import`` (verl's dumps into a journal), ``_errors``; the V1
+``_attach`` (the ways to install it), ``_import`` (verl's dumps into a journal), ``_errors``, with
+``_nodes`` (reading dict / OmegaConf / dataclass configs) and ``_fingerprint`` under ``_config``; the V1
 (TransferQueue) trainer has ``_v1_codec`` (its batches), ``_v1_hooks`` (submit and sample) and
 ``_v1_import`` (its ``tq_batch.pt`` dumps).
 """

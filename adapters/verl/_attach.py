@@ -16,7 +16,8 @@ from verl.protocol import DataProto
 from stepjournal._log import get_logger
 from stepjournal.policies import ConfigError, Engine, open_engine
 
-from ._config import VerlJournalConfig, _select, read_verl_config
+from ._config import VerlJournalConfig, read_verl_config
+from ._nodes import _select
 from ._errors import VerlAdapterError, VerlStepError
 from ._hooks import JournaledRollout, feed_index_step, meta_step, undecorated
 

@@ -31,7 +31,7 @@ from verl.protocol import DataProto
 from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError
 
-from ._config import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
+from ._fingerprint import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
 from ._errors import PickleRefusedError, VerlDumpError
 from ._v1_import import is_v1_dump_folder, load_tq_dump
 

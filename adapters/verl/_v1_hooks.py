@@ -65,7 +65,7 @@ def v1_trainer_mode(cfg: Any) -> str:
     Raises:
         ConfigError: the mode is not ``sync``, ``colocate_async`` or ``separate_async``.
     """
-    from ._config import _select
+    from ._nodes import _select
 
     mode = _select(cfg, "trainer.v1.trainer_mode", "sync")
     if mode not in V1_TRAINER_MODES:
