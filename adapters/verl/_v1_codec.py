@@ -23,15 +23,15 @@ field order is kept; per-row values come back as plain dicts, lists and scalars 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import attrs
-import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from stepjournal import PayloadDecodeError, UnsupportedValueError, register_codec
+
+from ._codec import _value_diff as _codec_value_diff  # one exact comparison for both codecs
 
 __all__ = ["TQBatch", "TQ_CODEC_NAME", "encode_tq_batch", "decode_tq_batch", "tq_batch_diff", "register_tq_codec"]
 
@@ -148,54 +148,9 @@ def register_tq_codec() -> None:
 # -- exact comparison -----------------------------------------------------------------------------------
 
 
-def _tensor_diff(a: torch.Tensor, b: torch.Tensor, where: str, out: List[str]) -> None:
-    if a.is_nested or b.is_nested:
-        if a.is_nested != b.is_nested or a.layout != b.layout:
-            out.append(f"{where}: nested layout differs")
-            return
-        ua, ub = a.unbind(), b.unbind()
-        if len(ua) != len(ub):
-            out.append(f"{where}: {len(ua)} vs {len(ub)} components")
-        for i, (x, y) in enumerate(zip(ua, ub)):
-            _tensor_diff(x, y, f"{where}[{i}]", out)
-        return
-    if a.dtype != b.dtype or a.shape != b.shape:
-        out.append(f"{where}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}")
-    elif a.numel() and bytes(a.detach().cpu().contiguous().view(torch.uint8).numpy()) != bytes(
-        b.detach().cpu().contiguous().view(torch.uint8).numpy()
-    ):
-        out.append(f"{where}: tensor bits differ")
-
-
 def _value_diff(a: Any, b: Any, where: str, out: List[str]) -> None:
-    a, b = _plain(a), _plain(b)
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        _tensor_diff(a, b, where, out)
-    elif isinstance(a, TensorDictBase) and isinstance(b, TensorDictBase):
-        _td_diff(a, b, where, out)
-    elif type(a) is not type(b):
-        out.append(f"{where}: {type(a).__name__} vs {type(b).__name__}")
-    elif isinstance(a, dict):
-        if list(a) != list(b):
-            out.append(f"{where}: keys {list(a)} vs {list(b)}")
-        else:
-            for key in a:
-                _value_diff(a[key], b[key], f"{where}[{key!r}]", out)
-    elif isinstance(a, (list, tuple)):
-        if len(a) != len(b):
-            out.append(f"{where}: length {len(a)} vs {len(b)}")
-        for i, (x, y) in enumerate(zip(a, b)):
-            _value_diff(x, y, f"{where}[{i}]", out)
-    elif isinstance(a, np.ndarray):
-        if a.dtype != b.dtype or a.shape != b.shape or (a.dtype.kind != "O" and a.tobytes() != b.tobytes()):
-            out.append(f"{where}: arrays differ")
-        elif a.dtype.kind == "O":
-            _value_diff(a.tolist(), b.tolist(), where, out)
-    elif isinstance(a, float):
-        if not (a == b or (math.isnan(a) and math.isnan(b))):
-            out.append(f"{where}: {a!r} vs {b!r}")
-    elif a != b:
-        out.append(f"{where}: {a!r} vs {b!r}")
+    # tensordict hands per-row values back as LinkedLists: compare the plain values they hold.
+    _codec_value_diff(_plain(a), _plain(b), where, out)
 
 
 def _td_diff(a: TensorDictBase, b: TensorDictBase, where: str, out: List[str]) -> None:
