@@ -22,6 +22,7 @@ from ._errors import (
     UnsupportedSchemaVersionError,
     UnsupportedValueError,
 )
+from ._export import EXPORT_FORMAT_VERSION, ExportError, OpaqueReader, OpaqueValue, export_payloads
 from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
 from ._journal import DEFAULT_RUN, Journal, PreparedPayload, RecordedGeneration, VerifyProblem
 from ._paths import resolve_journal_path
@@ -66,6 +67,11 @@ __all__ = [
     "UnsupportedValueError",
     "journaled",
     "resolve_journal_path",
+    "export_payloads",
+    "EXPORT_FORMAT_VERSION",
+    "ExportError",
+    "OpaqueReader",
+    "OpaqueValue",
 ]
 
 
