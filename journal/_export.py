@@ -242,7 +242,7 @@ def choose_run(journal: Journal, run: Optional[str]) -> str:
     if not runs:
         raise ExportError(f"journal {journal.path} holds no generate calls")
     if len(runs) > 1:
-        raise ExportError(f"journal {journal.path} holds several runs ({', '.join(runs)}); choose one with --run")
+        raise ExportError(f"journal {journal.path} holds several runs ({', '.join(runs)}); choose one with --run (run= in Python)")
     return runs[0]
 
 
@@ -295,7 +295,7 @@ def export_payloads(
     _need_safetensors()
     target = os.path.abspath(folder)
     if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
-        raise ExportError(f"--to {folder}: exists and is not an empty folder; choose a new one")
+        raise ExportError(f"{folder} exists and is not an empty folder; export into a new one")
     with OpaqueReader(journal) as reader:
         opened = reader.journal
         run = choose_run(opened, run)

@@ -129,7 +129,6 @@ def _log_level(verbosity: int) -> int:
     return {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
 
 
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 failure or damage found, 2 bad arguments)."""
     try:
