@@ -27,6 +27,7 @@ from ._errors import (
     DiffError,
     UnsupportedValueError,
 )
+from ._export import EXPORT_FORMAT_VERSION, ExportError, OpaqueReader, OpaqueValue, export_payloads
 from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
 from ._journal import DEFAULT_RUN, Journal, PreparedPayload, RecordedGeneration, VerifyProblem
 from ._paths import resolve_journal_path
@@ -88,6 +89,11 @@ __all__ = [
     "Difference",
     "compare_values",
     "DiffError",
+    "export_payloads",
+    "EXPORT_FORMAT_VERSION",
+    "ExportError",
+    "OpaqueReader",
+    "OpaqueValue",
 ]
 
 

@@ -106,6 +106,25 @@ class StepRanges:
         seen = sorted({s for r in self.ranges for s in range(r.start, r.stop + 1, r.stride)})  # type: ignore[operator]
         return iter(seen)
 
+    @classmethod
+    def from_steps(cls, steps) -> "StepRanges":
+        """The given steps (an iterable of ints), runs of consecutive steps joined: ``str()`` is ``"1-5,7"``.
+
+        Raises:
+            SpecError: a step is not a non-negative int.
+        """
+        given = list(steps)
+        for s in given:
+            if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+                raise SpecError(f"step {s!r} is not a non-negative int")
+        out: list = []
+        for s in sorted(set(given)):
+            if out and out[-1].stop == s - 1:
+                out[-1] = StepRange(out[-1].start, s)
+            else:
+                out.append(StepRange(s, s))
+        return cls(tuple(out))
+
 
 class _Parser:
     def __init__(self, text: str) -> None:

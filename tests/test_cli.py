@@ -463,7 +463,7 @@ def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
 
 # -- docs ------------------------------------------------------------------------------------------------
 def test_docs_cover_every_command_and_every_json_key():
-    from stepjournal.adapters.cli import _parser
+    from stepjournal.adapters.cli._app import _parser
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text()
     (commands,) = [a for a in _parser()._actions if a.dest == "command"]
@@ -472,3 +472,75 @@ def test_docs_cover_every_command_and_every_json_key():
     schema = doc[doc.index("### `audit --json`"):doc.index("### `runs --json`")]
     for key in AUDIT_FIELDS:
         assert f"| `{key}` |" in schema, key
+
+
+# -- the package shape: --help is light, export is a journal API ----------------------------------------
+def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_journal():
+    """Only what `import stepjournal` itself loads may be loaded by `stepjournal --help`."""
+    code = (
+        "import sys\n"
+        "import stepjournal\n"
+        "before = set(sys.modules)\n"
+        "from stepjournal.adapters.cli import main\n"
+        "assert main(['--help']) == 0\n"
+        "new = set(sys.modules) - before\n"
+        "heavy = ('torch', 'numpy', 'matplotlib', 'safetensors', 'verl', 'trl', 'rich.table', 'rich.progress',\n"
+        "         'rich.tree')\n"
+        "loaded = sorted(m for m in new if m in heavy or m.split('.')[0] in heavy[:6])\n"
+        "verbs = sorted(m for m in new if m.startswith('stepjournal.adapters.cli.') and m.split('.')[-1] not in\n"
+        "               ('_app', '_render'))\n"
+        "assert not loaded and not verbs, (loaded, verbs)\n"
+        "print('torch' in before)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    # The journal's payload codec imports torch today (journal/_codec.py), so `import stepjournal` does.
+    assert result.stdout.split()[-1] in ("True", "False")
+
+
+def test_export_payloads_is_the_python_api_of_the_export_verb(engine, tmp_path):
+    from stepjournal import EXPORT_FORMAT_VERSION, ExportError, OpaqueReader, OpaqueValue, export_payloads
+    from stepjournal.policies import StepRanges
+
+    seen = []
+    manifest = export_payloads(engine, str(tmp_path / "out"), run="adapters", steps=StepRanges.parse("2-3"),
+                               inputs=True, progress=lambda done, total: seen.append((done, total)))
+    assert manifest["format_version"] == EXPORT_FORMAT_VERSION and manifest["steps"] == "2-3"
+    assert [(e["step"], e["gen_index"]) for e in manifest["entries"]] == [(2, 0), (3, 0)]
+    assert seen == [(1, 2), (2, 2)]
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
+    with safe_open(str(tmp_path / "out" / "step_000002_idx_0" / "tensors.safetensors"), "pt") as st:
+        assert torch.equal(st.get_tensor("ids"), torch.arange(6).reshape(2, 3) + 2)
+    # The reader needs no codec: the custom Point comes back as what its codec stored.
+    with OpaqueReader(engine) as reader:
+        event = reader.journal.lookup(2, 0, mode="train", run="adapters").event
+        point = reader.load(event.output, 2)["point"]
+    assert isinstance(point, OpaqueValue) and point.name == "tests.cli.Point"
+    assert point.value["xy"].tolist() == [1.5, 2.0]
+    with pytest.raises(ExportError, match="several runs"):
+        export_payloads(engine, str(tmp_path / "again"))
+    with pytest.raises(ExportError, match="not an empty folder"):
+        export_payloads(engine, str(tmp_path / "out"), run="adapters")
+
+
+def test_export_without_safetensors_names_the_extra(engine, tmp_path):
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'safetensors':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from stepjournal import export_payloads\n"
+        "try:\n"
+        f"    export_payloads({engine!r}, {str(tmp_path / 'out')!r}, run='adapters')\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "from stepjournal.adapters.cli import main\n"
+        f"sys.exit(main(['export', {engine!r}, '--run', 'adapters', '--to', {str(tmp_path / 'out2')!r}]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "pip install 'stepjournal[export]'" in result.stdout
+    assert "stepjournal: error: export needs safetensors: pip install 'stepjournal[export]'" in result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()

@@ -11,6 +11,8 @@ import json
 import random
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from stepjournal import Journal
-from stepjournal.adapters._trl_rng import capture_rng_state, restore_rng_state
+from stepjournal.adapters.trl._codec import capture_rng_state, restore_rng_state
 from stepjournal.adapters.cli import main as cli_main
 from stepjournal.adapters.trl import (
     PAYLOAD_FORMAT,
@@ -406,3 +408,34 @@ def test_cli_in_a_subprocess_reads_a_grpo_journal(grpo_recorded):
     shown = cli("show", str(source), str(GENERATION_STEPS[0]))
     assert shown.returncode == 0, shown.stderr
     assert "completion_ids" in shown.stdout and "rng" in shown.stdout
+
+
+def test_the_handle_is_a_trl_recorder_and_trl_journal_stays_its_alias():
+    from stepjournal.adapters.trl import TrlJournal, TrlRecorder
+
+    assert TrlJournal is TrlRecorder and TrlRecorder.__name__ == "TrlRecorder"
+    assert attach.__annotations__["return"] in ("TrlRecorder", TrlRecorder)
+
+
+def test_without_trl_the_errors_import_and_attach_names_the_extra(tmp_path):
+    """trl blocked: the errors and SUPPORTED_TRL import, `attach` raises ImportError with the pip hint."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'trl':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import stepjournal.adapters.trl as t\n"
+        "assert issubclass(t.TrlSignatureError, t.TrlAdapterError) and t.SUPPORTED_TRL.startswith('>=')\n"
+        "try:\n"
+        "    from stepjournal.adapters.trl import attach\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    raise SystemExit('attach imported without trl')\n"
+        "assert 'trl' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "attach needs TRL" in result.stdout and "pip install 'stepjournal[trl]'" in result.stdout

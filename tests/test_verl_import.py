@@ -193,9 +193,6 @@ def test_interrupted_dumps_and_links_out_of_the_folder_are_skipped(tmp_path):
 
 
 def test_cli_import_verl_refuses_then_imports_with_trust_pickle(tmp_path):
-    cli = os.path.join(os.path.dirname(os.path.dirname(__file__)), "adapters", "cli.py")
-    if "import-verl" not in open(cli, encoding="utf-8").read():
-        pytest.fail("adapters/cli.py has no import-verl subcommand yet")
     _, dump_dir, _ = skip_manager_dumps(tmp_path)
     journal = str(tmp_path / "j")
     command = [sys.executable, "-m", "stepjournal", "import-verl", dump_dir, "--into", journal]

@@ -26,7 +26,7 @@ import attrs
 
 from stepjournal._log import get_logger
 from stepjournal import resolve_journal_path
-from stepjournal.policies import ConfigError, EngineConfig, load_config
+from stepjournal.policies import ConfigError, EngineConfig, StepRanges, load_config
 
 from ._fingerprint import verl_fingerprint, verl_run_key
 from ._nodes import _MISSING, _child, _is_section, _plain, _select
@@ -137,18 +137,6 @@ def _journal_path(dump_dir: Any, key: str) -> str:
     return resolve_journal_path(base, JOURNAL_DIRNAME)
 
 
-def _ranges_text(steps: List[int]) -> str:
-    steps = sorted(set(steps))
-    parts, i = [], 0
-    while i < len(steps):
-        j = i
-        while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
-            j += 1
-        parts.append(str(steps[i]) if i == j else f"{steps[i]}-{steps[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 def _form_v1(rollout: Any) -> Tuple[str, str, Tuple[str, ...]]:
     prefix = "actor_rollout_ref.rollout"
     dump_dir = _plain(_child(rollout, "skip_dump_dir"))
@@ -223,7 +211,7 @@ def _form_skip_manager(section: Any, role: str) -> Tuple[str, str, Tuple[str, ..
         spec = "passthrough"  # SkipManager touches only the listed steps
     else:
         chosen = "cache" if action == "cache" else "nearest"
-        spec = f"{chosen}@{_ranges_text(list(steps))};passthrough"
+        spec = f"{chosen}@{StepRanges.from_steps(steps)};passthrough"
     return spec, path, (f"{prefix}.enable", f"{prefix}.steps", f"{prefix}.action", f"{prefix}.dump_dir")
 
 

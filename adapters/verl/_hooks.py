@@ -29,9 +29,9 @@ from verl.protocol import DataProto
 
 from stepjournal._log import get_logger
 from stepjournal import Journal
-from stepjournal.policies import Engine, Outcome, PendingCall, open_engine
+from stepjournal.policies import Engine, Outcome, PendingCall
 
-from ._config import VerlJournalConfig, read_verl_config
+from ._config import VerlJournalConfig
 from ._errors import MissingInputError, VerlAdapterError, VerlStepError
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Record and replay the generations of TRL's `GRPOTrainer` and `RLOOTrainer` (``pip install stepjournal[trl]``).
+"""The TRL hook point: a trainer's generate calls put under a journal and a policy.
 
 `attach(trainer, journal, policy)` puts one trainer's generate calls under a journal and a policy. It
 intercepts the narrowest point that still lets TRL do everything around generation (decoding, tool
@@ -28,127 +28,30 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional
 
+from trl import GRPOTrainer, RLOOTrainer
 
 from stepjournal._log import get_logger
-from stepjournal import Journal, StepJournalError, UnsupportedValueError
+from stepjournal import Journal, UnsupportedValueError
 from stepjournal.policies import Engine, Outcome, PendingCall
 
-from ._trl_rng import capture_rng_state, restore_rng_state
+from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
+from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of
+from ._errors import TrlAdapterError
 
-try:
-    import trl
-    from trl import GRPOTrainer, RLOOTrainer
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "stepjournal.adapters.trl needs TRL: install it with `pip install 'stepjournal[trl]'`"
-    ) from exc
-
-__all__ = [
-    "SUPPORTED_TRL",
-    "PAYLOAD_FORMAT",
-    "attach",
-    "TrlJournal",
-    "JournaledTrainerMixin",
-    "JournaledGRPOTrainer",
-    "JournaledRLOOTrainer",
-    "trainer_fingerprint",
-    "TrlAdapterError",
-    "TrlSignatureError",
-]
+__all__ = ["attach", "TrlRecorder", "JournaledTrainerMixin", "JournaledGRPOTrainer", "JournaledRLOOTrainer"]
 
 log = get_logger(__name__)
 
-# Keep in step with the `trl` extra in pyproject.toml (a test checks that they agree).
-SUPPORTED_TRL = ">=1.16.0,<1.17"
-# The `format` of every output payload this adapter stores; bump when its keys change meaning.
-PAYLOAD_FORMAT = "stepjournal.trl/1"
-
-_SINGLE_TURN = "_generate_single_turn"
-_ROLLOUT_FUNC = "rollout_func"
 _HANDLE_ATTR = "_stepjournal"
 
-# The parameters of `_generate_single_turn` this adapter was written against, per trainer family.
-_EXPECTED_PARAMS: Dict[type, Tuple[str, ...]] = {
-    GRPOTrainer: ("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
-    RLOOTrainer: ("self", "prompt_ids", "images", "multimodal_fields"),
-}
-# How each family's `_generate` calls what is intercepted (checked in TRL's source at attach time).
-_CALL_SITES = {
-    _SINGLE_TURN: "self._generate_single_turn(",
-    _ROLLOUT_FUNC: "self.rollout_func(prompts, self)",
-}
 
+class TrlRecorder:
+    """A trainer's generate calls under a journal and a policy: the handle `attach` returns.
 
-class TrlAdapterError(StepJournalError):
-    """The TRL adapter cannot do what was asked; the message says what to change."""
-
-
-class TrlSignatureError(TrlAdapterError):
-    """The installed TRL (or a trainer subclass) no longer matches what the adapter intercepts."""
-
-
-def _family(trainer: Any) -> type:
-    for base in _EXPECTED_PARAMS:
-        if isinstance(trainer, base):
-            return base
-    raise TrlAdapterError(
-        f"attach() takes a trl.GRPOTrainer or trl.RLOOTrainer (or a subclass), got {type(trainer).__name__}; "
-        "for other loops wrap the rollout function with stepjournal.journaled"
-    )
-
-
-def _version_supported() -> bool:
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    return Version(trl.__version__) in SpecifierSet(SUPPORTED_TRL)
-
-
-def _check_drift(trainer: Any, family: type, target: str) -> None:
-    """Fail before training when what `attach` intercepts is not what this adapter was written for."""
-    untested = "" if _version_supported() else f" (TRL {trl.__version__} is outside the tested range {SUPPORTED_TRL})"
-    if target == _SINGLE_TURN:
-        method = getattr(type(trainer), _SINGLE_TURN, None)
-        found = tuple(inspect.signature(method).parameters) if callable(method) else None
-        expected = _EXPECTED_PARAMS[family]
-        if found != expected:
-            owner = next((c.__qualname__ for c in type(trainer).__mro__ if _SINGLE_TURN in vars(c)), "nothing")
-            raise TrlSignatureError(
-                f"{type(trainer).__name__}.{_SINGLE_TURN} (defined by {owner}) takes {found}, but the stepjournal "
-                f"TRL adapter expects {expected} as in trl {SUPPORTED_TRL}{untested}; install a supported TRL "
-                f"(`pip install 'stepjournal[trl]'`), or keep the method's parameters when overriding it"
-            )
-    # TRL's own `_generate` must still call what is wrapped, or nothing would ever be journaled.
-    try:
-        source = inspect.getsource(family._generate)
-    except (OSError, TypeError):  # no source shipped (zipped install): the signature check must do
-        log.debug("trl_source_unavailable", method=f"{family.__name__}._generate")
-    else:
-        if _CALL_SITES[target] not in source:
-            raise TrlSignatureError(
-                f"{family.__name__}._generate no longer calls `{_CALL_SITES[target]}...)`{untested}; the "
-                f"stepjournal TRL adapter supports trl {SUPPORTED_TRL}: install that (`pip install "
-                "'stepjournal[trl]'`) or upgrade stepjournal"
-            )
-    if untested:
-        log.warning("trl_version_untested", installed=trl.__version__, supported=SUPPORTED_TRL)
-
-
-def _mode_name(trainer: Any, mode: str) -> str:
-    """`mode` as journaled: with more than one process, the process index is appended (``train/p1``)."""
-    accelerator = trainer.accelerator
-    return f"{mode}/p{accelerator.process_index}" if accelerator.num_processes > 1 else mode
-
-
-def _mode_of(trainer: Any) -> str:
-    # TRL's own rule (`_generate`, `_prepare_inputs`): the model's training flag tells train from eval.
-    return _mode_name(trainer, "train" if trainer.model.training else "eval")
-
-
-class TrlJournal:
-    """A trainer's generate calls under a journal and a policy: what `attach` returns.
+    It records and replays through its `Engine`; it is not a journal (``recorder.journal`` is).
+    `TrlJournal` is its former name, kept as an alias.
 
     Attributes:
         trainer: the trainer attached to.
@@ -170,19 +73,19 @@ class TrlJournal:
         self.counts: Dict[str, int] = {"generated": 0, "replayed": 0, "bypassed": 0}
         self.rng_restored = 0
         self.last_outcome: Optional[Outcome] = None
-        self._family = _family(trainer)
+        self._family = family_of(trainer)
         self._original: Any = None
 
     def __repr__(self) -> str:
         return (
-            f"TrlJournal({type(self.trainer).__name__}, target={self.target!r}, journal={self.journal.path!r}, "
+            f"TrlRecorder({type(self.trainer).__name__}, target={self.target!r}, journal={self.journal.path!r}, "
             f"policy={getattr(self.engine.policy, 'name', self.engine.policy)!r}, counts={self.counts})"
         )
 
     # -- installing ------------------------------------------------------------------------------------
     def _install(self) -> None:
         trainer = self.trainer
-        if self.target == _ROLLOUT_FUNC:
+        if self.target == ROLLOUT_FUNC:
             self._original = trainer.rollout_func
 
             @functools.wraps(self._original)
@@ -191,7 +94,7 @@ class TrlJournal:
 
             trainer.rollout_func = rollout_func
         else:
-            self._original = getattr(trainer, _SINGLE_TURN)  # the bound method
+            self._original = getattr(trainer, SINGLE_TURN)  # the bound method
             signature = inspect.signature(self._original)
             with_generations = "num_generations" in signature.parameters
 
@@ -204,7 +107,7 @@ class TrlJournal:
                 return self._call(lambda: self._original(*args, **kwargs), given)
 
             # An instance attribute shadows the class's method for this trainer only.
-            setattr(trainer, _SINGLE_TURN, generate_single_turn)
+            setattr(trainer, SINGLE_TURN, generate_single_turn)
         setattr(trainer, _HANDLE_ATTR, self)
 
     def detach(self) -> None:
@@ -212,10 +115,10 @@ class TrlJournal:
         trainer = self.trainer
         if getattr(trainer, _HANDLE_ATTR, None) is not self:
             return
-        if self.target == _ROLLOUT_FUNC:
+        if self.target == ROLLOUT_FUNC:
             trainer.rollout_func = self._original
         else:
-            vars(trainer).pop(_SINGLE_TURN, None)
+            vars(trainer).pop(SINGLE_TURN, None)
         delattr(trainer, _HANDLE_ATTR)
         log.info("trl_detached", trainer=type(trainer).__name__, counts=dict(self.counts))
 
@@ -223,7 +126,7 @@ class TrlJournal:
     def _call(self, generate: Callable[[], Any], given: Dict[str, Any]) -> Any:
         trainer = self.trainer
         step = int(trainer.state.global_step)
-        mode = _mode_of(trainer)
+        mode = mode_of(trainer)
         try:
             prepared = self.journal.prepare(given)
         except UnsupportedValueError as exc:
@@ -248,54 +151,20 @@ class TrlJournal:
         return result
 
     def _payload(self, result: Any, rng: Dict[str, Any]) -> Dict[str, Any]:
-        if self.target == _ROLLOUT_FUNC:
-            if not isinstance(result, Mapping):
-                raise TrlSignatureError(
-                    f"rollout_func returned a {type(result).__name__}; TRL {SUPPORTED_TRL} expects a dict with "
-                    "prompt_ids, completion_ids and logprobs"
-                )
-            return {"format": PAYLOAD_FORMAT, "kind": _ROLLOUT_FUNC, "rollout": dict(result), "rng": rng}
-        if self._family is GRPOTrainer:
-            if not (isinstance(result, tuple) and len(result) == 2):
-                raise TrlSignatureError(
-                    f"GRPOTrainer.{_SINGLE_TURN} returned a {type(result).__name__}, not (completion_ids, logprobs) "
-                    f"as in trl {SUPPORTED_TRL}; install a supported TRL (`pip install 'stepjournal[trl]'`)"
-                )
-            completion_ids, logprobs = result
-        else:
-            completion_ids, logprobs = result, None
-        return {
-            "format": PAYLOAD_FORMAT,
-            "kind": _SINGLE_TURN,
-            "completion_ids": completion_ids,
-            "logprobs": logprobs,
-            "rng": rng,
-        }
+        return pack_output(self.target, result, rng, pairs=self._family is GRPOTrainer, trainer_name=self._family.__name__)
 
     def _serve(self, pending: PendingCall) -> Any:
         outcome = pending.outcome
         assert outcome is not None
         payload = outcome.value
         ctx = outcome.ctx
-        if not (isinstance(payload, dict) and payload.get("format") == PAYLOAD_FORMAT):
-            raise TrlAdapterError(
-                f"the generation served for step {ctx.step} index {ctx.gen_index} (recorded at step "
-                f"{outcome.source.step if outcome.source else '?'}) was not recorded by the stepjournal TRL adapter "
-                f"(format {payload.get('format') if isinstance(payload, dict) else type(payload).__name__!r}, "
-                f"expected {PAYLOAD_FORMAT!r}); record into a separate journal or run key"
-            )
-        if payload.get("kind") != self.target:
-            raise TrlAdapterError(
-                f"the generation served for step {ctx.step} index {ctx.gen_index} was recorded from "
-                f"{payload.get('kind')!r} but this trainer generates through {self.target!r}; replay with the "
-                "same rollout_func setting the journal was recorded with"
-            )
-        if self.target == _ROLLOUT_FUNC:
-            value: Any = payload["rollout"]
-        elif self._family is GRPOTrainer:
-            value = (payload["completion_ids"], payload["logprobs"])
-        else:
-            value = payload["completion_ids"]
+        value = unpack_output(
+            payload,
+            self.target,
+            pairs=self._family is GRPOTrainer,
+            where=f"step {ctx.step} index {ctx.gen_index}",
+            recorded_at=outcome.source.step if outcome.source else None,
+        )
         source = outcome.source
         exact = source is not None and (source.event.run, source.event.mode, source.step, source.gen_index) == (
             ctx.run,
@@ -328,7 +197,7 @@ def attach(
     allow_fingerprint_mismatch: bool = False,
     verify_input: bool = False,
     on_input_mismatch: str = "generate",
-) -> TrlJournal:
+) -> TrlRecorder:
     """Put a `GRPOTrainer`'s or `RLOOTrainer`'s generate calls under a journal and a policy.
 
     Call it after building the trainer and before `trainer.train()`. With ``policy="replay"`` every
@@ -346,22 +215,22 @@ def attach(
         allow_fingerprint_mismatch, verify_input, on_input_mismatch: see `stepjournal.policies.Engine`.
 
     Returns:
-        The `TrlJournal` handle (also reachable as ``trainer._stepjournal``); ``handle.detach()`` undoes it.
+        The `TrlRecorder` handle (also reachable as ``trainer._stepjournal``); ``handle.detach()`` undoes it.
 
     Raises:
         TrlAdapterError: the trainer is not a GRPO/RLOO trainer, or is already attached.
         TrlSignatureError: the installed TRL (or an override in a subclass) does not have the method
             signature this adapter intercepts.
     """
-    family = _family(trainer)
+    family = family_of(trainer)
     if getattr(trainer, _HANDLE_ATTR, None) is not None:
         raise TrlAdapterError(
             f"this {type(trainer).__name__} is already attached to {trainer._stepjournal.journal.path!r}; call "
             "detach() on its handle first"
         )
-    target = _ROLLOUT_FUNC if getattr(trainer, _ROLLOUT_FUNC, None) is not None else _SINGLE_TURN
-    _check_drift(trainer, family, target)
-    eval_mode = _mode_name(trainer, "eval")
+    target = ROLLOUT_FUNC if getattr(trainer, ROLLOUT_FUNC, None) is not None else SINGLE_TURN
+    check_drift(trainer, family, target)
+    eval_mode = mode_name(trainer, "eval")
     engine = Engine(
         journal,
         policy,
@@ -370,7 +239,7 @@ def attach(
         on_input_mismatch=on_input_mismatch,
         bypass_modes=(eval_mode,) if bypass_eval else (),
     )
-    handle = TrlJournal(trainer, engine, target=target, restore_rng=restore_rng)
+    handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)
     handle._install()
     log.info(
         "trl_attached",
@@ -382,30 +251,6 @@ def attach(
         process_index=trainer.accelerator.process_index,
     )
     return handle
-
-
-def trainer_fingerprint(trainer: Any) -> Dict[str, Any]:
-    """What a recorded generation depends on, read from a trainer: pass it as the journal's fingerprint.
-
-    A replay under another fingerprint is refused (see `Engine`), so a journal recorded with another
-    model, batch shape, sampling setting or number of processes is not served by mistake.
-    """
-    family = _family(trainer)
-    args = trainer.args
-    config = getattr(trainer.model, "config", None)
-    return {
-        "trainer": family.__name__,
-        "model": getattr(config, "_name_or_path", None) or getattr(config, "model_type", None),
-        "num_generations": getattr(trainer, "num_generations", None),
-        "per_device_train_batch_size": args.per_device_train_batch_size,
-        "steps_per_generation": getattr(args, "steps_per_generation", None),
-        "num_iterations": getattr(args, "num_iterations", None),
-        "max_completion_length": getattr(args, "max_completion_length", None),
-        "temperature": getattr(args, "temperature", None),
-        "seed": args.seed,
-        "num_processes": trainer.accelerator.num_processes,
-        "rollout_func": getattr(trainer, _ROLLOUT_FUNC, None) is not None,
-    }
 
 
 class JournaledTrainerMixin:
@@ -428,8 +273,8 @@ class JournaledTrainerMixin:
         attach(self, journal, journal_policy, **dict(journal_options or {}))
 
     @property
-    def stepjournal(self) -> Optional[TrlJournal]:
-        """The `TrlJournal` handle, or None after `detach()`."""
+    def stepjournal(self) -> Optional[TrlRecorder]:
+        """The `TrlRecorder` handle, or None after `detach()`."""
         return getattr(self, _HANDLE_ATTR, None)
 
 
@@ -439,3 +284,7 @@ class JournaledGRPOTrainer(JournaledTrainerMixin, GRPOTrainer):
 
 class JournaledRLOOTrainer(JournaledTrainerMixin, RLOOTrainer):
     """`trl.RLOOTrainer` whose generations are journaled (see `JournaledTrainerMixin`)."""
+
+
+# The handle's former name (it is a recorder bound to a trainer, not a journal); kept so old code runs.
+TrlJournal = TrlRecorder

@@ -1,4 +1,4 @@
-"""The timeline picture of a journal: one column per step, one lane per session and call, replays linked.
+"""``stepjournal timeline``: the picture of a journal: one column per step, one lane per session and call, replays linked.
 
 `build_timeline` turns audit records into a layout (cells and links, no drawing); `render_image` draws
 it with matplotlib (PNG or SVG, the `stepjournal[timeline]` extra) and `render_html` writes a
@@ -7,6 +7,7 @@ self-contained HTML page with an inline SVG and a tooltip on every cell (no extr
 
 from __future__ import annotations
 
+import argparse
 import html
 import math
 import os
@@ -14,9 +15,26 @@ from typing import Dict, List, Sequence, Tuple
 
 import attrs
 
+from rich.console import Console
+from rich.markup import escape
+
 from stepjournal import AuditRecord
 
-__all__ = ["COLOURS", "LINK_COLOUR", "Cell", "Link", "Timeline", "build_timeline", "render", "render_image", "render_html"]
+from ._common import open_readonly, parse_steps
+from ._render import Failure, UsageError
+
+__all__ = [
+    "COLOURS",
+    "LINK_COLOUR",
+    "Cell",
+    "Link",
+    "Timeline",
+    "build_timeline",
+    "render",
+    "render_image",
+    "render_html",
+    "run",
+]
 
 # One colour per action; a generated call that stored no output (passthrough) is a paler green.
 COLOURS: Dict[str, str] = {
@@ -273,3 +291,22 @@ def render(timeline: Timeline, out: str) -> None:
     else:
         render_image(timeline, out)
 
+
+# -- the verb --------------------------------------------------------------------------------------
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    extension = os.path.splitext(args.out)[1].lower()
+    if extension not in (".png", ".svg", ".html"):
+        raise UsageError(f"--out {args.out}: name a .png, .svg or .html file")
+    steps = parse_steps(args.steps)
+    with open_readonly(args.journal) as journal:
+        records = journal.audit(run=args.run, steps=steps, mode=args.mode)
+    if not records:
+        raise Failure(f"no generate calls in {args.journal} match; nothing to draw")
+    runs = sorted({r.run for r in records})
+    title = f"{os.path.basename(os.path.abspath(args.journal))}: run {', '.join(runs)}"
+    try:
+        render(build_timeline(records, title=title), args.out)
+    except ImportError as exc:
+        raise Failure(str(exc)) from None
+    out.print(f"wrote {escape(args.out)} ({len(records)} calls, {len({r.step for r in records})} steps)")
+    return 0

@@ -1,0 +1,62 @@
+"""``stepjournal import-verl``: verl's RolloutSkip / SkipManager / V1 skip.rollout_tq dumps into a journal (docs/verl.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ._render import Failure, print_json, progress_bar
+
+__all__ = ["run"]
+
+
+def _run_config(path: Optional[str]) -> Any:
+    """The verl config `--config` names (YAML, read by OmegaConf), or None."""
+    if path is None:
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(path)
+    except Exception as exc:  # a missing file or YAML that does not parse: say which
+        raise Failure(f"--config {path!r} cannot be read as a verl config: {exc}") from None
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Import verl RolloutSkip / SkipManager dump folders into a journal (writes to it; docs/verl.md)."""
+    try:
+        from stepjournal.adapters.verl import import_verl_dumps
+    except ImportError as exc:
+        raise Failure(f"import-verl needs verl: pip install 'stepjournal[verl]' ({exc})") from None
+    if not args.trust_pickle:
+        # Refuses, saying why, before any dump is read and before a progress bar is drawn.
+        import_verl_dumps(args.dump_dir, args.journal, trust_pickle=False)
+    with progress_bar(err) as progress:
+        task = progress.add_task("importing verl dumps", total=None)
+        report = import_verl_dumps(
+            args.dump_dir,
+            args.journal,
+            trust_pickle=True,
+            config=_run_config(args.config),
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    if args.json:
+        print_json(report.to_json())
+        return 0 if report.ok else 1
+    table = Table(title=f"imported into {escape(report.journal)}")
+    for column in ("run", "step", "index", "form", "input", "source"):
+        table.add_column(column)
+    for row in report.imported:
+        table.add_row(escape(row.run), str(row.step), str(row.gen_index), row.form,
+                      "yes" if row.stored_input else "no", escape(row.source))
+    out.print(table)
+    for row in report.skipped:
+        err.print(f"[yellow]skipped[/] {escape(row.source)}: {escape(row.reason)}")
+    for row in report.failed:
+        err.print(f"[red]failed[/] {escape(row.source)}: {escape(row.reason)}")
+    out.print(f"{len(report.imported)} imported, {len(report.skipped)} skipped, {len(report.failed)} failed")
+    return 0 if report.ok else 1

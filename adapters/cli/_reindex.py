@@ -1,0 +1,25 @@
+"""``stepjournal reindex``: rebuild the index (a projection) from the event log."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+from rich.markup import escape
+
+from stepjournal import Journal
+
+from ._render import Failure
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
+        raise Failure(f"no journal at {args.journal!r}: the folder or its data.mdb is missing")
+    # Maintenance records no calls, so it opens no session: the log keeps only what trainers did.
+    with Journal(args.journal, session=False) as journal:
+        count = journal.reindex()
+    out.print(f"rebuilt the index of {escape(args.journal)} from {count} events")
+    return 0

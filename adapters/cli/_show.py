@@ -1,0 +1,191 @@
+"""``stepjournal show``: the structure of one recorded payload, with the first values of each tensor.
+
+Payloads are read through `stepjournal.OpaqueReader`: no codec needs to be registered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.markup import escape
+from rich.tree import Tree
+
+from stepjournal import (
+    AUDIT_SCHEMA_VERSION,
+    AuditRecord,
+    GenerationRecorded,
+    Journal,
+    OpaqueReader,
+    OpaqueValue,
+    PayloadRef,
+    ReplayServed,
+    describe_payload,
+)
+from stepjournal.policies import StepRanges
+
+from ._common import choose_run
+from ._render import ACTION_STYLE, Failure, human_size, print_json, short_time
+
+__all__ = ["run"]
+
+
+_PREVIEW_VALUES = 6
+
+
+def _find_call(journal: Journal, run: str, mode: str, step: int, index: int) -> Tuple[int, Any]:
+    """The call whose payload `show` displays: the latest recorded output there, else the latest call."""
+    recorded = journal.lookup(step, index, mode=mode, run=run)
+    if recorded is not None:
+        return recorded.seq, recorded.event
+    latest = None
+    for seq, event in journal.events(run=run, steps={step}):
+        if (event.mode, event.gen_index) == (mode, index):
+            latest = (seq, event)
+    if latest is None:
+        indices = journal.recorded_indices(step, mode=mode, run=run)
+        if indices:
+            raise Failure(f"step {step} of run {run!r} ({mode}) has no call #{index}; it has {indices}")
+        recorded_steps = journal.recorded_steps(mode=mode, run=run)
+        raise Failure(
+            f"run {run!r} has no {mode} call at step {step}; recorded steps: "
+            f"{str(StepRanges.from_steps(recorded_steps)) or 'none'}"
+        )
+    return latest
+
+
+def _preview(value: Any) -> Optional[List[Any]]:
+    """The first few values of a tensor or array, as JSON-able Python numbers (None when not numeric)."""
+    try:
+        if isinstance(value, torch.Tensor):
+            flat = value.reshape(-1)[:_PREVIEW_VALUES]
+            if flat.dtype.is_complex:
+                return [str(v) for v in flat.tolist()]
+            if flat.dtype.is_floating_point and flat.dtype not in (torch.float32, torch.float64):
+                flat = flat.to(torch.float32)
+            items = flat.tolist()
+        elif isinstance(value, np.ndarray):
+            items = value.reshape(-1)[:_PREVIEW_VALUES].tolist()
+        else:
+            return None
+    except (RuntimeError, TypeError, ValueError):
+        return None  # dtypes without arithmetic (bits8, uint4 ...) have no values to show
+    out = []
+    for item in items:
+        if isinstance(item, float):
+            out.append(round(item, 6) if math.isfinite(item) else repr(item))
+        elif isinstance(item, (bool, int, str)):
+            out.append(item)
+        else:
+            out.append(str(item))
+    return out
+
+
+def _annotate(node: Dict[str, Any], value: Any) -> None:
+    """Add a "preview" of the first values to every tensor and array node of a `describe_payload` tree."""
+    kind = node.get("kind")
+    if kind in ("tensor", "ndarray"):
+        preview = _preview(value)
+        if preview is not None:
+            node["preview"] = preview
+    elif kind in ("list", "tuple") and isinstance(value, (list, tuple)):
+        for child, item in zip(node["items"], value):
+            _annotate(child, item)
+    elif kind == "dict" and isinstance(value, dict):
+        for child, item in zip(node["items"], value.values()):
+            _annotate(child["value"], item)
+    elif kind == "object_array" and isinstance(value, np.ndarray):
+        for child, item in zip(node["items"], value.flat):
+            _annotate(child, item)
+    elif kind == "ext" and isinstance(value, OpaqueValue):
+        _annotate(node["value"], value.value)
+
+
+def _node_text(node: Dict[str, Any]) -> str:
+    kind = node["kind"]
+    if kind in ("tensor", "ndarray"):
+        text = f"[cyan]{kind}[/] {escape(node['dtype'])} {node['shape']} {human_size(node['nbytes'])}"
+        if "preview" in node:
+            more = ", …" if node["nbytes"] and len(node["preview"]) == _PREVIEW_VALUES else ""
+            text += f"  [dim]{escape(', '.join(str(v) for v in node['preview']))}{more}[/]"
+        return text
+    if kind in ("list", "tuple", "dict"):
+        return f"[cyan]{kind}[/] ({node['length']} {'keys' if kind == 'dict' else 'items'})"
+    if kind == "object_array":
+        return f"[cyan]object array[/] {node['shape']}"
+    if kind == "str":
+        return f"[cyan]str[/] {escape(repr(node['value']))}" + (
+            f" [dim]({node['length']} chars)[/]" if node["length"] > len(node["value"]) else ""
+        )
+    if kind == "bytes":
+        return f"[cyan]bytes[/] {human_size(node['nbytes'])}"
+    if kind == "none":
+        return "[cyan]None[/]"
+    if kind == "ext":
+        return f"[cyan]custom[/] {escape(node['name'])} [dim](as its codec stored it)[/]"
+    return f"[cyan]{kind}[/] {escape(str(node.get('value')))}"
+
+
+def _tree(node: Dict[str, Any], tree: Tree) -> None:
+    kind = node["kind"]
+    if kind == "dict":
+        for item in node["items"]:
+            child = tree.add(f"[bold]{escape(item['key'])}[/]: {_node_text(item['value'])}")
+            _tree(item["value"], child)
+    elif kind in ("list", "tuple", "object_array"):
+        for i, item in enumerate(node["items"]):
+            child = tree.add(f"[bold]{i}[/]: {_node_text(item)}")
+            _tree(item, child)
+    elif kind == "ext":
+        _tree(node["value"], tree.add(_node_text(node["value"])))
+        return
+    else:
+        return
+    total = node.get("length", len(node["items"]))
+    if total > len(node["items"]):
+        tree.add(f"[dim]… {total - len(node['items'])} more[/]")
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with OpaqueReader(args.journal) as reader:
+        journal = reader.journal
+        run = choose_run(journal, args.run)
+        seq, event = _find_call(journal, run, args.mode, args.step, args.index)
+        ref: Optional[PayloadRef]
+        if isinstance(event, GenerationRecorded):
+            ref = event.input if args.input else event.output
+        elif isinstance(event, ReplayServed) and not args.input:
+            ref = event.output
+        else:
+            ref = None
+        record = AuditRecord.from_event(seq, event)
+        what = "input" if args.input else "output"
+        if ref is None:
+            raise Failure(
+                f"step {args.step} call #{args.index} of run {run!r} ({args.mode}) was {record.action} "
+                f"(event #{seq}) and has no stored {what}"
+            )
+        structure = describe_payload(journal.payload_bytes(ref.digest), max_items=args.items)
+        _annotate(structure, reader.load(ref, args.step))
+    header = record.to_json()
+    header.pop("schema_version")
+    if args.json:
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, "call": header, "payload": what,
+                     "digest": ref.digest, "nbytes": ref.nbytes, "structure": structure})
+        return 0
+    title = f"run {escape(run)} · {escape(args.mode)} · step {args.step} · call #{args.index} · event #{seq}"
+    out.print(f"[bold]{title}[/]")
+    line = f"[{ACTION_STYLE[record.action]}]{record.action}[/]"
+    if record.action == "replayed":
+        line += f" from step {record.source_step} call #{record.source_gen_index} (event #{record.source_seq})"
+    out.print(f"{line} by policy {escape(record.policy)}: {escape(record.reason)}, at {short_time(record.ts)} UTC")
+    out.print(f"{what} {ref.digest} · {human_size(ref.nbytes)}"
+              + (f" ({human_size(ref.stored_nbytes)} stored, {ref.compression})" if ref.compression else ""))
+    root = Tree(_node_text(structure))
+    _tree(structure, root)
+    out.print(root)
+    return 0

@@ -1,0 +1,55 @@
+"""Record and replay the generations of TRL's `GRPOTrainer` and `RLOOTrainer` (``pip install stepjournal[trl]``).
+
+`attach(trainer, journal, policy)` intercepts the trainer's ``_generate_single_turn`` (or its
+``rollout_func``) and returns a `TrlRecorder` handle (`TrlJournal` is its former name, kept as an
+alias); `JournaledTrainerMixin`, `JournaledGRPOTrainer` and `JournaledRLOOTrainer` do the same from
+the constructor. What each call is keyed by and what is stored: `stepjournal.adapters.trl._hooks`
+and docs/trl.md.
+
+The package has the inner shape of every adapter (docs/adapters.md): ``_config`` (the TRL surface it
+was written against, modes, the trainer fingerprint), ``_codec`` (the stored payload and the
+random-number state), ``_hooks`` (the interception and `attach`), ``_errors``. The errors,
+`SUPPORTED_TRL` and `PAYLOAD_FORMAT` import without TRL; the other names raise `ImportError`
+naming the ``stepjournal[trl]`` extra.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._codec import PAYLOAD_FORMAT
+from ._config import SUPPORTED_TRL
+from ._errors import TrlAdapterError, TrlSignatureError
+
+_MISSING_TRL: Any = None
+try:
+    from ._config import trainer_fingerprint
+    from ._hooks import JournaledGRPOTrainer, JournaledRLOOTrainer, JournaledTrainerMixin, TrlJournal, TrlRecorder, attach
+except ModuleNotFoundError as exc:
+    if exc.name is None or exc.name.split(".")[0] not in ("trl", "transformers", "accelerate", "datasets"):
+        raise
+    _MISSING_TRL = exc
+
+__all__ = [
+    "SUPPORTED_TRL",
+    "PAYLOAD_FORMAT",
+    "attach",
+    "TrlRecorder",
+    "TrlJournal",
+    "JournaledTrainerMixin",
+    "JournaledGRPOTrainer",
+    "JournaledRLOOTrainer",
+    "trainer_fingerprint",
+    "TrlAdapterError",
+    "TrlSignatureError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__ and _MISSING_TRL is not None:
+        raise ImportError(
+            f"stepjournal.adapters.trl.{name} needs TRL ({_MISSING_TRL.name} is not installed): install it with "
+            "`pip install 'stepjournal[trl]'`",
+            name=_MISSING_TRL.name,
+        ) from _MISSING_TRL
+    raise AttributeError(f"module 'stepjournal.adapters.trl' has no attribute {name!r}")
