@@ -102,7 +102,7 @@ def _parser() -> _Parser:
     command("reindex", _verb("reindex"), "rebuild the index (a projection) from the event log; writes to the journal")
 
     p = sub.add_parser("import-verl", help="import verl RolloutSkip / SkipManager dumps into a journal (writes)",
-                       description="Import verl RolloutSkip (v1, v2) and SkipManager dump folders into a journal, "
+                       description="Import verl RolloutSkip (v1, v2), SkipManager and V1 skip.rollout_tq dump folders into a journal, "
                        "keeping their steps; records are marked as imported. The dumps are Python pickles: "
                        "nothing is loaded without --trust-pickle.")
     p.add_argument("dump_dir", metavar="DUMP_DIR", help="verl's skip dump_dir, or a folder below it")
@@ -110,6 +110,9 @@ def _parser() -> _Parser:
                    help="the journal folder to write into (created when missing)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load the dumps although they are pickles (only for dumps you made, in a folder only you write)")
+    p.add_argument("--config", metavar="YAML", default=None,
+                   help="the verl config of the run that wrote the dumps (e.g. its .hydra/config.yaml): its model, "
+                   "sampling settings and train files join the records' fingerprint")
     p.add_argument("--json", action="store_true", help="print the import report as JSON")
     p.set_defaults(fn=_verb("import_verl"))
     return parser

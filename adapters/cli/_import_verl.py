@@ -1,8 +1,9 @@
-"""``stepjournal import-verl``: verl's RolloutSkip / SkipManager dumps into a journal (docs/verl.md)."""
+"""``stepjournal import-verl``: verl's RolloutSkip / SkipManager / V1 skip.rollout_tq dumps into a journal (docs/verl.md)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,6 +12,18 @@ from rich.table import Table
 from ._render import Failure, print_json, progress_bar
 
 __all__ = ["run"]
+
+
+def _run_config(path: Optional[str]) -> Any:
+    """The verl config `--config` names (YAML, read by OmegaConf), or None."""
+    if path is None:
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(path)
+    except Exception as exc:  # a missing file or YAML that does not parse: say which
+        raise Failure(f"--config {path!r} cannot be read as a verl config: {exc}") from None
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -28,6 +41,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             args.dump_dir,
             args.journal,
             trust_pickle=True,
+            config=_run_config(args.config),
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     if args.json:

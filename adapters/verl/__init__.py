@@ -6,7 +6,8 @@ can be written and read. A process that reads such a journal without importing i
 
 Three ways in (docs/verl.md shows each):
 
-- ``attach(trainer)`` after ``trainer.init_workers()`` (steps from ``trainer.global_steps``);
+- ``attach(trainer)`` before ``trainer.fit`` (steps from ``trainer.global_steps``): verl's V1
+  ``PPOTrainer`` (its default) or the legacy ``RayPPOTrainer``;
 - no code: ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=
   stepjournal.adapters.verl.JournaledAgentLoopManager`` plus a ``stepjournal`` section or an existing
   verl skip section;
@@ -18,7 +19,10 @@ the extra.
 
 The package has the inner shape of every adapter (docs/adapters.md): ``_config`` (verl's config
 forms), ``_codec`` (the DataProto codec), ``_hooks`` (the wrapped ``generate_sequences``),
-``_attach`` (the ways to install it), ``_import`` (verl's dumps into a journal), ``_errors``.
+``_attach`` (the ways to install it), ``_import`` (verl's dumps into a journal), ``_errors``, with
+``_nodes`` (reading dict / OmegaConf / dataclass configs) and ``_fingerprint`` under ``_config``; the V1
+(TransferQueue) trainer has ``_v1_codec`` (its batches), ``_v1_hooks`` (submit and sample) and
+``_v1_import`` (its ``tq_batch.pt`` dumps).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ try:
     from ._codec import CODEC_NAME, dataproto_diff, decode_dataproto, encode_dataproto, register_dataproto_codec
     from ._hooks import JournaledRollout, align_batch, feed_index_step, meta_step, validate_mode
     from ._import import ImportedRecord, ImportReport, SkippedDump, VerlDump, find_verl_dumps, import_verl_dumps
+    from ._v1_codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
+    from ._v1_hooks import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
 except ModuleNotFoundError as exc:
     if exc.name is None or exc.name.split(".")[0] not in _VERL_MODULES:
         raise
@@ -79,10 +85,22 @@ __all__ = [
     "MissingInputError",
     "PickleRefusedError",
     "VerlDumpError",
+    "V1Journal",
+    "attach_v1",
+    "is_v1_trainer",
+    "v1_trainer_mode",
+    "V1_TRAINER_MODES",
+    "remap_tq_batch",
+    "TQBatch",
+    "TQ_CODEC_NAME",
+    "encode_tq_batch",
+    "decode_tq_batch",
+    "tq_batch_diff",
 ]
 
 if _MISSING_VERL is None:
     register_dataproto_codec()
+    register_tq_codec()
 
 
 def __getattr__(name: str) -> Any:

@@ -17,6 +17,7 @@ from stepjournal._log import get_logger
 from stepjournal.policies import ConfigError, Engine, open_engine
 
 from ._config import VerlJournalConfig, read_verl_config
+from ._nodes import _select
 from ._errors import VerlAdapterError, VerlStepError
 from ._hooks import JournaledRollout, feed_index_step, meta_step, undecorated
 
@@ -86,7 +87,9 @@ def rollout_from_config(
 def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **overrides: Any) -> JournaledRollout:
     """Journal a verl trainer's rollouts: wrap its rollout entry point, steps from ``trainer.global_steps``.
 
-    Call it after ``trainer.init_workers()`` and before ``trainer.fit()``. It wraps
+    Call it before ``trainer.fit()``. For verl's V1 ``PPOTrainer`` (after ``trainer.init()``) it
+    journals the trainer's submit and sample calls and returns a `V1Journal` (see `attach_v1`). For
+    the legacy ``RayPPOTrainer`` (after ``trainer.init_workers()``) it wraps
     ``trainer.async_rollout_manager.generate_sequences`` (verl's `AgentLoopManager`), or
     ``trainer.actor_rollout_wg.generate_sequences`` when there is no manager.
 
@@ -102,13 +105,19 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
     Raises:
         ConfigError: the config enables no form (and no ``policy=`` was given), or enables two.
     """
+    from ._v1_hooks import attach_v1, is_v1_trainer
+
+    if is_v1_trainer(trainer):
+        return attach_v1(trainer, config=config, **overrides)
     config = config if config is not None else getattr(trainer, "config", None)
     if target is None:
         target = "async_rollout_manager" if getattr(trainer, "async_rollout_manager", None) is not None else "actor_rollout_wg"
     obj = getattr(trainer, target, None)
     if obj is None:
         raise VerlAdapterError(
-            f"{type(trainer).__name__} has no {target}: call attach(trainer) after trainer.init_workers()"
+            f"{type(trainer).__name__} has no {target}: stepjournal journals verl's V1 PPOTrainer (any "
+            "trainer.v1.trainer_mode) and the legacy RayPPOTrainer; call attach(trainer) after "
+            "trainer.init_workers() (legacy) or trainer.init() (V1), or pass target= for your own trainer"
         )
     rollout = rollout_from_config(config if config is not None else {}, obj.generate_sequences, trainer=trainer, **overrides)
     if rollout is None:
@@ -169,6 +178,16 @@ def make_journaled_agent_loop_manager() -> type:
 
         class JournaledAgentLoopManager(AgentLoopManager):
             """verl's AgentLoopManager with journaled ``generate_sequences`` (see `make_journaled_agent_loop_manager`)."""
+
+            @classmethod
+            def create(cls, *args: Any, **kwargs: Any) -> Any:
+                config = kwargs.get("config", args[0] if args else None)
+                if _select(config, "trainer.use_v1", False) is True:
+                    # verl's default V1 trainer moves batches through TransferQueue: its own manager class.
+                    from ._v1_hooks import make_journaled_agent_loop_manager_tq
+
+                    return make_journaled_agent_loop_manager_tq().create(*args, **kwargs)
+                return super().create(*args, **kwargs)
 
             def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
                 super().__init__(config, *args, **kwargs)

@@ -10,16 +10,16 @@ Forms understood (see docs/verl.md for the migration guide):
 | ``rollout_skip_v2_pre``     | ``actor_rollout_ref.rollout.skip.{enable, dump_dir, dump_step, post_dump_action}`` |
 | ``skip_manager.rollout``    | ``skip.rollout.{enable, dump_dir, steps, action}``                    |
 | ``skip_manager.async_rollout`` | ``skip.async_rollout.{enable, dump_dir, steps, action}``           |
+| ``skip_manager.rollout_tq`` | ``skip.rollout_tq.{enable, dump_dir, steps, action}`` (V1 trainer)    |
 
 Exactly one form may be enabled. The run key is ``{experiment_name}_{project_name}`` (verl's own dump
-folder name) and the fingerprint carries the generation batch size, ``rollout.n`` and the prompt and
-response lengths, plus any ``stepjournal.fingerprint`` extras.
+folder name) and the fingerprint is `verl_fingerprint` (``_fingerprint.py``) plus any
+``stepjournal.fingerprint`` extras, less ``stepjournal.fingerprint_ignore``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import attrs
@@ -28,12 +28,14 @@ from stepjournal._log import get_logger
 from stepjournal import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, StepRanges, load_config
 
+from ._fingerprint import verl_fingerprint, verl_run_key
+from ._nodes import _MISSING, _child, _is_section, _plain, _select
+
 __all__ = [
     "VerlJournalConfig",
     "read_verl_config",
     "verl_run_key",
     "verl_fingerprint",
-    "fingerprint_from_dump_folder",
     "JOURNAL_DIRNAME",
     "DEFAULT_DUMP_DIR",
 ]
@@ -42,7 +44,6 @@ log = get_logger(__name__)
 
 JOURNAL_DIRNAME = "stepjournal"
 DEFAULT_DUMP_DIR = "~/.verl/rollout_dump"
-_MISSING = object()
 
 # Keys of the native section, with the EngineConfig field each one feeds (None: adapter-only).
 _NATIVE_KEYS = {
@@ -59,6 +60,7 @@ _NATIVE_KEYS = {
     "bypass_modes": "bypass_modes",
     "max_size": "max_size",
     "step_source": None,
+    "fingerprint_ignore": None,
 }
 _STEP_SOURCES = ("global_steps", "feed_index")
 
@@ -101,45 +103,6 @@ class VerlJournalConfig:
         return dict(self.engine.fingerprint)
 
 
-# -- reading nodes of dicts, OmegaConf configs and verl's config dataclasses -------------------------
-
-
-def _child(node: Any, key: str) -> Any:
-    if node is None or node is _MISSING:
-        return _MISSING
-    if isinstance(node, Mapping) or type(node).__name__ == "DictConfig":
-        try:
-            return node[key] if key in node else _MISSING
-        except Exception as exc:  # an OmegaConf interpolation that does not resolve
-            raise ConfigError(f"verl config key {key!r} cannot be read: {exc}") from None
-    if hasattr(node, "__dataclass_fields__"):
-        return getattr(node, key, _MISSING)
-    return _MISSING
-
-
-def _select(cfg: Any, dotted: str, default: Any = _MISSING) -> Any:
-    node = cfg
-    for part in dotted.split("."):
-        node = _child(node, part)
-        if node is _MISSING:
-            return default
-    return _plain(node)
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers as plain dicts and lists (resolved); everything else as is."""
-    kind = type(value).__name__
-    if kind in ("DictConfig", "ListConfig"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
-    return value
-
-
-def _is_section(value: Any) -> bool:
-    return isinstance(value, Mapping) or type(value).__name__ == "DictConfig" or hasattr(value, "__dataclass_fields__")
-
-
 def _bool(value: Any, key: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -162,75 +125,6 @@ def _choice(value: Any, key: str, choices: Tuple[str, ...]) -> str:
     if isinstance(value, str) and value in choices:
         return value
     raise ConfigError(f"{key}={value!r} is not valid: use one of {', '.join(choices)}")
-
-
-# -- run key and fingerprint ---------------------------------------------------------------------------
-
-
-def _scalar(value: Any) -> Any:
-    """A fingerprint value as both a config and a dump folder name spell it (int, str or None)."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    text = str(value)
-    if re.fullmatch(r"-?[0-9]+", text):
-        return int(text)
-    return None if text == "None" else text
-
-
-def verl_run_key(cfg: Any) -> str:
-    """``{trainer.experiment_name}_{trainer.project_name}``: the folder verl names its dumps after."""
-    experiment = _select(cfg, "trainer.experiment_name", None)
-    project = _select(cfg, "trainer.project_name", None)
-    if experiment is None:
-        experiment = "default_experiment_name"
-    if project is None:
-        project = "default_project_name"
-    return f"{experiment}_{project}"
-
-
-def verl_fingerprint(cfg: Any) -> Dict[str, Any]:
-    """What a recorded generation must match: generation batch size, ``rollout.n``, prompt and response lengths.
-
-    The batch size is ``data.gen_batch_size``, else ``data.train_batch_size`` (as verl's dumps use).
-    """
-    gbs = _select(cfg, "data.gen_batch_size", None)
-    if gbs is None:
-        gbs = _select(cfg, "data.train_batch_size", 0)
-    return {
-        "verl.gen_batch_size": _scalar(gbs),
-        "verl.rollout_n": _scalar(_select(cfg, "actor_rollout_ref.rollout.n", 0)),
-        "verl.max_prompt_length": _scalar(_select(cfg, "data.max_prompt_length", 0)),
-        "verl.max_response_length": _scalar(_select(cfg, "data.max_response_length", 0)),
-    }
-
-
-_DUMP_FOLDER = re.compile(r"^GBS(?P<gbs>[^_]+)_N(?P<n>[^_]+)_in(?P<prompt>[^_]+)_out(?P<response>.+)$")
-_V1_FILE = re.compile(r"^(?P<run>.+)_GBS(?P<gbs>[^_]+)__N(?P<n>.+)$")
-
-
-def fingerprint_from_dump_folder(name: str) -> Optional[Dict[str, Any]]:
-    """The fingerprint that a verl dump folder name ``GBS{gbs}_N{n}_in{prompt}_out{response}`` spells, or None."""
-    match = _DUMP_FOLDER.match(name)
-    if match is None:
-        return None
-    return {
-        "verl.gen_batch_size": _scalar(match["gbs"]),
-        "verl.rollout_n": _scalar(match["n"]),
-        "verl.max_prompt_length": _scalar(match["prompt"]),
-        "verl.max_response_length": _scalar(match["response"]),
-    }
-
-
-def v1_file_identity(name: str) -> Optional[Tuple[str, Dict[str, Any]]]:
-    """Run key and partial fingerprint of a v1 dump file ``{exp}_{proj}_GBS{gbs}__N{n}``, or None."""
-    match = _V1_FILE.match(name)
-    if match is None:
-        return None
-    return match["run"], {"verl.gen_batch_size": _scalar(match["gbs"]), "verl.rollout_n": _scalar(match["n"])}
 
 
 # -- the forms ----------------------------------------------------------------------------------------
@@ -375,6 +269,7 @@ def _native(section: Any, overrides: Mapping[str, Any]) -> Tuple[Dict[str, Any],
     settings = {field: data[key] for key, field in _NATIVE_KEYS.items() if field and key in data and key != "path"}
     settings["path"] = path
     settings["fingerprint"] = data.get("fingerprint") or {}
+    settings["fingerprint_ignore"] = data.get("fingerprint_ignore") or []
     return settings, step_source, tuple(f"stepjournal.{k}" for k in data)
 
 
@@ -391,7 +286,7 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
 
     Raises:
         ConfigError: two forms are enabled at once, a value is malformed (the message names the key
-            and the value), or a form stepjournal does not replace (``skip.rollout_tq``) is enabled.
+            and the value).
     """
     forms = _enabled_forms(cfg)
     if overrides and not any(name == "stepjournal" for name, _ in forms):
@@ -407,10 +302,17 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
     form, section = forms[0]
     step_source = "global_steps"
     extra_fp: Dict[str, Any] = {}
+    ignored_fp: List[str] = []
     settings: Dict[str, Any]
     if form == "stepjournal":
         settings, step_source, keys = _native(section, overrides)
         extra_fp = settings.pop("fingerprint", None) or {}
+        ignored_fp = settings.pop("fingerprint_ignore", None) or []
+        if not isinstance(ignored_fp, (list, tuple)) or not all(isinstance(k, str) for k in ignored_fp):
+            raise ConfigError(
+                f"stepjournal.fingerprint_ignore={ignored_fp!r} must be a list of fingerprint keys such as "
+                "['verl.model_path']"
+            )
         if not isinstance(extra_fp, Mapping):
             raise ConfigError(f"stepjournal.fingerprint={extra_fp!r} must be a mapping of names to scalars")
     elif form == "rollout_skip_v1":
@@ -419,11 +321,6 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
     elif form == "rollout_skip_v2":
         spec, path, form, keys = _form_v2(section)
         settings = {"policy": spec, "path": path}
-    elif form == "skip_manager.rollout_tq":
-        raise ConfigError(
-            "skip.rollout_tq (verl's TransferQueue trainer) is enabled: stepjournal does not replace it; "
-            "disable it, or use skip.rollout / a stepjournal section with the agent-loop trainer"
-        )
     else:
         role = form.split(".", 1)[1]
         spec, path, keys = _form_skip_manager(section, role)
@@ -435,6 +332,8 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
         if not isinstance(key, str):
             raise ConfigError(f"stepjournal.fingerprint key {key!r} must be a string")
         fingerprint[key] = value
+    for key in ignored_fp:
+        fingerprint.pop(key, None)
     settings.setdefault("run", verl_run_key(cfg))
     settings["fingerprint"] = fingerprint
     try:

@@ -8,6 +8,7 @@ Layouts read (``run`` is verl's ``{experiment_name}_{project_name}`` folder):
 | ``rollout_skip_v2``      | ``run/GBS.../genstep_{NNNNNN}/{gen_batch,new_batch}.dp`` + meta.json | meta global_steps, order of gen_steps | new_batch |
 | ``rollout_skip_v2_pre``  | ``run/GBS.../genstep_{NNNNNN}.pkl`` (dict of compressed pickles) | NNNNNN, 0                     | new_batch |
 | ``rollout_skip_v1``      | ``{run}_GBS{g}__N{n}`` (one pickled DataProto)                | 1, 0                              | none  |
+| ``rollout_tq`` (V1)      | ``run/GBS.../{step}/{inner}/tq_batch.pt`` + meta.json (torch.save) | step folder, inner folder     | none  |
 
 Every dump file is a Python pickle: loading one runs whatever code it names. Nothing is read until the
 caller passes ``trust_pickle=True``; only the file listing is looked at before that. SkipManager and v2
@@ -30,8 +31,9 @@ from verl.protocol import DataProto
 from stepjournal._log import get_logger
 from stepjournal import Journal, StepJournalError
 
-from ._config import fingerprint_from_dump_folder, v1_file_identity
+from ._fingerprint import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
 from ._errors import PickleRefusedError, VerlDumpError
+from ._v1_import import is_v1_dump_folder, load_tq_dump
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
 
@@ -51,7 +53,8 @@ class VerlDump:
     """One dump found on disk (nothing read yet).
 
     Attributes:
-        form: ``skip_manager``, ``rollout_skip_v2``, ``rollout_skip_v2_pre`` or ``rollout_skip_v1``.
+        form: ``rollout_tq`` (V1), ``skip_manager``, ``rollout_skip_v2``, ``rollout_skip_v2_pre`` or
+            ``rollout_skip_v1``.
         path: the step folder or dump file.
         run: the run key (verl's ``{experiment}_{project}`` folder).
         fingerprint: what the folder names say (batch size, n, prompt and response lengths).
@@ -149,6 +152,13 @@ def find_verl_dumps(dump_dir: Union[str, os.PathLike]) -> Tuple[List[VerlDump], 
                 if not _inside(root, full):
                     skipped.append(SkippedDump(full, "link leaves the dump folder; not followed"))
                 continue
+            if is_v1_dump_folder(here, name):
+                ident = identity(os.path.dirname(here))
+                if ident is None:
+                    skipped.append(SkippedDump(full, "grandparent folder is not GBS{g}_N{n}_in{p}_out{r}"))
+                else:
+                    found.append(VerlDump("rollout_tq", full, ident[0], ident[1], int(os.path.basename(here))))
+                continue
             for pattern, form in ((_GENSTEP_DIR, "rollout_skip_v2"), (_STEP_DIR, "skip_manager")):
                 match = pattern.match(name)
                 if match and os.path.isfile(os.path.join(full, "gen_batch.dp")):
@@ -173,8 +183,20 @@ def find_verl_dumps(dump_dir: Union[str, os.PathLike]) -> Tuple[List[VerlDump], 
             v1 = v1_file_identity(name)
             if v1 is not None and "." not in name:
                 found.append(VerlDump("rollout_skip_v1", full, v1[0], v1[1], 1))
-    found.sort(key=lambda d: (d.run, sorted(d.fingerprint.items(), key=str), d.order, d.path))
+    found.sort(key=lambda d: (d.run, sorted(d.fingerprint.items(), key=str), d.order, _inner(d), d.path))
     return found, skipped
+
+
+def _inner(dump: VerlDump) -> int:
+    """A V1 dump's mini-batch index (its ``{inner}`` folder); 0 for the other forms."""
+    return int(os.path.basename(dump.path)) if dump.form == "rollout_tq" else 0
+
+
+_LAYOUTS = (
+    "{run}/GBS{g}_N{n}_in{p}_out{r}/{step}/{inner}/tq_batch.pt (V1 skip.rollout_tq), "
+    "{run}/GBS.../{step}/gen_batch.dp (SkipManager), {run}/GBS.../genstep_NNNNNN/gen_batch.dp (RolloutSkip v2), "
+    "{run}/GBS.../genstep_NNNNNN.pkl (v2 pre-release), {exp}_{proj}_GBS{g}__N{n} (RolloutSkip v1)"
+)
 
 
 def _load_pickle(path: str) -> Any:
@@ -241,6 +263,7 @@ def import_verl_dumps(
     progress: Optional[Callable[[int, int], None]] = None,
     fingerprint: Optional[Dict[str, Any]] = None,
     replace: bool = False,
+    config: Any = None,
 ) -> ImportReport:
     """Import verl v1/v2/SkipManager dump folders into a journal, keeping their steps.
 
@@ -255,6 +278,10 @@ def import_verl_dumps(
         progress: called as ``progress(done, total)`` after each dump.
         fingerprint: extra or corrected fingerprint values (e.g. those of a ``stepjournal.fingerprint``
             section), merged over what the folder names say.
+        config: the verl config of the run that wrote the dumps (dict, OmegaConf, or the
+            ``.hydra/config.yaml`` Hydra saved, loaded): its model, tokenizer, sampling settings and train
+            files (`config_fingerprint_extras`) join each record's fingerprint, so that config replays
+            them; without it the records carry only what the folder names spell.
         replace: import a dump even when the journal already has a record at its step and index
             (the import then becomes the one replayed); by default such dumps are skipped.
 
@@ -263,9 +290,17 @@ def import_verl_dumps(
 
     Raises:
         PickleRefusedError: `trust_pickle` is not True; nothing was read.
-        VerlDumpError: `dump_dir` is not a folder.
+        VerlDumpError: `dump_dir` is not a folder, or holds no dump of any layout above (the message lists them).
     """
+    if config is not None:
+        fingerprint = {**config_fingerprint_extras(config), **(fingerprint or {})}
     dumps, skipped = find_verl_dumps(dump_dir)
+    if not dumps:
+        left = f"; left out: {'; '.join(f'{s.source} ({s.reason})' for s in skipped)}" if skipped else ""
+        raise VerlDumpError(
+            f"no verl dumps found under {os.fspath(dump_dir)!r}: looked for {_LAYOUTS}{left}. "
+            "Give the dump_dir of your verl config (or a folder below it)"
+        )
     if trust_pickle is not True:
         raise PickleRefusedError(
             f"refusing to import {len(dumps)} verl dump(s) from {os.fspath(dump_dir)!r}: {_PICKLE_WHY}. "
@@ -291,7 +326,13 @@ def import_verl_dumps(
         for done, dump in enumerate(dumps, 1):
             rel = os.path.relpath(dump.path, root)
             try:
-                if dump.form in ("skip_manager", "rollout_skip_v2"):
+                if dump.form == "rollout_tq":
+                    meta = _read_meta(dump.path)
+                    if meta is None:
+                        skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
+                        continue
+                    output, given, step = load_tq_dump(dump.path), None, dump.order
+                elif dump.form in ("skip_manager", "rollout_skip_v2"):
                     meta = _read_meta(dump.path)
                     if meta is None:
                         skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
@@ -332,6 +373,8 @@ def import_verl_dumps(
             count_key = (dump.run, fp_key, step)
             gen_index = gen_counts.get(count_key, 0)
             gen_counts[count_key] = gen_index + 1
+            if dump.form == "rollout_tq":
+                gen_index = _inner(dump)  # the mini-batch's own folder, not the order it was found in
             target = journals.get((dump.run, fp_key))
             if target is None:
                 target = Journal(path, run=dump.run, fingerprint=fp, compression=compression)
