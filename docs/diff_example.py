@@ -7,17 +7,14 @@ The journal is written to a temporary folder and removed afterwards.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 import tempfile
 
 import torch
-from rich.console import Console
-
 from stepjournal import Journal, journaled
-from stepjournal.adapters._cli_diff import add_parser
+from stepjournal.adapters.cli import main as stepjournal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -63,12 +60,9 @@ def main() -> int:
     try:
         path = os.path.join(folder, "journal")
         recorded, replayed = build(path)
-        parser = argparse.ArgumentParser(prog="stepjournal")
-        add_parser(parser.add_subparsers(dest="command"))
         out = os.path.join(HERE, "diff-example.png")
-        args = parser.parse_args(["diff", path, path, "--session-a", recorded[:8], "--session-b", replayed[:8],
-                                  "--plot", out])
-        code = args.fn(args, Console(width=100, highlight=False), Console(stderr=True))
+        os.environ.setdefault("COLUMNS", "100")
+        code = stepjournal(["diff", path, path, "--session-a", recorded[:8], "--session-b", replayed[:8], "--plot", out])
         print(f"exit status {code}", file=sys.stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

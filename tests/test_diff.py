@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ from stepjournal import (
     journaled,
 )
 from stepjournal._diff_report import STAGE_ORDER, stage_rank
-from stepjournal.adapters._diff_plot import render_diff
+from stepjournal.adapters.cli._diff_plot import render_diff
 from stepjournal._keys import seq_key
 
 
@@ -362,43 +363,31 @@ def test_the_json_report_has_its_schema_version_and_survives_strict_json(jpath):
 
 
 # -- the command line --------------------------------------------------------------------------------
-_CLI = (
-    "import argparse, sys\n"
-    "from rich.console import Console\n"
-    "from stepjournal.adapters._cli_diff import add_parser\n"
-    "p = argparse.ArgumentParser(prog='stepjournal')\n"
-    "add_parser(p.add_subparsers(dest='command'))\n"
-    "a = p.parse_args(sys.argv[1:])\n"
-    "sys.exit(a.fn(a, Console(width=100, highlight=False), Console(stderr=True, highlight=False)))\n"
-)
+# Through the real entry point, as a user runs it: `python -m stepjournal diff ...`.
+def stepjournal_diff(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stepjournal", "diff", *argv], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "100"})
 
 
-# Several command lines in one process (each with its own consoles): a fresh interpreter costs seconds.
+# Several command lines in one process, each through `main` (a fresh interpreter costs seconds).
 _CLI_MANY = (
-    "import argparse, contextlib, io, json, sys\n"
-    "from rich.console import Console\n"
-    "from stepjournal.adapters._cli_diff import add_parser\n"
-    "p = argparse.ArgumentParser(prog='stepjournal')\n"
-    "add_parser(p.add_subparsers(dest='command'))\n"
+    "import contextlib, io, json, sys\n"
+    "from stepjournal.adapters.cli import main\n"
     "results = []\n"
     "for argv in json.loads(sys.argv[1]):\n"
-    "    a = p.parse_args(argv)\n"
     "    out, err = io.StringIO(), io.StringIO()\n"
-    "    with contextlib.redirect_stdout(out):\n"
-    "        code = a.fn(a, Console(file=out, width=100), Console(file=err, width=100))\n"
+    "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+    "        code = main(argv)\n"
     "    results.append([code, out.getvalue(), err.getvalue()])\n"
     "print(json.dumps(results))\n"
 )
 
 
-def stepjournal_diff(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _CLI, "diff", *argv], capture_output=True, text=True, timeout=120)
-
-
 def stepjournal_diffs(*argvs: tuple) -> list:
     """Run several `stepjournal diff` command lines in one fresh process: [(exit status, stdout, stderr)]."""
     done = subprocess.run([sys.executable, "-c", _CLI_MANY, json.dumps([["diff", *a] for a in argvs])],
-                          capture_output=True, text=True, timeout=120, check=True)
+                          capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "COLUMNS": "100"})
     return json.loads(done.stdout)
 
 

@@ -1,76 +1,211 @@
-"""``stepjournal audit``: one row per generate call, as a table, JSON or CSV."""
+"""``stepjournal audit``: one row per generate call, as a table that fits the terminal, JSON, CSV or a summary.
+
+Rows are read from the log as they come (in batches, each in its own read transaction) and printed
+in chunks, so the first screen of a long journal shows at once. On a terminal the table goes through
+a pager, as ``git log`` does.
+"""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from stepjournal import AuditRecord
-from stepjournal._audit import AUDIT_FIELDS
+from stepjournal import AuditRecord, Journal
+from stepjournal._audit import AUDIT_FIELDS, CALL_EVENT_TYPES
+from stepjournal.policies import StepRanges
 
 from ._common import open_readonly, parse_steps
-from ._render import ACTION_STYLE, human_size, print_json, short_time
+from ._pager import paged
+from ._render import ACTION_STYLE, Failure, cell, clean, human_size, print_json, short_time
 
 __all__ = ["run"]
+
+_CHUNK = 200  # rows per printed table piece: the first ones show before the rest are read
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     steps = parse_steps(args.steps)
     with open_readonly(args.journal) as journal:
-        records = journal.audit(run=args.run, steps=steps, mode=args.mode, actions=args.action or None)
-    if args.json:
-        print_json([r.to_json() for r in records])
-    elif args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(AUDIT_FIELDS)
-        for r in records:
-            row = r.to_json()
-            writer.writerow([_csv_cell(row[k]) for k in AUDIT_FIELDS])
-    else:
-        out.print(_audit_table(args.journal, records))
+        records = _records(journal, args.run, steps, args.mode, set(args.action or ()))
+        first = next(records, None)
+        if first is None:
+            _check_run(journal, args.run)
+        rows = itertools.islice(itertools.chain([first] if first else [], records), args.limit)
+        if args.json:
+            print_json([r.to_json() for r in rows])
+        elif args.csv:
+            writer = csv.writer(sys.stdout, lineterminator="\n")
+            writer.writerow(AUDIT_FIELDS)
+            for r in rows:
+                row = r.to_json()
+                writer.writerow([_csv_cell(row[k]) for k in AUDIT_FIELDS])
+        else:
+            numbers = _session_numbers(journal)
+            with paged(out, enabled=not args.no_pager) as page:
+                if args.summary:
+                    _print_summary(page, args.journal, rows, numbers)
+                else:
+                    _print_table(page, args.journal, rows, numbers, wide=args.wide)
     return 0
 
 
+def _records(journal: Journal, run: Optional[str], steps: Any, mode: Optional[str],
+             actions: set) -> Iterator[AuditRecord]:
+    """The audit rows, read lazily in log order (the filters of `Journal.audit`)."""
+    for seq, event in journal.events(run=run, steps=steps, types=CALL_EVENT_TYPES):
+        if mode is not None and event.mode != mode:
+            continue
+        record = AuditRecord.from_event(seq, event)
+        if not actions or record.action in actions:
+            yield record
+
+
+def _check_run(journal: Journal, run: Optional[str]) -> None:
+    """Nothing matched: when that is because `run` is not in the journal, say which runs are."""
+    if run is None:
+        return
+    runs = list(dict.fromkeys(event.run for _, event in journal.events()))
+    if run not in runs:
+        named = ", ".join(repr(clean(r)) for r in runs) or "none (the journal is empty)"
+        raise Failure(f"no run {clean(run)!r} in {journal.path}; its runs: {named}")
+
+
+def _session_numbers(journal: Journal) -> Dict[str, int]:
+    """Session id -> its number (1, 2 ...) in the order sessions opened, as the timeline numbers them."""
+    return {opened.session: n for n, (_, opened) in enumerate(journal.sessions(), start=1)}
+
+
 def _csv_cell(value: Any) -> Any:
-    """Empty for None, JSON spelling for booleans (true/false), the value otherwise."""
+    """Empty for None, JSON spelling for booleans (true/false), text made safe (`clean`) otherwise."""
     if value is None:
         return ""
-    return json.dumps(value) if isinstance(value, bool) else value
+    if isinstance(value, bool):
+        return json.dumps(value)
+    return clean(value) if isinstance(value, str) else value
 
 
-def _audit_table(path: str, records: Sequence[AuditRecord]) -> Table:
-    table = Table(title=f"generate calls in {escape(path)} ({len(records)})", title_justify="left")
-    columns = ("#", "session", "run", "mode", "step", "idx", "action", "stored", "source", "policy", "reason",
-               "size", "digest", "time (UTC)")
-    for column in columns:
+def _source(r: AuditRecord) -> str:
+    if r.action != "replayed":
+        return ""
+    source = f"{r.source_step}#{r.source_gen_index}"
+    return source + (f" ({r.source_run})" if r.source_run != r.run else "")
+
+
+def _session(r: AuditRecord, numbers: Dict[str, int]) -> str:
+    return f"s{numbers[r.session]}" if r.session in numbers else r.session[:8]
+
+
+# -- the table --------------------------------------------------------------------------------------------
+_NARROW = (  # column, justify, width (None: what is left)
+    ("step", "right", 7), ("call", "left", 10), ("action", "left", 9), ("source", "left", 10),
+    ("policy", "left", 18), ("sess", "left", 4), ("reason", "left", None),
+)
+_WIDE = ("#", "session", "run", "mode", "step", "idx", "action", "stored", "source", "policy", "reason",
+         "size", "digest", "time (UTC)")
+
+
+def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], numbers: Dict[str, int], *,
+                 wide: bool) -> None:
+    count = 0
+    out.print(f"generate calls in {cell(path)}", soft_wrap=True)
+    for start, chunk in enumerate(_chunks(rows)):
+        table = _wide_table(chunk, numbers) if wide else _narrow_table(out.width, chunk, numbers)
+        table.show_header = start == 0
+        out.print(table)
+        count += len(chunk)
+    out.print(f"{count} call{'s' * (count != 1)}" if count else "no generate call matches", soft_wrap=True)
+
+
+def _chunks(rows: Iterable[AuditRecord]) -> Iterator[List[AuditRecord]]:
+    it = iter(rows)
+    while True:
+        chunk = list(itertools.islice(it, _CHUNK))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _new_table() -> Any:
+    from rich import box
+    from rich.table import Table
+
+    # One space of padding after each cell and the box's one-space divider: two spaces between columns.
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+
+
+def _narrow_table(width: int, chunk: List[AuditRecord], numbers: Dict[str, int]) -> Any:
+    """step, call, action, source, policy, session number and as much of the reason as fits: one line
+    per call at 80 columns and up (the same widths in every chunk, so the pieces line up)."""
+    table = _new_table()
+    fixed = sum(w + 2 for _, _, w in _NARROW if w)  # a column is its text, its padding and a divider
+    rest = width - fixed - 1
+    for name, justify, w in _NARROW:
+        if w is None and rest < 8:
+            continue
+        table.add_column(name, justify=justify, width=(w or rest) + 1, no_wrap=True, overflow="ellipsis")
+    for r in chunk:
+        call = f"#{r.gen_index}" if r.mode == "train" else f"{r.mode}#{r.gen_index}"
+        cells = [str(r.step), cell(call), f"[{ACTION_STYLE[r.action]}]{r.action}[/]", cell(_source(r)),
+                 cell(r.policy), cell(_session(r, numbers))]
+        if rest >= 8:
+            cells.append(cell(r.reason))
+        table.add_row(*cells)
+    return table
+
+
+def _wide_table(chunk: List[AuditRecord], numbers: Dict[str, int]) -> Any:
+    table = _new_table()
+    for column in _WIDE:
         table.add_column(column, justify="right" if column in ("#", "step", "idx", "size") else "left",
                          overflow="fold")
-    for r in records:
-        source = f"{r.source_step}#{r.source_gen_index}" if r.action == "replayed" else ""
-        if source and r.source_run != r.run:
-            source += f" ({r.source_run})"
-        style = ACTION_STYLE[r.action]
+    for r in chunk:
         table.add_row(
-            str(r.seq),
-            r.session[:8],
-            escape(r.run),
-            escape(r.mode),
-            str(r.step),
-            str(r.gen_index),
-            f"[{style}]{r.action}[/]",
-            "yes" if r.stored else "no",
-            escape(source),
-            escape(r.policy),
-            escape(r.reason),
-            human_size(r.nbytes) if r.nbytes is not None else "",
-            (r.digest or "")[:12],
-            short_time(r.ts),
+            str(r.seq), cell(_session(r, numbers)), cell(r.run), cell(r.mode), str(r.step), str(r.gen_index),
+            f"[{ACTION_STYLE[r.action]}]{r.action}[/]", "yes" if r.stored else "no", cell(_source(r)),
+            cell(r.policy), cell(r.reason), human_size(r.nbytes) if r.nbytes is not None else "",
+            (r.digest or "")[:12], short_time(r.ts),
         )
     return table
+
+
+# -- the summary -----------------------------------------------------------------------------------------
+def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], numbers: Dict[str, int]) -> None:
+    """One line per run of calls that went alike: same run, mode, session, action and policy, steps in a row."""
+    out.print(f"generate calls in {cell(path)}, by ranges of steps", soft_wrap=True)
+    group: List[AuditRecord] = []
+    count = 0
+    for r in rows:
+        count += 1
+        if group and not _same_range(group[-1], r):
+            out.print(_summary_line(group, numbers), soft_wrap=True)
+            group = []
+        group.append(r)
+    if group:
+        out.print(_summary_line(group, numbers), soft_wrap=True)
+    out.print(f"{count} call{'s' * (count != 1)}" if count else "no generate call matches", soft_wrap=True)
+
+
+def _same_range(last: AuditRecord, r: AuditRecord) -> bool:
+    key = ("run", "mode", "session", "action", "policy")
+    return (all(getattr(last, k) == getattr(r, k) for k in key) and r.step in (last.step, last.step + 1)
+            and (r.action != "replayed" or r.source_run == last.source_run))
+
+
+def _summary_line(group: List[AuditRecord], numbers: Dict[str, int]) -> str:
+    first = group[0]
+    steps = str(StepRanges.from_steps(r.step for r in group))
+    calls = len(group)
+    line = f"steps {steps} [{ACTION_STYLE[first.action]}]{first.action}[/]"
+    if first.action == "replayed":
+        sources = str(StepRanges.from_steps(r.source_step for r in group if r.source_step is not None))
+        line += f" from {sources}" + (f" of run {cell(first.source_run)}" if first.source_run != first.run else "")
+    line += f" by {cell(first.policy)}"
+    where = [f"run {cell(first.run)}", cell(first.mode), cell(_session(first, numbers))]
+    per = "" if calls == len({r.step for r in group}) else f", {calls} calls"
+    return f"{line} [dim]({', '.join(where)}{per})[/]"

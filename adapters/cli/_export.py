@@ -6,13 +6,12 @@ import argparse
 import os
 
 from rich.console import Console
-from rich.markup import escape
 
 from stepjournal import export_payloads
 from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
-from ._render import Failure, progress_bar
+from ._render import Failure, cell, progress_bar
 
 __all__ = ["run"]
 
@@ -35,6 +34,6 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     count = len(manifest["entries"])
-    out.print(f"exported {count} recorded output{'s' * (count != 1)} of run {escape(manifest['run'])} "
-              f"to {escape(os.path.abspath(args.to))}")
+    out.print(f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
+              f"to {cell(os.path.abspath(args.to))}")
     return 0

@@ -6,10 +6,11 @@ import argparse
 from typing import Any, Optional
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from ._render import Failure, print_json, progress_bar
+from stepjournal import AUDIT_SCHEMA_VERSION
+
+from ._render import Failure, cell, print_json, progress_bar
 
 __all__ = ["run"]
 
@@ -45,18 +46,18 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     if args.json:
-        print_json(report.to_json())
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, **report.to_json()})
         return 0 if report.ok else 1
-    table = Table(title=f"imported into {escape(report.journal)}")
+    table = Table(title=f"imported into {cell(report.journal)}")
     for column in ("run", "step", "index", "form", "input", "source"):
         table.add_column(column)
     for row in report.imported:
-        table.add_row(escape(row.run), str(row.step), str(row.gen_index), row.form,
-                      "yes" if row.stored_input else "no", escape(row.source))
+        table.add_row(cell(row.run), str(row.step), str(row.gen_index), row.form,
+                      "yes" if row.stored_input else "no", cell(row.source))
     out.print(table)
     for row in report.skipped:
-        err.print(f"[yellow]skipped[/] {escape(row.source)}: {escape(row.reason)}")
+        err.print(f"[yellow]skipped[/] {cell(row.source)}: {cell(row.reason)}")
     for row in report.failed:
-        err.print(f"[red]failed[/] {escape(row.source)}: {escape(row.reason)}")
+        err.print(f"[red]failed[/] {cell(row.source)}: {cell(row.reason)}")
     out.print(f"{len(report.imported)} imported, {len(report.skipped)} skipped, {len(report.failed)} failed")
     return 0 if report.ok else 1

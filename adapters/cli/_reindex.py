@@ -6,20 +6,19 @@ import argparse
 import os
 
 from rich.console import Console
-from rich.markup import escape
 
 from stepjournal import Journal
 
-from ._render import Failure
+from ._render import Failure, cell, clean
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
-        raise Failure(f"no journal at {args.journal!r}: the folder or its data.mdb is missing")
+        raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
     # Maintenance records no calls, so it opens no session: the log keeps only what trainers did.
     with Journal(args.journal, session=False) as journal:
         count = journal.reindex()
-    out.print(f"rebuilt the index of {escape(args.journal)} from {count} events")
+    out.print(f"rebuilt the index of {cell(args.journal)} from {count} events")
     return 0

@@ -2,12 +2,18 @@
 
 Rich's tables, trees and progress bars are imported by the verbs that draw them, so that
 ``stepjournal --help`` loads none of them.
+
+Everything a journal holds is somebody else's text: a run key, a reason, a host name may carry
+terminal escape sequences. `clean` is the one gate every such value passes before it reaches a
+table, a CSV cell or an error line; JSON is escaped by `json` itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
@@ -19,13 +25,19 @@ from stepjournal._audit import iso_time
 __all__ = [
     "UsageError",
     "Failure",
+    "clean",
+    "cell",
+    "int_text",
     "ACTION_STYLE",
     "consoles",
+    "make_console",
     "progress_bar",
     "one_line",
     "print_json",
     "fingerprint_text",
     "short_time",
+    "safe_iso_time",
+    "json_text",
     "human_size",
 ]
 
@@ -40,14 +52,30 @@ class Failure(Exception):
     """The command could not do its work: exit status 1."""
 
 
+class _Console(Console):
+    """A rich console that lets a closed pipe reach `main` (which exits quietly) instead of exiting 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def make_console(**options: Any) -> Console:
+    return _Console(highlight=False, **options)
+
+
 @contextlib.contextmanager
 def consoles() -> Iterator[Tuple[Console, Console]]:
     """The console for results (stdout) and the one for progress and warnings (stderr)."""
-    out = Console(highlight=False)
-    if not out.is_terminal:
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal or pipe that cannot take some character (LANG=C, a lone surrogate) gets an escape.
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    out = make_console()
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
         # A pipe or a file has no width; do not squeeze a wide audit table into 80 columns.
-        out = Console(highlight=False, width=max(out.width, 200))
-    yield out, Console(stderr=True, highlight=False)
+        out = make_console(width=max(out.width, 200))
+    yield out, make_console(stderr=True)
 
 
 def progress_bar(err: Console) -> Any:
@@ -63,12 +91,59 @@ def progress_bar(err: Console) -> Any:
     )
 
 
+# C0 and C1 controls, DEL, lone surrogates, and the bidirectional overrides and isolates that
+# reorder what a terminal shows ("Trojan Source").
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAX_INT_DIGITS = 4000
+
+
+def _escape_char(match: "re.Match[str]") -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text: object) -> str:
+    """`text` as a string that is safe to print: control characters, lone surrogates and bidi
+    overrides become visible ``\\x1b`` / ``\\udc80`` escapes; nothing reaches the terminal raw."""
+    return _UNSAFE.sub(_escape_char, text if isinstance(text, str) else str(text))
+
+
+def cell(text: object) -> str:
+    """`clean` text made literal for rich markup (a table cell, a line printed through a console)."""
+    return escape(clean(text))
+
+
+def int_text(value: int) -> str:
+    """An int as digits, or "int of N digits" when it is too long to show (or for Python to convert)."""
+    if -(10 ** 18) < value < 10 ** 18:
+        return str(value)
+    digits = int(value.bit_length() * 0.30103) + 1  # within one of the true count; no conversion
+    if digits > _MAX_INT_DIGITS:
+        return f"{'-' if value < 0 else ''}int of about {digits} digits"
+    return str(value)
+
+
 def one_line(message: object) -> str:
-    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    """A message on one line, made safe to print (`clean`)."""
+    return clean(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+
+
+def json_text(value: Any) -> str:
+    """`value` as exact JSON (no NaN, no infinity): ints of any length, lone surrogates as \\u escapes."""
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # a journal may hold an int of 20 000 digits; JSON keeps it exact
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
+        if _SURROGATE.search(text):  # not encodable as UTF-8; JSON spells it as an escape
+            text = json.dumps(value, indent=2, ensure_ascii=True, allow_nan=False)
+    finally:
+        sys.set_int_max_str_digits(old)
+    return text
 
 
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    sys.stdout.write(json_text(value) + "\n")
 
 
 def human_size(nbytes: int) -> str:
@@ -78,11 +153,29 @@ def human_size(nbytes: int) -> str:
 
 
 def fingerprint_text(fp: Dict[str, Any]) -> str:
+    """A fingerprint as ``k=v, ...``, ready for rich markup."""
     if not fp:
         return "{}"
-    return escape(", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(fp.items())))
+    return cell(", ".join(f"{k}={v if isinstance(v, str) else _json_or_text(v)}" for k, v in sorted(fp.items())))
+
+
+def _json_or_text(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def safe_iso_time(ts: Optional[float]) -> Optional[str]:
+    """`iso_time`, or None for a time no calendar holds (1e300, NaN: a damaged or crafted event)."""
+    try:
+        return iso_time(ts)
+    except (OverflowError, ValueError, OSError, TypeError):
+        return None
 
 
 def short_time(ts: Optional[float]) -> str:
-    text = iso_time(ts)
-    return "-" if text is None else text.replace("T", " ")[:19]
+    text = safe_iso_time(ts)
+    if text is None:
+        return "-" if ts is None else "?"
+    return text.replace("T", " ")[:19]

@@ -3,30 +3,31 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any, Dict, Iterator, List, Tuple
 
+import attrs
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from stepjournal import summarize_runs
+from stepjournal import CallRefused, RunSummary, SessionOpened, summarize_runs
 from stepjournal._audit import ACTIONS
 
 from ._common import open_readonly
-from ._render import fingerprint_text, human_size, print_json, short_time
+from ._render import cell, fingerprint_text, human_size, print_json, short_time
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with open_readonly(args.journal) as journal:
-        summaries = summarize_runs(journal)
+        summaries = _summaries(journal)
     if args.json:
         print_json([s.to_json() for s in summaries])
         return 0
     if not summaries:
-        out.print(f"journal {escape(args.journal)} is empty")
+        out.print(f"journal {cell(args.journal)} is empty")
         return 0
-    runs = Table(title=f"runs in {escape(args.journal)}", title_justify="left")
+    runs = Table(title=f"runs in {cell(args.journal)}", title_justify="left")
     for column in ("run", "sessions", "calls", *ACTIONS, "steps", "stored", "fingerprint"):
         runs.add_column(column, justify="right" if column in ("sessions", "calls", *ACTIONS, "stored") else "left")
     for s in summaries:
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             shown += f" [yellow](+{len(fingerprints) - 1} other)[/]"
         steps = "-" if s.first_step is None else f"{s.first_step}-{s.last_step}"
         runs.add_row(
-            escape(s.run),
+            cell(s.run),
             str(len(s.sessions)),
             str(s.calls),
             *(str(s.counts[a]) for a in ACTIONS),
@@ -52,14 +53,31 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         for seq, session in s.sessions:
             sessions.add_row(
                 str(seq),
-                escape(s.run),
+                cell(s.run),
                 session.session[:12],
                 short_time(session.ts),
-                escape(session.host),
+                cell(session.host),
                 str(session.pid),
-                session.library_version,
+                cell(session.library_version),
                 fingerprint_text(session.fingerprint),
             )
     out.print(sessions)
     return 0
 
+
+
+def _summaries(journal: Any) -> List[RunSummary]:
+    """`summarize_runs`, with each run's step span taken from the calls that ran or were served: a
+    refused call (a replay miss at step 9 of a run recorded through step 4) did not happen at its step."""
+    spans: Dict[str, Tuple[int, int]] = {}
+
+    def pairs() -> Iterator[Tuple[int, Any]]:
+        for seq, event in journal.events():
+            if not isinstance(event, (SessionOpened, CallRefused)):
+                lo, hi = spans.get(event.run, (event.step, event.step))
+                spans[event.run] = (min(lo, event.step), max(hi, event.step))
+            yield seq, event
+
+    summaries = summarize_runs(pairs())
+    return [attrs.evolve(s, first_step=spans.get(s.run, (None, None))[0], last_step=spans.get(s.run, (None, None))[1])
+            for s in summaries]

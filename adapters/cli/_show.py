@@ -12,7 +12,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 from rich.console import Console
-from rich.markup import escape
 from rich.tree import Tree
 
 from stepjournal import (
@@ -29,7 +28,7 @@ from stepjournal import (
 from stepjournal.policies import StepRanges
 
 from ._common import choose_run
-from ._render import ACTION_STYLE, Failure, human_size, print_json, short_time
+from ._render import ACTION_STYLE, Failure, cell, clean, human_size, int_text, print_json, short_time
 
 __all__ = ["run"]
 
@@ -49,10 +48,10 @@ def _find_call(journal: Journal, run: str, mode: str, step: int, index: int) -> 
     if latest is None:
         indices = journal.recorded_indices(step, mode=mode, run=run)
         if indices:
-            raise Failure(f"step {step} of run {run!r} ({mode}) has no call #{index}; it has {indices}")
+            raise Failure(f"step {step} of run {clean(run)!r} ({clean(mode)}) has no call #{index}; it has {indices}")
         recorded_steps = journal.recorded_steps(mode=mode, run=run)
         raise Failure(
-            f"run {run!r} has no {mode} call at step {step}; recorded steps: "
+            f"run {clean(run)!r} has no {clean(mode)} call at step {step}; recorded steps: "
             f"{str(StepRanges.from_steps(recorded_steps)) or 'none'}"
         )
     return latest
@@ -108,17 +107,17 @@ def _annotate(node: Dict[str, Any], value: Any) -> None:
 def _node_text(node: Dict[str, Any]) -> str:
     kind = node["kind"]
     if kind in ("tensor", "ndarray"):
-        text = f"[cyan]{kind}[/] {escape(node['dtype'])} {node['shape']} {human_size(node['nbytes'])}"
+        text = f"[cyan]{kind}[/] {cell(node['dtype'])} {node['shape']} {human_size(node['nbytes'])}"
         if "preview" in node:
             more = ", …" if node["nbytes"] and len(node["preview"]) == _PREVIEW_VALUES else ""
-            text += f"  [dim]{escape(', '.join(str(v) for v in node['preview']))}{more}[/]"
+            text += f"  [dim]{cell(', '.join(str(v) for v in node['preview']))}{more}[/]"
         return text
     if kind in ("list", "tuple", "dict"):
         return f"[cyan]{kind}[/] ({node['length']} {'keys' if kind == 'dict' else 'items'})"
     if kind == "object_array":
         return f"[cyan]object array[/] {node['shape']}"
     if kind == "str":
-        return f"[cyan]str[/] {escape(repr(node['value']))}" + (
+        return f"[cyan]str[/] {cell(repr(node['value']))}" + (
             f" [dim]({node['length']} chars)[/]" if node["length"] > len(node["value"]) else ""
         )
     if kind == "bytes":
@@ -126,15 +125,19 @@ def _node_text(node: Dict[str, Any]) -> str:
     if kind == "none":
         return "[cyan]None[/]"
     if kind == "ext":
-        return f"[cyan]custom[/] {escape(node['name'])} [dim](as its codec stored it)[/]"
-    return f"[cyan]{kind}[/] {escape(str(node.get('value')))}"
+        return f"[cyan]custom[/] {cell(node['name'])} [dim](as its codec stored it)[/]"
+    if kind == "int" and "value" not in node:  # past 256 bits describe_payload gives its size and hex
+        digits = int(node["bits"] * 0.30103) + 1
+        return f"[cyan]int[/] of about {digits} digits ({node['bits']} bits) [dim]{cell(node.get('hex', ''))}[/]"
+    value = node.get("value")
+    return f"[cyan]{kind}[/] {cell(int_text(value) if isinstance(value, int) else value)}"
 
 
 def _tree(node: Dict[str, Any], tree: Tree) -> None:
     kind = node["kind"]
     if kind == "dict":
         for item in node["items"]:
-            child = tree.add(f"[bold]{escape(item['key'])}[/]: {_node_text(item['value'])}")
+            child = tree.add(f"[bold]{cell(item['key'])}[/]: {_node_text(item['value'])}")
             _tree(item["value"], child)
     elif kind in ("list", "tuple", "object_array"):
         for i, item in enumerate(node["items"]):
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         what = "input" if args.input else "output"
         if ref is None:
             raise Failure(
-                f"step {args.step} call #{args.index} of run {run!r} ({args.mode}) was {record.action} "
+                f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was {record.action} "
                 f"(event #{seq}) and has no stored {what}"
             )
         structure = describe_payload(journal.payload_bytes(ref.digest), max_items=args.items)
@@ -177,12 +180,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, "call": header, "payload": what,
                      "digest": ref.digest, "nbytes": ref.nbytes, "structure": structure})
         return 0
-    title = f"run {escape(run)} · {escape(args.mode)} · step {args.step} · call #{args.index} · event #{seq}"
+    title = f"run {cell(run)} · {cell(args.mode)} · step {args.step} · call #{args.index} · event #{seq}"
     out.print(f"[bold]{title}[/]")
     line = f"[{ACTION_STYLE[record.action]}]{record.action}[/]"
     if record.action == "replayed":
         line += f" from step {record.source_step} call #{record.source_gen_index} (event #{record.source_seq})"
-    out.print(f"{line} by policy {escape(record.policy)}: {escape(record.reason)}, at {short_time(record.ts)} UTC")
+    out.print(f"{line} by policy {cell(record.policy)}: {cell(record.reason)}, at {short_time(record.ts)} UTC")
     out.print(f"{what} {ref.digest} · {human_size(ref.nbytes)}"
               + (f" ({human_size(ref.stored_nbytes)} stored, {ref.compression})" if ref.compression else ""))
     root = Tree(_node_text(structure))

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Dict, List, Set
 
+import attrs
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from stepjournal import AUDIT_SCHEMA_VERSION
+from stepjournal import AUDIT_SCHEMA_VERSION, AuditRecord, Journal, StepJournalError
+from stepjournal._audit import CALL_EVENT_TYPES
 from stepjournal._keys import parse_gen_key
 from stepjournal.policies import StepRanges
 
 from ._common import open_readonly
-from ._render import print_json, progress_bar
+from ._render import cell, print_json, progress_bar
 
 __all__ = ["run"]
 
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         task = progress.add_task("verifying", total=None)
         problems = journal.verify(progress=lambda done, total: progress.update(task, completed=done, total=total))
         events = journal.last_seq()
+        problems = _with_serving_steps(journal, problems)
     steps = sorted({s for p in problems for s in p.steps})
     if args.json:
         print_json({
@@ -39,15 +41,34 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(f"[green]journal is whole[/]: {events} events decode, every payload matches its digest, "
                   "the index matches the event log")
         return 0
-    table = Table(title=f"{len(problems)} problem{'s' * (len(problems) != 1)} in {escape(args.journal)}",
+    table = Table(title=f"{len(problems)} problem{'s' * (len(problems) != 1)} in {cell(args.journal)}",
                   title_justify="left")
     for column in ("kind", "where", "steps", "detail"):
         table.add_column(column, overflow="fold")
     for p in problems:
-        table.add_row(p.kind, escape(_where_text(p)), str(StepRanges.from_steps(p.steps)) or "?", escape(p.detail))
+        table.add_row(p.kind, cell(_where_text(p)), str(StepRanges.from_steps(p.steps)) or "?", cell(p.detail))
     out.print(table)
     out.print(f"[red]journal is damaged[/]; affected steps: {str(StepRanges.from_steps(steps)) or 'unknown'}")
     return 1
+
+
+def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
+    """Each damaged or missing payload with every step it reached: the step that recorded it and every
+    step that replayed it (or recorded the same bytes again)."""
+    digests = {p.where for p in problems if p.kind in ("payload", "missing_payload")}
+    if not digests:
+        return problems
+    steps: Dict[str, Set[int]] = {d: set() for d in digests}
+    try:
+        for seq, event in journal.events(types=CALL_EVENT_TYPES):
+            record = AuditRecord.from_event(seq, event)
+            for digest in (record.digest, record.input_digest):
+                if digest in steps:
+                    steps[digest].add(record.step)
+    except StepJournalError:
+        pass  # a broken event is a problem of its own; the steps read up to it are still right
+    return [attrs.evolve(p, steps=tuple(sorted(steps[p.where] | set(p.steps)))) if p.where in steps else p
+            for p in problems]
 
 
 def _where_text(problem: Any) -> str:

@@ -8,22 +8,21 @@ there is nothing to compare (a journal that does not open, an unknown run or fie
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import textwrap
 from typing import Any, Dict, List, Optional
 
 import attrs
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from stepjournal import DiffReport, Journal, StepJournalError, Tolerance, diff_journals
 from stepjournal._compare import json_float
 from stepjournal._diff_report import compact_steps
 from stepjournal.policies import StepRanges
+
+from ._render import cell, json_text, one_line
 
 __all__ = ["add_parser", "cmd_diff"]
 
@@ -98,17 +97,13 @@ def _field_tolerances(items: List[str]) -> Dict[str, Tolerance]:
     return found
 
 
-def _one_line(message: object) -> str:
-    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
-
-
 def cmd_diff(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Run ``stepjournal diff``; return the exit status (0 equal within tolerance, 1 differ, 2 usage)."""
     try:
         return _run(args, out)
     except (_Usage, StepJournalError, OSError, ValueError) as exc:
         # DiffError (no shared step, unknown run, session or field) is a ValueError too.
-        err.print(f"stepjournal: error: {escape(_one_line(exc))}", highlight=False, soft_wrap=True)
+        err.print(f"stepjournal: error: {escape(one_line(exc))}", highlight=False, soft_wrap=True)
         return 2
 
 
@@ -145,7 +140,7 @@ def _run(args: argparse.Namespace, out: Console) -> int:
 
         render_diff(report, args.plot, title=_title(report))
     if args.json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+        sys.stdout.write(json_text(report.to_json()) + "\n")
     else:
         _print_report(report, out)
         if args.plot is not None:
@@ -166,18 +161,21 @@ def _title(report: DiffReport) -> str:
 
 def _print_report(report: DiffReport, out: Console) -> None:
     style = "green" if report.exit_code == 0 else "bold red"
-    out.print(f"[{style}]{escape(report.summary)}[/]")
-    out.print(f"A: {escape(_side_text(report.a))}")
-    out.print(f"B: {escape(_side_text(report.b))}")
+    out.print(f"[{style}]{cell(report.summary)}[/]")
+    out.print(f"A: {cell(_side_text(report.a))}")
+    out.print(f"B: {cell(_side_text(report.b))}")
     out.print(_table(report))
     counts = ", ".join(f"{n} {_COUNT_TEXT[state]}" for state, n in report.counts.items() if n)
     out.print(f"{len(report.pairs)} pairs: {counts}; {report.payloads_loaded} payloads loaded")
     for note in report.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}")
+        out.print(f"[yellow]note:[/] {cell(note)}")
 
 
-def _table(report: DiffReport) -> Table:
+def _table(report: DiffReport) -> Any:
     """One row per pair that does not agree; runs of equal pairs collapse into one row."""
+    from rich import box
+    from rich.table import Table
+
     modes = {p.mode for p in report.pairs}
     show_call = len(modes) > 1 or any(p.gen_index for p in report.pairs)
     table = Table(box=box.SIMPLE_HEAD, width=min(_TABLE_WIDTH, 100), pad_edge=False)
@@ -195,7 +193,7 @@ def _table(report: DiffReport) -> Table:
             return
         steps = compact_steps([p.step for p in run])
         stages = ", ".join(dict.fromkeys(p.stage for p in run))
-        cells = [steps, escape(stages)] + ([""] if show_call else [])
+        cells = [steps, cell(stages)] + ([""] if show_call else [])
         table.add_row(*cells, _STATE_TEXT["equal"], "", f"{len(run)} pair{'s' if len(run) != 1 else ''}")
         run.clear()
 
@@ -206,9 +204,9 @@ def _table(report: DiffReport) -> Table:
         flush()
         error = json_float(pair.max_abs)
         error_text = "" if error is None else (f"{error:.2e}" if isinstance(error, float) else str(error))
-        cells = [str(pair.step), escape(pair.stage)]
+        cells = [str(pair.step), cell(pair.stage)]
         if show_call:
-            cells.append(escape(f"{pair.mode} #{pair.gen_index}"))
-        table.add_row(*cells, _STATE_TEXT[pair.state], error_text, escape(pair.brief()))
+            cells.append(cell(f"{pair.mode} #{pair.gen_index}"))
+        table.add_row(*cells, _STATE_TEXT[pair.state], error_text, cell(pair.brief()))
     flush()
     return table
