@@ -4,6 +4,16 @@
 and `stepjournal.adapters.trl` and need the `stepjournal[verl]` / `stepjournal[trl]` extras.
 """
 
-from ._raw import default_input_of, journaled
-
 __all__ = ["journaled", "default_input_of"]
+
+
+def __getattr__(name: str):
+    # Imported on first use, so that `stepjournal.adapters.cli` (the command line) starts without
+    # the engine, torch or numpy: --help and --version answer at once.
+    if name in __all__:
+        from . import _raw
+
+        value = getattr(_raw, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'stepjournal.adapters' has no attribute {name!r}")

@@ -4,36 +4,25 @@ The top-level package is the journal; policies live in `stepjournal.policies` an
 verl, TRL and raw loops in `stepjournal.adapters`.
 """
 
-from ._audit import AUDIT_SCHEMA_VERSION, AuditRecord, RunSummary, summarize_runs
-from ._compare import Comparison, Difference, compare_values
-from ._diff import diff_journals
-from ._diff_report import DIFF_SCHEMA_VERSION, DiffReport, DiffSide, PairDiff
-from ._codec import CodecRegistry, decode_payload, default_registry, describe_payload, encode_payload, register_codec
-from ._errors import (
-    EventDecodeError,
-    IntegrityError,
-    InvalidKeyError,
-    JournalClosedError,
-    JournalError,
-    JournalFullError,
-    JournalLockedError,
-    PayloadDecodeError,
-    PayloadMissingError,
-    StepJournalError,
-    UnknownCodecError,
-    UnknownEventTypeError,
-    UnsafePathError,
-    UnsupportedSchemaVersionError,
-    DiffError,
-    UnsupportedValueError,
-)
-from ._export import EXPORT_FORMAT_VERSION, ExportError, OpaqueReader, OpaqueValue, export_payloads
-from ._events import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
-from ._journal import DEFAULT_RUN, Journal, PreparedPayload, RecordedGeneration, VerifyProblem
-from ._paths import resolve_journal_path
-from ._payload_store import LmdbPayloadStore, PayloadStore
-from ._tolerance import DTYPE_TOLERANCES, Tolerance, Tolerances
+# Names are imported on first use (PEP 562), so `import stepjournal` stays light: the command
+# line's --help and --version, and a verb that reads only events, never load torch or numpy.
 from ._version import __version__
+
+_MODULE_OF_NAMES = {
+    "_audit": ("AUDIT_SCHEMA_VERSION", "AuditRecord", "RunSummary", "summarize_runs"),
+    "_codec": ("CodecRegistry", "decode_payload", "default_registry", "describe_payload", "encode_payload", "register_codec"),
+    "_compare": ("Comparison", "Difference", "compare_values"),
+    "_diff": ("diff_journals",),
+    "_diff_report": ("DIFF_SCHEMA_VERSION", "DiffReport", "DiffSide", "PairDiff"),
+    "_errors": ("DiffError", "EventDecodeError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
+    "_events": ("CallBypassed", "CallRefused", "GenerationRecorded", "PayloadRef", "ReplayServed", "SessionOpened"),
+    "_export": ("EXPORT_FORMAT_VERSION", "ExportError", "OpaqueReader", "OpaqueValue", "export_payloads"),
+    "_journal": ("DEFAULT_RUN", "Journal", "PreparedPayload", "RecordedGeneration", "VerifyProblem"),
+    "_paths": ("resolve_journal_path",),
+    "_payload_store": ("LmdbPayloadStore", "PayloadStore"),
+    "_tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
+}
+_MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
 
 __all__ = [
     "__version__",
@@ -98,6 +87,13 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
     # `journaled` lives with the adapters (adapters -> policies -> journal); it is offered here,
     # imported on first use, because wrapping a function is the first thing most users do.
     if name == "journaled":
@@ -105,3 +101,7 @@ def __getattr__(name: str):
 
         return journaled
     raise AttributeError(f"module 'stepjournal' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

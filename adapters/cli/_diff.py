@@ -11,16 +11,16 @@ import argparse
 import os
 import sys
 import textwrap
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import attrs
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import DiffReport, Journal, StepJournalError, Tolerance, diff_journals
-from stepjournal._compare import json_float
-from stepjournal._diff_report import compact_steps
-from stepjournal.policies import StepRanges
+from stepjournal._errors import StepJournalError
+
+if TYPE_CHECKING:
+    from stepjournal import DiffReport
 
 from ._render import cell, json_text, one_line
 
@@ -82,8 +82,11 @@ def _tolerance_number(text: str) -> float:
     return value
 
 
-def _field_tolerances(items: List[str]) -> Dict[str, Tolerance]:
-    found: Dict[str, Tolerance] = {}
+def _field_tolerances(items: List[str]) -> Dict[str, Any]:
+    # Imported here: building the parser (stepjournal --help) must not load torch.
+    from stepjournal import Tolerance
+
+    found: Dict[str, Any] = {}
     for item in items:
         field, sep, numbers = item.partition("=")
         parts = numbers.split(",")
@@ -108,6 +111,9 @@ def cmd_diff(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _run(args: argparse.Namespace, out: Console) -> int:
+    from stepjournal import Journal, diff_journals
+    from stepjournal.policies import StepRanges
+
     fields = _field_tolerances(args.tol)
     steps: Optional[StepRanges] = None
     if args.steps is not None:
@@ -175,6 +181,9 @@ def _table(report: DiffReport) -> Any:
     """One row per pair that does not agree; runs of equal pairs collapse into one row."""
     from rich import box
     from rich.table import Table
+
+    from stepjournal._compare import json_float
+    from stepjournal._diff_report import compact_steps
 
     modes = {p.mode for p in report.pairs}
     show_call = len(modes) > 1 or any(p.gen_index for p in report.pairs)
