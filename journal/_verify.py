@@ -8,7 +8,6 @@ import attrs
 import msgpack
 
 from ._convert import decode_event
-from ._digest import digest_bytes
 from ._errors import IntegrityError, StepJournalError
 from ._events import GenerationRecorded
 from ._keys import gen_key, parse_gen_key
@@ -95,12 +94,9 @@ def verify(
         seen.add(hexd)
         steps = tuple(sorted(set(steps_of_digest.get(hexd, ()))))
         try:
-            with payloads.view(key, nbytes=size_of_digest.get(hexd)) as (blob, _):
-                ok = digest_bytes(blob) == key
-            detail = "bytes do not match the digest"
+            payloads.check(key, nbytes=size_of_digest.get(hexd))
         except IntegrityError as exc:
-            ok, detail = False, str(exc)
-        if not ok:
+            detail = "bytes do not match the digest" if exc.detail == "digest mismatch" else str(exc)
             problems.append(VerifyProblem("payload", hexd, steps, detail))
     for hexd, steps_list in steps_of_digest.items():
         if hexd not in seen:
