@@ -31,12 +31,18 @@ def _outside_pickle(tmp_path) -> tuple[str, str]:
     return str(outside), marker
 
 
-def test_a_gen_batch_linking_out_of_the_dump_folder_is_never_unpickled_from_the_cli(tmp_path):
+def _dumps_with_a_link_out(tmp_path, step: str, name: str) -> tuple[str, str, str, str]:
+    """verl's own dumps, with `name` of step folder `step` replaced by a link to a file outside."""
     _, dump_dir, _ = skip_manager_dumps(tmp_path)
     outside, marker = _outside_pickle(tmp_path)
-    step2 = os.path.join(dump_dir, RUN, FOLDER, "2", "gen_batch.dp")
-    os.remove(step2)
-    os.symlink(os.path.join(outside, "gen_batch.dp"), step2)
+    inside = os.path.join(dump_dir, RUN, FOLDER, step, name)
+    os.remove(inside)
+    os.symlink(os.path.join(outside, name), inside)
+    return dump_dir, outside, marker, inside
+
+
+def test_a_gen_batch_linking_out_of_the_dump_folder_is_never_unpickled_from_the_cli(tmp_path):
+    dump_dir, _, marker, _ = _dumps_with_a_link_out(tmp_path, "2", "gen_batch.dp")
     journal = str(tmp_path / "j")
     result = subprocess.run(
         [sys.executable, "-m", "stepjournal", "import-verl", dump_dir, "--into", journal, "--trust-pickle", "--json"],
@@ -49,11 +55,7 @@ def test_a_gen_batch_linking_out_of_the_dump_folder_is_never_unpickled_from_the_
 
 
 def test_a_meta_json_linking_out_of_the_folder_is_not_read_and_the_step_fails(tmp_path):
-    _, dump_dir, _ = skip_manager_dumps(tmp_path)
-    outside, _ = _outside_pickle(tmp_path)
-    meta = os.path.join(dump_dir, RUN, FOLDER, "3", "meta.json")
-    os.remove(meta)
-    os.symlink(os.path.join(outside, "meta.json"), meta)
+    dump_dir, outside, _, meta = _dumps_with_a_link_out(tmp_path, "3", "meta.json")
     report = import_verl_dumps(dump_dir, tmp_path / "j", trust_pickle=True)
     assert [r.step for r in report.imported] == [1, 2]
     assert [f.reason for f in report.failed] == [
