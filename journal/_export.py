@@ -113,6 +113,8 @@ def _load(journal: Journal, registry: CodecRegistry, ref: PayloadRef, step: int)
 
 # -- the export format ----------------------------------------------------------------------------
 _SAFETENSORS_OK: Dict[torch.dtype, bool] = {}
+# Ints at least this large (in magnitude) are written as ``{"$int": "0x..."}``, not as JSON numbers.
+_INT_LIMIT = 1 << 64
 
 
 def _safetensors_takes(dtype: torch.dtype) -> bool:
@@ -130,31 +132,49 @@ def _safetensors_takes(dtype: torch.dtype) -> bool:
 
 
 class _Flattener:
-    """Split a decoded payload into tensors (by dotted path) and a JSON tree with placeholders."""
+    """Split a decoded payload into tensors (by dotted path) and a JSON tree with placeholders.
 
-    def __init__(self, folder: str, tensors_file: str, raw_dir: str) -> None:
+    Linear in the number of tensors: keys taken are a set, and every tensor safetensors cannot
+    hold goes into one raw file per payload (at an offset), not one file each.
+    """
+
+    def __init__(self, folder: str, tensors_file: str, raw_file: str) -> None:
         self.folder = folder
         self.tensors_file = tensors_file
-        self.raw_dir = raw_dir
+        self.raw_name = raw_file
         self.tensors: Dict[str, torch.Tensor] = {}
         self.raw: List[Dict[str, Any]] = []
+        self._taken: set = set()
+        self._suffix: Dict[str, int] = {}
+        self._raw_fh: Optional[Any] = None
+        self._raw_size = 0
 
     def key(self, path: Tuple[str, ...]) -> str:
-        base = ".".join(path) or "value"
-        key, n = base, 1
-        while key in self.tensors or any(r["$tensor"] == key for r in self.raw):
+        # A dict key may hold a lone surrogate, which a safetensors key (UTF-8) cannot: escape it.
+        base = (".".join(path) or "value").encode("utf-8", "backslashreplace").decode("utf-8")
+        # Suffixes continue from the last one given to this base: a thousand tensors at one path
+        # cost a thousand probes, not half a million.
+        n = self._suffix.get(base, 1)
+        key = base if n == 1 else f"{base}~{n}"
+        while key in self._taken:
             n += 1
             key = f"{base}~{n}"
+        self._suffix[base] = n
+        self._taken.add(key)
         return key
 
     def raw_file(self, key: str, data: bytes, node: Dict[str, Any]) -> Dict[str, Any]:
-        name = f"{self.raw_dir}/{len(self.raw):04d}.bin"
-        os.makedirs(os.path.join(self.folder, self.raw_dir), exist_ok=True)
-        with open(os.path.join(self.folder, name), "wb") as fh:
-            fh.write(data)
-        node = {"$tensor": key, **node, "file": name}
+        if self._raw_fh is None:
+            self._raw_fh = open(os.path.join(self.folder, self.raw_name), "wb")
+        self._raw_fh.write(data)
+        node = {"$tensor": key, **node, "file": self.raw_name, "offset": self._raw_size, "nbytes": len(data)}
+        self._raw_size += len(data)
         self.raw.append(node)
         return node
+
+    def close(self) -> None:
+        if self._raw_fh is not None:
+            self._raw_fh.close()
 
     def tensor(self, value: torch.Tensor, path: Tuple[str, ...], kind: str, dtype: str) -> Dict[str, Any]:
         key = self.key(path)
@@ -167,6 +187,9 @@ class _Flattener:
         return self.raw_file(key, data, {"kind": kind, "dtype": dtype, "shape": shape, "byteorder": "little"})
 
     def walk(self, value: Any, path: Tuple[str, ...]) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and not -_INT_LIMIT < value < _INT_LIMIT:
+            # Python refuses to write ints of more than 4 300 digits in decimal; hex has no limit.
+            return {"$int": hex(value)}
         if value is None or isinstance(value, (bool, int, str)):
             return value
         if isinstance(value, float):
@@ -214,18 +237,22 @@ def _export_one(reader: OpaqueReader, ref: PayloadRef, step: int, folder: str, p
     from safetensors.torch import save_file
 
     value = reader.load(ref, step)
-    flat = _Flattener(folder, f"{prefix}tensors.safetensors", f"{prefix}raw")
-    tree = flat.walk(value, ())
+    flat = _Flattener(folder, f"{prefix}tensors.safetensors", f"{prefix}raw.bin")
+    try:
+        tree = flat.walk(value, ())
+    finally:
+        flat.close()
     if flat.tensors:
         save_file(flat.tensors, os.path.join(folder, flat.tensors_file),
                   metadata={"format": "stepjournal-export", "digest": ref.digest, "step": str(step)})
     with open(os.path.join(folder, f"{prefix}rest.json"), "w", encoding="utf-8") as fh:
+        # ASCII with escapes: a string may hold a lone surrogate, which no UTF-8 file can.
         json.dump({"schema_version": EXPORT_FORMAT_VERSION, "digest": ref.digest, "value": tree}, fh, indent=1,
-                  ensure_ascii=False, allow_nan=False)
+                  allow_nan=False)
     listed = [{"key": k, "dtype": str(t.dtype), "shape": list(t.shape), "file": flat.tensors_file}
               for k, t in flat.tensors.items()]
-    return listed + [{"key": r["$tensor"], "dtype": r["dtype"], "shape": r["shape"], "file": r["file"]}
-                     for r in flat.raw]
+    return listed + [{"key": r["$tensor"], "dtype": r["dtype"], "shape": r["shape"], "file": r["file"],
+                      "offset": r["offset"], "nbytes": r["nbytes"]} for r in flat.raw]
 
 
 def choose_run(journal: Journal, run: Optional[str]) -> str:
@@ -346,5 +373,5 @@ def export_payloads(
         "entries": entries,
     }
     with open(os.path.join(target, "manifest.json"), "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1, ensure_ascii=False)
+        json.dump(manifest, fh, indent=1)
     return manifest

@@ -15,11 +15,11 @@ import ctypes.util
 import mmap
 import sys
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["ReleaseBehind", "releaser"]
+__all__ = ["MappedFile", "ReleaseBehind", "releaser"]
 
 _MADV_DONTNEED = 4  # Linux; other systems give MADV_DONTNEED other meanings, so they get no releaser
 _PAGE = mmap.PAGESIZE
@@ -45,6 +45,11 @@ _madvise = _load_madvise()
 
 def _mapped_from(base: int, nbytes: int, path: str) -> bool:
     """True when [base, base + nbytes) lies in one read-only shared mapping of the file `path`."""
+    return _mapping_of(base, nbytes, path) is not None
+
+
+def _mapping_of(base: int, nbytes: int, path: str) -> Optional[Tuple[int, int]]:
+    """The read-only shared mapping of the file `path` that holds [base, base + nbytes), or None."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
@@ -54,10 +59,49 @@ def _mapped_from(base: int, nbytes: int, path: str) -> bool:
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 perms = fields[1]
                 if start <= base and base + nbytes <= end:
-                    return perms.startswith("r-") and perms[3] == "s"
+                    return (start, end) if perms.startswith("r-") and perms[3] == "s" else None
     except (OSError, ValueError):
-        return False
-    return False
+        return None
+    return None
+
+
+def _release_span(base: int, start: int, stop: int) -> None:
+    first = -(-(base + start) // _PAGE) * _PAGE
+    last = (base + stop) // _PAGE * _PAGE
+    if last > first:
+        _madvise(first, last - first, _MADV_DONTNEED)  # failure only means the pages stay mapped
+
+
+class MappedFile:
+    """Lets go of the whole pages of views into one file's read-only shared mapping, of any size.
+
+    `releaser` looks the mapping up for each value (a read of ``/proc/self/maps``), which only pays
+    for values of a MiB and more. A pass over many small values (`verify`) asks this instead: the
+    mapping is looked up once and again only when a view lies outside it (the map grew).
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._span: Optional[Tuple[int, int]] = None
+
+    def release(self, view) -> None:
+        """Unmap the whole pages inside `view` (a ``buffers=True`` value read in a read transaction)."""
+        if _madvise is None:
+            return
+        try:
+            mv = memoryview(view)
+            nbytes = mv.nbytes
+            if nbytes < _PAGE or not mv.readonly:
+                return
+            base = np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
+        except (TypeError, ValueError, BufferError):
+            return
+        span = self._span
+        if span is None or not (span[0] <= base and base + nbytes <= span[1]):
+            span = self._span = _mapping_of(base, nbytes, self._path)
+            if span is None:
+                return
+        _release_span(base, 0, nbytes)
 
 
 def releaser(view, path: str) -> Optional[Callable[[int, int], None]]:
@@ -82,10 +126,7 @@ def releaser(view, path: str) -> Optional[Callable[[int, int], None]]:
         return None
 
     def release(start: int, stop: int) -> None:
-        first = -(-(base + max(start, 0)) // _PAGE) * _PAGE
-        last = (base + min(stop, nbytes)) // _PAGE * _PAGE
-        if last > first:
-            _madvise(first, last - first, _MADV_DONTNEED)  # failure only means the pages stay mapped
+        _release_span(base, max(start, 0), min(stop, nbytes))
 
     return release
 

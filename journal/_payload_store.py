@@ -23,8 +23,8 @@ from typing import Any, Callable, ContextManager, Iterator, List, Optional, Prot
 
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import IntegrityError, PayloadMissingError
-from ._pages import releaser
-from ._payloads import blob_intact, unwrap
+from ._pages import MappedFile, releaser
+from ._payloads import blob_intact, own_nbytes, stored_digest, unwrap
 from ._store import Store
 
 __all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents"]
@@ -72,6 +72,14 @@ class PayloadStore(Protocol):
             PayloadMissingError: nothing is stored under `digest`.
         """
 
+    def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
+        """Check the payload stored under `digest` against it, in bounded memory (for `verify`).
+
+        Raises:
+            PayloadMissingError: nothing is stored under `digest`.
+            IntegrityError: the stored bytes are damaged, or unwrap to more than `nbytes` allows.
+        """
+
     def has(self, digest: bytes) -> bool:
         """True when something is stored under `digest`."""
 
@@ -99,6 +107,7 @@ class LmdbPayloadStore:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))
+        self._mapped = MappedFile(self._data_file)
 
     def _db(self):
         return self._store.db("payloads")
@@ -111,8 +120,10 @@ class LmdbPayloadStore:
             _check_digest(key)
             # Content-addressed: identical payloads are stored once. A stored copy that no longer
             # matches its digest (damaged on disk) is replaced: the new bytes are what the key names.
+            # The check is bounded by the size of the value being recorded, never by what is stored:
+            # a bomb planted under this digest is replaced, not decompressed.
             existing = txn.get(key, db=db)
-            if existing is None or not blob_intact(existing, key):
+            if existing is None or not blob_intact(existing, key, own_nbytes(blob)):
                 txn.put(key, blob, db=db)
 
     def put(self, digest: bytes, blob: Any) -> None:
@@ -147,6 +158,24 @@ class LmdbPayloadStore:
                     detail="digest mismatch",
                 )
             return bytes(raw)
+
+    def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
+        _check_digest(digest)
+        with self._store.read(buffers=True) as txn:
+            blob = txn.get(digest, db=self._db())
+            if blob is None:
+                raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
+            # Pages are let go of as they are hashed, as `load` does: verifying a journal does not
+            # leave all of it mapped into this process.
+            try:
+                found = stored_digest(blob, digest.hex(), None, nbytes, releaser(blob, self._data_file))
+            finally:
+                self._mapped.release(blob)
+            if found != digest:
+                raise IntegrityError(
+                    f"payload {digest.hex()[:16]}… does not match its digest: the journal is damaged",
+                    detail="digest mismatch",
+                )
 
     def has(self, digest: bytes) -> bool:
         with self._store.read(buffers=True) as txn:

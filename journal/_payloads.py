@@ -10,9 +10,10 @@ Nothing here reads or writes a store; `_payload_store` holds the stores, `_journ
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import attrs
+import blake3
 import zstandard
 
 from ._codec import PAYLOAD_MAGIC, CodecRegistry, decode_payload_releasing, encode_payload_array
@@ -28,13 +29,22 @@ __all__ = [
     "digest_key",
     "unwrap",
     "blob_intact",
+    "stored_digest",
+    "own_nbytes",
+    "MAX_PAYLOAD_NBYTES",
+    "MAX_ORPHAN_NBYTES",
     "decode_verified",
 ]
 
 COMPRESSIONS = (None, "zstd")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-# Decompressed size allowed when no event says how large a payload is (verify of orphans).
-MAX_UNWRAPPED = 1 << 36
+# The largest payload an event may declare (64 GiB): a stored frame never unwraps to more.
+MAX_PAYLOAD_NBYTES = 1 << 36
+# What a payload no readable event names may unwrap to (1 GiB): `verify` checks orphans this far.
+MAX_ORPHAN_NBYTES = 1 << 30
+# Frames claiming more than this are decompressed in pieces of `_STREAM_CHUNK`.
+_STREAM_FROM = 1 << 26
+_STREAM_CHUNK = 1 << 22
 # Payloads from this size up are hashed on a worker thread while they are decoded.
 _HASH_BESIDE_DECODE_FROM = 1 << 22
 
@@ -114,34 +124,111 @@ def digest_key(digest: str, step: Optional[int] = None) -> bytes:
     return key
 
 
+def _limit(nbytes: Optional[int]) -> int:
+    """The most bytes a stored blob may unwrap to: never more than what no attacker chooses."""
+    if nbytes is None:
+        return MAX_ORPHAN_NBYTES
+    return min(max(nbytes, 0), MAX_PAYLOAD_NBYTES)
+
+
+def _zstd_claim(blob: Any, digest: str, step: Optional[int], limit: int) -> int:
+    """The size a zstd frame claims, refused when unknown or over `limit` (before any allocation)."""
+    try:
+        claimed = zstandard.frame_content_size(blob)
+    except zstandard.ZstdError as exc:
+        raise IntegrityError(f"payload {digest[:16]}… does not decompress: {exc}", step=step) from None
+    if claimed < 0 or claimed > limit:
+        raise IntegrityError(
+            f"payload {digest[:16]}… claims {claimed} bytes, expected at most {limit}", step=step
+        )
+    return claimed
+
+
+def _zstd_chunks(blob: Any, digest: str, step: Optional[int], claimed: int) -> Iterator[bytes]:
+    """The decompressed pieces of a zstd frame, stopping as soon as they pass `claimed` bytes."""
+    produced = 0
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(blob, read_size=_STREAM_CHUNK)
+        while True:
+            chunk = reader.read(_STREAM_CHUNK)
+            if not chunk:
+                break
+            produced += len(chunk)
+            if produced > claimed:
+                raise IntegrityError(
+                    f"payload {digest[:16]}… decompresses past the {claimed} bytes it claims", step=step
+                )
+            yield chunk
+    except zstandard.ZstdError as exc:
+        raise IntegrityError(f"payload {digest[:16]}… does not decompress: {exc}", step=step) from None
+    if produced != claimed:
+        raise IntegrityError(
+            f"payload {digest[:16]}… decompresses to {produced} bytes, not the {claimed} it claims", step=step
+        )
+
+
 def unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) -> Any:
     """The encoded payload bytes of a stored blob: decompressed when zstd, else the blob itself (no copy).
 
-    `nbytes` is the size the event promised; a frame claiming more is refused before any allocation.
+    `nbytes` is the size the event promised, capped at `MAX_PAYLOAD_NBYTES` (`MAX_ORPHAN_NBYTES` when
+    no event names the payload). A frame claiming more is refused before any allocation, and a large
+    frame is decompressed in pieces, so memory follows what it really holds, never what it claims.
     """
     head = bytes(blob[:4])
     if head == ZSTD_MAGIC:
-        limit = nbytes if nbytes is not None else MAX_UNWRAPPED
+        claimed = _zstd_claim(blob, digest, step, _limit(nbytes))
         try:
-            claimed = zstandard.frame_content_size(blob)
-            if claimed < 0 or claimed > limit:
-                raise IntegrityError(
-                    f"payload {digest[:16]}… claims {claimed} bytes, expected at most {limit}", step=step
-                )
-            return zstandard.ZstdDecompressor().decompress(blob, max_output_size=limit)
+            if claimed <= _STREAM_FROM:
+                return zstandard.ZstdDecompressor().decompress(blob, max_output_size=claimed)
+            out = bytearray()
+            for chunk in _zstd_chunks(blob, digest, step, claimed):
+                out += chunk
+            return out
         except zstandard.ZstdError as exc:
             raise IntegrityError(f"payload {digest[:16]}… does not decompress: {exc}", step=step) from None
+        except MemoryError:
+            raise PayloadDecodeError(
+                f"payload {digest[:16]}… needs {claimed} bytes of memory to decompress, which are not there",
+                step=step,
+            ) from None
     if head != PAYLOAD_MAGIC[:4]:
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
     return blob
 
 
-def blob_intact(blob: Any, key: bytes) -> bool:
-    """True when a stored blob unwraps to bytes whose digest is `key`."""
+def stored_digest(
+    blob: Any, digest: str, step: Optional[int], nbytes: Optional[int], release: Optional[Callable[[int, int], None]] = None
+) -> bytes:
+    """The digest of what a stored blob unwraps to, in bounded memory (a zstd frame is streamed).
+
+    Raises:
+        IntegrityError: the blob is neither form, or its frame claims more than `unwrap` allows.
+    """
+    head = bytes(blob[:4])
+    if head != ZSTD_MAGIC:
+        if head != PAYLOAD_MAGIC[:4]:
+            raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
+        return digest_bytes(blob, after_chunk=release)
+    claimed = _zstd_claim(blob, digest, step, _limit(nbytes))
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    for chunk in _zstd_chunks(blob, digest, step, claimed):
+        hasher.update(chunk)
+    return hasher.digest()
+
+
+def blob_intact(blob: Any, key: bytes, nbytes: Optional[int] = None) -> bool:
+    """True when a stored blob unwraps to bytes whose digest is `key` (checked in bounded memory)."""
     try:
-        return digest_bytes(unwrap(blob, key.hex(), None, None)) == key
+        return stored_digest(blob, key.hex(), None, nbytes) == key
     except IntegrityError:
         return False
+
+
+def own_nbytes(blob: Any) -> int:
+    """The encoded size of a blob this process just prepared (its own zstd frame says it)."""
+    if bytes(blob[:4]) == ZSTD_MAGIC:
+        return zstandard.frame_content_size(blob)
+    return len(blob)
 
 
 def decode_verified(

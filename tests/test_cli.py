@@ -371,11 +371,13 @@ def test_export_writes_safetensors_and_json_that_other_tools_read(engine, tmp_pa
     assert rest["point"]["$custom"] == "tests.cli.Point" and rest["point"]["value"]["xy"]["$tensor"] == "point.xy"
     # dtypes safetensors lacks are raw C-order bytes beside the JSON, described by it
     phases = rest["phases"]
-    data = np.frombuffer((folder / phases["file"]).read_bytes(), dtype=np.complex128).reshape(phases["shape"])
+    start, stop = phases["offset"], phases["offset"] + phases["nbytes"]
+    data = np.frombuffer((folder / phases["file"]).read_bytes()[start:stop], dtype=np.complex128).reshape(phases["shape"])
     assert np.array_equal(data, original["phases"].numpy())
     for name in ("big_endian", "words"):
         node = rest[name]
-        raw = np.frombuffer((folder / node["file"]).read_bytes(), dtype=np.dtype(node["dtype"]))
+        start, stop = node["offset"], node["offset"] + node["nbytes"]
+        raw = np.frombuffer((folder / node["file"]).read_bytes()[start:stop], dtype=np.dtype(node["dtype"]))
         assert np.array_equal(raw.reshape(node["shape"]), original[name])
 
 

@@ -17,10 +17,12 @@ write meta.json last, so a step folder without it is an interrupted dump and is 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle  # pickle-ok: only import_verl_dumps(trust_pickle=True) unpickles, to migrate verl dumps
 import re
+import stat
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -162,6 +164,8 @@ def find_verl_dumps(dump_dir: Union[str, os.PathLike]) -> Tuple[List[VerlDump], 
             for pattern, form in ((_GENSTEP_DIR, "rollout_skip_v2"), (_STEP_DIR, "skip_manager")):
                 match = pattern.match(name)
                 if match and os.path.isfile(os.path.join(full, "gen_batch.dp")):
+                    if not _inside(root, os.path.join(full, "gen_batch.dp")):
+                        continue  # reported with the folder's files below; never read
                     ident = identity(here)
                     if ident is None:
                         skipped.append(SkippedDump(full, "parent folder is not GBS{g}_N{n}_in{p}_out{r}"))
@@ -199,13 +203,39 @@ _LAYOUTS = (
 )
 
 
-def _load_pickle(path: str) -> Any:
-    with open(path, "rb") as fh:
+def _open_inside(root: str, path: str, text: bool = False) -> Any:
+    """Open a dump file for reading only when it really lies inside `root` (links resolved).
+
+    Trusting the pickles of a folder never extends to files a link in it points at: the resolved
+    path must be under `root`, and it is opened with ``O_NOFOLLOW`` so that a link swapped in after
+    the check is refused too. Every file the import reads comes through here.
+
+    Raises:
+        VerlDumpError: the file leads out of the dump folder, or is not a plain file.
+    """
+    real = os.path.realpath(path)
+    if not real.startswith(root + os.sep):
+        raise VerlDumpError(f"{path} is a link that leaves the dump folder ({real}); not read")
+    try:
+        # O_NONBLOCK: a FIFO put in place of a dump must not hang the import (no effect on files).
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise VerlDumpError(f"{path} became a link while it was being read; not read") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VerlDumpError(f"{path} is not a plain file; not read")
+    return os.fdopen(fd, "r", encoding="utf-8") if text else os.fdopen(fd, "rb")
+
+
+def _load_pickle(root: str, path: str) -> Any:
+    with _open_inside(root, path) as fh:
         return pickle.load(fh)  # pickle-ok: verl's dumps are pickles; reached only with trust_pickle=True
 
 
-def _load_dataproto(path: str) -> DataProto:
-    value = _load_pickle(path)
+def _load_dataproto(root: str, path: str) -> DataProto:
+    value = _load_pickle(root, path)
     if not isinstance(value, DataProto):
         raise VerlDumpError(f"{path} holds a {type(value).__name__}, not a verl DataProto")
     return value
@@ -219,8 +249,8 @@ def _decompress(blob: bytes, name: str) -> bytes:
     raise VerlDumpError(f"unknown compresser {name!r} in a v2-pre dump")
 
 
-def _load_v2_pre(path: str) -> Tuple[DataProto, Optional[DataProto]]:
-    data = _load_pickle(path)
+def _load_v2_pre(root: str, path: str) -> Tuple[DataProto, Optional[DataProto]]:
+    data = _load_pickle(root, path)
     if not isinstance(data, dict) or "gen_batch" not in data:
         raise VerlDumpError(f"{path} is not a RolloutSkip dump (a dict with gen_batch and new_batch)")
     for key in data.get("compressed", []) or []:
@@ -232,11 +262,11 @@ def _load_v2_pre(path: str) -> Tuple[DataProto, Optional[DataProto]]:
     return out, inp
 
 
-def _read_meta(folder: str) -> Optional[Dict[str, Any]]:
+def _read_meta(root: str, folder: str) -> Optional[Dict[str, Any]]:
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as fh:
+    with _open_inside(root, path, text=True) as fh:
         meta = json.load(fh)
     if not isinstance(meta, dict):
         raise VerlDumpError(f"{path} is not a JSON object")
@@ -327,32 +357,32 @@ def import_verl_dumps(
             rel = os.path.relpath(dump.path, root)
             try:
                 if dump.form == "rollout_tq":
-                    meta = _read_meta(dump.path)
+                    meta = _read_meta(root, dump.path)
                     if meta is None:
                         skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
                         continue
-                    output, given, step = load_tq_dump(dump.path), None, dump.order
+                    output, given, step = load_tq_dump(dump.path, open_file=lambda p: _open_inside(root, p)), None, dump.order
                 elif dump.form in ("skip_manager", "rollout_skip_v2"):
-                    meta = _read_meta(dump.path)
+                    meta = _read_meta(root, dump.path)
                     if meta is None:
                         skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
                         continue
-                    output = _load_dataproto(os.path.join(dump.path, "gen_batch.dp"))
+                    output = _load_dataproto(root, os.path.join(dump.path, "gen_batch.dp"))
                     given: Optional[DataProto] = None
                     if dump.form == "rollout_skip_v2":
                         step = meta.get("global_steps", dump.order)
                         new_batch = os.path.join(dump.path, "new_batch.dp")
                         if os.path.isfile(new_batch):
-                            given = _load_dataproto(new_batch)
+                            given = _load_dataproto(root, new_batch)
                     else:
                         step = dump.order
                         if meta.get("global_steps", step) != step:
                             log.warning("verl_dump_step_mismatch", path=rel, folder=step, meta=meta.get("global_steps"))
                 elif dump.form == "rollout_skip_v2_pre":
-                    output, given = _load_v2_pre(dump.path)
+                    output, given = _load_v2_pre(root, dump.path)
                     step = dump.order
                 else:
-                    output, given, step = _load_dataproto(dump.path), None, 1
+                    output, given, step = _load_dataproto(root, dump.path), None, 1
                 if not isinstance(step, int) or isinstance(step, bool) or step < 0:
                     raise VerlDumpError(f"step {step!r} in {rel} is not an int >= 0")
                 fp = dict(dump.fingerprint)

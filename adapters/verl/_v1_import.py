@@ -8,8 +8,9 @@ only when the caller trusts it (``trust_pickle=True``).
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 from ._errors import VerlDumpError
 from ._v1_codec import TQBatch
@@ -28,13 +29,18 @@ def is_v1_dump_folder(parent: str, name: str) -> bool:
     )
 
 
-def load_tq_dump(folder: str) -> TQBatch:
-    """The `TQBatch` a ``tq_batch.pt`` holds (unpickles it: call only for trusted dumps)."""
+def load_tq_dump(folder: str, *, open_file: Callable[[str], Any] = functools.partial(open, mode="rb")) -> TQBatch:
+    """The `TQBatch` a ``tq_batch.pt`` holds (unpickles it: call only for trusted dumps).
+
+    `open_file` opens the dump for reading; the importer passes one that refuses a file whose links
+    lead out of the dump folder, so trusting a folder's pickles never extends beyond it.
+    """
     import torch
     from tensordict import TensorDictBase
 
     path = os.path.join(folder, V1_DUMP_FILE)
-    payload: Any = torch.load(path, weights_only=False)  # pickle-ok: verl's V1 dumps, only with trust_pickle=True
+    with open_file(path) as fh:
+        payload: Any = torch.load(fh, weights_only=False)  # pickle-ok: verl's V1 dumps, only with trust_pickle=True
     if not isinstance(payload, dict) or not {"tensordict", "tags", "keys"} <= set(payload):
         raise VerlDumpError(f"{path} is not a RolloutTqSkip dump (a dict with tensordict, tags and keys)")
     fields, keys, tags = payload["tensordict"], payload["keys"], payload["tags"]
