@@ -7,6 +7,7 @@ recorded run logged. Timing metrics are the only logged values left out of the c
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import re
@@ -24,6 +25,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from stepjournal import Journal
+from stepjournal.policies import FingerprintMismatchError, InputMismatchError
 from stepjournal.adapters.trl._codec import capture_rng_state, restore_rng_state
 from stepjournal.adapters.cli import main as cli_main
 from stepjournal.adapters.trl import (
@@ -101,7 +103,7 @@ def common_args(out: Path, max_steps: int) -> dict:
 
 
 def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None, **extra):
-    args = GRPOConfig(**common_args(out, max_steps), **(config or {}))
+    args = GRPOConfig(**{**common_args(out, max_steps), **(config or {})})
     return cls(
         model=tiny_model(tokenizer),
         reward_funcs=reward,
@@ -382,6 +384,54 @@ def test_fingerprint_names_what_a_recording_depends_on(tokenizer, tmp_path):
     fp = trainer_fingerprint(grpo(tokenizer, tmp_path / "out"))
     assert fp["trainer"] == "GRPOTrainer" and fp["num_generations"] == 4 and fp["num_processes"] == 1
     Journal(tmp_path / "journal", fingerprint=fp).close()  # every value is a JSON scalar
+
+
+SETTING_CHANGES = [
+    # (which fingerprint key must change, GRPOConfig keywords)
+    ("top_p", {"top_p": 0.9}),
+    ("top_k", {"top_k": 5}),
+    ("min_p", {"min_p": 0.1}),
+    ("repetition_penalty", {"repetition_penalty": 1.2}),
+    ("generation_kwargs", {"generation_kwargs": {"no_repeat_ngram_size": 2}}),
+    ("temperature", {"temperature": 0.7}),
+    ("max_completion_length", {"max_completion_length": 6}),
+]
+
+
+@pytest.mark.parametrize("key,config", SETTING_CHANGES, ids=[c[0] for c in SETTING_CHANGES])
+def test_every_sampling_setting_is_in_the_fingerprint(tokenizer, tmp_path, key, config):
+    base = trainer_fingerprint(grpo(tokenizer, tmp_path / "a"))
+    assert trainer_fingerprint(grpo(tokenizer, tmp_path / "b")) == base  # stable across builds
+    changed = trainer_fingerprint(grpo(tokenizer, tmp_path / "c", config=config))
+    assert changed[key] != base[key]
+    assert changed["generation_config"] != base["generation_config"]  # what transformers samples with
+
+
+def test_the_model_config_and_the_tokenizer_are_in_the_fingerprint(tokenizer, tmp_path):
+    base = trainer_fingerprint(grpo(tokenizer, tmp_path / "a"))
+    wider = grpo(tokenizer, tmp_path / "b")
+    torch.manual_seed(0)
+    wider.model = Qwen2ForCausalLM(Qwen2Config(**{**wider.model.config.to_dict(), "intermediate_size": 48}))
+    assert trainer_fingerprint(wider)["model_config"] != base["model_config"]
+    assert trainer_fingerprint(wider)["model"] == base["model"]  # the model type alone tells them apart no more
+    templated = grpo(tokenizer, tmp_path / "c")
+    templated.processing_class = copy.deepcopy(tokenizer)
+    templated.processing_class.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert trainer_fingerprint(templated)["chat_template"] != base["chat_template"]
+    assert {"tokenizer", "tokenizer_vocab_size", "tokenizer_vocab"} <= set(base)
+
+
+def test_a_replay_after_changing_a_sampling_setting_is_refused(tokenizer, tmp_path, monkeypatch):
+    recorded = grpo(tokenizer, tmp_path / "rec", max_steps=1)
+    with Journal(tmp_path / "journal", fingerprint=trainer_fingerprint(recorded)) as journal:
+        attach(recorded, journal, "dump")
+        recorded.train()
+    trainer = grpo(tokenizer, tmp_path / "out", max_steps=1, config={"top_p": 0.5})
+    forbid_generation(trainer, monkeypatch)
+    with Journal(tmp_path / "journal", fingerprint=trainer_fingerprint(trainer)) as journal:
+        attach(trainer, journal, "replay")
+        with pytest.raises(FingerprintMismatchError, match="top_p: recorded 1.0, now 0.5"):
+            trainer.train()
 
 
 def test_supported_trl_range_is_the_one_the_extra_declares():
