@@ -102,13 +102,14 @@ def common_args(out: Path, max_steps: int) -> dict:
     )
 
 
-def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None, **extra):
+def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None,
+         prompts=PROMPTS, **extra):
     args = GRPOConfig(**{**common_args(out, max_steps), **(config or {})})
     return cls(
         model=tiny_model(tokenizer),
         reward_funcs=reward,
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
         processing_class=tokenizer,
         **extra,
     )
@@ -248,6 +249,89 @@ def test_grpo_cache_over_a_half_filled_journal_generates_only_the_missing_steps(
         assert journal.recorded_steps() == GENERATION_STEPS
     # The replayed step restored the RNG, so the generated one sampled what the full recording did.
     assert logged(trainer) == logged(full_run)
+
+
+# -- a replay at the same step checks the prompts ---------------------------------------------------------
+OTHER_PROMPTS = [f"{p} hello" for p in PROMPTS]  # another dataset: other prompt ids at every step
+
+
+def test_replay_into_a_trainer_with_another_dataset_refuses_naming_the_step(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        attach(trainer, journal, "replay")
+        with pytest.raises(InputMismatchError, match="prompts differ from the ones recorded at step 0 index 0") as caught:
+            trainer.train()
+        assert (caught.value.step, caught.value.gen_index) == (0, 0)
+        assert calls_of(journal) == [(0, 0, "train", "refused")]
+        assert "prompts differ" in [r for r in journal.audit() if r.session == journal.session][0].reason
+
+
+def test_cache_into_a_trainer_with_another_dataset_regenerates_each_step(tokenizer, grpo_recorded, tmp_path):
+    source, _, _ = grpo_recorded
+    fresh = grpo(tokenizer, tmp_path / "fresh", prompts=OTHER_PROMPTS)
+    fresh.train()  # what an unjournaled run on the other dataset logs
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        handle = attach(trainer, journal, "cache")
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "generated") for step in GENERATION_STEPS]
+        assert all("prompts differ" in r.reason for r in journal.audit() if r.session == journal.session)
+    assert handle.counts["replayed"] == 0
+    assert logged(trainer) == logged(fresh)
+
+
+def test_the_same_dataset_still_replays_and_check_prompts_off_serves_other_prompts(
+    tokenizer, grpo_recorded, tmp_path, monkeypatch
+):
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        handle = attach(trainer, journal, "replay", check_prompts="off")  # the behaviour before the check
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "replayed") for step in GENERATION_STEPS]
+    assert handle.counts["replayed"] == len(GENERATION_STEPS)
+    with Journal(tmp_path / "j2") as journal, pytest.raises(TrlAdapterError, match="check_prompts='sometimes'"):
+        attach(grpo(tokenizer, tmp_path / "out2"), journal, check_prompts="sometimes")
+
+
+def test_serving_another_steps_record_is_not_a_prompt_mismatch(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        attach(trainer, journal, "repeat_last")  # serves the last recorded step, by design other prompts
+        trainer.train()
+        rows = [r for r in journal.audit() if r.session == journal.session]
+    assert [(r.step, r.action) for r in rows] == [(step, "replayed") for step in GENERATION_STEPS]
+    # Step 0 is served step 2's record as the policy says. At step 2 the last recorded step is step 2
+    # itself, recorded for other prompts: set aside, the policy's rule then picks step 0.
+    assert [r.source_step for r in rows] == [2, 0]
+
+
+# -- engine options: one object, every option ------------------------------------------------------------------
+def test_attach_takes_every_engine_option_as_a_keyword_or_as_one_options_object(tokenizer, tmp_path):
+    from stepjournal.policies import EngineOptions
+
+    trainer = grpo(tokenizer, tmp_path / "out")
+    with Journal(tmp_path / "journal") as journal:
+        handle = attach(trainer, journal, on_corrupt="regenerate", verify_input=True)
+        assert handle.engine.options == EngineOptions(on_corrupt="regenerate", verify_input=True, bypass_modes=("eval",))
+        handle.detach()
+        options = EngineOptions(allow_fingerprint_mismatch=True, on_input_mismatch="error")
+        handle = attach(trainer, journal, options=options, bypass_eval=False)
+        assert handle.engine.options == EngineOptions(allow_fingerprint_mismatch=True, on_input_mismatch="error",
+                                                      bypass_modes=())
+        handle.detach()
+        with pytest.raises(TypeError, match="did you mean 'on_corrupt'"):
+            attach(trainer, journal, on_corupt="regenerate")
+        with pytest.raises(TypeError, match="options= and also verify_input="):
+            attach(trainer, journal, options=options, verify_input=True)
+        with pytest.raises(TypeError, match="bypass_eval"):
+            attach(trainer, journal, bypass_modes=["eval"])
+        assert getattr(trainer, "_stepjournal", None) is None  # a refused attach leaves the trainer as it was
 
 
 def test_recorded_payloads_hold_prompt_ids_completion_ids_logprobs_and_rng_state(grpo_recorded, tmp_path):
