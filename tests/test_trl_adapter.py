@@ -7,6 +7,7 @@ recorded run logged. Timing metrics are the only logged values left out of the c
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import re
@@ -24,6 +25,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from stepjournal import Journal
+from stepjournal.policies import FingerprintMismatchError, InputMismatchError
 from stepjournal.adapters.trl._codec import capture_rng_state, restore_rng_state
 from stepjournal.adapters.cli import main as cli_main
 from stepjournal.adapters.trl import (
@@ -100,13 +102,14 @@ def common_args(out: Path, max_steps: int) -> dict:
     )
 
 
-def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None, **extra):
-    args = GRPOConfig(**common_args(out, max_steps), **(config or {}))
+def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None,
+         prompts=PROMPTS, **extra):
+    args = GRPOConfig(**{**common_args(out, max_steps), **(config or {})})
     return cls(
         model=tiny_model(tokenizer),
         reward_funcs=reward,
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
         processing_class=tokenizer,
         **extra,
     )
@@ -248,6 +251,89 @@ def test_grpo_cache_over_a_half_filled_journal_generates_only_the_missing_steps(
     assert logged(trainer) == logged(full_run)
 
 
+# -- a replay at the same step checks the prompts ---------------------------------------------------------
+OTHER_PROMPTS = [f"{p} hello" for p in PROMPTS]  # another dataset: other prompt ids at every step
+
+
+def test_replay_into_a_trainer_with_another_dataset_refuses_naming_the_step(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        attach(trainer, journal, "replay")
+        with pytest.raises(InputMismatchError, match="prompts differ from the ones recorded at step 0 index 0") as caught:
+            trainer.train()
+        assert (caught.value.step, caught.value.gen_index) == (0, 0)
+        assert calls_of(journal) == [(0, 0, "train", "refused")]
+        assert "prompts differ" in [r for r in journal.audit() if r.session == journal.session][0].reason
+
+
+def test_cache_into_a_trainer_with_another_dataset_regenerates_each_step(tokenizer, grpo_recorded, tmp_path):
+    source, _, _ = grpo_recorded
+    fresh = grpo(tokenizer, tmp_path / "fresh", prompts=OTHER_PROMPTS)
+    fresh.train()  # what an unjournaled run on the other dataset logs
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        handle = attach(trainer, journal, "cache")
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "generated") for step in GENERATION_STEPS]
+        assert all("prompts differ" in r.reason for r in journal.audit() if r.session == journal.session)
+    assert handle.counts["replayed"] == 0
+    assert logged(trainer) == logged(fresh)
+
+
+def test_the_same_dataset_still_replays_and_check_prompts_off_serves_other_prompts(
+    tokenizer, grpo_recorded, tmp_path, monkeypatch
+):
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        handle = attach(trainer, journal, "replay", check_prompts="off")  # the behaviour before the check
+        trainer.train()
+        assert calls_of(journal) == [(step, 0, "train", "replayed") for step in GENERATION_STEPS]
+    assert handle.counts["replayed"] == len(GENERATION_STEPS)
+    with Journal(tmp_path / "j2") as journal, pytest.raises(TrlAdapterError, match="check_prompts='sometimes'"):
+        attach(grpo(tokenizer, tmp_path / "out2"), journal, check_prompts="sometimes")
+
+
+def test_serving_another_steps_record_is_not_a_prompt_mismatch(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    source, _, _ = grpo_recorded
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(source, tmp_path)) as journal:
+        attach(trainer, journal, "repeat_last")  # serves the last recorded step, by design other prompts
+        trainer.train()
+        rows = [r for r in journal.audit() if r.session == journal.session]
+    assert [(r.step, r.action) for r in rows] == [(step, "replayed") for step in GENERATION_STEPS]
+    # Step 0 is served step 2's record as the policy says. At step 2 the last recorded step is step 2
+    # itself, recorded for other prompts: set aside, the policy's rule then picks step 0.
+    assert [r.source_step for r in rows] == [2, 0]
+
+
+# -- engine options: one object, every option ------------------------------------------------------------------
+def test_attach_takes_every_engine_option_as_a_keyword_or_as_one_options_object(tokenizer, tmp_path):
+    from stepjournal.policies import EngineOptions
+
+    trainer = grpo(tokenizer, tmp_path / "out")
+    with Journal(tmp_path / "journal") as journal:
+        handle = attach(trainer, journal, on_corrupt="regenerate", verify_input=True)
+        assert handle.engine.options == EngineOptions(on_corrupt="regenerate", verify_input=True, bypass_modes=("eval",))
+        handle.detach()
+        options = EngineOptions(allow_fingerprint_mismatch=True, on_input_mismatch="error")
+        handle = attach(trainer, journal, options=options, bypass_eval=False)
+        assert handle.engine.options == EngineOptions(allow_fingerprint_mismatch=True, on_input_mismatch="error",
+                                                      bypass_modes=())
+        handle.detach()
+        with pytest.raises(TypeError, match="did you mean 'on_corrupt'"):
+            attach(trainer, journal, on_corupt="regenerate")
+        with pytest.raises(TypeError, match="options= and also verify_input="):
+            attach(trainer, journal, options=options, verify_input=True)
+        with pytest.raises(TypeError, match="bypass_eval"):
+            attach(trainer, journal, bypass_modes=["eval"])
+        assert getattr(trainer, "_stepjournal", None) is None  # a refused attach leaves the trainer as it was
+
+
 def test_recorded_payloads_hold_prompt_ids_completion_ids_logprobs_and_rng_state(grpo_recorded, tmp_path):
     source, _, _ = grpo_recorded
     with Journal(copy_journal(source, tmp_path), readonly=True) as journal:
@@ -382,6 +468,54 @@ def test_fingerprint_names_what_a_recording_depends_on(tokenizer, tmp_path):
     fp = trainer_fingerprint(grpo(tokenizer, tmp_path / "out"))
     assert fp["trainer"] == "GRPOTrainer" and fp["num_generations"] == 4 and fp["num_processes"] == 1
     Journal(tmp_path / "journal", fingerprint=fp).close()  # every value is a JSON scalar
+
+
+SETTING_CHANGES = [
+    # (which fingerprint key must change, GRPOConfig keywords)
+    ("top_p", {"top_p": 0.9}),
+    ("top_k", {"top_k": 5}),
+    ("min_p", {"min_p": 0.1}),
+    ("repetition_penalty", {"repetition_penalty": 1.2}),
+    ("generation_kwargs", {"generation_kwargs": {"no_repeat_ngram_size": 2}}),
+    ("temperature", {"temperature": 0.7}),
+    ("max_completion_length", {"max_completion_length": 6}),
+]
+
+
+@pytest.mark.parametrize("key,config", SETTING_CHANGES, ids=[c[0] for c in SETTING_CHANGES])
+def test_every_sampling_setting_is_in_the_fingerprint(tokenizer, tmp_path, key, config):
+    base = trainer_fingerprint(grpo(tokenizer, tmp_path / "a"))
+    assert trainer_fingerprint(grpo(tokenizer, tmp_path / "b")) == base  # stable across builds
+    changed = trainer_fingerprint(grpo(tokenizer, tmp_path / "c", config=config))
+    assert changed[key] != base[key]
+    assert changed["generation_config"] != base["generation_config"]  # what transformers samples with
+
+
+def test_the_model_config_and_the_tokenizer_are_in_the_fingerprint(tokenizer, tmp_path):
+    base = trainer_fingerprint(grpo(tokenizer, tmp_path / "a"))
+    wider = grpo(tokenizer, tmp_path / "b")
+    torch.manual_seed(0)
+    wider.model = Qwen2ForCausalLM(Qwen2Config(**{**wider.model.config.to_dict(), "intermediate_size": 48}))
+    assert trainer_fingerprint(wider)["model_config"] != base["model_config"]
+    assert trainer_fingerprint(wider)["model"] == base["model"]  # the model type alone tells them apart no more
+    templated = grpo(tokenizer, tmp_path / "c")
+    templated.processing_class = copy.deepcopy(tokenizer)
+    templated.processing_class.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert trainer_fingerprint(templated)["chat_template"] != base["chat_template"]
+    assert {"tokenizer", "tokenizer_vocab_size", "tokenizer_vocab"} <= set(base)
+
+
+def test_a_replay_after_changing_a_sampling_setting_is_refused(tokenizer, tmp_path, monkeypatch):
+    recorded = grpo(tokenizer, tmp_path / "rec", max_steps=1)
+    with Journal(tmp_path / "journal", fingerprint=trainer_fingerprint(recorded)) as journal:
+        attach(recorded, journal, "dump")
+        recorded.train()
+    trainer = grpo(tokenizer, tmp_path / "out", max_steps=1, config={"top_p": 0.5})
+    forbid_generation(trainer, monkeypatch)
+    with Journal(tmp_path / "journal", fingerprint=trainer_fingerprint(trainer)) as journal:
+        attach(trainer, journal, "replay")
+        with pytest.raises(FingerprintMismatchError, match="top_p: recorded 1.0, now 0.5"):
+            trainer.train()
 
 
 def test_supported_trl_range_is_the_one_the_extra_declares():

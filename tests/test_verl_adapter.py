@@ -213,6 +213,44 @@ def test_a_record_without_input_has_no_matching_batch_unless_told_to_keep(tmp_pa
     rollout.close()
 
 
+class _GeneratorDown(RuntimeError):
+    """The user's own error, raised by the generator."""
+
+
+def _chain(exc: BaseException) -> list:
+    """`exc` and every exception chained to it (as __cause__ or __context__)."""
+    found = []
+    while exc is not None and exc not in found:
+        found.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return found
+
+
+@pytest.mark.parametrize("kind", ["sync generate", "async generate, sync caller", "async generate, awaited"])
+def test_an_error_of_the_generator_reaches_the_caller_without_an_unrelated_chained_traceback(tmp_path, kind):
+    import traceback
+
+    def sync_generate(prompts):
+        raise _GeneratorDown("the model server is down")
+
+    async def async_generate(prompts):
+        raise _GeneratorDown("the model server is down")
+
+    journal = Journal(str(tmp_path / "j"), run="r")
+    engine = Engine(journal, parse("cache"))
+    rollout = JournaledRollout(sync_generate if kind == "sync generate" else async_generate, engine, step_of=lambda p: 1)
+    with pytest.raises(_GeneratorDown) as caught:
+        if kind == "async generate, awaited":
+            asyncio.run(rollout.acall(_gen_batch(1)))
+        else:
+            rollout(_gen_batch(1))
+    assert [type(e) for e in _chain(caught.value)] == [_GeneratorDown]
+    printed = "".join(traceback.format_exception(caught.value))
+    assert "no running event loop" not in printed and "During handling" not in printed
+    assert printed.rstrip().endswith("_GeneratorDown: the model server is down")
+    rollout.close()
+
+
 # -- installing it on real verl objects ------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from stepjournal import Journal
 from stepjournal.adapters.verl import read_verl_config, verl_fingerprint, verl_run_key
-from stepjournal.policies import ConfigError, Engine, FingerprintMismatchError, parse
+from stepjournal.policies import ConfigError, Engine, EngineOptions, FingerprintMismatchError, parse
 
 BASE = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 DUMPS = "/data/dumps"
@@ -202,6 +202,18 @@ def test_records_made_under_another_rollout_n_are_refused(tmp_path):
     simulate(tmp_path, dump, [1], runs=1)
     with pytest.raises(FingerprintMismatchError, match="verl.rollout_n"):
         simulate(tmp_path, {**dump, "actor_rollout_ref": {"rollout": {"n": 8}}}, [1], runs=1)
+
+
+def test_every_engine_option_is_a_key_of_the_stepjournal_section():
+    """on_corrupt (promised in configs by docs/reliability.md) and every other engine option are read."""
+    section = {"policy": "cache", "path": "/data/j", "on_corrupt": "regenerate", "verify_input": True,
+               "on_input_mismatch": "error", "allow_fingerprint_mismatch": True, "bypass_modes": ["validate", "eval"]}
+    found = read_verl_config(verl_cfg({"stepjournal": section}))
+    assert found.engine.options == EngineOptions(on_corrupt="regenerate", verify_input=True, on_input_mismatch="error",
+                                                 allow_fingerprint_mismatch=True, bypass_modes=("validate", "eval"))
+    assert set(EngineOptions.names()) <= {key.split(".", 1)[1] for key in found.keys}
+    with pytest.raises(ConfigError, match="on_corrupt=.ignore. is not valid"):
+        read_verl_config(verl_cfg({"stepjournal": {"policy": "cache", "path": "/data/j", "on_corrupt": "ignore"}}))
 
 
 def test_verls_own_config_dataclasses_are_read_too():

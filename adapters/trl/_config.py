@@ -7,8 +7,10 @@ modes a call is journaled under, and the fingerprint of a trainer.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
-from typing import Any, Dict, Tuple
+import json
+from typing import Any, Dict, Optional, Tuple
 
 from stepjournal._log import get_logger
 
@@ -23,6 +25,7 @@ __all__ = [
     "mode_name",
     "mode_of",
     "trainer_fingerprint",
+    "SAMPLING_ARGS",
 ]
 
 log = get_logger(__name__)
@@ -112,25 +115,75 @@ def mode_of(trainer: Any) -> str:
     return mode_name(trainer, "train" if trainer.model.training else "eval")
 
 
+# Sampling settings of GRPOConfig / RLOOConfig that change what a generate call returns (None when
+# the installed TRL's config has no such field).
+SAMPLING_ARGS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "max_completion_length",
+    "use_vllm",
+    "vllm_mode",
+    "use_transformers_paged",
+    "cache_implementation",
+    "vllm_structured_outputs_regex",
+    "max_tool_calling_iterations",
+)
+
+
+def _digest(value: Any) -> Optional[str]:
+    """A short, stable digest of a JSON-like value (None stays None)."""
+    if value is None:
+        return None
+    text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _config_dict(config: Any) -> Any:
+    if config is None:
+        return None
+    to_dict = getattr(config, "to_dict", None)
+    return to_dict() if callable(to_dict) else vars(config)
+
+
 def trainer_fingerprint(trainer: Any) -> Dict[str, Any]:
     """What a recorded generation depends on, read from a trainer: pass it as the journal's fingerprint.
 
     A replay under another fingerprint is refused (see `Engine`), so a journal recorded with another
-    model, batch shape, sampling setting or number of processes is not served by mistake.
+    model, tokenizer, batch shape, sampling setting or number of processes is not served by mistake.
+    Every key is listed in docs/trl.md; extend it with your own keys (``{**trainer_fingerprint(t),
+    "reward": "v2"}``) or relax it by leaving keys out (``fp.pop("seed")``).
     """
     family = family_of(trainer)
     args = trainer.args
-    config = getattr(trainer.model, "config", None)
-    return {
+    model = trainer.model
+    config = getattr(model, "config", None)
+    processing = getattr(trainer, "processing_class", None)
+    tokenizer = getattr(processing, "tokenizer", processing)  # a multimodal processor holds its tokenizer
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    # The transformers path samples with the trainer's own GenerationConfig, built from the args.
+    generation_config = getattr(trainer, "generation_config", None) or getattr(model, "generation_config", None)
+    fingerprint: Dict[str, Any] = {
         "trainer": family.__name__,
         "model": getattr(config, "_name_or_path", None) or getattr(config, "model_type", None),
+        "model_config": _digest(_config_dict(config)),
+        "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
+        "tokenizer_vocab_size": len(tokenizer) if tokenizer is not None else None,
+        "tokenizer_vocab": _digest(sorted(get_vocab().items())) if callable(get_vocab) else None,
+        "chat_template": _digest(getattr(processing, "chat_template", None) or getattr(tokenizer, "chat_template", None)),
+        "generation_config": _digest(_config_dict(generation_config)),
+        "generation_kwargs": _digest(getattr(args, "generation_kwargs", None) or None),
+        "chat_template_kwargs": _digest(getattr(args, "chat_template_kwargs", None) or None),
         "num_generations": getattr(trainer, "num_generations", None),
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "steps_per_generation": getattr(args, "steps_per_generation", None),
         "num_iterations": getattr(args, "num_iterations", None),
-        "max_completion_length": getattr(args, "max_completion_length", None),
-        "temperature": getattr(args, "temperature", None),
         "seed": args.seed,
         "num_processes": trainer.accelerator.num_processes,
         "rollout_func": getattr(trainer, ROLLOUT_FUNC, None) is not None,
     }
+    for name in SAMPLING_ARGS:
+        fingerprint[name] = getattr(args, name, None)
+    return fingerprint

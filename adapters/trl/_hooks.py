@@ -27,18 +27,28 @@ from __future__ import annotations
 
 import functools
 import inspect
-import time
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+import attrs
 from trl import GRPOTrainer, RLOOTrainer
 
 from stepjournal._log import get_logger
 from stepjournal import Journal, UnsupportedValueError
-from stepjournal.policies import Engine, Outcome, PendingCall
+from stepjournal.policies import (
+    CallHooks,
+    Engine,
+    EngineOptions,
+    InputMismatchError,
+    Outcome,
+    ReplayMissError,
+    is_policy,
+    parse,
+)
 
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of
 from ._errors import TrlAdapterError
+from ._prompts import PROMPTS_DIFFER, SamePromptsAtSameStep
 
 __all__ = ["attach", "TrlRecorder", "JournaledTrainerMixin", "JournaledGRPOTrainer", "JournaledRLOOTrainer"]
 
@@ -127,35 +137,39 @@ class TrlRecorder:
         trainer = self.trainer
         step = int(trainer.state.global_step)
         mode = mode_of(trainer)
+        hooks = CallHooks(
+            prepare_input=lambda: self._prepare(given, step, mode),
+            # The random state is captured first thing after sampling, before anything else draws.
+            to_stored=lambda result: self._payload(result, capture_rng_state()),
+            from_stored=self._serve,
+        )
         try:
-            prepared = self.journal.prepare(given)
-        except UnsupportedValueError as exc:
-            # Multimodal prompts may hold images the codec cannot store; the call is still journaled.
-            log.warning("trl_input_not_stored", step=step, mode=mode, why=str(exc))
-            prepared = None
-        pending = self.engine.begin(step, mode=mode, input_digest=prepared.ref.digest if prepared else None)
-        if pending.outcome is not None:
-            return self._serve(pending)
-        started = time.perf_counter()
-        result = generate()
-        duration = time.perf_counter() - started
-        rng = capture_rng_state()  # first thing after sampling, before anything else draws
-        try:
-            outcome = self.engine.finish(pending, self._payload(result, rng), input=prepared, duration_s=duration)
+            outcome = self.engine.call(step, generate, mode=mode, hooks=hooks)
         except UnsupportedValueError as exc:
             raise UnsupportedValueError(
                 f"{exc}\n(this is what {self.target} returned at step {step}; register a codec for that type with "
                 "stepjournal.register_codec, or return plain lists, dicts, numbers, strings and tensors)"
             ) from None
+        except ReplayMissError as exc:
+            if not str(exc).startswith(PROMPTS_DIFFER):
+                raise
+            raise InputMismatchError(str(exc), step=exc.step, gen_index=exc.gen_index) from None
         self._count(outcome)
-        return result
+        return outcome.value
+
+    def _prepare(self, given: Dict[str, Any], step: int, mode: str) -> Tuple[Any, Optional[str]]:
+        try:
+            prepared = self.journal.prepare(given)
+        except UnsupportedValueError as exc:
+            # Multimodal prompts may hold images the codec cannot store; the call is still journaled.
+            log.warning("trl_input_not_stored", step=step, mode=mode, why=str(exc))
+            return None, None
+        return prepared, prepared.digest
 
     def _payload(self, result: Any, rng: Dict[str, Any]) -> Dict[str, Any]:
         return pack_output(self.target, result, rng, pairs=self._family is GRPOTrainer, trainer_name=self._family.__name__)
 
-    def _serve(self, pending: PendingCall) -> Any:
-        outcome = pending.outcome
-        assert outcome is not None
+    def _serve(self, outcome: Outcome) -> Any:
         payload = outcome.value
         ctx = outcome.ctx
         value = unpack_output(
@@ -179,7 +193,6 @@ class TrlRecorder:
         elif self.restore_rng:
             # Serving another step's data: that step's random state belongs to another point of the run.
             log.debug("trl_rng_kept", step=ctx.step, gen_index=ctx.gen_index, exact=exact)
-        self._count(outcome)
         return value
 
     def _count(self, outcome: Outcome) -> None:
@@ -194,9 +207,9 @@ def attach(
     *,
     restore_rng: bool = True,
     bypass_eval: bool = True,
-    allow_fingerprint_mismatch: bool = False,
-    verify_input: bool = False,
-    on_input_mismatch: str = "generate",
+    check_prompts: str = "same_step",
+    options: Optional[EngineOptions] = None,
+    **option_keywords: Any,
 ) -> TrlRecorder:
     """Put a `GRPOTrainer`'s or `RLOOTrainer`'s generate calls under a journal and a policy.
 
@@ -212,13 +225,23 @@ def attach(
             the recorded call left behind, so the replayed run matches the recorded one bit for bit.
         bypass_eval: evaluation calls generate outside the journal (journaled as bypassed), as
             validation does in the other adapters; False records and replays them under mode ``"eval"``.
-        allow_fingerprint_mismatch, verify_input, on_input_mismatch: see `stepjournal.policies.Engine`.
+        check_prompts: ``"same_step"`` (default): a replay of the call's own step and index is served
+            only when the trainer asks with the prompt ids recorded there; otherwise the call is
+            decided as if it were not recorded (``cache`` generates and stores it, ``replay`` raises
+            `InputMismatchError` naming the step). ``"off"``: serve the record whatever the prompts.
+        options: the engine's `EngineOptions` (its ``bypass_modes`` is set from `bypass_eval`).
+        **option_keywords: each engine option as its own keyword (``verify_input=True``,
+            ``on_corrupt="regenerate"`` ...); not together with `options`.
 
     Returns:
         The `TrlRecorder` handle (also reachable as ``trainer._stepjournal``); ``handle.detach()`` undoes it.
 
     Raises:
-        TrlAdapterError: the trainer is not a GRPO/RLOO trainer, or is already attached.
+        TrlAdapterError: the trainer is not a GRPO/RLOO trainer, or is already attached, or
+            `check_prompts` is neither ``"same_step"`` nor ``"off"``.
+        TypeError: a keyword is not an option, `options` and option keywords were both given, or
+            ``bypass_modes`` was given (`bypass_eval` sets it).
+        OptionError: an option has a value it does not take.
         TrlSignatureError: the installed TRL (or an override in a subclass) does not have the method
             signature this adapter intercepts.
     """
@@ -230,15 +253,17 @@ def attach(
         )
     target = ROLLOUT_FUNC if getattr(trainer, ROLLOUT_FUNC, None) is not None else SINGLE_TURN
     check_drift(trainer, family, target)
+    if "bypass_modes" in option_keywords or (options is not None and options.bypass_modes != EngineOptions().bypass_modes):
+        raise TypeError("attach() sets bypass_modes from bypass_eval: pass bypass_eval=True or False instead")
+    options = EngineOptions.from_keywords(options, option_keywords, where="attach")
+    if check_prompts not in ("same_step", "off"):
+        raise TrlAdapterError(f"attach(check_prompts={check_prompts!r}): use 'same_step' (the default) or 'off'")
     eval_mode = mode_name(trainer, "eval")
-    engine = Engine(
-        journal,
-        policy,
-        allow_fingerprint_mismatch=allow_fingerprint_mismatch,
-        verify_input=verify_input,
-        on_input_mismatch=on_input_mismatch,
-        bypass_modes=(eval_mode,) if bypass_eval else (),
-    )
+    if isinstance(policy, str):
+        policy = parse(policy)
+    if check_prompts == "same_step" and is_policy(policy):  # not a policy: the Engine says so
+        policy = SamePromptsAtSameStep(policy)
+    engine = Engine(journal, policy, options=attrs.evolve(options, bypass_modes=(eval_mode,) if bypass_eval else ()))
     handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)
     handle._install()
     log.info(

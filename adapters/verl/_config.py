@@ -26,7 +26,7 @@ import attrs
 
 from stepjournal._log import get_logger
 from stepjournal import resolve_journal_path
-from stepjournal.policies import ConfigError, EngineConfig, StepRanges, load_config
+from stepjournal.policies import ConfigError, EngineConfig, EngineOptions, StepRanges, load_config
 
 from ._fingerprint import verl_fingerprint, verl_run_key
 from ._nodes import _MISSING, _child, _is_section, _plain, _select
@@ -54,13 +54,10 @@ _NATIVE_KEYS = {
     "run": "run",
     "fingerprint": None,
     "compression": "compression",
-    "allow_fingerprint_mismatch": "allow_fingerprint_mismatch",
-    "verify_input": "verify_input",
-    "on_input_mismatch": "on_input_mismatch",
-    "bypass_modes": "bypass_modes",
     "max_size": "max_size",
     "step_source": None,
     "fingerprint_ignore": None,
+    **{name: name for name in EngineOptions.names()},  # every engine option, on_corrupt included
 }
 _STEP_SOURCES = ("global_steps", "feed_index")
 

@@ -20,7 +20,6 @@ import inspect
 import itertools
 import os
 import threading
-import time
 from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
@@ -29,7 +28,7 @@ from verl.protocol import DataProto
 
 from stepjournal._log import get_logger
 from stepjournal import Journal
-from stepjournal.policies import Engine, Outcome, PendingCall
+from stepjournal.policies import CallHooks, Engine, Outcome
 
 from ._config import VerlJournalConfig
 from ._errors import MissingInputError, VerlAdapterError, VerlStepError
@@ -144,6 +143,11 @@ def _run_blocking(coro: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        in_loop = False
+    else:
+        in_loop = True
+    # Outside the `except`: an error of the call itself must not carry "no running event loop" as its context.
+    if not in_loop:
         return asyncio.run(coro)
     # A loop runs in this thread: blocking it would deadlock, so run in a helper thread.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -219,58 +223,48 @@ class JournaledRollout:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The call, from synchronous code: the DataProto (an async `generate` is run to its end)."""
         if self._async:
-            outcome = _run_blocking(self._call_async(args, kwargs))
+            outcome, value = _run_blocking(self._call_async(args, kwargs))
+        elif self.engine is None:  # not journaling: no outcome
+            self._count_call()
+            outcome, value = None, self.generate(*args, **kwargs)
         else:
-            outcome = self._call_sync(args, kwargs)
+            step, mode, hooks = self._call_of(args, kwargs)
+            outcome = self.engine.call(step, lambda: self.generate(*args, **kwargs), mode=mode, hooks=hooks)
+            value = outcome.value
         self._last.set(outcome)
-        return outcome.value
+        return value
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         """The call, awaited (for asyncio callers such as the fully-async rollouter)."""
-        outcome = await self._call_async(args, kwargs)
+        outcome, value = await self._call_async(args, kwargs)
         self._last.set(outcome)
-        return outcome.value
+        return value
 
-    def _call_sync(self, args: tuple, kwargs: dict) -> Outcome:
-        pending, prepared = self._begin(args, kwargs)
-        if pending is None:
-            return Outcome(value=self.generate(*args, **kwargs), action="unjournaled", ctx=None, source=None, seq=0)
-        if pending.outcome is not None:
-            return pending.outcome
-        started = time.perf_counter()
-        output = self.generate(*args, **kwargs)
-        return self._finish(pending, prepared, output, time.perf_counter() - started)
+    async def _call_async(self, args: tuple, kwargs: dict) -> Tuple[Optional[Outcome], Any]:
+        if self.engine is None:  # not journaling: no outcome
+            self._count_call()
+            output = self.generate(*args, **kwargs)
+            return None, (await output if inspect.isawaitable(output) else output)
+        step, mode, hooks = self._call_of(args, kwargs)
+        outcome = await self.engine.acall(step, lambda: self.generate(*args, **kwargs), mode=mode, hooks=hooks)
+        return outcome, outcome.value
 
-    async def _call_async(self, args: tuple, kwargs: dict) -> Outcome:
-        # Journal I/O (encoding, LMDB) runs in a thread so other rollout tasks keep going meanwhile.
-        pending, prepared = await asyncio.to_thread(self._begin, args, kwargs)
-        if pending is not None and pending.outcome is not None:
-            return pending.outcome
-        started = time.perf_counter()
-        output = self.generate(*args, **kwargs)
-        if inspect.isawaitable(output):
-            output = await output
-        if pending is None:
-            return Outcome(value=output, action="unjournaled", ctx=None, source=None, seq=0)
-        return await asyncio.to_thread(self._finish, pending, prepared, output, time.perf_counter() - started)
-
-    def _begin(self, args: tuple, kwargs: dict) -> Tuple[Optional[PendingCall], Any]:
+    def _count_call(self) -> None:
         with self._count_lock:
             self.calls += 1
-        if self.engine is None:
-            return None, None
-        prompts = _prompts_of(args, kwargs)
-        step = self._step(prompts)
-        mode = self.mode_of(prompts)
-        prepared = digest = None
-        if mode not in self.engine.bypass_modes:
-            # Prepared before the generator runs: verl's manager adds keys (priority) to its input.
-            prepared = self.journal.prepare(prompts) if self.store_input else None
-            digest = self._digest(prompts, prepared)
-        return self.engine.begin(step, mode=mode, input_digest=digest), prepared
 
-    def _finish(self, pending: PendingCall, prepared: Any, output: Any, duration: float) -> Outcome:
-        return self.engine.finish(pending, output, input=prepared, duration_s=duration)
+    def _call_of(self, args: tuple, kwargs: dict) -> Tuple[int, str, CallHooks]:
+        """A call's step and mode, and how its input batch is stored."""
+        self._count_call()
+        prompts = _prompts_of(args, kwargs)
+        # The input is prepared before the generator runs (verl's manager adds keys, e.g. priority, to
+        # it); `acall` runs journal I/O in a thread so other rollout tasks keep going meanwhile.
+        hooks = CallHooks(prepare_input=lambda: self._prepare(prompts), run_blocking=asyncio.to_thread)
+        return self._step(prompts), self.mode_of(prompts), hooks
+
+    def _prepare(self, prompts: Any) -> Tuple[Any, Optional[str]]:
+        prepared = self.journal.prepare(prompts) if self.store_input else None
+        return prepared, self._digest(prompts, prepared)
 
     def _step(self, prompts: Any) -> int:
         step = self.step_of(prompts)
@@ -283,16 +277,16 @@ class JournaledRollout:
     def _digest(self, prompts: Any, prepared: Any) -> Optional[str]:
         non_tensor = getattr(prompts, "non_tensor_batch", None)
         if not isinstance(prompts, DataProto) or non_tensor is None:
-            return prepared.ref.digest if prepared is not None else self.journal.prepare(prompts).ref.digest
+            return prepared.digest if prepared is not None else self.journal.prepare(prompts).digest
         ignored = [key for key in self.digest_ignore if key in non_tensor]
         if not ignored and prepared is not None:
-            return prepared.ref.digest
+            return prepared.digest
         view = DataProto(
             batch=prompts.batch,
             non_tensor_batch={k: v for k, v in non_tensor.items() if k not in ignored},
             meta_info=prompts.meta_info,
         )
-        return self.journal.prepare(view).ref.digest
+        return self.journal.prepare(view).digest
 
     # -- what the trainer asks afterwards ----------------------------------------------------------------
     @property
