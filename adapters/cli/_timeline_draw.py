@@ -13,7 +13,7 @@ import math
 import os
 from typing import Dict, List, Tuple
 
-from ._timeline_layout import COLOURS, Timeline
+from ._timeline_layout import COLOURS, MAX_ARROWS, Timeline
 
 __all__ = ["LINK_COLOUR", "render", "render_html", "render_image"]
 
@@ -41,6 +41,28 @@ def figure_size(ncols: int, nlanes: int) -> Tuple[float, float]:
     width = min(max(7.0, 3.0 + 0.32 * ncols), _MAX_WIDTH_IN)
     height = min(max(3.6, 2.8 + 0.42 * nlanes), _MAX_HEIGHT_IN)
     return width, height
+
+
+def _band_labels(timeline: Timeline, axis_px: float = 1200.0) -> List[Tuple[float, int, str, str]]:
+    """Where to write band labels: (x in columns, lane, text, alignment), none overlapping in a lane.
+
+    Widest bands are labelled first, a wide band at its centre and a narrow one at its start; a label
+    that would overlap one already placed in its lane is left out (the HTML tooltip still names it).
+    """
+    columns_per_px = max(len(timeline.steps), 1) / axis_px
+    placed: Dict[int, List[Tuple[float, float]]] = {}
+    labels = []
+    for b in sorted(timeline.bands, key=lambda b: b.start - b.end):
+        extent = (len(b.policy) * 5.0 + 6) * columns_per_px
+        centre = b.end - b.start + 1 > 2 * extent
+        x0 = (b.start + b.end) / 2 - extent / 2 if centre else b.start - 0.4
+        if any(x0 < hi and lo < x0 + extent for lo, hi in placed.get(b.lane, ())):
+            continue
+        placed.setdefault(b.lane, []).append((x0, x0 + extent))
+        labels.append((x0 + extent / 2, b.lane, b.policy, "center") if centre else (x0, b.lane, b.policy, "left"))
+        if len(labels) == 60:
+            break
+    return labels
 
 
 def render_image(timeline: Timeline, out: str) -> None:
@@ -81,12 +103,8 @@ def render_image(timeline: Timeline, out: str) -> None:
     for layer, n in ((band_layer, len(bands)), (bar_layer, len(segments))):
         layer.set_rasterized(n > _RASTER_ABOVE)
         ax.add_collection(layer)
-    # A band's label is written when the band is wide enough to hold it (at most a few dozen labels).
-    min_width = max(3.0, ncols / 14)
-    labelled = [b for b in bands if b.end - b.start + 1 >= min_width][:60]
-    for b in labelled:
-        ax.text(b.start - 0.4, b.lane - 0.36, b.policy, fontsize=7, va="center", ha="left", color="#333",
-                clip_on=True)
+    for x, lane, text, align in _band_labels(timeline):
+        ax.text(x, lane - 0.36, text, fontsize=7, va="center", ha=align, color="#333", clip_on=True)
     if timeline.arrows:
         for link in timeline.links:
             a, b = link.source, link.to
@@ -105,7 +123,7 @@ def render_image(timeline: Timeline, out: str) -> None:
     # Source step vs step: what data each call trained on (generated: its own step; replayed: its source).
     served = [(c.column, c.record.step if c.record.action == "generated" else c.record.source_step, c.colour_key)
               for c in timeline.cells if c.record.action in ("generated", "replayed")]
-    for kind in COLOURS:
+    for kind in sorted(COLOURS, key=lambda k: k.startswith("generated")):  # recorded data on top
         points = np.array([(x, y) for x, y, k in served if k == kind], dtype=float).reshape(-1, 2)
         if len(points):
             dots = panel.scatter(points[:, 0], points[:, 1], s=4 if len(points) > 300 else 10, marker="s",
@@ -124,7 +142,7 @@ def render_image(timeline: Timeline, out: str) -> None:
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     note = _summary(timeline)
     if timeline.links and not timeline.arrows:
-        note += f"; {len(timeline.links)} replay links (arrows drawn up to {40})"
+        note += f"; {len(timeline.links)} replay links (arrows drawn up to {MAX_ARROWS})"
     if timeline.hidden:
         note += "\n" + "; ".join(h.describe() for h in timeline.hidden[:3])
     ax.set_title(f"{timeline.title}\n{note}", fontsize=8, loc="left")

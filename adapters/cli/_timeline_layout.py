@@ -100,7 +100,10 @@ class Segment:
 
 @attrs.frozen
 class Band:
-    """Consecutive columns of one lane decided by one policy clause (``dump@1-5``, ``repeat`` ...)."""
+    """Consecutive calls of one lane decided by one policy clause (``dump@1-5``, ``repeat`` ...).
+
+    Unlike a segment, a band spans columns where the lane has no call.
+    """
 
     lane: int
     start: int
@@ -166,7 +169,8 @@ def _merge(cells: Sequence[Cell]) -> Tuple[List[Segment], List[Band]]:
         else:
             segments.append(Segment(c.lane, c.column, c.column, kind, policy, c.record, c.record))
         b = bands[-1] if bands else None
-        if b is not None and b.lane == c.lane and b.end + 1 == c.column and b.policy == policy:
+        # A band spans a lane's gaps: a validation lane called every tenth step is one "bypass" band.
+        if b is not None and b.lane == c.lane and b.policy == policy:
             bands[-1] = attrs.evolve(b, end=c.column)
         else:
             bands.append(Band(c.lane, c.column, c.column, policy))
