@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import math
 import os
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from ._timeline_layout import COLOURS, MAX_ARROWS, Timeline
 
@@ -65,8 +65,10 @@ def _band_labels(timeline: Timeline, axis_px: float = 1200.0) -> List[Tuple[floa
     return labels
 
 
-def render_image(timeline: Timeline, out: str) -> None:
+def render_image(timeline: Timeline, out: str) -> Any:
     """Draw the timeline to a PNG or SVG file (the format follows the extension) with matplotlib.
+
+    Returns: the matplotlib `Figure` drawn.
 
     Raises:
         ImportError: matplotlib is not installed; the message names the extra to install.
@@ -148,6 +150,7 @@ def render_image(timeline: Timeline, out: str) -> None:
     ax.set_title(f"{timeline.title}\n{note}", fontsize=8, loc="left")
     fig.tight_layout()
     fig.savefig(out, format=os.path.splitext(out)[1][1:].lower())
+    return fig
 
 
 def _toward(x: float, y: float, tx: float, ty: float, distance: float) -> Tuple[float, float]:
