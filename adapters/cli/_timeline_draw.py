@@ -88,13 +88,20 @@ def render_image(timeline: Timeline, out: str) -> Any:
     lanes_share = max(1.0, 0.5 * nlanes)
     ax, panel = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [lanes_share, 1.6]})
 
+    min_half = 1.25 * max(ncols, 1) / (fig.get_figwidth() * fig.dpi * 0.8)
+
     def boxes(items, top: float, bottom: float) -> "np.ndarray":
         spans = np.array([(i.start, i.end, i.lane) for i in items], dtype=float).reshape(-1, 3)
-        x0, x1, y = spans[:, 0] - 0.45, spans[:, 1] + 0.45, spans[:, 2]
+        # A bar is at least ~2.5 px wide, so a single call among 100 000 steps stays visible.
+        half = np.maximum((spans[:, 1] - spans[:, 0] + 0.9) / 2, min_half)
+        middle, y = (spans[:, 0] + spans[:, 1]) / 2, spans[:, 2]
+        x0, x1 = middle - half, middle + half
         return np.stack([np.stack([x0, y + top]), np.stack([x1, y + top]), np.stack([x1, y + bottom]),
                          np.stack([x0, y + bottom])]).transpose(2, 0, 1)
 
-    segments, bands = timeline.segments, timeline.bands
+    # Narrow bars are drawn last: widened to stay visible, they must not vanish under a wide neighbour.
+    segments = sorted(timeline.segments, key=lambda s: s.start - s.end)
+    bands = timeline.bands
     tint_of, parity = [], {}
     for b in bands:
         parity[b.lane] = 1 - parity.get(b.lane, 1)
@@ -131,6 +138,8 @@ def render_image(timeline: Timeline, out: str) -> Any:
             dots = panel.scatter(points[:, 0], points[:, 1], s=4 if len(points) > 300 else 10, marker="s",
                                  color=COLOURS[kind], linewidths=0)
             dots.set_rasterized(len(points) > _RASTER_ABOVE)
+    if served and max(y for _, y, _ in served) > 50 * max(1, min(y for _, y, _ in served)):
+        panel.set_yscale("log")  # a sawtooth over steps 1-5 stays visible beside data of step 20 000
     panel.set_ylabel("data of step", fontsize=8)
     panel.set_xlabel("step")
     panel.tick_params(labelsize=8)
