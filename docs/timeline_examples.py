@@ -5,7 +5,7 @@
 
 Each journal is built through the public API as a training loop would build it: a first session
 under ``dump@1-5;repeat`` with a validation call every few steps (bypassed), a resumed session that
-replays the first third exactly (``replay``), and a third under ``cache`` for the steps after it.
+replays steps 1-5 exactly (``replay``), and a third under ``cache`` for the second third of the steps.
 The journals are written to a temporary folder and removed afterwards.
 """
 
