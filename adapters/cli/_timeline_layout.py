@@ -158,22 +158,30 @@ def _lane_key(session_no: Dict[str, int], r: AuditRecord) -> Tuple[int, str, boo
 
 
 def _merge(cells: Sequence[Cell]) -> Tuple[List[Segment], List[Band]]:
-    """Segments and bands of cells sorted by (lane, column)."""
+    """Segments and bands of cells sorted by (lane, column), in one pass (no object per merged call)."""
     segments: List[Segment] = []
     bands: List[Band] = []
+    seg: Optional[list] = None  # [lane, start, end, kind, policy, first, last] of the open segment
+    band: Optional[list] = None  # [lane, start, end, policy]
     for c in cells:
-        kind, policy = c.colour_key, c.record.policy
-        s = segments[-1] if segments else None
-        if s is not None and s.lane == c.lane and s.end + 1 == c.column and s.kind == kind and s.policy == policy:
-            segments[-1] = attrs.evolve(s, end=c.column, last=c.record)
+        r = c.record
+        kind, policy, lane, column = kind_of(r), r.policy, c.lane, c.column
+        if seg is not None and seg[0] == lane and seg[2] + 1 == column and seg[3] == kind and seg[4] == policy:
+            seg[2], seg[6] = column, r
         else:
-            segments.append(Segment(c.lane, c.column, c.column, kind, policy, c.record, c.record))
-        b = bands[-1] if bands else None
+            if seg is not None:
+                segments.append(Segment(*seg))
+            seg = [lane, column, column, kind, policy, r, r]
         # A band spans a lane's gaps: a validation lane called every tenth step is one "bypass" band.
-        if b is not None and b.lane == c.lane and b.policy == policy:
-            bands[-1] = attrs.evolve(b, end=c.column)
+        if band is not None and band[0] == lane and band[3] == policy:
+            band[2] = column
         else:
-            bands.append(Band(c.lane, c.column, c.column, policy))
+            if band is not None:
+                bands.append(Band(*band))
+            band = [lane, column, column, policy]
+    if seg is not None:
+        segments.append(Segment(*seg))
+        bands.append(Band(*band))
     return segments, bands
 
 
@@ -208,11 +216,10 @@ def build_timeline(
     labels = tuple(
         f"s{s} {run_ + ' ' if several_runs else ''}{mode_} #{index}" for s, run_, _, mode_, index in lane_keys
     )
-    placed: Dict[Tuple[int, int], Cell] = {}
+    latest: Dict[Tuple[int, int], AuditRecord] = {}
     for r in shown:
-        lane = lane_of[_lane_key(session_no, r)]
-        placed[(lane, column_of[r.step])] = Cell(column_of[r.step], lane, r)
-    cells = [placed[key] for key in sorted(placed)]
+        latest[(lane_of[_lane_key(session_no, r)], column_of[r.step])] = r
+    cells = [Cell(column, lane, latest[(lane, column)]) for lane, column in sorted(latest)]
     segments, bands = _merge(cells)
     by_seq = {c.record.seq: c for c in cells}
     links = []
