@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import matplotlib.image
 import msgpack
 import numpy as np
 import pytest
@@ -387,41 +386,6 @@ def test_export_refuses_a_folder_that_is_not_empty(engine, tmp_path):
     result = cli("export", engine, "--run", "adapters", "--to", str(tmp_path / "full"))
     assert result.returncode == 1 and "not an empty folder" in result.stderr
     assert os.listdir(tmp_path / "full") == ["keep.txt"]
-
-
-# -- timeline --------------------------------------------------------------------------------------------
-def colour_pixels(image: np.ndarray, hex_colour: str) -> int:
-    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
-    return int((np.abs(image[..., :3] - rgb).max(axis=-1) < 0.02).sum())
-
-
-def test_timeline_png_shows_each_action_in_its_colour(engine, tmp_path):
-    out = tmp_path / "timeline.png"
-    ok(cli("timeline", engine, "--run", "adapters", "--out", str(out)))
-    image = matplotlib.image.imread(str(out))
-    height, width = image.shape[:2]
-    assert 500 <= width <= 6000 and 200 <= height <= 4000
-    colours = {"generated": "#2ca02c", "replayed": "#1f77b4", "bypassed": "#9e9e9e", "refused": "#d62728"}
-    counts = {action: colour_pixels(image, colour) for action, colour in colours.items()}
-    assert all(n > 200 for n in counts.values()), counts  # at least one filled cell of each
-    # four generated cells outweigh one refused cell
-    assert counts["generated"] > 3 * counts["refused"]
-
-
-def test_timeline_html_is_one_self_contained_file_with_linked_replays(demo, tmp_path):
-    out = tmp_path / "timeline.html"
-    ok(cli("timeline", demo, "--out", str(out)))
-    page = out.read_text()
-    assert page.count('<rect class="generated"') == 7 and page.count('<rect class="replayed"') == 9
-    assert page.count('<g class="link"') == 9  # one link per replay, back to its recorded source
-    assert "from step 1 #0" in page  # step 7 repeats step 1
-    assert "<script" not in page and "src=" not in page and "href=" not in page
-
-
-def test_timeline_svg_is_drawn(demo, tmp_path):
-    out = tmp_path / "timeline.svg"
-    ok(cli("timeline", demo, "--out", str(out)))
-    assert out.read_text().lstrip().startswith("<?xml") and "<svg" in out.read_text()
 
 
 # -- reindex ---------------------------------------------------------------------------------------------
