@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "lookup": bench_lookup,
         "passthrough": bench_passthrough,
         "scan": bench_scan,
-        "cli_start": lambda _ctx: bench_cli_start(reps=3 if args.quick else 5),
+        "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
     }
     try:
         for name, section in sections.items():

@@ -86,15 +86,19 @@ def _python(args: List[str], *, timeout: float = 600) -> Dict[str, Any]:
 def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
     """Wall time of one CLI command in a fresh process (its output discarded)."""
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "stepjournal", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "stepjournal", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        # Reported as a bound: the command took at least `timeout` seconds.
+        return {"wall_s": float(timeout), "rc": None, "timed_out": True, "stderr_tail": ""}
     took = time.perf_counter() - start
-    return {"wall_s": took, "rc": done.returncode, "stderr_tail": done.stderr[-300:] if done.returncode else ""}
+    return {"wall_s": took, "rc": done.returncode, "timed_out": False, "stderr_tail": done.stderr[-300:] if done.returncode else ""}
 
 
 def _decisions(path: Path, steps: int) -> Dict[str, Any]:
