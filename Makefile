@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
 
-.PHONY: demo test soak bench clean
+.PHONY: demo test soak bench bench-scale clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ soak: $(VENV)/.soak
 
 bench: $(VENV)/.test
 	$(PY) -m benchmarks
+
+# A journal of 1 000 000 events and what each answer then costs (issue 17); about 10 minutes here.
+bench-scale: $(VENV)/.test
+	$(PY) -m benchmarks._scale
 
 clean:
 	rm -rf $(VENV) .stepjournal-demo build dist *.egg-info

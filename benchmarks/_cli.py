@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from rich.console import Console
 
+from ._cli_start import bench_cli_start
 from ._measure import load_average, machine_facts, quiet_logs
 from ._report import goals_and_ratios
 from ._suite import Context, bench_lookup, bench_passthrough, bench_record, bench_replay, bench_scan
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "lookup": bench_lookup,
         "passthrough": bench_passthrough,
         "scan": bench_scan,
+        "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
     }
     try:
         for name, section in sections.items():

@@ -88,6 +88,7 @@ def goals_and_ratios(figures: Dict[str, Any], main: str) -> Dict[str, Any]:
         "disk_bytes_compressed_vs_verl_dp": _goal(ratios["zstd"]["disk_bytes_vs_verl_dp"], 0.4, "<=", "x", f"zstd, {main}, journal growth per step vs .dp file"),
         "replay_peak_rss_vs_payload": _goal(r["replay_peak_rss_vs_payload"], 1.5, "<=", "x", f"{main}, first replay in a fresh process"),
     }
+    goals.update(figures.get("cli_start", {}).get("goals", {}))
     return {"ratios": _rounded(ratios), "goals": goals}
 
 

@@ -11,16 +11,18 @@ the current one by the functions in `_UPGRADES` before structuring, so old journ
 
 from __future__ import annotations
 
+import typing
 import zlib
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import attrs
 import cattrs
 from cattrs.v import format_exception
 import msgpack
 from cattrs.preconf.msgpack import make_converter
 
 from ._errors import EventDecodeError, StepJournalError, UnknownEventTypeError, UnsupportedSchemaVersionError
-from ._events import EVENT_TYPES, Event
+from ._events import EVENT_TYPES, Event, PayloadRef
 
 __all__ = ["converter", "encode_event", "decode_event", "event_tag"]
 
@@ -82,8 +84,109 @@ def encode_event(event: Event) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
+# -- the fast path of `decode_event` -------------------------------------------------------------------
+# A field's plan: (name, kind, optional, required). Kinds are the exact types msgpack hands back.
+_Plan = List[Tuple[str, Any, bool, bool]]
+_CHECKSUM_TAIL = msgpack.packb(_CHECKSUM_KEY)
+
+
+def _plan_of(cls: type) -> Optional[_Plan]:
+    """How to build `cls` straight from a msgpack map, or None when a field needs the converter."""
+    hints = typing.get_type_hints(cls)
+    plan: _Plan = []
+    for field in attrs.fields(cls):
+        kind, optional = hints[field.name], False
+        args = typing.get_args(kind)
+        if typing.get_origin(kind) is typing.Union and len(args) == 2 and type(None) in args:
+            kind, optional = next(a for a in args if a is not type(None)), True
+        if kind not in (str, int, float, bool, PayloadRef):
+            return None
+        plan.append((field.name, kind, optional, field.default is attrs.NOTHING))
+    return plan
+
+
+_PLANS: Dict[type, Optional[_Plan]] = {cls: _plan_of(cls) for cls in (*EVENT_TYPES, PayloadRef)}
+
+
+def _build(body: Dict[str, Any], cls: type) -> Any:
+    """`cls` from `body` when every value already has its field's exact type, else None.
+
+    This is what the converter's strict hooks would do for these plain types (no coercion; an int
+    where a float is due becomes a float); the classes' own validators run in `cls(...)`. Anything
+    else (an extra key, a nested map, a value of another type) returns None: the converter decides.
+    """
+    plan = _PLANS[cls]
+    if plan is None:
+        return None
+    kwargs: Dict[str, Any] = {}
+    for name, kind, optional, required in plan:
+        if name not in body:
+            if required:
+                return None
+            continue
+        value = body[name]
+        vtype = type(value)
+        if value is None:
+            if not optional:
+                return None
+        elif kind is PayloadRef:
+            if vtype is not dict:
+                return None
+            value = _build(value, PayloadRef)
+            if value is None:
+                return None
+        elif vtype is not kind:
+            if kind is float and vtype is int:
+                value = float(value)
+            else:
+                return None
+        kwargs[name] = value
+    if len(kwargs) != len(body):
+        return None
+    return cls(**kwargs)
+
+
+def _decode_fast(raw: bytes) -> Optional[Event]:
+    """The event in `raw` when it is a well-formed, checksummed, current-version event; else None.
+
+    The checksum is computed over the stored bytes themselves (the map header rewritten for one entry
+    fewer, the trailing ``crc32`` entry cut off): the bytes the writer checksummed, without packing
+    the body again. Whatever is unusual returns None, and `decode_event` takes the checked path,
+    which says what is wrong.
+    """
+    try:
+        body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        if type(body) is not dict:
+            return None
+        checksum = body.pop(_CHECKSUM_KEY)
+        if type(checksum) is not int:
+            return None
+        tail = _CHECKSUM_TAIL + msgpack.packb(checksum)
+        if not raw.endswith(tail):
+            return None
+        first, count = raw[0], len(body)
+        if first == 0xDE:
+            start = 3
+        elif 0x80 <= first <= 0x8F:
+            start = 1
+        else:
+            return None
+        header = bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big")
+        if zlib.crc32(raw[start : len(raw) - len(tail)], zlib.crc32(header)) != checksum:
+            return None
+        found = _TAG_TO_TYPE.get(body.pop("type"))
+        if found is None or body.pop("v") != found[1] or type(found[1]) is not int:
+            return None
+        return _build(body, found[0])
+    except Exception:  # anything odd: the checked path below names it
+        return None
+
+
 def decode_event(data: Any, *, seq: int | None = None) -> Event:
     """Turn stored bytes back into an event.
+
+    A well-formed current event is built straight from its msgpack map (`_decode_fast`); anything
+    else goes through the checks and the converter, which raise the typed errors below.
 
     Args:
         data: the stored bytes (bytes or a buffer).
@@ -94,8 +197,12 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         UnsupportedSchemaVersionError: the body is newer than this version reads.
         EventDecodeError: the bytes are not a well-formed event.
     """
-    where = f"event #{seq}" if seq is not None else "event"
     raw = bytes(data)
+    if len(raw) <= _MAX_EVENT_BYTES:
+        event = _decode_fast(raw)
+        if event is not None:
+            return event
+    where = f"event #{seq}" if seq is not None else "event"
     if len(raw) > _MAX_EVENT_BYTES:
         raise EventDecodeError(f"{where} is {len(raw)} bytes, larger than any event; the journal is damaged")
     try:

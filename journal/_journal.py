@@ -5,8 +5,8 @@ record (validate, prepare payloads, commit payloads and events), and hands every
 with one job (see docs/architecture.md):
 
 - `_eventlog.EventLog`: appending and reading the ``events`` database (the truth);
-- `_projections.Projections`: the ``gen`` step index, the ``sessions`` index and the in-memory
-  step lists, kept by each append and rebuilt by `reindex`;
+- `_projections.Projections`: the ``gen`` step index, the ``steps`` rank index and the ``sessions``
+  index, kept by each append and rebuilt by `reindex` (nothing cached in memory);
 - `_payloads` (encode -> digest -> compress on store) and a `_payload_store.PayloadStore`
   (`LmdbPayloadStore` by default: payloads commit in the event's own write transaction);
 - `_verify.verify` and `_audit.audit`: pure functions over what the rooms read.
@@ -16,7 +16,6 @@ On disk: see `_keys` (key layout) and docs/architecture.md (databases).
 
 from __future__ import annotations
 
-import bisect
 import os
 import socket
 import threading
@@ -38,7 +37,7 @@ from ._log import get_logger
 from ._paths import security_warnings
 from ._payload_store import LmdbPayloadStore, PayloadStore
 from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
-from ._projections import Projections, RecordedGeneration, StepProjection
+from ._projections import Projections, RecordedGeneration
 from ._recording import Recording
 from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
@@ -306,38 +305,43 @@ class Journal(Recording):
         _check_step(step, gen_index)
         return self._index.lookup(self._live(), run, mode, step, gen_index)
 
-    def _projection(self, run: str, mode: str) -> StepProjection:
-        """The in-memory recorded-step projection of (run, mode), brought up to date with the log."""
-        with self._lock:
-            return self._index.steps(self._live(), run, mode)
-
-    def recorded_steps(self, *, mode: str = "train", run: Optional[str] = None) -> List[int]:
-        """Every step with at least one recorded output, ascending."""
-        return list(self._projection(run or self.run, mode).steps)
+    def recorded_steps(
+        self, *, mode: str = "train", run: Optional[str] = None, start: int = 0, stop: Optional[int] = None
+    ) -> List[int]:
+        """Every step with at least one recorded output, ascending (from `start` to `stop` inclusive)."""
+        return self._index.steps(self._live(), run or self.run, mode, max(start, 0), stop)
 
     def recorded_indices(self, step: int, *, mode: str = "train", run: Optional[str] = None) -> List[int]:
         """The generation indices recorded (with output) at `step`, ascending."""
-        return list(self._projection(run or self.run, mode).indices.get(step, ()))
+        return self._index.indices(self._live(), run or self.run, mode, step)
 
-    def step_count(self, *, mode: str = "train", run: Optional[str] = None) -> int:
-        """How many distinct steps have a recorded output."""
-        return len(self._projection(run or self.run, mode).steps)
+    def step_count(
+        self, *, mode: str = "train", run: Optional[str] = None, start: int = 0, stop: Optional[int] = None
+    ) -> int:
+        """How many distinct steps have a recorded output (from `start` to `stop` inclusive)."""
+        if stop is not None and stop < max(start, 0):
+            return 0
+        return self._index.count(self._live(), run or self.run, mode, max(start, 0), stop)
 
-    def nth_step(self, n: int, *, mode: str = "train", run: Optional[str] = None) -> int:
-        """The n-th recorded step in ascending order (negative n counts from the end)."""
-        return self._projection(run or self.run, mode).steps[n]
+    def nth_step(
+        self, n: int, *, mode: str = "train", run: Optional[str] = None, start: int = 0, stop: Optional[int] = None
+    ) -> int:
+        """The n-th recorded step in ascending order (negative n counts from the end), within `start`..`stop`.
+
+        Raises:
+            IndexError: fewer steps are recorded.
+        """
+        if stop is not None and stop < max(start, 0):
+            raise IndexError(f"step #{n} of 0 recorded steps")
+        return self._index.nth(self._live(), run or self.run, mode, n, max(start, 0), stop)
 
     def nearest_below(self, step: int, *, mode: str = "train", run: Optional[str] = None) -> Optional[int]:
         """The largest recorded step smaller than `step`, or None."""
-        steps = self._projection(run or self.run, mode).steps
-        i = bisect.bisect_left(steps, step)
-        return steps[i - 1] if i > 0 else None
+        return self._index.nearest_below(self._live(), run or self.run, mode, step)
 
     def nearest_above(self, step: int, *, mode: str = "train", run: Optional[str] = None) -> Optional[int]:
         """The smallest recorded step larger than `step`, or None."""
-        steps = self._projection(run or self.run, mode).steps
-        i = bisect.bisect_right(steps, step)
-        return steps[i] if i < len(steps) else None
+        return self._index.nearest_above(self._live(), run or self.run, mode, step)
 
     # -- payloads --------------------------------------------------------------------------------
     def load(self, ref: PayloadRef, *, step: Optional[int] = None) -> Any:
@@ -388,6 +392,10 @@ class Journal(Recording):
     def index_items(self) -> List[Tuple[bytes, int]]:
         """The `gen` index as (key, seq) pairs, in key order (to compare with a rebuilt one)."""
         return self._index.index_items(self._live())
+
+    def rank_items(self) -> List[Tuple[bytes, int]]:
+        """The ``steps`` rank index as (key, step) pairs, in key order (to compare with a rebuilt one)."""
+        return self._index.rank_items(self._live())
 
     def reindex(self) -> int:
         """Rebuild every projection from the event log; return the number of events replayed.

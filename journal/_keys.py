@@ -4,7 +4,9 @@
 - ``gen``: ``run \\0 mode \\0 step(u64 BE) gen_index(u32 BE)``: for one (run, mode) the keys sort by
   step, then by generation index, which is what nearest-step lookups walk.
 - ``sessions``: the session id, UTF-8 (`session_key`); the value is a `seq_key`.
-- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`.
+- ``steps``: ``run \\0 mode \\0 ordinal(u64 BE)`` (`rank_key`) -> step (u64 BE): the distinct recorded
+  steps of one (run, mode) in ascending order, numbered from 0, so the n-th step is one read.
+- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`.
 
 LMDB keys are at most 511 bytes, so run and mode are checked on their encoded length, with the
 separators and the 12 bytes of step and index counted in.
@@ -27,6 +29,9 @@ __all__ = [
     "META_FORMAT",
     "META_CREATED",
     "META_SESSIONS_INDEX",
+    "META_STEPS_INDEX",
+    "rank_key",
+    "prefix_end",
     "gen_prefix",
     "gen_key",
     "parse_gen_key",
@@ -43,6 +48,7 @@ _STEP_AND_INDEX = 12
 META_FORMAT = b"format"
 META_CREATED = b"created"
 META_SESSIONS_INDEX = b"sessions_index"
+META_STEPS_INDEX = b"steps_index"
 
 
 class GenKey(NamedTuple):
@@ -72,6 +78,16 @@ def session_key(session: str) -> bytes:
 def gen_prefix(run: str, mode: str) -> bytes:
     """The prefix every index key of (run, mode) starts with."""
     return run.encode() + b"\x00" + mode.encode() + b"\x00"
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key after every key that starts with `prefix` (a `gen_prefix`, which ends in NUL)."""
+    return prefix[:-1] + b"\x01"
+
+
+def rank_key(prefix: bytes, ordinal: int) -> bytes:
+    """The ``steps`` key of the `ordinal`-th distinct recorded step under `prefix` (a `gen_prefix`)."""
+    return prefix + ordinal.to_bytes(8, "big")
 
 
 def gen_key(run: str, mode: str, step: int, gen_index: int) -> bytes:

@@ -1,20 +1,27 @@
 """The projections: state derived from the event log, kept up to date by each append, rebuilt by `reindex`.
 
 - ``gen`` (the step index): `_keys.gen_key` -> seq of the latest `GenerationRecorded` with a stored
-  output for that call. Read by `lookup`, and the seed of the in-memory step lists.
+  output for that call. Read by `lookup`; `nearest_below` / `nearest_above` / `indices` are cursor
+  moves on it under the (run, mode) prefix.
+- ``steps`` (the rank index): `_keys.rank_key` (run, mode, ordinal) -> step: the distinct recorded
+  steps of one (run, mode) ascending, numbered from 0. It is written in the transaction that writes
+  the first record of a step, so the count is the last ordinal + 1 and the n-th step is one read. A
+  step recorded below the largest one (out of order) shifts the ordinals above it up by one: free
+  for a trainer, which records ascending; O(steps above it) otherwise. `reindex` rebuilds it from
+  ``gen`` in one ordered pass.
 - ``sessions`` (the sessions index): session id -> seq of its `SessionOpened`, so a session's
-  fingerprint is one read, not a scan of the log. Journals written before it existed have no such
-  database: opened read-only they fall back to a scan; opened for writing they build it once
-  (``meta`` key ``sessions_index`` says it was built).
-- the in-memory step projection of one (run, mode): recorded steps ascending with their generation
-  indices, seeded from ``gen`` and brought up to date with the events appended since.
+  fingerprint is one read, not a scan of the log.
+
+Journals written before an index existed lack its database: opened read-only they fall back (a scan
+of the log for sessions, a walk of ``gen`` for ranks: time, never memory); opened for writing they
+build it once (``meta`` keys ``sessions_index`` and ``steps_index`` say it was built). Nothing is
+kept in memory, so a fresh handle answers its first decision as fast as its thousandth, and what
+another process appended is seen at once.
 """
 
 from __future__ import annotations
 
-import bisect
-import gc
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
@@ -22,13 +29,27 @@ from ._convert import decode_event
 from ._errors import EventDecodeError, IntegrityError
 from ._eventlog import EventLog
 from ._events import Event, GenerationRecorded, SessionOpened
-from ._keys import MAX_KEY_BYTES, META_SESSIONS_INDEX, gen_key, gen_prefix, seq_key, seq_of, session_key
+from ._keys import (
+    MAX_KEY_BYTES,
+    MAX_STEP,
+    META_SESSIONS_INDEX,
+    META_STEPS_INDEX,
+    gen_key,
+    gen_prefix,
+    prefix_end,
+    rank_key,
+    seq_key,
+    seq_of,
+    session_key,
+)
 from ._store import Store
 
-__all__ = ["RecordedGeneration", "StepProjection", "Projections", "SESSIONS_FLAG"]
+__all__ = ["RecordedGeneration", "Projections", "SESSIONS_FLAG", "STEPS_FLAG"]
 
-# ``meta`` key: present once the sessions index holds every SessionOpened of the log.
+# ``meta`` keys: present once the sessions / rank index holds everything of the log.
 SESSIONS_FLAG = META_SESSIONS_INDEX
+STEPS_FLAG = META_STEPS_INDEX
+_STEP = 8  # bytes of the step (and of an ordinal) in a key
 
 
 @attrs.frozen
@@ -47,40 +68,115 @@ class RecordedGeneration:
         return self.event.gen_index
 
 
-class StepProjection:
-    """Recorded steps of one (run, mode), in order, with their generation indices (in memory)."""
+def _step_of(key: bytes, start: int) -> int:
+    return int.from_bytes(key[start : start + _STEP], "big")
 
-    def __init__(self) -> None:
-        self.seq = 0  # the newest event applied
-        self.steps: List[int] = []
-        self.indices: Dict[int, List[int]] = {}
 
-    def add(self, step: int, gen_index: int) -> None:
-        found = self.indices.get(step)
-        if found is None:
-            bisect.insort(self.steps, step)
-            self.indices[step] = [gen_index]
-        elif gen_index not in found:
-            bisect.insort(found, gen_index)
+def _has_step_in(txn: Any, gen: Any, prefix: bytes, step: int) -> bool:
+    """Whether ``gen`` holds a record of `step` under `prefix`."""
+    skey = prefix + step.to_bytes(_STEP, "big")
+    cur = txn.cursor(db=gen)
+    return cur.set_range(skey) and bytes(cur.key()).startswith(skey)
+
+
+class _Ranks:
+    """Order statistics of one (run, mode) inside one transaction: from ``steps``, or by walking ``gen``."""
+
+    def __init__(self, txn: Any, store: Store, prefix: bytes) -> None:
+        self.txn, self.prefix = txn, prefix
+        self.gen = store.db("gen")
+        steps = store.db("steps")
+        # Without a built rank index (an old journal opened read-only) the answers come from `gen`.
+        built = steps is not None and txn.get(STEPS_FLAG, db=store.db("meta")) is not None
+        self.db = steps if built else None
+
+    def count(self) -> int:
+        if self.db is None:
+            return sum(1 for _ in self.walk(0))
+        cur = self.txn.cursor(db=self.db)
+        found = cur.prev() if cur.set_range(prefix_end(self.prefix)) else cur.last()
+        if not found or not bytes(cur.key()).startswith(self.prefix):
+            return 0
+        return _step_of(cur.key(), len(self.prefix)) + 1
+
+    def nth(self, ordinal: int) -> int:
+        """The `ordinal`-th step (0 <= ordinal < count)."""
+        if self.db is None:
+            for i, step in enumerate(self.walk(0)):
+                if i == ordinal:
+                    return step
+            raise IndexError(ordinal)
+        raw = self.txn.get(rank_key(self.prefix, ordinal), db=self.db)
+        if raw is None:
+            raise IntegrityError(f"the rank index has no step #{ordinal}; run `stepjournal reindex`")
+        return int.from_bytes(raw, "big")
+
+    def rank(self, step: int, count: int) -> int:
+        """How many recorded steps are smaller than `step` (binary search over the ordinals)."""
+        if self.db is None:
+            return sum(1 for s in self.walk(0) if s < step)
+        lo, hi = 0, count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.nth(mid) < step:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def walk(self, start: int, stop: Optional[int] = None) -> Iterator[int]:
+        """The distinct recorded steps from `start` to `stop` (inclusive) ascending, from ``gen``."""
+        prefix, at = self.prefix, len(self.prefix)
+        cur = self.txn.cursor(db=self.gen)
+        if not cur.set_range(prefix + start.to_bytes(_STEP, "big")):
+            return
+        last = None
+        for key in cur.iternext(values=False):
+            if not key.startswith(prefix):
+                return
+            step = _step_of(key, at)
+            if stop is not None and step > stop:
+                return
+            if step != last:
+                yield step
+                last = step
+
+    def insert(self, step: int) -> None:
+        """Give a newly recorded `step` its ordinal, shifting the larger steps' ordinals up by one."""
+        txn, db, prefix = self.txn, self.db, self.prefix
+        count = self.count()
+        if count and self.nth(count - 1) > step:
+            at = self.rank(step, count)
+            for ordinal in range(count - 1, at - 1, -1):
+                txn.put(rank_key(prefix, ordinal + 1), txn.get(rank_key(prefix, ordinal), db=db), db=db)
+            count = at
+        txn.put(rank_key(prefix, count), step.to_bytes(_STEP, "big"), db=db)
 
 
 class Projections:
-    """The step index, the sessions index and the in-memory step projections of one journal.
+    """The step index, the rank index and the sessions index of one journal.
 
     Not thread-safe by itself: the journal calls it under its lock.
     """
 
     def __init__(self, log: EventLog) -> None:
         self._log = log
-        self._steps: Dict[Tuple[str, str], StepProjection] = {}
 
     # -- inside write transactions ---------------------------------------------------------------
     @staticmethod
-    def apply_in(txn: Any, store: Store, seq: int, event: Event) -> None:
-        """Project one appended event, in the transaction that appends it."""
+    def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True) -> None:
+        """Project one appended event, in the transaction that appends it (`ranks`: the rank index too)."""
         if isinstance(event, GenerationRecorded):
             if event.output is not None:
-                txn.put(gen_key(event.run, event.mode, event.step, event.gen_index), seq_key(seq), db=store.db("gen"))
+                gen = store.db("gen")
+                new_step = False
+                if ranks and store.db("steps") is not None:
+                    new_step = not _has_step_in(txn, gen, gen_prefix(event.run, event.mode), event.step)
+                txn.put(gen_key(event.run, event.mode, event.step, event.gen_index), seq_key(seq), db=gen)
+                if new_step:
+                    r = _Ranks(txn, store, gen_prefix(event.run, event.mode))
+                    if r.db is not None:
+                        r.insert(event.step)
         elif isinstance(event, SessionOpened):
             sessions = store.db("sessions")
             key = session_key(event.session)
@@ -99,20 +195,43 @@ class Projections:
             EventDecodeError: an event cannot be decoded; the caller's transaction is aborted.
         """
         txn.drop(store.db("gen"), delete=False)
-        if store.db("sessions") is not None:
-            txn.drop(store.db("sessions"), delete=False)
+        for name in ("sessions", "steps"):
+            if store.db(name) is not None:
+                txn.drop(store.db(name), delete=False)
         count = 0
         for seq, event in EventLog.decoded_in(txn, store):
-            cls.apply_in(txn, store, seq, event)
+            cls.apply_in(txn, store, seq, event, ranks=False)
             count += 1
         if store.db("sessions") is not None:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
+        cls._build_ranks_in(txn, store)
         return count
 
     @staticmethod
-    def ensure_sessions_in(txn: Any, store: Store, *, new: bool) -> None:
-        """Build the sessions index of a journal written before it existed (once, when writable)."""
-        meta, sessions = store.db("meta"), store.db("sessions")
+    def _build_ranks_in(txn: Any, store: Store) -> None:
+        """Write the rank index from ``gen`` in one ordered pass (both are ordered by prefix first)."""
+        steps = store.db("steps")
+        if steps is None:
+            return
+        txn.drop(steps, delete=False)
+        prefix, ordinal, last = b"", 0, None
+        for key in txn.cursor(db=store.db("gen")).iternext(values=False):
+            key = bytes(key)
+            head, step = key[: -_STEP - 4], _step_of(key, len(key) - _STEP - 4)
+            if head != prefix:
+                prefix, ordinal, last = head, 0, None
+            if step != last:
+                txn.put(rank_key(prefix, ordinal), step.to_bytes(_STEP, "big"), db=steps, append=True)
+                ordinal, last = ordinal + 1, step
+        txn.put(STEPS_FLAG, b"1", db=store.db("meta"))
+
+    @classmethod
+    def ensure_sessions_in(cls, txn: Any, store: Store, *, new: bool) -> None:
+        """Build the sessions and rank indexes of a journal written before they existed (once, when writable)."""
+        meta = store.db("meta")
+        if store.db("steps") is not None and txn.get(STEPS_FLAG, db=meta) is None:
+            cls._build_ranks_in(txn, store)
+        sessions = store.db("sessions")
         if sessions is None or txn.get(SESSIONS_FLAG, db=meta) is not None:
             return
         if not new:
@@ -173,58 +292,85 @@ class Projections:
         return RecordedGeneration(seq, event)
 
     def clear(self) -> None:
-        """Forget the in-memory projections (after a rebuild, or in a fork child)."""
-        self._steps.clear()
+        """Forget cached state (after a rebuild, or in a fork child): there is none; every answer is read."""
 
-    def steps(self, store: Store, run: str, mode: str) -> StepProjection:
-        """The in-memory step projection of (run, mode), brought up to date with the log."""
-        proj = self._steps.get((run, mode))
-        if proj is None:
-            proj = self._seed(store, run, mode)
-            self._steps[(run, mode)] = proj
-        elif self._log.last_seq() > proj.seq:
-            # Other writers (threads, processes) appended since: apply their events.
-            for seq, event in self._log.events(since=proj.seq):
-                if isinstance(event, GenerationRecorded) and event.output is not None:
-                    if (event.run, event.mode) == (run, mode):
-                        proj.add(event.step, event.gen_index)
-                proj.seq = seq
-        return proj
-
-    @staticmethod
-    def _seed(store: Store, run: str, mode: str) -> StepProjection:
-        proj = StepProjection()
-        prefix = gen_prefix(run, mode)
-        # Seed from the index and note how far the log went, in one snapshot.
+    # -- recorded steps: cursor moves on ``gen`` and reads of ``steps``, memory independent of history --
+    def count(self, store: Store, run: str, mode: str, start: int = 0, stop: Optional[int] = None) -> int:
+        """How many distinct steps from `start` to `stop` (inclusive; None: no end) are recorded."""
         with store.read() as txn:
-            cur = txn.cursor(db=store.db("events"))
-            proj.seq = seq_of(cur.key()) if cur.last() else 0
+            r = _Ranks(txn, store, gen_prefix(run, mode))
+            if r.db is None and (start or stop is not None):
+                return sum(1 for _ in r.walk(start, stop))
+            total = r.count()
+            hi = total if stop is None or stop >= MAX_STEP else r.rank(stop + 1, total)
+            return max(0, hi - (r.rank(start, total) if start > 0 else 0))
+
+    def nth(self, store: Store, run: str, mode: str, n: int, start: int = 0, stop: Optional[int] = None) -> int:
+        """The n-th recorded step from `start` to `stop` ascending (negative n from the end).
+
+        Raises:
+            IndexError: fewer than n + 1 (or -n) steps are recorded there.
+        """
+        with store.read() as txn:
+            r = _Ranks(txn, store, gen_prefix(run, mode))
+            total = r.count()
+            lo = r.rank(start, total) if start > 0 else 0
+            hi = total if stop is None or stop >= MAX_STEP else r.rank(stop + 1, total)
+            size = max(0, hi - lo)
+            i = n + size if n < 0 else n
+            if not 0 <= i < size:
+                raise IndexError(f"step #{n} of {size} recorded steps")
+            return r.nth(lo + i)
+
+    def steps(self, store: Store, run: str, mode: str, start: int = 0, stop: Optional[int] = None) -> List[int]:
+        """The distinct recorded steps from `start` to `stop` (inclusive), ascending."""
+        with store.read() as txn:
+            return list(_Ranks(txn, store, gen_prefix(run, mode)).walk(start, stop))
+
+    def nearest_below(self, store: Store, run: str, mode: str, step: int) -> Optional[int]:
+        """The largest recorded step smaller than `step`, or None."""
+        if step <= 0:
+            return None
+        prefix = gen_prefix(run, mode)
+        with store.read() as txn:
             cur = txn.cursor(db=store.db("gen"))
-            if cur.set_range(prefix):
-                # Index keys come in key order: steps ascending, then indices ascending within a
-                # step. So append instead of insorting (`add`): a journal of 100 000 steps is read in
-                # a third of the time, which is a fresh handle's first decision.
-                steps, indices = proj.steps, proj.indices
-                start, last = len(prefix), None
-                # One list per step is a container the cyclic GC tracks: on a trainer-sized heap the
-                # collections 100 000 of them trigger took 3x the loop itself. They cannot form
-                # cycles, so the collector waits until the loop is done.
-                collecting = gc.isenabled()
-                gc.disable()
-                try:
-                    for k in cur.iternext(values=False):
-                        if not k.startswith(prefix):
-                            break
-                        # The `_keys.gen_key` layout read in place (parse_gen_key would split each key).
-                        step = int.from_bytes(k[start : start + 8], "big")
-                        gen_index = int.from_bytes(k[start + 8 : start + 12], "big")
-                        if step == last:
-                            indices[step].append(gen_index)
-                        else:
-                            steps.append(step)
-                            indices[step] = [gen_index]
-                            last = step
-                finally:
-                    if collecting:
-                        gc.enable()
-        return proj
+            key = prefix + min(step, MAX_STEP + 1).to_bytes(_STEP, "big")
+            found = cur.prev() if cur.set_range(key) else cur.last()
+            if not found or not bytes(cur.key()).startswith(prefix):
+                return None
+            return _step_of(cur.key(), len(prefix))
+
+    def nearest_above(self, store: Store, run: str, mode: str, step: int) -> Optional[int]:
+        """The smallest recorded step larger than `step`, or None."""
+        if step >= MAX_STEP:
+            return None
+        prefix = gen_prefix(run, mode)
+        with store.read() as txn:
+            cur = txn.cursor(db=store.db("gen"))
+            if not cur.set_range(prefix + max(step + 1, 0).to_bytes(_STEP, "big")):
+                return None
+            key = bytes(cur.key())
+            return _step_of(key, len(prefix)) if key.startswith(prefix) else None
+
+    def indices(self, store: Store, run: str, mode: str, step: int) -> List[int]:
+        """The generation indices recorded (with output) at `step`, ascending."""
+        if not 0 <= step <= MAX_STEP:
+            return []
+        skey = gen_prefix(run, mode) + step.to_bytes(_STEP, "big")
+        out = []
+        with store.read() as txn:
+            cur = txn.cursor(db=store.db("gen"))
+            if cur.set_range(skey):
+                for key in cur.iternext(values=False):
+                    if not key.startswith(skey):
+                        break
+                    out.append(int.from_bytes(key[len(skey) :], "big"))
+        return out
+
+    def rank_items(self, store: Store) -> List[Tuple[bytes, int]]:
+        """The ``steps`` index as (key, step) pairs, in key order (to compare with a rebuilt one)."""
+        steps = store.db("steps")
+        if steps is None:
+            return []
+        with store.read() as txn:
+            return [(bytes(k), int.from_bytes(v, "big")) for k, v in txn.cursor(db=steps)]

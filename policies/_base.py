@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import List, Optional, Protocol, Union, runtime_checkable
+from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import attrs
 
@@ -109,20 +109,25 @@ class JournalView:
         view.scope = StepRanges(scope)
         return view
 
-    def _steps(self) -> List[int]:
-        """The visible recorded steps, ascending: computed once per restricted view (one per call).
+    def _range(self) -> Optional[Tuple[int, Optional[int]]]:
+        """(start, stop) when the scope is one range of stride 1, which the journal answers directly."""
+        assert self.scope is not None
+        ranges = self.scope.ranges
+        if len(ranges) == 1 and ranges[0].stride == 1:
+            return ranges[0].start, ranges[0].stop
+        return None
 
-        The journal offers no range query, so this copies its step list once and slices it with
-        bisect: O(n) copy plus O(k) for the k steps in scope, instead of one read per step.
+    def _steps(self) -> List[int]:
+        """The visible recorded steps, ascending, for a scope of several ranges or a stride.
+
+        Read once per restricted view (one per call) with the journal's range query, so it costs the
+        steps in scope, not the whole history.
         """
         if self._visible_steps is None:
             assert self.scope is not None
-            every = self._journal.recorded_steps(mode=self.mode, run=self.run)
             parts = []
             for r in self.scope.ranges:
-                lo = bisect.bisect_left(every, r.start)
-                hi = len(every) if r.stop is None else bisect.bisect_right(every, r.stop)
-                part = every[lo:hi]
+                part = self._journal.recorded_steps(mode=self.mode, run=self.run, start=r.start, stop=r.stop)
                 parts.append(part if r.stride == 1 else [s for s in part if (s - r.start) % r.stride == 0])
             self._visible_steps = parts[0] if len(parts) == 1 else sorted(set().union(*parts))
         return self._visible_steps
@@ -143,18 +148,30 @@ class JournalView:
         """How many distinct steps are recorded."""
         if self.scope is None:
             return self._journal.step_count(mode=self.mode, run=self.run)
+        span = self._range()
+        if span is not None:
+            return self._journal.step_count(mode=self.mode, run=self.run, start=span[0], stop=span[1])
         return len(self._steps())
 
     def nth_step(self, n: int) -> int:
         """The n-th recorded step in ascending order (negative n counts from the end)."""
         if self.scope is None:
             return self._journal.nth_step(n, mode=self.mode, run=self.run)
+        span = self._range()
+        if span is not None:
+            return self._journal.nth_step(n, mode=self.mode, run=self.run, start=span[0], stop=span[1])
         return self._steps()[n]
 
     def nearest_below(self, step: int) -> Optional[int]:
         """The largest recorded step smaller than `step`, or None."""
         if self.scope is None:
             return self._journal.nearest_below(step, mode=self.mode, run=self.run)
+        span = self._range()
+        if span is not None:
+            start, stop = span
+            below = step if stop is None else min(step, stop + 1)
+            found = self._journal.nearest_below(below, mode=self.mode, run=self.run)
+            return found if found is not None and found >= start else None
         steps = self._steps()
         i = bisect.bisect_left(steps, step)
         return steps[i - 1] if i > 0 else None
@@ -163,6 +180,11 @@ class JournalView:
         """The smallest recorded step larger than `step`, or None."""
         if self.scope is None:
             return self._journal.nearest_above(step, mode=self.mode, run=self.run)
+        span = self._range()
+        if span is not None:
+            start, stop = span
+            found = self._journal.nearest_above(max(step, start - 1), mode=self.mode, run=self.run)
+            return found if found is not None and (stop is None or found <= stop) else None
         steps = self._steps()
         i = bisect.bisect_right(steps, step)
         return steps[i] if i < len(steps) else None

@@ -20,6 +20,8 @@ GOALS = {
     "passthrough_overhead_us",
     "disk_bytes_compressed_vs_verl_dp",
     "replay_peak_rss_vs_payload",
+    "cli_start_help_s",
+    "cli_start_version_s",
 }
 
 

@@ -1,0 +1,204 @@
+"""The scale run (issue 17): a journal of a million events, and what a user then pays for each answer.
+
+``python -m benchmarks._scale [--events N] [--workdir DIR] [--keep] [--journal PATH]`` (``make
+bench-scale``) prints a JSON report. The journal is built through the public API as a trainer grows
+it: one `Journal.record` per step of a tiny prepared payload, steps 1..N ascending, with
+``sync=False`` (the build is setup, not a figure; a durable build pays one flush per step). Every
+figure is then taken in a fresh process, the way a user meets it:
+
+- the first ``nearest`` / ``repeat`` / ``repeat_last`` decision through ``journaled(...)`` on a fresh
+  handle (the engine's fingerprint check included), and the RSS it adds, at N steps and at 1 000
+  (memory that does not grow with history means the two are alike);
+- ``stepjournal audit --json``, ``runs --json`` and ``reindex`` on the journal (wall time of the
+  command, start-up included), and the journal's size on disk.
+
+`--journal PATH` measures an existing journal instead of building one (it is not removed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ._cli_start import bench_cli_start
+from ._measure import disk_bytes, load_average, machine_facts, quiet_logs
+
+__all__ = ["build_journal", "bench_scale", "main"]
+
+POLICIES = ("nearest", "repeat", "repeat_last")
+SMALL_STEPS = 1_000
+
+# Run in a fresh process: open the journal, wrap a generate function, time its first call.
+_FIRST_DECISION = r"""
+import json, sys, time
+def rss(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+from stepjournal import Journal
+from stepjournal.adapters import journaled
+path, policy, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+opened = time.perf_counter()
+journal = Journal(path, sync=False)
+wrapped = journaled(lambda prompt: b"generated", journal, policy, input_of=None)
+before = rss("VmRSS")
+start = time.perf_counter()
+wrapped("prompt", step=step)
+took = time.perf_counter() - start
+after = rss("VmRSS")
+outcome = wrapped.last_outcome
+journal.close()
+print(json.dumps({"first_call_s": took, "open_s": start - opened, "rss_added_bytes": after - before,
+                  "action": outcome.action}))
+"""
+
+
+def build_journal(path: Path, events: int, progress) -> Dict[str, Any]:
+    """Record steps 1..`events` with a tiny payload, one `Journal.record` each (``sync=False``)."""
+    from stepjournal import Journal
+
+    start = time.perf_counter()
+    with Journal(str(path), sync=False, map_size=max(1 << 30, events * 2048)) as journal:
+        tiny = journal.prepare(b"x")
+        for step in range(1, events + 1):
+            journal.record(step, tiny)
+            if step % 100_000 == 0:
+                progress(f"scale: {step} steps recorded")
+    took = time.perf_counter() - start
+    return {"events": events, "build_s": took, "events_per_s": events / took, "sync": False}
+
+
+def _python(args: List[str], *, timeout: float = 600) -> Dict[str, Any]:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
+    """Wall time of one CLI command in a fresh process (its output discarded)."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "stepjournal", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        # Reported as a bound: the command took at least `timeout` seconds.
+        return {"wall_s": float(timeout), "rc": None, "timed_out": True, "stderr_tail": ""}
+    took = time.perf_counter() - start
+    return {"wall_s": took, "rc": done.returncode, "timed_out": False, "stderr_tail": done.stderr[-300:] if done.returncode else ""}
+
+
+def _decisions(path: Path, steps: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for policy in POLICIES:
+        # A step after the recorded range (every policy then serves a recorded step: nearest the
+        # largest below, repeat cycles, repeat_last the last). Each in a fresh process; median of three.
+        runs = [_python(["-c", _FIRST_DECISION, str(path), policy, str(steps + 10 + trial)]) for trial in range(3)]
+        out[policy] = {
+            "first_call_s": statistics.median(r["first_call_s"] for r in runs),
+            "open_s": statistics.median(r["open_s"] for r in runs),
+            "rss_added_bytes": statistics.median(r["rss_added_bytes"] for r in runs),
+            "action": runs[0]["action"],
+            "runs": runs,
+        }
+    return out
+
+
+def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = None) -> Dict[str, Any]:
+    """Build (or take) the journal, then measure every figure of issue 17 it allows."""
+    figures: Dict[str, Any] = {"load_average_before": load_average()}
+    if journal is None:
+        journal = workdir / "scale"
+        progress(f"scale: recording {events} steps (one event each) into {journal}")
+        figures["build"] = build_journal(journal, events, progress)
+    small = workdir / "small"
+    build_journal(small, SMALL_STEPS, lambda _m: None)
+    from stepjournal import Journal
+
+    with Journal(str(journal), readonly=True) as j:
+        n_events, n_steps = j.last_seq(), j.step_count()
+    figures["journal"] = {"events": n_events, "recorded_steps": n_steps, "disk": disk_bytes(str(journal))}
+    progress("scale: first decisions through journaled(...) in fresh processes")
+    figures["decisions"] = {"large": _decisions(journal, n_steps), "small": _decisions(small, SMALL_STEPS)}
+    progress("scale: audit --json, runs --json, reindex")
+    audit = _command(["audit", "--json", str(journal)])
+    audit["events_per_s"] = n_events / audit["wall_s"]
+    figures["audit_json"] = audit
+    figures["runs_json"] = _command(["runs", "--json", str(journal)])
+    reindex = _command(["reindex", str(journal)])
+    reindex["events_per_s"] = n_events / reindex["wall_s"]
+    figures["reindex"] = reindex
+    figures["journal"]["disk_after_reindex"] = disk_bytes(str(journal))
+    return figures
+
+
+def scale_goals(figures: Dict[str, Any]) -> Dict[str, Any]:
+    """Issue 17's goals that the scale run measures, each met or not."""
+
+    def goal(measured: float, target: float, op: str, unit: str, basis: str) -> Dict[str, Any]:
+        met = measured <= target if op == "<=" else measured >= target
+        return {"measured": round(measured, 4), "goal": target, "op": op, "unit": unit, "met": bool(met), "basis": basis}
+
+    large, small = figures["decisions"]["large"], figures["decisions"]["small"]
+    n = figures["journal"]["recorded_steps"]
+    first = max(large[p]["first_call_s"] for p in POLICIES) * 1e3
+    grow = max(large[p]["rss_added_bytes"] - small[p]["rss_added_bytes"] for p in POLICIES) / 2**20
+    return {
+        "first_decision_ms": goal(first, 5.0, "<=", "ms", f"max of {', '.join(POLICIES)}, journaled(...), fresh process, {n} steps"),
+        "first_decision_memory_growth_mib": goal(grow, 1.0, "<=", "MiB", f"RSS added by the first decision at {n} vs {SMALL_STEPS} steps"),
+        "audit_json_events_per_s": goal(figures["audit_json"]["events_per_s"], 300_000, ">=", "events/s", "stepjournal audit --json, wall time"),
+        "runs_s": goal(figures["runs_json"]["wall_s"], 1.0, "<=", "s", "stepjournal runs --json, wall time"),
+        "reindex_s": goal(figures["reindex"]["wall_s"], 10.0, "<=", "s", "stepjournal reindex, wall time"),
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point: the scale report on stdout, progress on stderr; exits 0 whatever the goals say."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks._scale", description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=1_000_000, help="events (recorded steps) to build (default 1 000 000)")
+    p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the work folder")
+    p.add_argument("--journal", type=Path, help="measure this existing journal instead of building one")
+    args = p.parse_args(argv)
+    quiet_logs()
+
+    def progress(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-", dir=args.workdir))
+    try:
+        figures = bench_scale(workdir, args.events, progress, args.journal)
+        figures["cli_start"] = bench_cli_start()
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    goals = scale_goals(figures)
+    goals.update(figures["cli_start"]["goals"])
+    report = {
+        "schema": 1,
+        "machine": {**machine_facts(), "load_average_end": load_average()},
+        "goals": goals,
+        "figures": figures,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(report, indent=2))
+    progress(f"{sum(g['met'] for g in goals.values())} of {len(goals)} goals met; elapsed {report['elapsed_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
