@@ -1,0 +1,143 @@
+"""Never lose the user's work, never show a raw OS error (issue 14).
+
+An output the codec cannot store does not throw the generator's work away; a journal path that is
+unusable raises a `JournalError` naming the path and what to do; two live sessions recording the
+same run are told about each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from stepjournal import CodecRegistry, Journal, UnsupportedValueError, encode_payload
+from stepjournal.policies import Engine, ReplayMissError
+
+from log_capture import captured_events
+
+
+class Sample:
+    """A user's own class, with no codec registered."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+# ---------------------------------------------------------------------------------------------
+# An output that cannot be stored
+
+
+def test_an_output_that_cannot_be_stored_reaches_the_caller_and_is_journaled_generated_not_stored(tmp_path):
+    output = {"ids": torch.arange(3), "score_fn": lambda x: x}
+    with Journal(tmp_path / "j") as journal, captured_events(logging.WARNING) as events:
+        outcome = Engine(journal, "cache").call(1, lambda: output)
+        assert outcome.value is output and outcome.action == "generated"
+        assert outcome.source.event.output is None
+        # Not recorded: lookup, the projections and a replay all say so.
+        assert journal.lookup(1) is None
+        assert journal.recorded_steps() == [] and journal.step_count() == 0
+        (record,) = journal.audit()
+        assert record.action == "generated" and not record.stored
+        assert "generated, not stored" in record.reason and "score_fn" in record.reason
+        assert "lambda is code, not data" in record.reason
+        with pytest.raises(ReplayMissError):
+            Engine(journal, "replay").call(1, lambda: pytest.fail("replay must not generate"))
+    (warning,) = [e for e in events if e["event"] == "output_not_stored"]
+    assert warning["step"] == 1 and "score_fn" in warning["error"]
+
+
+def test_the_next_cache_call_generates_again_and_stores_what_it_can(tmp_path):
+    with Journal(tmp_path / "j") as journal:
+        engine = Engine(journal, "cache")
+        engine.call(1, lambda: {"fh": threading.Lock()})
+        second = Engine(journal, "cache").call(1, lambda: {"ids": [1, 2]})
+        assert second.action == "generated" and journal.lookup(1) is not None
+        assert Engine(journal, "cache").call(1, lambda: pytest.fail("cached")).value == {"ids": [1, 2]}
+
+
+def test_acall_keeps_an_output_that_cannot_be_stored(tmp_path):
+    async def generate():
+        return {"sample": Sample("a")}
+
+    with Journal(tmp_path / "j") as journal:
+        outcome = asyncio.run(Engine(journal, "dump").acall(3, generate))
+        assert outcome.value["sample"].text == "a" and outcome.action == "generated"
+        assert journal.lookup(3) is None
+        assert "register_codec(Sample" in journal.audit()[0].reason
+
+
+def test_an_input_that_cannot_be_stored_leaves_the_output_stored(tmp_path):
+    with Journal(tmp_path / "j") as journal, open(tmp_path / "f.txt", "w") as fh:
+        outcome = Engine(journal, "cache").call(2, lambda: {"ids": [7]}, input={"prompt": "x", "log": fh})
+        assert journal.load_output(journal.lookup(2)) == {"ids": [7]}
+        assert outcome.source.event.input is None
+        reason = journal.audit()[0].reason
+        assert "the input cannot be stored" in reason and "open file is a handle" in reason
+
+
+def test_a_registered_codec_that_fails_does_not_lose_the_output(tmp_path):
+    registry = CodecRegistry()
+
+    def broken(sample):
+        raise RuntimeError("codec bug")
+
+    registry.register(Sample, "tests.Sample", encode=broken, decode=lambda d: Sample(d))
+    with Journal(tmp_path / "j", registry=registry) as journal:
+        outcome = Engine(journal, "cache").call(1, lambda: [Sample("kept")])
+        assert outcome.value[0].text == "kept" and journal.lookup(1) is None
+        assert "RuntimeError: codec bug" in journal.audit()[0].reason
+
+
+def _lambda():
+    return lambda: 1
+
+
+@pytest.mark.parametrize(
+    "make, advice",
+    [
+        (_lambda, "lambda is code, not data"),
+        (lambda: len, "function is code, not data"),
+        (lambda: open(__file__), "open file is a handle"),
+        (lambda: socket.socket(), "socket is a connection"),
+        (lambda: threading.Lock(), "lock or another thread primitive"),
+        (lambda: threading.RLock(), "lock or another thread primitive"),
+        (lambda: (i for i in range(3)), "return list(...) of it"),
+        (lambda: map(str, [1]), "return list(...) of it"),
+        (lambda: Sample, "a class is code, not data"),
+    ],
+    ids=["lambda", "builtin", "file", "socket", "lock", "rlock", "generator", "iterator", "class"],
+)
+def test_a_value_that_is_not_data_is_told_what_to_return_instead_of_register_codec(make, advice):
+    value = make()
+    try:
+        with pytest.raises(UnsupportedValueError) as info:
+            encode_payload({"out": [value]})
+    finally:
+        if hasattr(value, "close"):
+            value.close()
+    message = str(info.value)
+    assert "out[0]" in message and advice in message
+    assert "register_codec" not in message
+
+
+def test_an_instance_of_a_users_class_is_told_to_register_a_codec():
+    with pytest.raises(UnsupportedValueError, match=r"register_codec\(Sample, \"mypackage.Sample\""):
+        encode_payload({"out": Sample("a")})
+
+
+def test_show_says_generated_not_stored_and_why(tmp_path):
+    path = tmp_path / "j"
+    with Journal(path) as journal:
+        Engine(journal, "cache").call(4, lambda: {"f": print})
+    result = subprocess.run([sys.executable, "-m", "stepjournal", "show", str(path), "4"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    text = " ".join((result.stdout + result.stderr).split())
+    assert "was generated, not stored" in text and "function is code, not data" in text
