@@ -8,13 +8,24 @@ that would land outside that folder.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import List, Union
 
-from ._errors import UnsafePathError
+from ._errors import JournalError, JournalFullError, UnsafePathError
 
-__all__ = ["resolve_journal_path", "security_warnings", "check_lmdb_files"]
+__all__ = [
+    "resolve_journal_path",
+    "security_warnings",
+    "check_lmdb_files",
+    "prepare_journal_folder",
+    "os_error",
+    "JOURNAL_FILES",
+]
+
+# What a journal folder holds: LMDB's two files, and the folder of live-writer locks (`_writers`).
+JOURNAL_FILES = frozenset({"data.mdb", "lock.mdb", "writers"})
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -128,3 +139,79 @@ def _file_kind(mode: int) -> str:
         if test(mode):
             return kind
     return "a special file"
+
+
+def os_error(path: str, exc: BaseException, doing: str) -> JournalError:
+    """A `JournalError` for an OS error met while `doing` something to the journal at `path`, saying what to do."""
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code == errno.EROFS or "Read-only file system" in text:
+        return JournalError(
+            f"cannot {doing} journal {path!r}: it is on a read-only file system. Open an existing journal there "
+            "with readonly=True to read it, or give a path on a writable disk (copy the folder there to record more)"
+        )
+    if code in (errno.EACCES, errno.EPERM) or "Permission denied" in text or "Operation not permitted" in text:
+        return JournalError(
+            f"cannot {doing} journal {path!r}: permission denied. Give a folder this user can write, or fix the "
+            "permissions of the folder (and of the folder above it, for a new journal)"
+        )
+    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "quota exceeded" in text:
+        return JournalFullError(
+            f"cannot {doing} journal {path!r}: the disk (or the quota) is full. Free space, or give a path on "
+            "another disk"
+        )
+    if code == errno.ENOTDIR or "Not a directory" in text:
+        return JournalError(
+            f"cannot {doing} journal {path!r}: a part of the path is a file, not a folder. Give another path"
+        )
+    if code == errno.EEXIST:
+        return JournalError(f"cannot {doing} journal {path!r}: {_file_in_the_way(path)}")
+    detail = getattr(exc, "strerror", None) or text
+    return JournalError(f"cannot {doing} journal {path!r}: {detail}. Check the path, or give another one")
+
+
+def _file_in_the_way(path: str) -> str:
+    return (
+        "the path is a file, not a journal folder. Give the path of a journal folder (a new or empty folder "
+        "for a new journal), or move the file away"
+    )
+
+
+def prepare_journal_folder(path: str, folder: str, *, readonly: bool) -> None:
+    """Check (and for a writer, create) the journal folder before LMDB opens it.
+
+    A writer gets a new folder (owner-only), an empty one, or one that already holds a journal
+    (``data.mdb``); a folder of other files is refused, so a journal never mixes its files into a
+    checkpoint or output folder. A reader needs a folder with a ``data.mdb``.
+
+    Args:
+        path: the path as the caller gave it (for messages).
+        folder: its resolved form.
+        readonly: whether the journal is opened read-only.
+
+    Raises:
+        JournalError: the path is a file; the folder is not a journal; it cannot be created or read
+            (read-only file system, permissions, ...). `JournalFullError` when the disk is full.
+    """
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise JournalError(f"cannot open journal {path!r}: {_file_in_the_way(path)}")
+    if readonly:
+        if not os.path.isdir(folder) or not os.path.exists(os.path.join(folder, "data.mdb")):
+            raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
+        return
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        entries = os.listdir(folder)
+    except OSError as exc:
+        raise os_error(path, exc, "create") from None
+    if "data.mdb" in entries:
+        return
+    others = sorted(name for name in entries if name not in JOURNAL_FILES)
+    if others:
+        shown = ", ".join(repr(name) for name in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        inside = os.path.join(path, "stepjournal")
+        raise JournalError(
+            f"cannot create a journal in {path!r}: the folder holds other files ({shown}) and no journal "
+            f"(data.mdb); stepjournal does not mix its files into another folder. Give a new or empty folder, "
+            f"e.g. Journal({inside!r})"
+        )

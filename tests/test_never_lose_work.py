@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import textwrap
 import threading
 
 import pytest
 import torch
 
-from stepjournal import CodecRegistry, Journal, UnsupportedValueError, encode_payload
+from stepjournal import CodecRegistry, Journal, JournalError, UnsupportedValueError, encode_payload
 from stepjournal.policies import Engine, ReplayMissError
 
 from log_capture import captured_events
@@ -141,3 +146,114 @@ def test_show_says_generated_not_stored_and_why(tmp_path):
     assert result.returncode != 0
     text = " ".join((result.stdout + result.stderr).split())
     assert "was generated, not stored" in text and "function is code, not data" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# A journal path that cannot hold a journal
+
+
+def test_a_journal_path_that_is_a_file_is_a_journal_error_naming_it(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    for readonly in (False, True):
+        with pytest.raises(JournalError, match=r"notes\.txt.*is a file, not a journal folder.*move the file away"):
+            Journal(path, readonly=readonly)
+    with pytest.raises(JournalError, match=r"a part of the path is a file"):
+        Journal(path / "journal")
+    assert path.read_text() == "mine"
+
+
+def test_a_folder_of_other_files_is_refused_and_left_as_it_was(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.pt").write_bytes(b"weights")
+    with pytest.raises(JournalError) as info:
+        Journal(ckpt)
+    message = str(info.value)
+    assert "'model.pt'" in message and "no journal (data.mdb)" in message
+    assert repr(str(ckpt / "stepjournal")) in message  # how to choose another folder
+    assert sorted(p.name for p in ckpt.iterdir()) == ["model.pt"]
+    # The folder it suggests works, and an empty folder or an existing journal opens as before.
+    Journal(ckpt / "stepjournal").close()
+    (tmp_path / "empty").mkdir()
+    Journal(tmp_path / "empty").close()
+    with Journal(tmp_path / "empty") as journal:
+        assert len(journal.sessions()) == 2
+
+
+def _in_mount_namespace(shell: str) -> subprocess.CompletedProcess:
+    """Run `shell` as root of a private mount namespace (``unshare -rm``): its tmpfs mounts are real and vanish with it."""
+    return subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=120)
+
+
+def _python(code: str) -> str:
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(textwrap.dedent(code))}"
+
+
+OPEN_AND_SAY = """
+    import sys
+    from stepjournal import Journal, JournalError
+    for path, readonly in [(p.split("=")[0], p.endswith("=ro")) for p in sys.argv[1:]]:
+        try:
+            with Journal(path, readonly=readonly) as journal:
+                print("opened", path, journal.recorded_steps())
+        except JournalError as exc:
+            print(type(exc).__name__, exc)
+"""
+
+
+def test_a_read_only_mount_gives_a_journal_error_that_says_to_open_read_only(tmp_path):
+    """A real read-only tmpfs (remounted ro after a journal was made on it) in a private mount namespace."""
+    where = tmp_path / "mnt"
+    where.mkdir()
+    make = _python(f"""
+        import os
+        from stepjournal import Journal
+        with Journal({str(where / 'existing')!r}) as journal:
+            journal.record(1, {{"ids": [1]}})
+        os.mkdir({str(where / 'empty')!r})
+    """)
+    check = _python(OPEN_AND_SAY)
+    targets = " ".join(shlex.quote(f"{where / name}={mode}") for name, mode in
+                       [("new", "rw"), ("empty", "rw"), ("existing", "rw"), ("existing", "ro")])
+    result = _in_mount_namespace(
+        f"mount -t tmpfs tmpfs {where} && {make} && mount -o remount,ro {where} && {check} {targets}"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 4, result.stdout
+    for line, name in zip(lines[:3], ["new", "empty", "existing"]):
+        assert line.startswith("JournalError ") and str(where / name) in line
+        assert "read-only file system" in line and "readonly=True" in line and "Errno" not in line
+    assert lines[3] == f"opened {where / 'existing'} [1]"
+
+
+def test_a_full_disk_gives_journal_full_error_instead_of_killing_the_process(tmp_path):
+    """LMDB creating lock.mdb on a full disk dies of SIGBUS; the journal refuses first (a real, full tmpfs)."""
+    where = tmp_path / "mnt"
+    where.mkdir()
+    result = _in_mount_namespace(
+        f"mount -t tmpfs -o size=64k tmpfs {where} && (dd if=/dev/zero of={where}/fill bs=4k count=64 2>/dev/null;"
+        f" true) && {_python(OPEN_AND_SAY)} {shlex.quote(str(where / 'j') + '=rw')}"
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    line = result.stdout.strip()
+    assert line.startswith("JournalFullError ") and "bytes free" in line and str(where / "j") in line
+
+
+def test_a_folder_this_user_cannot_write_gives_a_journal_error_not_permission_error(tmp_path):
+    """Run as an unprivileged user when this is root (root writes anywhere); else a chmod 0555 parent."""
+    parent = tempfile.mkdtemp(prefix="sj-eacces-")
+    try:
+        os.chmod(parent, 0o555)
+        as_user = {"user": 65534} if os.geteuid() == 0 else {}
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(OPEN_AND_SAY), f"{parent}/j=rw"],
+            capture_output=True, text=True, timeout=120, cwd="/", **as_user,
+        )
+    finally:
+        os.chmod(parent, 0o755)
+        shutil.rmtree(parent)
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert line.startswith("JournalError ") and f"{parent}/j" in line and "permission denied" in line
