@@ -22,10 +22,13 @@ __all__ = [
     "prepare_journal_folder",
     "os_error",
     "JOURNAL_FILES",
+    "WRITERS_FOLDER",
 ]
 
-# What a journal folder holds: LMDB's two files, and the folder of live-writer locks (`_writers`).
-JOURNAL_FILES = frozenset({"data.mdb", "lock.mdb", "writers"})
+# The folder of live-writer lock files inside a journal folder (see `_writers`).
+WRITERS_FOLDER = "writers"
+# What a journal folder holds: LMDB's two files, and the live-writer locks.
+JOURNAL_FILES = frozenset({"data.mdb", "lock.mdb", WRITERS_FOLDER})
 
 PathLike = Union[str, "os.PathLike[str]"]
 

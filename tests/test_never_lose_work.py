@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import shlex
 import shutil
@@ -25,6 +26,7 @@ import torch
 from stepjournal import CodecRegistry, Journal, JournalError, UnsupportedValueError, encode_payload
 from stepjournal.policies import Engine, ReplayMissError
 
+import never_lose_work_workers as workers
 from log_capture import captured_events
 
 
@@ -257,3 +259,67 @@ def test_a_folder_this_user_cannot_write_gives_a_journal_error_not_permission_er
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip()
     assert line.startswith("JournalError ") and f"{parent}/j" in line and "permission denied" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Two live sessions recording one run
+
+
+def _second_writer(path, run, *, hold_run="default"):
+    """Spawn a process recording step 1 of `hold_run` and staying open, then one recording step 1 of `run`."""
+    ctx = multiprocessing.get_context("spawn")
+    recorded, release, answers = ctx.Event(), ctx.Event(), ctx.Queue()
+    first = ctx.Process(target=workers.record_and_hold, args=(str(path), hold_run, recorded, release, answers))
+    first.start()
+    try:
+        assert recorded.wait(120), "the first writer did not record"
+        holder = answers.get(timeout=60)
+        second = ctx.Process(target=workers.record_and_report, args=(str(path), run, answers))
+        second.start()
+        report = answers.get(timeout=120)
+        second.join(60)
+        assert second.exitcode == 0
+    finally:
+        release.set()
+        first.join(60)
+    assert first.exitcode == 0
+    return holder, report
+
+
+def test_a_second_live_session_recording_the_same_run_is_warned_with_the_other_sessions_host_and_pid(tmp_path):
+    path = tmp_path / "j"
+    holder, report = _second_writer(path, "default")
+    (warning,) = [w for w in report["warnings"] if w["event"] == "run_recorded_by_two_sessions"]
+    assert warning["other_session"] == holder["session"]
+    assert warning["other_pid"] == holder["pid"] and warning["other_host"] == holder["host"]
+    assert warning["run"] == "default" and warning["session"] == report["session"]
+    # Both calls are journaled; the later one is what the step index serves.
+    with Journal(path, readonly=True) as journal:
+        records = [r for r in journal.audit() if r.step == 1]
+        assert [r.session for r in records] == [holder["session"], report["session"]]
+        assert journal.load_output(journal.lookup(1)) == {"who": "second"}
+
+
+def test_sessions_of_other_runs_or_after_the_writer_ended_are_not_warned(tmp_path):
+    path = tmp_path / "j"
+    _, report = _second_writer(path, "other-run")
+    assert report["warnings"] == []
+    ctx = multiprocessing.get_context("spawn")
+    answers = ctx.Queue()
+    later = ctx.Process(target=workers.record_and_report, args=(str(path), "default", answers))
+    later.start()
+    assert answers.get(timeout=120)["warnings"] == []  # the first writer has closed its session
+    later.join(60)
+    assert later.exitcode == 0
+
+
+def test_two_journals_of_one_run_in_one_process_warn_once_and_a_replaying_session_never(tmp_path):
+    with Journal(tmp_path / "j") as first, captured_events(logging.WARNING) as events:
+        first.record(1, [1])
+        with Journal(tmp_path / "j") as reader:
+            reader.record_replay(2, reader.lookup(1))  # replays do not claim the run
+        assert events == []
+        with Journal(tmp_path / "j") as second:
+            second.record(2, [2])
+            second.record(3, [3])
+    assert [e["event"] for e in events] == ["run_recorded_by_two_sessions"]
