@@ -1,4 +1,5 @@
-"""Paths from configs, the permissions of a journal folder, and LMDB files that are safe to open.
+"""Paths from configs, the permissions of a journal folder, LMDB files that are safe to open, and
+what a folder must be to hold a journal (with the `JournalError` an OS error becomes, saying what to do).
 
 Run keys never become paths: they are LMDB keys inside the journal, so no run key can reach the file
 system. A config that names a journal *relative to a base folder* (verl's ``dump_dir`` with a
@@ -23,8 +24,12 @@ __all__ = [
     "os_error",
     "JOURNAL_FILES",
     "WRITERS_FOLDER",
+    "check_room_to_create",
 ]
 
+# Free bytes a new journal's files need before LMDB creates them (lock.mdb with 256 reader slots is
+# ~16 KiB, data.mdb starts with a few pages); see `check_room_to_create`.
+_ROOM_TO_CREATE = 1 << 20
 # The folder of live-writer lock files inside a journal folder (see `_writers`).
 WRITERS_FOLDER = "writers"
 # What a journal folder holds: LMDB's two files, and the live-writer locks.
@@ -217,4 +222,26 @@ def prepare_journal_folder(path: str, folder: str, *, readonly: bool) -> None:
             f"cannot create a journal in {path!r}: the folder holds other files ({shown}) and no journal "
             f"(data.mdb); stepjournal does not mix its files into another folder. Give a new or empty folder, "
             f"e.g. Journal({inside!r})"
+        )
+
+
+def check_room_to_create(path: str, folder: str, data_file: str, lock: bool) -> None:
+    """Refuse to let LMDB create its files on a (nearly) full disk: it would die of SIGBUS, not fail.
+
+    LMDB sizes a new lock.mdb with ftruncate (a sparse file) and then writes into its memory map; on
+    a full disk that page cannot be allocated and the process is killed by SIGBUS inside
+    `lmdb.open`. So before a file is created, this much must be free.
+    """
+    creating = not os.path.exists(data_file) or (lock and not os.path.exists(os.path.join(folder, "lock.mdb")))
+    if not creating:
+        return
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return  # nothing to go by; lmdb.open reports what it meets
+    free = st.f_bavail * st.f_frsize
+    if free < _ROOM_TO_CREATE:
+        raise JournalFullError(
+            f"cannot create journal {path!r}: the disk holding it has {free} bytes free, and a new journal's "
+            f"files need {_ROOM_TO_CREATE}. Free space, or give a path on another disk"
         )

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ._log import get_logger
 from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_data_file, newest_txnid
-from ._paths import check_lmdb_files, os_error, prepare_journal_folder
+from ._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES"]
 
@@ -33,9 +33,6 @@ DB_NAMES = ("events", "payloads", "gen", "meta", "sessions")
 _MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
 _STRUCTURE_RETRIES = 8
-# Free bytes a new journal's files need before LMDB creates them (lock.mdb with 256 reader slots is
-# ~16 KiB, data.mdb starts with a few pages); see `_check_room_to_create`.
-_ROOM_TO_CREATE = 1 << 20
 
 # One environment per real path per process (LMDB's rule); the pid tells a forked child that the
 # environment it inherited is not its own.
@@ -141,7 +138,7 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     lock = not readonly or _is_writable_location(key)
     options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
                    readahead=False, max_readers=256, mode=0o600)
-    _check_room_to_create(path, key, data_file, lock)
+    check_room_to_create(path, key, data_file, lock)
     try:
         env = lmdb.open(key, map_size=map_size, **options)
     except lmdb.Error as exc:
@@ -167,28 +164,6 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     shared.users = 1
     _ENVS[key] = (pid, shared)
     return shared
-
-
-def _check_room_to_create(path: str, folder: str, data_file: str, lock: bool) -> None:
-    """Refuse to let LMDB create its files on a (nearly) full disk: it would die of SIGBUS, not fail.
-
-    LMDB sizes a new lock.mdb with ftruncate (a sparse file) and then writes into its memory map; on
-    a full disk that page cannot be allocated and the process is killed by SIGBUS inside
-    `lmdb.open`. So before a file is created, this much must be free.
-    """
-    creating = not os.path.exists(data_file) or (lock and not os.path.exists(os.path.join(folder, "lock.mdb")))
-    if not creating:
-        return
-    try:
-        st = os.statvfs(folder)
-    except OSError:
-        return  # nothing to go by; lmdb.open reports what it meets
-    free = st.f_bavail * st.f_frsize
-    if free < _ROOM_TO_CREATE:
-        raise JournalFullError(
-            f"cannot create journal {path!r}: the disk holding it has {free} bytes free, and a new journal's "
-            f"files need {_ROOM_TO_CREATE}. Free space, or give a path on another disk"
-        )
 
 
 def _release(path: str, shared: _SharedEnv) -> None:
