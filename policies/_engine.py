@@ -50,7 +50,8 @@ class Outcome:
         value: what the call returns (generated, or decoded from the journal).
         action: ``"generated"``, ``"replayed"`` or ``"bypassed"``.
         ctx: the call's context (step, generation index ...).
-        source: the recorded generation that was served (replays) or written (generated and stored).
+        source: the recorded generation that was served (replays) or written (generated; its
+            ``event.output`` is None when the output was not stored, by the policy or because it could not be).
         seq: the sequence number of the event that journaled the call.
     """
 
