@@ -10,7 +10,9 @@ that would land outside that folder.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import re
 import stat
 from typing import List, Union
 
@@ -23,17 +25,21 @@ __all__ = [
     "prepare_journal_folder",
     "os_error",
     "JOURNAL_FILES",
-    "WRITERS_FOLDER",
+    "writer_lock_name",
     "check_room_to_create",
 ]
 
 # Free bytes a new journal's files need before LMDB creates them (lock.mdb with 256 reader slots is
 # ~16 KiB, data.mdb starts with a few pages); see `check_room_to_create`.
 _ROOM_TO_CREATE = 1 << 20
-# The folder of live-writer lock files inside a journal folder (see `_writers`).
-WRITERS_FOLDER = "writers"
-# What a journal folder holds: LMDB's two files, and the live-writer locks.
-JOURNAL_FILES = frozenset({"data.mdb", "lock.mdb", WRITERS_FOLDER})
+# What a journal folder holds: LMDB's two files, and one live-writer lock per run (see `_writers`).
+JOURNAL_FILES = frozenset({"data.mdb", "lock.mdb"})
+_WRITER_LOCK = re.compile(r"writer-[0-9a-f]{32}\.lock")
+
+
+def writer_lock_name(run: str) -> str:
+    """The file name of the live-writer lock of `run` in a journal folder."""
+    return "writer-" + hashlib.sha256(run.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".lock"
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -214,7 +220,7 @@ def prepare_journal_folder(path: str, folder: str, *, readonly: bool) -> None:
         raise os_error(path, exc, "create") from None
     if "data.mdb" in entries:
         return
-    others = sorted(name for name in entries if name not in JOURNAL_FILES)
+    others = sorted(name for name in entries if name not in JOURNAL_FILES and not _WRITER_LOCK.fullmatch(name))
     if others:
         shown = ", ".join(repr(name) for name in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         inside = os.path.join(path, "stepjournal")

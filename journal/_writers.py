@@ -6,7 +6,7 @@ record silently wins the step index. The journal keeps both (the log is the trut
 would kill a training run over a mistake it can keep working through) and warns, naming the other
 session, its host and pid.
 
-A session that records a generation holds an exclusive `flock` on ``writers/<run digest>.lock`` in
+A session that records a generation holds an exclusive `flock` on ``writer-<run digest>.lock`` in
 the journal folder and writes who it is into the file; the kernel drops the lock when the process
 ends, however it ends, so a held lock always means a live writer. LMDB's reader table cannot tell
 this: a session holds a reader slot only during a transaction. Where `fcntl` does not exist
@@ -15,7 +15,6 @@ this: a session holds a reader slot only during a transaction. Where `fcntl` doe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -31,9 +30,9 @@ except ImportError:  # pragma: no cover - not on Windows
 
 from ._events import Event, GenerationRecorded
 from ._log import get_logger
-from ._paths import WRITERS_FOLDER
+from ._paths import writer_lock_name
 
-__all__ = ["RunWriter", "WriterLock", "WRITERS_FOLDER"]
+__all__ = ["RunWriter", "WriterLock"]
 
 log = get_logger("stepjournal._journal")
 
@@ -59,15 +58,9 @@ class WriterLock:
         self._seen: set = set()
         if fcntl is None:
             return
-        name = hashlib.sha256(run.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".lock"
-        where = os.path.join(folder, WRITERS_FOLDER)
         try:
-            os.makedirs(where, mode=0o700, exist_ok=True)
-            dir_fd = os.open(where, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC)
-            try:
-                fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
+            fd = os.open(os.path.join(folder, writer_lock_name(run)), os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC,
+                         0o600)
         except OSError:
             return  # a read-only copy, a folder of someone else: no detection, never a failure
         if not stat.S_ISREG(os.fstat(fd).st_mode):
