@@ -12,6 +12,7 @@ import torch
 from ._errors import UnsupportedValueError
 from ._codec_format import FORMAT_VERSION, MAX_DEPTH, PAYLOAD_MAGIC, _BIGINT, _DICT, _EXT, _INT_MAX, _INT_MIN, _LIST, _NDARRAY, _NPSCALAR, _OBJARRAY, _PREFIX, _SAME_WIDTH_INT, _TENSOR, _TORCH_DTYPE_NAMES, _TUPLE, _align, _numpy_dtype, _r, _type_name
 from ._codec_registry import CodecRegistry, default_registry
+from ._unstorable import storing_hint
 
 __all__ = ["encode_payload", "encode_payload_array"]
 
@@ -49,11 +50,7 @@ def _render_path(path: _Path) -> str:
 
 def _unsupported(path: _Path, value: object, why: str = "") -> UnsupportedValueError:
     type_ = type(value)
-    name = type_.__name__
-    hint = (
-        f"To store it, register a codec: stepjournal.register_codec({name}, \"mypackage.{name}\", "
-        "encode=..., decode=...)"
-    )
+    hint = storing_hint(value)
     if not why:
         why = (
             "payloads hold dict, list, tuple, str, bytes, int, float, bool, None, torch tensors, "

@@ -42,6 +42,7 @@ from ._recording import Recording
 from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
 from ._version import __version__
+from ._writers import RunWriter
 
 __all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", "DEFAULT_RUN"]
 
@@ -59,6 +60,7 @@ _JOURNALS: "weakref.WeakSet[Journal]" = weakref.WeakSet()
 def _new_locks_in_fork_child() -> None:
     for journal in list(_JOURNALS):
         journal._lock = threading.RLock()
+        journal._writer.forget_in_fork_child()  # the parent's claim to its run stays the parent's
 
 
 os.register_at_fork(after_in_child=_new_locks_in_fork_child)
@@ -113,6 +115,7 @@ class Journal(Recording):
         self.compression = compression
         self._registry = registry
         self._lock = threading.RLock()
+        self._writer = RunWriter(self.path, run)  # the session's live-writer claim on its run
         _JOURNALS.add(self)
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
         self._log = EventLog(self._live, self.path)
@@ -144,6 +147,7 @@ class Journal(Recording):
     def close(self) -> None:
         """Close the journal; further use raises `JournalClosedError`. Closing twice is fine."""
         with self._lock:
+            self._writer.close()
             self._store.close()
 
     @property
@@ -200,6 +204,7 @@ class Journal(Recording):
         transaction (both or neither survive a crash); a remote store writes them first.
         """
         store = self._live()
+        self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
         needed = sum(len(blob) for _, blob in payloads) + sum(len(b) for b in encoded)
 

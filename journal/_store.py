@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ._log import get_logger
 from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_data_file, newest_txnid
-from ._paths import check_lmdb_files
+from ._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES"]
 
@@ -117,47 +117,53 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
                 )
             shared.users += 1
             return shared
-        if not readonly:
-            os.makedirs(key, mode=0o700, exist_ok=True)
-        elif not os.path.isdir(key) or not os.path.exists(os.path.join(key, "data.mdb")):
-            raise JournalError(f"no journal at {path!r}: the folder or its data.mdb is missing")
-        check_lmdb_files(key)
-        data_file = os.path.join(key, "data.mdb")
-        if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
-            # LMDB would silently start a new, empty journal over it.
-            raise IntegrityError(
-                f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
-                "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
-            )
-        # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
-        lock = not readonly or _is_writable_location(key)
-        options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
-                       readahead=False, max_readers=256, mode=0o600)
+        prepare_journal_folder(path, key, readonly=readonly)
         try:
-            env = lmdb.open(key, map_size=map_size, **options)
-        except lmdb.Error as exc:
-            raise JournalError(f"cannot open journal {path!r}: {exc}") from None
-        try:
-            _check_file_size(env, data_file, path)
-            if lock:
-                # Processes killed inside a read transaction leave their reader slot taken; with 256
-                # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
-                env.reader_check()
-            _check_structure(env, data_file, path)
-        except IntegrityError:
-            env.close()
-            raise
-        shared = _SharedEnv(env, readonly)
-        shared.options = options
-        try:
-            for name in DB_NAMES:
-                shared.dbs[name] = _open_db(env, name, create=not readonly)
-        except lmdb.Error as exc:
-            env.close()
-            raise JournalError(f"cannot open journal {path!r}: {exc}") from None
-        shared.users = 1
-        _ENVS[key] = (pid, shared)
-        return shared
+            return _open_env(path, key, readonly=readonly, map_size=map_size, sync=sync, pid=pid)
+        except OSError as exc:  # lstat/stat of a folder this user cannot read ...
+            raise os_error(path, exc, "open") from None
+
+
+def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool, pid: int) -> _SharedEnv:
+    """Open the LMDB environment of a checked journal folder and register it (under `_ENVS_LOCK`)."""
+    check_lmdb_files(key)
+    data_file = os.path.join(key, "data.mdb")
+    if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
+        # LMDB would silently start a new, empty journal over it.
+        raise IntegrityError(
+            f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
+            "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
+        )
+    # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
+    lock = not readonly or _is_writable_location(key)
+    options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
+                   readahead=False, max_readers=256, mode=0o600)
+    check_room_to_create(path, key, data_file, lock)
+    try:
+        env = lmdb.open(key, map_size=map_size, **options)
+    except lmdb.Error as exc:
+        raise os_error(path, exc, "open" if readonly or os.path.exists(data_file) else "create") from None
+    try:
+        _check_file_size(env, data_file, path)
+        if lock:
+            # Processes killed inside a read transaction leave their reader slot taken; with 256
+            # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
+            env.reader_check()
+        _check_structure(env, data_file, path)
+    except IntegrityError:
+        env.close()
+        raise
+    shared = _SharedEnv(env, readonly)
+    shared.options = options
+    try:
+        for name in DB_NAMES:
+            shared.dbs[name] = _open_db(env, name, create=not readonly)
+    except lmdb.Error as exc:
+        env.close()
+        raise JournalError(f"cannot open journal {path!r}: {exc}") from None
+    shared.users = 1
+    _ENVS[key] = (pid, shared)
+    return shared
 
 
 def _release(path: str, shared: _SharedEnv) -> None:

@@ -12,7 +12,7 @@ from stepjournal import Journal
 from stepjournal._convert import converter
 
 from ._engine import Engine
-from ._errors import ConfigError, SpecError
+from ._errors import ConfigError, PluginError, SpecError
 from ._options import EngineOptions, unknown_keys_text
 from ._spec import parse
 
@@ -94,6 +94,8 @@ def load_config(source: Any) -> EngineConfig:
     Raises:
         ConfigError: a key is unknown or missing, or a value has the wrong type; the message names them
             (`OptionError`, a `ConfigError`, for an engine option's value).
+        PluginError: the policy names a plugin that fails to load or gives no policy; raised as it is,
+            naming the plugin, its distribution and the cause.
     """
     data = _plain(source)
     if not isinstance(data, dict):
@@ -113,7 +115,7 @@ def load_config(source: Any) -> EngineConfig:
     options = EngineOptions.from_mapping(nested if nested is not None else flat)
     try:
         return attrs.evolve(converter.structure(data, EngineConfig), options=options)
-    except ConfigError:
+    except (ConfigError, PluginError):
         raise
     except cattrs.BaseValidationError as exc:
         own = _find_config_error(exc)
@@ -130,9 +132,14 @@ def load_config(source: Any) -> EngineConfig:
         raise ConfigError("bad stepjournal config: " + "; ".join(detail)) from None
 
 
-def _find_config_error(exc: BaseException) -> Optional[ConfigError]:
-    """A ConfigError raised by one of our validators inside cattrs' exception groups."""
-    if isinstance(exc, ConfigError):
+def _find_config_error(exc: BaseException) -> Optional[Exception]:
+    """A ConfigError, or a PluginError, raised by one of our validators inside cattrs' exception groups.
+
+    A plugin the config's policy names can fail to load (or give no policy) while the spec is
+    checked; its `PluginError` names the plugin, its distribution and the cause, so it passes
+    through as it is instead of becoming cattrs' ``unknown error (...) @ config``.
+    """
+    if isinstance(exc, (ConfigError, PluginError)):
         return exc
     for sub in getattr(exc, "exceptions", ()):
         found = _find_config_error(sub)

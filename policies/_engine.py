@@ -50,7 +50,8 @@ class Outcome:
         value: what the call returns (generated, or decoded from the journal).
         action: ``"generated"``, ``"replayed"`` or ``"bypassed"``.
         ctx: the call's context (step, generation index ...).
-        source: the recorded generation that was served (replays) or written (generated and stored).
+        source: the recorded generation that was served (replays) or written (generated; its
+            ``event.output`` is None when the output was not stored, by the policy or because it could not be).
         seq: the sequence number of the event that journaled the call.
     """
 
@@ -229,7 +230,13 @@ class Engine:
         return PendingCall(ctx, decision, policy)
 
     def finish(self, call: PendingCall, output: Any, *, input: Any = None, duration_s: float = 0.0) -> Outcome:
-        """Journal a call whose generator ran: record (and store) its output, or mark it bypassed."""
+        """Journal a call whose generator ran: record (and store) its output, or mark it bypassed.
+
+        An output (or input) that cannot be stored is not an error here: the generator's work is
+        not thrown away. The call is journaled as generated, not stored, with why in its reason (the
+        audit shows it, and `lookup` and a replay treat the step as not recorded), a warning is
+        logged, and the outcome carries the output (``outcome.source.event.output`` is None).
+        """
         ctx, decision = call.ctx, call.decision
         if call.outcome is not None:
             raise ValueError(f"call at step {ctx.step} index {ctx.gen_index} was replayed; nothing to finish")
@@ -240,21 +247,55 @@ class Engine:
             )
             return Outcome(value=output, action="bypassed", ctx=ctx, source=None, seq=seq)
         assert isinstance(decision, GenerateCall)
+        stored_output, stored_input, not_stored = self._prepared(ctx, output, input, decision.store)
+        reason = decision.reason if not not_stored else f"{decision.reason}; generated, not stored: {not_stored}"
         recorded = self.journal.record(
             ctx.step,
-            output,
+            stored_output,
             gen_index=ctx.gen_index,
             mode=ctx.mode,
-            input=input,
+            input=stored_input,
             input_digest=ctx.input_digest,
             store_input=decision.store,
-            store_output=decision.store,
+            store_output=stored_output is not None,
             duration_s=duration_s,
             policy=call.policy,
-            reason=decision.reason,
+            reason=reason,
         )
-        log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stored=decision.store, policy=call.policy)
+        log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stored=stored_output is not None,
+                 policy=call.policy)
         return Outcome(value=output, action="generated", ctx=ctx, source=recorded, seq=recorded.seq)
+
+    def _prepared(self, ctx: CallContext, output: Any, input: Any, store: bool) -> Tuple[Any, Any, str]:
+        """Encode a generated call's output and input for storage; what cannot be encoded is left out.
+
+        The generator has already run (minutes of GPU time, perhaps): a value the codec refuses (or a
+        registered codec that fails) must not throw the output away. The call is journaled as
+        generated but not stored, with the reason, and the caller still gets its output.
+
+        Returns:
+            The prepared output (None: not stored), the prepared input (None: none stored), and why
+            something was left out ("" when nothing was).
+        """
+        missed = []
+        prepared_output = prepared_input = None
+        if store:
+            try:
+                prepared_output = self.journal.prepare(output)
+            except Exception as exc:  # UnsupportedValueError, or a registered codec's own failure
+                missed.append(("output", exc))
+        if input is not None and (store or ctx.input_digest is None):
+            try:
+                prepared_input = self.journal.prepare(input, store=store)
+            except Exception as exc:
+                missed.append(("input", exc))
+        why = "; ".join(f"the {what} cannot be stored ({type(exc).__name__}: {exc})" for what, exc in missed)
+        for what, exc in missed:
+            log.warning(
+                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=str(exc),
+                hint=f"the caller got the {what}; the journal shows the call as generated, not stored",
+            )
+        return prepared_output, prepared_input, why
 
     def call(
         self,

@@ -64,6 +64,12 @@ def make_not_a_policy():
 
 
 NOT_CALLABLE = 3
+
+
+def make_refusing():
+    from stepjournal.policies import PluginError
+
+    raise PluginError("refusing: this plugin needs SJ_REFUSING_OK=1")
 '''
 
 
@@ -97,6 +103,7 @@ def site(tmp_path):
             "not_a_policy": "sj_example_plugin:make_not_a_policy",
             "not_callable": "sj_example_plugin:NOT_CALLABLE",
             "broken": "sj_example_plugin_missing:Thing",
+            "refusing": "sj_example_plugin:make_refusing",
             "cache": "sj_example_plugin:EveryOther",
         },
     )
@@ -192,6 +199,23 @@ def test_plugin_that_fails_to_load_in_a_config_names_plugin_distribution_and_imp
     assert error == "ModuleNotFoundError: No module named 'sj_example_plugin_missing'"
     assert "unknown error" not in message
     assert all(part in message for part in ("'broken'", "sj-example-plugin 1.0", "ModuleNotFoundError", error))
+
+
+def test_plugin_error_that_is_no_config_error_passes_through_load_config_as_it_is(site, tmp_path):
+    """`_find_config_error` passes any PluginError through, not only those that are also ConfigErrors."""
+    result = run_python(
+        site,
+        f"""
+        from stepjournal.policies import ConfigError, PluginError, load_config
+        try:
+            load_config({{"path": {str(tmp_path / 'j')!r}, "policy": "refusing"}})
+        except PluginError as exc:
+            assert not isinstance(exc, ConfigError)
+            print(exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "refusing: this plugin needs SJ_REFUSING_OK=1"
 
 
 def test_plugin_report_says_which_plugins_load_and_why_the_others_do_not(site):

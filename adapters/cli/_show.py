@@ -167,6 +167,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             ref = None
         record = AuditRecord.from_event(seq, event)
         what = "input" if args.input else "output"
+        if ref is None and record.action == "generated" and not record.stored and not args.input:
+            raise Failure(
+                f"step {args.step} call #{args.index} of run {run!r} ({args.mode}) was generated, not stored "
+                f"(event #{seq}): {record.reason}"
+            )
         if ref is None:
             raise Failure(
                 f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was {record.action} "

@@ -1,0 +1,172 @@
+"""Live writers: which session is recording a run of a journal right now, told through a lock file.
+
+Two sessions of one run recording at once (a job started twice, a restarted job whose old process
+still runs) each count generation indices from zero, so both record step N index 0 and the later
+record silently wins the step index. The journal keeps both (the log is the truth, and refusing
+would kill a training run over a mistake it can keep working through) and warns, naming the other
+session, its host and pid.
+
+A session that records a generation holds an exclusive `flock` on ``writer-<run digest>.lock`` in
+the journal folder and writes who it is into the file; the kernel drops the lock when the process
+ends, however it ends, so a held lock always means a live writer. LMDB's reader table cannot tell
+this: a session holds a reader slot only during a transaction. Where `fcntl` does not exist
+(Windows) or the folder cannot take the file, nothing is detected and nothing fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows
+    fcntl = None  # type: ignore[assignment]
+
+from ._events import Event, GenerationRecorded
+from ._log import get_logger
+from ._paths import writer_lock_name
+
+__all__ = ["RunWriter", "WriterLock"]
+
+log = get_logger("stepjournal._journal")
+
+_MAX_INFO_BYTES = 4096
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class WriterLock:
+    """The lock file of one (journal folder, run), opened by one session.
+
+    Args:
+        folder: the journal folder.
+        run: the run key.
+        session: this session's id; with its host and pid it is written into the file once held.
+    """
+
+    def __init__(self, folder: str, run: str, session: str) -> None:
+        self.run = run
+        self.me = {"session": session, "host": socket.gethostname(), "pid": os.getpid(), "ts": time.time()}
+        self.held = False
+        self._fd: Optional[int] = None
+        self._seen: set = set()
+        if fcntl is None:
+            return
+        try:
+            fd = os.open(os.path.join(folder, writer_lock_name(run)), os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC,
+                         0o600)
+        except OSError:
+            return  # a read-only copy, a folder of someone else: no detection, never a failure
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return
+        self._fd = fd
+
+    def claim(self) -> Optional[Dict[str, Any]]:
+        """Try to be the run's live writer; return the other live writer's details the first time one is met.
+
+        Returns:
+            None when this session holds the lock (or detection is unavailable, or the other writer
+            was already reported); else what the other session wrote (``session``, ``host``,
+            ``pid``, ``ts``; ``{}`` when it could not be read).
+        """
+        if self.held or self._fd is None:
+            return None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = self._read_other()
+            key = (other.get("session"), other.get("pid"))
+            if key in self._seen:
+                return None
+            self._seen.add(key)
+            return other
+        except OSError:
+            return None
+        self.held = True
+        body = json.dumps(self.me).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, body, 0)
+        return None
+
+    def claim_or_warn(self, path: str) -> None:
+        """`claim`, and log a warning naming the other live writer when one is met."""
+        other = self.claim()
+        if other is not None:
+            log.warning(
+                "run_recorded_by_two_sessions", path=path, run=self.run, session=self.me["session"],
+                other_session=other.get("session"), other_host=other.get("host"), other_pid=other.get("pid"),
+                hint="both sessions' calls are journaled and the later record of a step is the one replayed; "
+                "stop the other process, or give each its own run key (Journal(path, run=...))",
+            )
+
+    def _read_other(self) -> Dict[str, Any]:
+        try:
+            raw = os.pread(self._fd, _MAX_INFO_BYTES, 0)
+            info = json.loads(raw.decode())
+        except (OSError, ValueError):
+            return {}
+        return {k: info.get(k) for k in ("session", "host", "pid", "ts")} if isinstance(info, dict) else {}
+
+    def close(self) -> None:
+        """Give the lock up (closing the file releases it)."""
+        fd, self._fd, self.held = self._fd, None, False
+        if fd is not None:
+            os.close(fd)
+
+    def forget_in_fork_child(self) -> None:
+        """In a fork child: close the inherited descriptor without releasing the parent's lock."""
+        # flock belongs to the open file, shared with the parent: closing this copy leaves the
+        # parent's lock in place, while LOCK_UN here would release it for both.
+        self.close()
+
+
+class RunWriter:
+    """A journal's claim to be its run's live writer, taken before its session records a generation.
+
+    Args:
+        path: the journal folder (as given).
+        run: the journal's run key.
+    """
+
+    def __init__(self, path: str, run: str) -> None:
+        self.path = path
+        self.run = run
+        self._lock: Optional[WriterLock] = None
+        self._mutex = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        """Whether this journal's session is its run's live writer."""
+        return self._lock is not None and self._lock.held
+
+    def before_append(self, events: List[Event], session: Optional[str]) -> None:
+        """Claim the run when `events` record a generation of `session`; warn once per other live writer."""
+        if session is None or self.held or not any(isinstance(e, GenerationRecorded) for e in events):
+            return
+        with self._mutex:
+            if self._lock is None or self._lock.me["session"] != session:
+                if self._lock is not None:
+                    self._lock.close()
+                self._lock = WriterLock(os.path.realpath(self.path), self.run, session)
+            self._lock.claim_or_warn(self.path)
+
+    def close(self) -> None:
+        """Give the claim up (the journal closes)."""
+        with self._mutex:
+            lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()
+
+    def forget_in_fork_child(self) -> None:
+        """In a fork child: drop the inherited claim, leaving it the parent's."""
+        self._mutex = threading.Lock()  # another thread may have held it at fork()
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.forget_in_fork_child()
