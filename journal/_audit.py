@@ -298,7 +298,10 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
             continue
         entry["counts"][_ACTION_OF[type(event)]] += 1
         entry["modes"][event.mode] = entry["modes"].get(event.mode, 0) + 1
-        entry["steps"].append(event.step)
+        if not isinstance(event, CallRefused):
+            # A refused call (a replay miss at step 9 of a run recorded through step 4) did not
+            # happen at its step: it stays in the counts, not in the step span.
+            entry["steps"].append(event.step)
         if isinstance(event, GenerationRecorded) and event.output is not None:
             entry["bytes"] += event.output.nbytes
     return [

@@ -24,7 +24,6 @@ __all__ = [
     "CallBypassed",
     "CallRefused",
     "Event",
-    "CallEvent",
     "EVENT_TYPES",
     "check_fingerprint",
 ]
@@ -263,7 +262,6 @@ class CallRefused:
     ts: float = attrs.field(validator=_TS)
 
 
-CallEvent = Union[GenerationRecorded, ReplayServed, CallBypassed, CallRefused]
 Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused]
 
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.

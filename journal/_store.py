@@ -293,9 +293,6 @@ class Store:
         handle = self._env().dbs[name]
         return handle
 
-    def has_db(self, name: str) -> bool:
-        return self._env().dbs.get(name) is not None
-
     # -- transactions ----------------------------------------------------------------------------
     @contextmanager
     def read(self, *, buffers: bool = False) -> Iterator[lmdb.Transaction]:

@@ -114,3 +114,13 @@ def test_summarize_runs_counts_actions_and_sessions_per_run(journal):
 def test_audit_names_are_public(journal):
     for name in ("AuditRecord", "RunSummary", "AUDIT_SCHEMA_VERSION", "summarize_runs"):
         assert name in stepjournal.__all__ and hasattr(stepjournal, name)
+
+
+def test_a_refused_call_counts_but_does_not_widen_the_step_span(jpath):
+    with Journal(jpath, run="span") as j:
+        for step in (1, 2, 3, 4):
+            j.record(step, {"x": torch.tensor([step])})
+        j.record_refusal(9, reason="replay miss")
+        (summary,) = summarize_runs(j.events())
+    assert (summary.first_step, summary.last_step) == (1, 4)
+    assert summary.counts["refused"] == 1

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, Iterator, List, Tuple
 
-import attrs
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import CallRefused, RunSummary, SessionOpened, summarize_runs
+from stepjournal import summarize_runs
 from stepjournal._audit import ACTIONS
 
 from ._common import open_readonly
@@ -20,7 +18,7 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with open_readonly(args.journal) as journal:
-        summaries = _summaries(journal)
+        summaries = summarize_runs(journal.events())
     if args.json:
         print_json([s.to_json() for s in summaries])
         return 0
@@ -63,21 +61,3 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             )
     out.print(sessions)
     return 0
-
-
-
-def _summaries(journal: Any) -> List[RunSummary]:
-    """`summarize_runs`, with each run's step span taken from the calls that ran or were served: a
-    refused call (a replay miss at step 9 of a run recorded through step 4) did not happen at its step."""
-    spans: Dict[str, Tuple[int, int]] = {}
-
-    def pairs() -> Iterator[Tuple[int, Any]]:
-        for seq, event in journal.events():
-            if not isinstance(event, (SessionOpened, CallRefused)):
-                lo, hi = spans.get(event.run, (event.step, event.step))
-                spans[event.run] = (min(lo, event.step), max(hi, event.step))
-            yield seq, event
-
-    summaries = summarize_runs(pairs())
-    return [attrs.evolve(s, first_step=spans.get(s.run, (None, None))[0], last_step=spans.get(s.run, (None, None))[1])
-            for s in summaries]
