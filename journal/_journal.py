@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 from ._audit import CALL_EVENT_TYPES, audit as _audit
 from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
-from ._errors import EventDecodeError, IntegrityError, InvalidKeyError, JournalClosedError, JournalError
+from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
 from ._eventlog import EventLog
 from ._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from ._keys import META_CREATED, META_FORMAT
@@ -110,7 +110,7 @@ class Journal(Recording):
             raise ValueError(f"compression {compression!r} is not supported: use None or 'zstd'")
         self.path = os.fspath(path)
         self.run = run
-        self.fingerprint: Dict[str, Any] = _check_fingerprint(fingerprint or {})
+        self.fingerprint: Dict[str, Any] = _checked_fingerprint(fingerprint or {})
         self.readonly = readonly
         self.compression = compression
         self._registry = registry
@@ -440,15 +440,6 @@ class Journal(Recording):
         return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress)
 
 
-def _check_fingerprint(fp: Mapping[str, Any]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for key, value in fp.items():
-        if not isinstance(key, str):
-            raise InvalidKeyError(f"fingerprint key {key!r} is not a string")
-        if value is not None and not isinstance(value, (str, int, float, bool)):
-            raise InvalidKeyError(
-                f"fingerprint value {key}={value!r} is a {type(value).__name__}; use str, int, float, bool or None"
-            )
-        out[key] = value
-    check_fingerprint(out)  # finite numbers, 64-bit ints: what every reader can compare and print
-    return out
+def _checked_fingerprint(fp: Mapping[str, Any]) -> Dict[str, Any]:
+    check_fingerprint(fp)  # names to JSON scalars, finite numbers, 64-bit ints: what every reader compares
+    return dict(fp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import re
 import stat
 import subprocess
 import sys
@@ -36,7 +37,11 @@ def test_run_keys_are_lmdb_keys_and_never_reach_the_file_system(tmp_path, run):
         journal.record(1, {"a": 1})
         assert journal.recorded_steps() == [1]
         assert journal.load_output(journal.lookup(1)) == {"a": 1}
-    assert _tree(tmp_path) == {"sub", "sub/journal", "sub/journal/data.mdb", "sub/journal/lock.mdb"}
+    tree = _tree(tmp_path)
+    # The live-writer lock is named by a digest of the run key, never by its text.
+    (lock,) = [name for name in tree if name.startswith("sub/journal/writer-")]
+    assert re.fullmatch(r"sub/journal/writer-[0-9a-f]{32}\.lock", lock)
+    assert tree - {lock} == {"sub", "sub/journal", "sub/journal/data.mdb", "sub/journal/lock.mdb"}
 
 
 def test_a_config_path_inside_the_base_folder_resolves(tmp_path):
