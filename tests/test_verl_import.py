@@ -203,6 +203,7 @@ def test_cli_import_verl_refuses_then_imports_with_trust_pickle(tmp_path):
     done = subprocess.run(command + ["--trust-pickle", "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
+    assert result["schema_version"] == 1
     assert [(r["step"], r["form"]) for r in result["imported"]] == [(1, "skip_manager"), (2, "skip_manager"), (3, "skip_manager")]
     audit = subprocess.run([sys.executable, "-m", "stepjournal", "audit", journal, "--json"],
                            capture_output=True, text=True, timeout=300)
