@@ -46,11 +46,10 @@ __all__ = [
 ]
 
 
+from .._extras import missing_extra  # noqa: E402
+
+
 def __getattr__(name: str) -> Any:
     if name in __all__ and _MISSING_TRL is not None:
-        raise ImportError(
-            f"stepjournal.adapters.trl.{name} needs TRL ({_MISSING_TRL.name} is not installed): install it with "
-            "`pip install 'stepjournal[trl]'`",
-            name=_MISSING_TRL.name,
-        ) from _MISSING_TRL
+        raise missing_extra(__name__, name, _MISSING_TRL, "TRL", "trl")
     raise AttributeError(f"module 'stepjournal.adapters.trl' has no attribute {name!r}")

@@ -103,13 +103,14 @@ if _MISSING_VERL is None:
     register_tq_codec()
 
 
+from .._extras import missing_extra  # noqa: E402
+
+
 def __getattr__(name: str) -> Any:
     if name in __all__ and _MISSING_VERL is not None:
-        raise ImportError(
-            f"stepjournal.adapters.verl.{name} needs verl ({_MISSING_VERL.name} is not installed): install it "
-            "with `pip install 'stepjournal[verl]'`; read_verl_config and the errors work without it",
-            name=_MISSING_VERL.name,
-        ) from _MISSING_VERL
+        raise missing_extra(
+            __name__, name, _MISSING_VERL, "verl", "verl", "; read_verl_config and the errors work without it"
+        )
     # Built on first use: importing verl's agent loop pulls in its serving stack, which plain
     # journaling and dump import do not need.
     if name == "JournaledAgentLoopManager":
