@@ -14,6 +14,11 @@ settings.register_profile(
 settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
+# The CLI honours COLUMNS (and a pager) the way a user's shell sets them. A CI shell may export them,
+# so tests start from none; a test that wants a width or a pager sets it for its own command.
+for _name in ("COLUMNS", "LINES", "PAGER"):
+    os.environ.pop(_name, None)
+
 
 @pytest.fixture
 def jpath(tmp_path):

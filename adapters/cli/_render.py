@@ -73,8 +73,9 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
             stream.reconfigure(errors="backslashreplace")
     out = make_console()
     if not out.is_terminal and not os.environ.get("COLUMNS"):
-        # A pipe or a file has no width; do not squeeze a wide audit table into 80 columns.
-        out = make_console(width=max(out.width, 200))
+        # A pipe or a file has no width: a line of text stays one line (scripts grep it), and a wide
+        # audit table is not squeezed into 80 columns. COLUMNS, when set, is the width asked for.
+        out = make_console(width=max(out.width, 200), soft_wrap=True)
     yield out, make_console(stderr=True)
 
 
