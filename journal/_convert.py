@@ -63,6 +63,14 @@ def _make_converter() -> cattrs.Converter:
 
 converter: cattrs.Converter = _make_converter()
 
+# cattrs writes each class's hooks as Python source and compiles it on first use. Build them all now,
+# at import: decoding a journal (someone else's, perhaps) then compiles nothing, and the first event
+# read costs what the others cost.
+for _cls in (*EVENT_TYPES, PayloadRef):
+    converter.get_structure_hook(_cls)
+    converter.get_unstructure_hook(_cls)
+    converter.get_structure_hook(Optional[_cls])
+
 
 def _describe_field_error(exc: BaseException, type_: Any) -> str:
     # The event classes' validators say which field and what range (see _events); keep their words.

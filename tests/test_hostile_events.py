@@ -129,3 +129,29 @@ def test_a_reason_with_a_lone_surrogate_is_refused_with_a_typed_error(tmp_path):
     with Journal(str(tmp_path / "journal"), run=RUN) as journal:
         with pytest.raises(InvalidKeyError, match="reason"):
             journal.record_refusal(1, reason="bad \udc80 text")
+
+
+_COMPILES_NOTHING = """
+import sys
+import msgpack
+from stepjournal._convert import decode_event
+from stepjournal import EventDecodeError
+ran = []
+sys.addaudithook(lambda event, args: ran.append(event) if event in ("compile", "exec") else None)
+body = {"type": "generation_recorded", "v": 1, "session": "s", "run": "r", "step": 3, "gen_index": 0,
+        "mode": "train", "input_digest": None, "output": {"digest": 7}, "input": None, "duration_s": 0.5,
+        "policy": "p", "reason": "r", "ts": 2.0, "imported_from": None}
+for raw in (msgpack.packb(body), msgpack.packb({**body, "output": {"digest": "ab" * 32, "nbytes": "x"}})):
+    try:
+        decode_event(raw)
+    except EventDecodeError:
+        pass
+print(ran)
+"""
+
+
+def test_the_first_event_decoded_in_a_fresh_process_compiles_no_code():
+    """cattrs builds hooks from source on first use; the journal builds them at import, so a read compiles nothing."""
+    done = subprocess.run([sys.executable, "-c", _COMPILES_NOTHING], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
