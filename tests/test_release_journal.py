@@ -1,0 +1,78 @@
+"""The journal written by stepjournal 0.1.0 (tests/data/journal-0.1.0, made by make_release_journal.py).
+
+Every later release must open it, verify it, read its events and replay it unchanged. The folder in
+the repository is never opened for writing: each test copies it first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, SessionOpened
+from stepjournal.adapters import journaled
+
+DATA = Path(__file__).parent / "data"
+sys.path.insert(0, str(DATA))
+from make_release_journal import rollout  # noqa: E402
+
+
+@pytest.fixture
+def release(tmp_path) -> str:
+    target = tmp_path / "journal-0.1.0"
+    target.mkdir(mode=0o700)
+    shutil.copy2(DATA / "journal-0.1.0" / "data.mdb", target / "data.mdb")
+    return str(target)
+
+
+def _same(a, b) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+
+
+def test_the_release_journal_opens_read_only_verifies_and_holds_its_events(release):
+    with Journal(release, readonly=True) as journal:
+        assert journal.verify() == []
+        kinds = [type(e).__name__ for _, e in journal.events()]
+        assert kinds.count(SessionOpened.__name__) == 3
+        assert kinds.count(GenerationRecorded.__name__) == 6
+        assert kinds.count(ReplayServed.__name__) == 3
+        assert kinds.count(CallBypassed.__name__) == 1 and kinds.count(CallRefused.__name__) == 1
+    with Journal(release, run="exp", readonly=True) as journal:
+        assert journal.recorded_steps() == [1, 2, 3, 4]
+        assert journal.recorded_indices(3) == [0, 1]
+        for step, k in [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0)]:
+            assert _same(journal.load_output(journal.lookup(step, gen_index=k)), rollout(step, k))
+    with Journal(release, run="other", readonly=True) as journal:
+        record = journal.lookup(1)
+        assert record.event.output.compression == "zstd"
+        assert _same(journal.load_output(record), rollout(1, 5))
+        assert journal.load_input(record) == {"prompt": "2+2"}
+
+
+def test_the_release_journal_replays_unchanged_without_running_the_generator(release):
+    def must_not_run(step):
+        raise AssertionError(f"the generator ran at step {step}")
+
+    with Journal(release, run="exp", fingerprint={"model": "tiny", "n": 4, "seed": 7}) as journal:
+        gen = journaled(must_not_run, journal, "replay")
+        for step in range(1, 5):
+            assert _same(gen(step=step), rollout(step, 0))
+            assert gen.last_outcome.action == "replayed"
+        assert _same(gen(step=3), rollout(3, 1))  # the second call of step 3
+        assert journal.verify() == []
+
+
+def test_the_cli_audits_and_verifies_the_release_journal(release):
+    audit = subprocess.run([sys.executable, "-m", "stepjournal", "audit", release, "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 0, audit.stderr
+    assert audit.stdout.count('"replayed"') >= 3 and '"refused"' in audit.stdout
+    verify = subprocess.run([sys.executable, "-m", "stepjournal", "verify", release],
+                            capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
