@@ -145,11 +145,6 @@ class TrlRecorder:
         )
         try:
             outcome = self.engine.call(step, generate, mode=mode, hooks=hooks)
-        except UnsupportedValueError as exc:
-            raise UnsupportedValueError(
-                f"{exc}\n(this is what {self.target} returned at step {step}; register a codec for that type with "
-                "stepjournal.register_codec, or return plain lists, dicts, numbers, strings and tensors)"
-            ) from None
         except ReplayMissError as exc:
             if not str(exc).startswith(PROMPTS_DIFFER):
                 raise
