@@ -13,6 +13,9 @@ extent (its first page plus the pages its size needs) must lie inside the file t
 The work is bounded by the file: each tree page is read once (a page reached twice is a cycle or a
 shared subtree, and refused), overflow pages are not read beyond their 16-byte header, and the walk
 uses an explicit stack no deeper than LMDB's own cursor (32 levels).
+The named databases (events, payloads, indices: nearly all the pages) are first screened a level
+at a time by `_lmdb_screen`, which checks the same conditions with numpy; only a tree it does not
+pass is walked node by node here, so that the error names the first problem.
 
 The layout parsed here is LMDB 0.9's (the one py-lmdb bundles), on a 64-bit little-endian machine.
 """
@@ -24,6 +27,7 @@ import struct
 from typing import List, NamedTuple, Optional, Tuple
 
 from ._errors import IntegrityError
+from ._lmdb_screen import screen_tree
 
 __all__ = ["check_data_file", "newest_txnid", "CheckStats"]
 
@@ -117,8 +121,9 @@ def newest_txnid(path: str) -> Optional[int]:
 
 
 class _Walk:
-    def __init__(self, fd: int, psize: int, pages: int) -> None:
+    def __init__(self, fd: int, psize: int, pages: int, *, screen: bool = True) -> None:
         self.fd = fd
+        self.screen = screen  # named trees through `_lmdb_screen` first (False: node by node only)
         self.psize = psize
         self.pages = pages  # page numbers below this are inside the file and committed
         self.seen: set = set()
@@ -133,6 +138,15 @@ class _Walk:
             return []
         if not 1 <= depth <= _MAX_DEPTH:
             raise _Damaged(f"database {name} claims a depth of {depth} (LMDB handles 1 to {_MAX_DEPTH})")
+        if not main and not free and self.screen:
+            screened = screen_tree(self.fd, self.psize, self.pages, root, depth, self.seen)
+            if screened is not None:
+                tree_pages, overflow = screened
+                for pgno, first, dsize in overflow:
+                    self._overflow(name, pgno, first, dsize, read=False)
+                self.seen.update(tree_pages.tolist())
+                return []
+            # Something in this tree is wrong: the walk below finds the first problem and says it.
         named: List[Tuple[str, tuple]] = []
         stack = [(root, 1, "its root")]
         while stack:
@@ -224,7 +238,8 @@ class _Walk:
             raise _Damaged(f"a free-page list on page {pgno} names pages outside the file")
 
 
-def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int] = None) -> CheckStats:
+def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int] = None,
+                    screen: bool = True) -> CheckStats:
     """Walk the LMDB file at `path` and refuse it unless every page LMDB could read lies inside it.
 
     Args:
@@ -232,6 +247,9 @@ def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int]
         journal: the journal path, for the error message.
         pinned_txnid: the id of a read transaction the caller holds on the file; the snapshot checked
             is the newest, never older than it (the caller's transaction keeps those pages from reuse).
+        screen: check each named database's tree a level at a time first (`_lmdb_screen`); the
+            node-by-node walk then runs only on a tree the screen does not pass. False walks every
+            tree node by node (the reference the screen is tested against).
 
     Returns:
         What was read.
@@ -253,7 +271,7 @@ def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int]
             if meta.last_pgno + 1 > pages:
                 raise _Damaged(f"its last committed page {meta.last_pgno} lies beyond the end of the file "
                                f"({pages} pages): the file was truncated")
-            walk = _Walk(fd, meta.psize, meta.last_pgno + 1)
+            walk = _Walk(fd, meta.psize, meta.last_pgno + 1, screen=screen)
             walk.tree("(free pages)", meta.free, free=True)
             for name, db in walk.tree("(main)", meta.main, main=True):
                 walk.tree(name, db)
