@@ -80,7 +80,8 @@ def _parser() -> _Parser:
     p.add_argument("--run", help="only this run key")
     p.add_argument("--steps", metavar="RANGES", help="only these steps, e.g. '1-10,20,30-40:2,50-'")
     p.add_argument("--mode", help="only this mode (train, validate ...)")
-    p.add_argument("--action", action="append", choices=ACTIONS, help="only this action (repeatable)")
+    p.add_argument("--action", action="append", choices=(*ACTIONS, "released"),
+                   help="only this action (repeatable; released: retention's releases)")
     p.add_argument("-n", "--limit", type=_nonneg_int, metavar="N", help="only the first N calls")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--wide", action="store_true", help="every column (the default view fits 80 columns)")
