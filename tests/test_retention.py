@@ -387,3 +387,36 @@ def test_the_prune_verb_refuses_bad_rules_with_one_line_naming_the_value(jpath, 
     assert "no run 'nope'" in capsys.readouterr().err
     with Journal(jpath, readonly=True) as journal:
         assert journal.recorded_steps() == [1, 2, 3]
+
+
+# -- configs -----------------------------------------------------------------------------------------------
+def test_an_engine_config_s_retention_key_applies_while_recording(jpath):
+    from stepjournal.policies import load_config, open_engine
+
+    engine = open_engine(load_config({"path": jpath, "policy": "cache", "retention": {"keep_last": 2, "pin": "1"}}))
+    try:
+        for step in range(1, 6):
+            engine.call(step, lambda step=step: _value(step))
+        assert engine.journal.recorded_steps() == [1, 4, 5]
+    finally:
+        engine.journal.close()
+
+
+def test_a_bad_retention_key_in_a_config_is_a_config_error_naming_it(jpath):
+    from stepjournal.policies import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="keep_lats"):
+        load_config({"path": jpath, "retention": {"keep_lats": 2}})
+    with pytest.raises(ConfigError, match="keep_last=-2"):
+        load_config({"path": jpath, "retention": {"keep_last": -2}})
+
+
+def test_the_verl_native_section_takes_a_retention_key(tmp_path):
+    from omegaconf import OmegaConf
+
+    from stepjournal.adapters.verl import read_verl_config
+
+    config = OmegaConf.create({"stepjournal": {"path": str(tmp_path / "j"), "policy": "cache",
+                                               "retention": {"keep_last": 3}},
+                               "trainer": {}, "actor_rollout_ref": {"rollout": {"n": 1}}})
+    assert read_verl_config(config).engine.retention == {"keep_last": 3}
