@@ -221,7 +221,7 @@ class Journal(Recording):
                 for seq, event in zip(seqs, events):
                     Projections.apply_in(txn, store, seq, event)
                 if self._retainer is not None:
-                    self._retainer.in_txn(txn, store, events)
+                    self._retainer.in_txn(txn, store, seqs, events)
                 return seqs
 
             # buffers: checking a stored duplicate payload hashes it in place instead of copying it.

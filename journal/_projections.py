@@ -159,8 +159,15 @@ class _Ranks:
         at = self.rank(step, count)
         if at >= count or self.nth(at) != step:
             return
-        for ordinal in range(at, count - 1):
-            txn.put(rank_key(prefix, ordinal), txn.get(rank_key(prefix, ordinal + 1), db=db), db=db)
+        cur = txn.cursor(db=db)
+        above = []
+        if cur.set_range(rank_key(prefix, at + 1)):
+            for key, value in cur:
+                if not bytes(key).startswith(prefix):
+                    break
+                above.append(bytes(value))
+        if above:
+            txn.cursor(db=db).putmulti([(rank_key(prefix, at + i), v) for i, v in enumerate(above)])
         txn.delete(rank_key(prefix, count - 1), db=db)
 
 

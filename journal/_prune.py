@@ -14,7 +14,7 @@ costs no extra commit).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, List, Optional, Sequence, Set, Tuple, Union
 
 import attrs
 
@@ -35,13 +35,15 @@ log = get_logger("stepjournal._journal")
 Rules = Union[Retention, Sequence[Retention]]
 
 
-def _catch_up_in(txn: Any, store: Store, state: RetentionState) -> None:
-    """Fold every event after ``state.last_seq`` into `state`, as `txn` sees the log."""
+def _catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[int] = None) -> None:
+    """Fold every event after ``state.last_seq`` (and before seq `before`) into `state`, as `txn` sees the log."""
     cur = txn.cursor(db=store.db("events"))
     if not cur.set_range(seq_key(state.last_seq + 1)):
         return
     for key, body in cur:
         seq = seq_of(key)
+        if before is not None and seq >= before:
+            return
         state.apply(seq, decode_event(body, seq=seq))
 
 
@@ -162,7 +164,8 @@ class Retainer:
         self._remote: List[bytes] = []
         self._warned: Set[str] = set()
 
-    def in_txn(self, txn: Any, store: Store, events: Iterable[Event]) -> None:
+    def in_txn(self, txn: Any, store: Store, seqs: Sequence[int], events: Sequence[Event]) -> None:
+        """Plan and release inside the write transaction that just appended `events` as `seqs`."""
         groups = {group_of(e) for e in events
                   if isinstance(e, GenerationRecorded) and (e.output is not None or e.input is not None)}
         if not groups:
@@ -170,7 +173,9 @@ class Retainer:
         if self._state is None or self._dirty:
             self._state = RetentionState()  # an aborted transaction's folds are not the log's
         self._dirty = True
-        _catch_up_in(txn, store, self._state)
+        _catch_up_in(txn, store, self._state, before=seqs[0])  # what other processes appended
+        for seq, event in zip(seqs, events):  # and these, without decoding them again
+            self._state.apply(seq, event)
         try:
             plan = self._state.plan(self.rules, groups=groups)
         except RetentionError as exc:
