@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from rich.console import Console
 
+from ._bench_retention import bench_retention
 from ._cli_start import bench_cli_start
 from ._measure import load_average, machine_facts, quiet_logs
 from ._report import goals_and_ratios
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "passthrough": bench_passthrough,
         "scan": bench_scan,
         "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
+        "retention": bench_retention,
     }
     try:
         for name, section in sections.items():

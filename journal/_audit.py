@@ -14,7 +14,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
-from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, ReplayServed, SessionOpened
+from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -23,6 +23,8 @@ __all__ = [
     "AuditRecord",
     "RunSummary",
     "CALL_EVENT_TYPES",
+    "AUDITED_EVENT_TYPES",
+    "RELEASED",
     "audit",
     "summarize_runs",
 ]
@@ -42,6 +44,9 @@ _ACTION_OF = {
 
 # The event classes the audit shows (one per generate call).
 CALL_EVENT_TYPES: Tuple[type, ...] = tuple(_ACTION_OF)
+# The audit's rows: every call, and every release of a record's payloads by retention (action "released").
+AUDITED_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (PayloadsReleased,)
+RELEASED = "released"
 # `Journal` or ``journal.events()``: anything with an ``events(**filters)`` method, or (seq, event) pairs.
 EventSource = Union[Any, Iterable[Tuple[int, Event]]]
 
@@ -70,7 +75,9 @@ class AuditRecord:
         session: the session (process) that made the call.
         run: the run key.
         step, gen_index, mode: which call it was.
-        action: ``"generated"``, ``"replayed"``, ``"bypassed"`` or ``"refused"``.
+        action: ``"generated"``, ``"replayed"``, ``"bypassed"`` or ``"refused"``; ``"released"`` for
+            a row that says retention released a record's payloads (its source_* fields name the
+            record, its reason says why and under which rule; it is no call).
         stored: whether this call stored an output payload (only generated calls do).
         source_run, source_step, source_gen_index, source_seq: where a replay was served from (None
             unless replayed).
@@ -81,6 +88,8 @@ class AuditRecord:
         ts: when the call was journaled (Unix time).
         duration_s: how long the call took.
         imported_from: where an imported record came from.
+        released_by: the seq of the `PayloadsReleased` that released this record's payloads (set by
+            `audit`; None while the record is served).
     """
 
     seq: int
@@ -104,10 +113,18 @@ class AuditRecord:
     source_gen_index: Optional[int] = None
     source_seq: Optional[int] = None
     imported_from: Optional[str] = None
+    released_by: Optional[int] = None
 
     @classmethod
     def from_event(cls, seq: int, event: Any) -> "AuditRecord":
-        """The record of one call event (any event but `SessionOpened`)."""
+        """The record of one call event, or of a `PayloadsReleased` (any event but `SessionOpened`)."""
+        if isinstance(event, PayloadsReleased):
+            return cls(
+                seq=seq, session="", run=event.run, step=event.step, gen_index=event.gen_index, mode=event.mode,
+                action=RELEASED, stored=False, policy="retention", reason=f"{event.reason} (rule: {event.rule})",
+                ts=event.ts, source_run=event.run, source_step=event.step, source_gen_index=event.gen_index,
+                source_seq=event.record_seq,
+            )
         action = _ACTION_OF[type(event)]
         common = dict(
             seq=seq,
@@ -180,6 +197,7 @@ AUDIT_FIELDS: Tuple[str, ...] = (
     "time",
     "duration_s",
     "imported_from",
+    "released_by",
 )
 
 
@@ -204,8 +222,11 @@ def audit(
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
     records = []
-    for seq, event in _pairs(source, run=run, steps=steps, types=CALL_EVENT_TYPES):
-        if type(event) not in _ACTION_OF:
+    released: Dict[int, int] = {}
+    for seq, event in _pairs(source, run=run, steps=steps, types=AUDITED_EVENT_TYPES):
+        if isinstance(event, PayloadsReleased):
+            released[event.record_seq] = seq
+        elif type(event) not in _ACTION_OF:
             continue
         if (run is not None and event.run != run) or (steps is not None and event.step not in steps):
             continue
@@ -214,6 +235,9 @@ def audit(
         record = AuditRecord.from_event(seq, event)
         if actions is None or record.action in actions:
             records.append(record)
+    if released:
+        records = [attrs.evolve(r, released_by=released[r.seq]) if r.seq in released and r.action == "generated"
+                   else r for r in records]
     return records
 
 
@@ -296,6 +320,8 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
         if isinstance(event, SessionOpened):
             entry["sessions"].append((seq, event))
             continue
+        if isinstance(event, PayloadsReleased):
+            continue  # no call
         entry["counts"][_ACTION_OF[type(event)]] += 1
         entry["modes"][event.mode] = entry["modes"].get(event.mode, 0) + 1
         if not isinstance(event, CallRefused):

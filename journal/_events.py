@@ -9,7 +9,7 @@ step, resume positions) is a projection of these events.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import attrs
 
@@ -23,6 +23,7 @@ __all__ = [
     "ReplayServed",
     "CallBypassed",
     "CallRefused",
+    "PayloadsReleased",
     "Event",
     "EVENT_TYPES",
     "check_fingerprint",
@@ -262,7 +263,35 @@ class CallRefused:
     ts: float = attrs.field(validator=_TS)
 
 
-Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused]
+def _digests(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, list):
+        _refuse(attribute.name, value, "use a list of hex digests")
+    for item in value:
+        _digest(_instance, attribute, item)
+
+
+@attrs.frozen
+class PayloadsReleased:
+    """Retention released the payloads of one recorded generation (see `stepjournal.Retention`).
+
+    The record's event stays in the log; from here on `lookup` no longer serves it. `released` are
+    the digests whose bytes were deleted; `retained` those of the record that a kept record still
+    uses (content addressing), left in place.
+    """
+
+    run: str = attrs.field(validator=_run_key)
+    step: int = attrs.field(validator=_STEP)
+    gen_index: int = attrs.field(validator=_GEN_INDEX)
+    mode: str = attrs.field(validator=_mode)
+    record_seq: int = attrs.field(validator=_SEQ)
+    released: List[str] = attrs.field(validator=_digests)
+    retained: List[str] = attrs.field(validator=_digests)
+    rule: str = attrs.field(validator=_text)
+    reason: str = attrs.field(validator=_text)
+    ts: float = attrs.field(validator=_TS)
+
+
+Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased]
 
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
@@ -271,4 +300,5 @@ EVENT_TYPES: Dict[type, tuple[str, int]] = {
     ReplayServed: ("replay_served", 1),
     CallBypassed: ("call_bypassed", 1),
     CallRefused: ("call_refused", 1),
+    PayloadsReleased: ("payloads_released", 1),
 }

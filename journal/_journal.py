@@ -24,7 +24,7 @@ import uuid
 import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ._audit import CALL_EVENT_TYPES, audit as _audit
+from ._audit import AUDITED_EVENT_TYPES, audit as _audit
 from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
@@ -38,6 +38,7 @@ from ._paths import security_warnings
 from ._payload_store import LmdbPayloadStore, PayloadStore
 from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
 from ._projections import Projections, RecordedGeneration
+from ._prune import Retainer
 from ._recording import Recording
 from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
@@ -88,6 +89,7 @@ class Journal(Recording):
             `reindex`, which records no calls); recording calls then raises `JournalError`.
         payload_store: where payloads live (a `PayloadStore`); default: an `LmdbPayloadStore` in the
             journal's own LMDB environment.
+        retention: a `Retention` (or a list of them) applied in the transaction of each record.
     """
 
     def __init__(
@@ -104,13 +106,15 @@ class Journal(Recording):
         registry: Optional[CodecRegistry] = None,
         session: bool = True,
         payload_store: Optional[PayloadStore] = None,
+        retention: Any = None,
     ) -> None:
         _check_key(run, "train")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression {compression!r} is not supported: use None or 'zstd'")
         self.path = os.fspath(path)
         self.run = run
-        self.fingerprint: Dict[str, Any] = _checked_fingerprint(fingerprint or {})
+        check_fingerprint(fingerprint or {})  # names to JSON scalars, finite numbers, 64-bit ints
+        self.fingerprint: Dict[str, Any] = dict(fingerprint or {})
         self.readonly = readonly
         self.compression = compression
         self._registry = registry
@@ -121,6 +125,7 @@ class Journal(Recording):
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
         self._payloads: PayloadStore = payload_store if payload_store is not None else LmdbPayloadStore(self._store)
+        self._retainer = Retainer(retention, self._payloads) if retention is not None else None
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
         self._with_session = session and not readonly
@@ -215,13 +220,18 @@ class Journal(Recording):
                 seqs = EventLog.append_in(txn, store, encoded)
                 for seq, event in zip(seqs, events):
                     Projections.apply_in(txn, store, seq, event)
+                if self._retainer is not None:
+                    self._retainer.in_txn(txn, store, seqs, events)
                 return seqs
 
             # buffers: checking a stored duplicate payload hashes it in place instead of copying it.
             return store.write(fn, needed=needed, buffers=True)
 
         with self._lock:
-            return self._payloads.commit(payloads, write_events)
+            seqs = self._payloads.commit(payloads, write_events)
+            if self._retainer is not None:
+                self._retainer.committed()  # after the commit: what a remote store deletes
+        return seqs
 
     # -- reading events --------------------------------------------------------------------------
     def last_seq(self) -> int:
@@ -391,7 +401,7 @@ class Journal(Recording):
     def audit(self, **filters: Any) -> List[Any]:
         """One typed record per generate call, in log order (see `stepjournal._audit.audit`)."""
         run, steps = filters.get("run"), filters.get("steps")
-        return _audit(self.events(run=run, steps=steps, types=CALL_EVENT_TYPES), **filters)
+        return _audit(self.events(run=run, steps=steps, types=AUDITED_EVENT_TYPES), **filters)
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:
@@ -438,8 +448,3 @@ class Journal(Recording):
         """
         self._live()
         return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress)
-
-
-def _checked_fingerprint(fp: Mapping[str, Any]) -> Dict[str, Any]:
-    check_fingerprint(fp)  # names to JSON scalars, finite numbers, 64-bit ints: what every reader compares
-    return dict(fp)

@@ -139,6 +139,12 @@ class LmdbPayloadStore:
         _check_digest(digest)
         return bool(self._store.write(lambda txn: txn.delete(digest, db=self._db())))
 
+    def delete_in(self, txn: Any, digests: Sequence[bytes]) -> None:
+        """Delete `digests` inside an open write transaction `txn` (retention's releases)."""
+        for digest in digests:
+            _check_digest(digest)
+            txn.delete(digest, db=self._db())
+
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager
     def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> Iterator[Tuple[Any, Optional[Release]]]:

@@ -28,7 +28,7 @@ import attrs
 from ._convert import decode_event
 from ._errors import EventDecodeError, IntegrityError
 from ._eventlog import EventLog
-from ._events import Event, GenerationRecorded, SessionOpened
+from ._events import Event, GenerationRecorded, PayloadsReleased, SessionOpened
 from ._keys import (
     MAX_KEY_BYTES,
     MAX_STEP,
@@ -152,6 +152,24 @@ class _Ranks:
             count = at
         txn.put(rank_key(prefix, count), step.to_bytes(_STEP, "big"), db=db)
 
+    def remove(self, step: int) -> None:
+        """Take a step that no longer has a record out, shifting the larger steps' ordinals down by one."""
+        txn, db, prefix = self.txn, self.db, self.prefix
+        count = self.count()
+        at = self.rank(step, count)
+        if at >= count or self.nth(at) != step:
+            return
+        cur = txn.cursor(db=db)
+        above = []
+        if cur.set_range(rank_key(prefix, at + 1)):
+            for key, value in cur:
+                if not bytes(key).startswith(prefix):
+                    break
+                above.append(bytes(value))
+        if above:
+            txn.cursor(db=db).putmulti([(rank_key(prefix, at + i), v) for i, v in enumerate(above)])
+        txn.delete(rank_key(prefix, count - 1), db=db)
+
 
 class Projections:
     """The step index, the rank index and the sessions index of one journal.
@@ -177,6 +195,17 @@ class Projections:
                     r = _Ranks(txn, store, gen_prefix(event.run, event.mode))
                     if r.db is not None:
                         r.insert(event.step)
+        elif isinstance(event, PayloadsReleased):
+            # Retention released the record: `lookup` and the step queries stop seeing it.
+            gen, prefix = store.db("gen"), gen_prefix(event.run, event.mode)
+            key = gen_key(event.run, event.mode, event.step, event.gen_index)
+            raw = txn.get(key, db=gen)
+            if raw is not None and seq_of(raw) == event.record_seq:
+                txn.delete(key, db=gen)
+                if ranks and store.db("steps") is not None and not _has_step_in(txn, gen, prefix, event.step):
+                    r = _Ranks(txn, store, prefix)
+                    if r.db is not None:
+                        r.remove(event.step)
         elif isinstance(event, SessionOpened):
             sessions = store.db("sessions")
             key = session_key(event.session)
@@ -206,6 +235,11 @@ class Projections:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
         cls._build_ranks_in(txn, store)
         return count
+
+    @staticmethod
+    def build_ranks_in(txn: Any, store: Store) -> None:
+        """Rewrite the rank index from ``gen`` (after events applied with ``ranks=False``)."""
+        Projections._build_ranks_in(txn, store)
 
     @staticmethod
     def _build_ranks_in(txn: Any, store: Store) -> None:

@@ -9,7 +9,7 @@ import msgpack
 
 from ._convert import decode_event
 from ._errors import IntegrityError, StepJournalError
-from ._events import GenerationRecorded
+from ._events import GenerationRecorded, PayloadsReleased
 from ._keys import gen_key, parse_gen_key
 from ._payload_store import PayloadStore
 
@@ -25,7 +25,8 @@ class VerifyProblem:
     """One thing `Journal.verify` found broken.
 
     Attributes:
-        kind: ``event``, ``payload``, ``index`` or ``missing_payload``.
+        kind: ``event``, ``payload``, ``index``, ``missing_payload`` or ``released_payload`` (a payload
+            retention released is still stored).
         where: the event sequence number, payload digest or index key concerned.
         steps: the train steps affected, when known.
         detail: what is wrong.
@@ -58,6 +59,9 @@ def verify(
     expected: Dict[bytes, int] = {}
     steps_of_digest: Dict[str, List[int]] = {}
     size_of_digest: Dict[str, int] = {}
+    users: Dict[str, List[int]] = {}  # digest -> seqs of the records using it
+    released_records: set = set()
+    released_by: Dict[str, int] = {}  # digest -> seq of the release that deleted it
     raw = list(raw_events)
     total = len(raw)
     for done, (seq, body) in enumerate(raw, 1):
@@ -71,8 +75,15 @@ def verify(
                 if ref is not None:
                     steps_of_digest.setdefault(ref.digest, []).append(event.step)
                     size_of_digest[ref.digest] = ref.nbytes
+                    users.setdefault(ref.digest, []).append(seq)
             if event.output is not None:
                 expected[gen_key(event.run, event.mode, event.step, event.gen_index)] = seq
+        elif isinstance(event, PayloadsReleased):
+            released_records.add(event.record_seq)
+            released_by.update(dict.fromkeys(event.released, seq))
+            key = gen_key(event.run, event.mode, event.step, event.gen_index)
+            if expected.get(key) == event.record_seq:
+                del expected[key]
         if progress is not None:
             progress(done, total)
     found = dict(index_items())
@@ -92,10 +103,18 @@ def verify(
                     f"index has {found.get(key)}, event log says {expected.get(key)}; run `stepjournal reindex`",
                 )
             )
+    # A payload is live while a record that was not released uses it: it must be there, whole.
+    live = {d for d, seqs in users.items() if any(s not in released_records for s in seqs)}
     seen = set()
     for key in payloads.digests():
         hexd = key.hex()
         seen.add(hexd)
+        if hexd in released_by and hexd not in live:
+            problems.append(VerifyProblem(
+                "released_payload", hexd, tuple(sorted(set(steps_of_digest.get(hexd, ())))),
+                f"released by event #{released_by[hexd]} but still stored; run `stepjournal prune` again to delete it",
+            ))
+            continue
         steps = tuple(sorted(set(steps_of_digest.get(hexd, ()))))
         try:
             payloads.check(key, nbytes=size_of_digest.get(hexd))
@@ -103,7 +122,7 @@ def verify(
             detail = "bytes do not match the digest" if exc.detail == "digest mismatch" else str(exc)
             problems.append(VerifyProblem("payload", hexd, steps, detail))
     for hexd, steps_list in steps_of_digest.items():
-        if hexd not in seen:
+        if hexd not in seen and hexd in live:
             problems.append(
                 VerifyProblem("missing_payload", hexd, tuple(sorted(set(steps_list))), "payload is missing")
             )

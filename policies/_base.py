@@ -7,7 +7,7 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import attrs
 
-from stepjournal import Journal, RecordedGeneration
+from stepjournal import Journal, RecordedGeneration, find_release
 
 from ._ranges import StepRanges
 
@@ -137,6 +137,16 @@ class JournalView:
         if self.scope is not None and step not in self.scope:
             return None
         return self._journal.lookup(step, gen_index, mode=self.mode, run=self.run)
+
+    def released(self, step: int, gen_index: int = 0) -> Optional[str]:
+        """When retention released the call's record (so `lookup` no longer serves it): what, when and
+        under which rule, in words; else None. Reads the log: for a refusal's message, not a decision."""
+        found = find_release(self._journal, step, gen_index, mode=self.mode, run=self.run)
+        if found is None:
+            return None
+        seq, event = found
+        return (f"its record (event #{event.record_seq}) was pruned by event #{seq} at unix time {event.ts:.0f}: "
+                f"{event.reason} (rule: {event.rule})")
 
     def recorded_steps(self) -> List[int]:
         """Every recorded step, ascending (a copy: prefer the methods below on long runs)."""

@@ -76,6 +76,12 @@ class Replay:
             return ServeRecorded(found, reason=f"replay: recorded at {_where(ctx)}")
         if self.on_missing == "generate":
             return GenerateCall(reason=f"replay: nothing recorded at {_where(ctx)}, on_missing=generate")
+        pruned = view.released(ctx.step, ctx.gen_index) if hasattr(view, "released") else None
+        if pruned is not None:
+            return RefuseCall(
+                reason=f"replay: nothing to replay at {_where(ctx)} (mode {ctx.mode!r}, run {ctx.run!r}): {pruned}; "
+                "keep the step (pin it) next time, or use cache to generate it again"
+            )
         return RefuseCall(
             reason=f"replay: nothing recorded at {_where(ctx)} (mode {ctx.mode!r}, run {ctx.run!r}); "
             "record it first, or use replay(on_missing=generate) or cache"

@@ -8,15 +8,16 @@ from typing import Any, Dict, Literal, Optional, Union
 import attrs
 import cattrs
 
-from stepjournal import Journal
+from stepjournal import Journal, Retention, StepJournalError
 from stepjournal._convert import converter
 
 from ._engine import Engine
 from ._errors import ConfigError, PluginError, SpecError
 from ._options import EngineOptions, unknown_keys_text
+from ._ranges import StepRanges
 from ._spec import parse
 
-__all__ = ["EngineConfig", "load_config", "open_engine"]
+__all__ = ["EngineConfig", "load_config", "open_engine", "retention_from_mapping"]
 
 Scalar = Union[str, int, float, bool, None]
 
@@ -39,6 +40,8 @@ class EngineConfig:
         fingerprint: what must match for a recorded generation to be replayed (flat JSON scalars).
         compression: ``"zstd"`` or None.
         max_size: cap on the journal's size in bytes (None: no cap).
+        retention: retention rules applied while recording, as a mapping of `stepjournal.Retention`'s
+            arguments (``{"keep_last": 50, "pin": "1-5", "max_bytes": "10G"}``); None: keep everything.
         options: the `EngineOptions`. As before they existed, each option may also be given as its own
             keyword (``EngineConfig(path, verify_input=True)``, not together with ``options=``) and
             read as an attribute (``config.verify_input``).
@@ -50,6 +53,9 @@ class EngineConfig:
     fingerprint: Dict[str, Scalar] = attrs.field(factory=dict)
     compression: Optional[Literal["zstd"]] = None
     max_size: Optional[int] = None
+    retention: Optional[Dict[str, Scalar]] = attrs.field(
+        default=None, validator=lambda _i, _a, value: retention_from_mapping(value)
+    )
     options: EngineOptions = attrs.field(factory=EngineOptions)
 
     def __init__(self, *args: Any, options: Optional[EngineOptions] = None, **keywords: Any) -> None:
@@ -148,6 +154,27 @@ def _find_config_error(exc: BaseException) -> Optional[Exception]:
     return None
 
 
+def retention_from_mapping(mapping: Optional[Dict[str, Any]]) -> Optional[Retention]:
+    """The `Retention` a config's ``retention`` mapping names (``pin`` as range text); None for None.
+
+    Raises:
+        ConfigError: a key is unknown or a value is malformed; the message names both.
+    """
+    if mapping is None:
+        return None
+    fields = [f.name for f in attrs.fields(Retention)]
+    unknown = [key for key in mapping if key not in fields]
+    if unknown:
+        raise ConfigError("unknown key in the config's retention: " + unknown_keys_text(unknown, fields, "the keys are"))
+    values = dict(mapping)
+    try:
+        if isinstance(values.get("pin"), (str, int)):
+            values["pin"] = StepRanges.parse(str(values["pin"]))
+        return Retention(**values)
+    except StepJournalError as exc:
+        raise ConfigError(f"retention {dict(mapping)!r} is not valid: {str(exc).splitlines()[0]}") from None
+
+
 def open_engine(config: EngineConfig | Any) -> Engine:
     """Open the journal a config names and return an `Engine` evaluating its policy."""
     if not isinstance(config, EngineConfig):
@@ -158,5 +185,6 @@ def open_engine(config: EngineConfig | Any) -> Engine:
         fingerprint=config.fingerprint,
         compression=config.compression,
         max_size=config.max_size,
+        retention=retention_from_mapping(config.retention),
     )
     return Engine(journal, parse(config.policy), options=config.options)

@@ -1,6 +1,6 @@
 """The `stepjournal` command line: look into a journal, check it, export it, draw it, rebuild its index.
 
-Every command but `reindex` and `import-verl` opens the journal read-only: it changes no byte of the
+Every command but `reindex`, `prune`, `compact` and `import-verl` opens the journal read-only: it changes no byte of the
 journal's data, works while a trainer is writing to it, and works on a copy in a read-only place.
 Tables and progress go through rich (progress on stderr); ``--json`` and ``--csv`` print plain
 machine-readable text. Errors print one line, ``stepjournal: error: ...``: exit status 2 for bad
@@ -8,7 +8,7 @@ arguments, 1 for failures.
 
 This module holds the parser and `main`; each verb is a module of this package (``_runs``,
 ``_audit``, ``_show``, ``_verify``, ``_export``, ``_timeline``, ``_reindex``, ``_import_verl``,
-``_plugins``, ``_diff``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
+``_plugins``, ``_diff``, ``_prune``, ``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
 tensor or plotting code of its own. Like other Unix tools it stops quietly when the reader of its
 output goes away (``stepjournal audit J --csv | head -1``): no message, exit status 141.
 """
@@ -54,7 +54,8 @@ def _verb(module: str) -> Callable[..., int]:
 def _parser() -> _Parser:
     parser = _Parser(
         prog="stepjournal",
-        description="Inspect, check, export and draw stepjournal journals (read-only, except reindex and import-verl).",
+        description="Inspect, check, export and draw stepjournal journals (read-only, except reindex, prune, compact "
+        "and import-verl).",
     )
     parser.add_argument("--version", action="version", version=f"stepjournal {stepjournal.__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-vv: debug)")
@@ -80,7 +81,8 @@ def _parser() -> _Parser:
     p.add_argument("--run", help="only this run key")
     p.add_argument("--steps", metavar="RANGES", help="only these steps, e.g. '1-10,20,30-40:2,50-'")
     p.add_argument("--mode", help="only this mode (train, validate ...)")
-    p.add_argument("--action", action="append", choices=ACTIONS, help="only this action (repeatable)")
+    p.add_argument("--action", action="append", choices=(*ACTIONS, "released"),
+                   help="only this action (repeatable; released: retention's releases)")
     p.add_argument("-n", "--limit", type=_nonneg_int, metavar="N", help="only the first N calls")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--wide", action="store_true", help="every column (the default view fits 80 columns)")
@@ -117,6 +119,21 @@ def _parser() -> _Parser:
     p.add_argument("--mode", help="only this mode")
 
     command("reindex", _verb("reindex"), "rebuild the index (a projection) from the event log; writes to the journal")
+
+    p = command("prune", _verb("prune"), "release the payloads of steps retention rules do not keep; events stay (writes)")
+    p.add_argument("--keep-last", type=_nonneg_int, metavar="N", help="keep the N largest recorded steps of each run and mode")
+    p.add_argument("--pin", metavar="RANGES", help="always keep these steps, e.g. '1-5,100'")
+    p.add_argument("--max-bytes", metavar="SIZE", help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
+    p.add_argument("--run", help="only this run key (default: every run)")
+    p.add_argument("--mode", help="only this mode (default: every mode)")
+    p.add_argument("--no-keep-replayed", action="store_true", help="release steps a session replayed from too")
+    p.add_argument("--all", action="store_true", help="allow releasing every step of a run and mode")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    p = command("compact", _verb("compact"), "write a compacted copy and swap it in, so freed space returns to the disk (writes)")
+    p.add_argument("--to", metavar="DIR", help="write the compacted journal into this new folder instead (original unchanged)")
+    p.add_argument("--json", action="store_true", help="print the sizes as JSON")
 
     p = sub.add_parser("import-verl", parents=[late], help="import verl RolloutSkip / SkipManager dumps into a journal (writes)",
                        description="Import verl RolloutSkip (v1, v2), SkipManager and V1 skip.rollout_tq dump folders into a journal, "

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from rich.console import Console
 
 from stepjournal import AuditRecord, Journal
-from stepjournal._audit import AUDIT_FIELDS, CALL_EVENT_TYPES
+from stepjournal._audit import AUDIT_FIELDS, AUDITED_EVENT_TYPES
 from stepjournal.policies import StepRanges
 
 from ._common import open_readonly, parse_steps
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _records(journal: Journal, run: Optional[str], steps: Any, mode: Optional[str],
              actions: set) -> Iterator[AuditRecord]:
     """The audit rows, read lazily in log order (the filters of `Journal.audit`)."""
-    for seq, event in journal.events(run=run, steps=steps, types=CALL_EVENT_TYPES):
+    for seq, event in journal.events(run=run, steps=steps, types=AUDITED_EVENT_TYPES):
         if mode is not None and event.mode != mode:
             continue
         record = AuditRecord.from_event(seq, event)

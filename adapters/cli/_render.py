@@ -41,7 +41,8 @@ __all__ = [
     "human_size",
 ]
 
-ACTION_STYLE = {"generated": "green", "replayed": "blue", "bypassed": "bright_black", "refused": "red"}
+ACTION_STYLE = {"generated": "green", "replayed": "blue", "bypassed": "bright_black", "refused": "red",
+                "released": "magenta"}
 
 
 class UsageError(Exception):

@@ -22,6 +22,7 @@ from stepjournal import (
     OpaqueReader,
     OpaqueValue,
     PayloadRef,
+    PayloadsReleased,
     ReplayServed,
     describe_payload,
 )
@@ -167,6 +168,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             ref = None
         record = AuditRecord.from_event(seq, event)
         what = "input" if args.input else "output"
+        if isinstance(event, PayloadsReleased):
+            raise Failure(
+                f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was recorded "
+                f"(event #{event.record_seq}); its payloads were pruned by event #{seq} at {short_time(event.ts)} UTC: "
+                f"{clean(event.reason)} (rule: {clean(event.rule)})"
+            )
         if ref is None and record.action == "generated" and not record.stored and not args.input:
             raise Failure(
                 f"step {args.step} call #{args.index} of run {run!r} ({args.mode}) was generated, not stored "

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         large = journal.last_seq() > PROGRESS_ABOVE  # events, a cheap upper bound on the calls
         with (progress_bar(err) if large else contextlib.nullcontext()) as progress:
             task = progress.add_task("reading the journal", total=3) if progress else None
-            records = journal.audit()  # every call: sessions are numbered over the whole journal
+            # every call: sessions are numbered over the whole journal; releases mark their records
+            records = [r for r in journal.audit() if r.action != "released"]
             if progress:
                 progress.update(task, advance=1, description=f"laying out {len(records)} calls")
             shown_runs = sorted({r.run for r in records if args.run is None or r.run == args.run})

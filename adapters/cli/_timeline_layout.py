@@ -37,6 +37,7 @@ COLOURS: Dict[str, str] = {
     "replayed (other step)": "#ff7f0e",
     "bypassed": "#9e9e9e",
     "refused": "#d62728",
+    "generated (released)": "#c5b0d5",
 }
 # Arrows are drawn only when a view holds at most this many replay links; beyond, they smear.
 MAX_ARROWS = 40
@@ -45,6 +46,8 @@ MAX_ARROWS = 40
 def kind_of(record: AuditRecord) -> str:
     """The colour key of a call: its action, with generated split by stored and replayed by source."""
     if record.action == "generated":
+        if record.released_by is not None:
+            return "generated (released)"  # retention released its payloads (stepjournal prune)
         return "generated" if record.stored else "generated (not stored)"
     if record.action == "replayed":
         same = record.source_step == record.step and record.source_run in (None, record.run)

@@ -55,6 +55,7 @@ _NATIVE_KEYS = {
     "fingerprint": None,
     "compression": "compression",
     "max_size": "max_size",
+    "retention": "retention",  # stepjournal.Retention's arguments, applied while recording
     "step_source": None,
     "fingerprint_ignore": None,
     **{name: name for name in EngineOptions.names()},  # every engine option, on_corrupt included

@@ -1,0 +1,24 @@
+"""``stepjournal compact``: give freed pages back to the disk (a compacted copy, swapped in atomically; writes)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from stepjournal import compact
+
+from ._render import cell, human_size, print_json
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    result = compact(args.journal, to=args.to)
+    if args.json:
+        print_json({"path": result.path, "before_bytes": result.before_bytes, "after_bytes": result.after_bytes})
+        return 0
+    where = f"into {cell(result.path)}" if args.to else "in place"
+    out.print(f"compacted {cell(args.journal)} {where}: data.mdb {human_size(result.before_bytes)} -> "
+              f"{human_size(result.after_bytes)}", soft_wrap=True)
+    return 0

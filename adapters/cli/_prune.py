@@ -1,0 +1,69 @@
+"""``stepjournal prune``: release the payloads of recorded steps that retention rules do not keep (writes).
+
+Events stay: each released record gets a `PayloadsReleased` event, committed with the deletion, and
+`audit`, `show` and `timeline` show it. Disk space comes back with ``stepjournal compact``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+
+from stepjournal import Journal, Retention, StepJournalError, prune
+from stepjournal.policies import StepRanges
+
+from ._render import Failure, UsageError, cell, clean, human_size, print_json
+
+__all__ = ["run", "rules_from_args"]
+
+
+def rules_from_args(args: argparse.Namespace) -> Retention:
+    """The `Retention` the command line asks for; a bad value is a usage error naming it."""
+    try:
+        pin = StepRanges.parse(args.pin) if args.pin else None
+    except StepJournalError as exc:
+        raise UsageError(f"--pin: {str(exc).splitlines()[0]}") from None
+    try:
+        return Retention(
+            keep_last=args.keep_last, pin=pin, keep_replayed=not args.no_keep_replayed,
+            max_bytes=args.max_bytes, run=args.run, mode=args.mode, allow_release_all=args.all,
+        )
+    except StepJournalError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    rules = rules_from_args(args)
+    if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
+        raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
+    # Maintenance records no calls, so it opens no session (as reindex).
+    with Journal(args.journal, session=False) as journal:
+        if args.run is not None and args.run not in {e.run for _, e in journal.events()}:
+            raise Failure(f"no run {clean(args.run)!r} in {clean(args.journal)!r}; `stepjournal runs` lists its runs")
+        plan = prune(journal, rules, dry_run=args.dry_run)
+    if args.json:
+        print_json({
+            "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
+            "leftover": list(plan.leftover),
+            "kept_steps": [{"run": g[0], "mode": g[1], "steps": n} for g, n in sorted(plan.kept_steps.items())],
+            "releases": [{"record_seq": r.record_seq, "run": r.run, "mode": r.mode, "step": r.step,
+                          "gen_index": r.gen_index, "released": list(r.released), "retained": list(r.retained),
+                          "reason": r.reason} for r in plan.releases],
+        })
+        return 0
+    verb = "would release" if args.dry_run else "released"
+    steps = sorted({(r.run, r.mode, r.step) for r in plan.releases})
+    out.print(f"{verb} {len(plan.releases)} records of {len(steps)} steps ({human_size(plan.released_bytes)}) "
+              f"in {cell(args.journal)} under {cell(plan.rule)}", soft_wrap=True)
+    for (run_key, mode), kept in sorted(plan.kept_steps.items()):
+        gone = StepRanges.from_steps([s for r, m, s in steps if (r, m) == (run_key, mode)])
+        out.print(f"  run {cell(run_key)} {cell(mode)}: {kept} steps kept; released steps {str(gone) or 'none'}",
+                  soft_wrap=True)
+    if plan.leftover:
+        out.print(f"  {len(plan.leftover)} payloads an earlier prune released were still stored: "
+                  f"{'would be ' if args.dry_run else ''}deleted")
+    if not args.dry_run and plan.releases:
+        out.print("disk space comes back with `stepjournal compact`", soft_wrap=True)
+    return 0
