@@ -15,9 +15,12 @@ settings.register_profile("ci", parent=settings.get_profile("default"), derandom
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 # The CLI honours COLUMNS (and a pager) the way a user's shell sets them. A CI shell may export them,
-# so tests start from none; a test that wants a width or a pager sets it for its own command.
+# and GNU readline (which pytest imports before any conftest) writes COLUMNS and LINES into the C
+# environment that subprocesses inherit, behind os.environ's back: so tests start from none, in both;
+# a test that wants a width or a pager sets it for its own command.
 for _name in ("COLUMNS", "LINES", "PAGER"):
     os.environ.pop(_name, None)
+    os.unsetenv(_name)
 
 
 @pytest.fixture
