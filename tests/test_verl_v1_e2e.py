@@ -3,13 +3,17 @@
 Real: verl 0.9.1's V1 trainer classes (sync, colocate_async, separate_async) and their ``fit()``,
 ``ReplayBuffer`` / ``ReplayBufferAsync``, its dataset and dataloader, GRPO advantages, its config
 composed by Hydra from ``ppo_trainer.yaml``, TransferQueue on a local Ray started and stopped by the
-harness, verl's gsm8k reward function, and verl's own ``RolloutTqSkip`` writing ``tq_batch.pt`` dumps.
-Stand-ins (GPU-bound): the actor worker group, the weight-sync managers, and the LLM behind the
-agent loop (tests/verl_v1_harness.py). Only ``trainer.init()`` is skipped: it starts the GPU workers.
+harness, verl's agent loop (``AgentLoopManagerTQ``, its ``AgentLoopWorkerTQ`` actor running
+``SingleTurnAgentLoop`` and writing trajectories into TransferQueue), ``LLMServerManager``'s load
+balancer and verl's LLM server clients, the reward loop (``RewardLoopManager`` / ``RewardLoopWorker``
+with verl's gsm8k ``compute_score``), and verl's own ``RolloutTqSkip`` writing ``tq_batch.pt`` dumps.
+Stand-ins (GPU-bound): the LLM server behind the load balancer (a seeded token sampler), the actor
+worker group and the weight sync (tests/verl_v1_harness.py). ``trainer.init()`` runs as its own
+sequence of steps minus those that start GPU workers and vLLM (the harness docstring lists them).
 
-The record process and the replay process each run every mode on one Ray instance (starting Ray and
-TransferQueue costs about a minute on this machine). Between them, ``stepjournal import-verl`` migrates
-verl's own dumps.
+The record process and the replay process each run every mode on one Ray instance (starting Ray,
+TransferQueue and the agent and reward loop actors costs about a minute on this machine). Between
+them, ``stepjournal import-verl`` migrates verl's own dumps.
 """
 
 from __future__ import annotations
@@ -98,7 +102,10 @@ def test_nearest_serves_unrecorded_steps_from_the_nearest_recorded_one_under_the
         # Same trajectories, rewards and advantages; step tags moved to the step that used them.
         assert {k: v for k, v in served.items() if k != "tags"} == {k: v for k, v in source.items() if k != "tags"}
         assert {t["global_steps"] for t in served["tags"]} == {step}
-        assert {t["max_global_steps"] - t["global_steps"] for t in served["tags"]} == {0}
+        # Staleness (weights version against the step) stays as recorded: verl's server reports the version it runs.
+        staleness = {(t["min_global_steps"] - t["global_steps"], t["max_global_steps"] - t["global_steps"]) for t in served["tags"]}
+        assert staleness == {(t["min_global_steps"] - t["global_steps"], t["max_global_steps"] - t["global_steps"])
+                             for t in source["tags"]} == {(-1, -1)}
 
 
 def test_dumps_of_verls_own_rollout_tq_skip_import_and_replay_under_the_v1_trainer(runs):

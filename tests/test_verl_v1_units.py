@@ -103,6 +103,20 @@ def test_remap_cycles_groups_and_moves_step_tags_by_the_step_difference():
     assert {(t["global_steps"], t["min_global_steps"], t["max_global_steps"]) for t in served.tags} == {(6, 5, 6)}
 
 
+def test_remap_keeps_the_recorded_row_order_of_groups_verls_agent_loop_interleaved():
+    """AgentLoopWorkerTQ writes each trajectory as it finishes: a sampled batch interleaves prompt groups."""
+    rows = [{"responses": torch.tensor([r]), "uid": u} for r, u in enumerate(["a", "b", "a", "c", "b", "c"])]
+    keys = ["a_0_0", "b_1_0", "a_1_0", "c_0_0", "b_0_0", "c_1_0"]
+    recorded = TQBatch(list_of_dict_to_tensordict(rows), keys, [{"global_steps": 3}] * 6)
+    served = remap_tq_batch(recorded, ["x", "y", "z"], step=3, source_step=3)
+    assert list(served.keys) == ["x_0_0", "y_1_0", "x_1_0", "z_0_0", "y_0_0", "z_1_0"]
+    assert [t.tolist()[0] for t in served.fields.get("responses").unbind()] == [0, 1, 2, 3, 4, 5]
+    assert served.fields.get("uid").tolist() == ["x", "y", "x", "z", "y", "z"]
+    cycled = remap_tq_batch(recorded, ["x", "y", "z", "w"], step=3, source_step=3)  # a second pass: group a again
+    assert list(cycled.keys)[6:] == ["w_0_0", "w_1_0"]
+    assert [t.tolist()[0] for t in cycled.fields.get("responses").unbind()][6:] == [0, 2]
+
+
 @pytest.mark.parametrize("keys,uids,message", [
     (["a_0_0", "b-1"], ["n"], "is not {uid}_{session}_{index}"),
     (["a_0_0", "a_1_0"], [], "both must be at least one"),

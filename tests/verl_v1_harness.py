@@ -1,12 +1,23 @@
-"""A verl V1 trainer on CPU: verl's own trainer classes, ReplayBuffer, config and TransferQueue.
+"""A verl V1 trainer on CPU: verl's own trainer classes, agent loop, reward loop, config and TransferQueue.
 
-Only what needs a GPU is a stand-in: the actor worker group (log-probs and the update, which here
-records the batch it is handed), the weight-sync managers, and the LLM behind the agent loop (a tiny
-seeded sampler that writes trajectories into TransferQueue with the fields, dtypes and tags verl's
-``AgentLoopWorkerTQ`` writes, scored by verl's own gsm8k reward function).
+Real (verl 0.9.1): the V1 trainer of each mode and its ``fit()``; ``init()``'s own sequence minus
+its GPU steps (`init_on_cpu`); ``AgentLoopManagerTQ`` created as ``TaskRunnerV1`` creates it, its
+``AgentLoopWorkerTQ`` Ray actor running ``SingleTurnAgentLoop`` (chat template and Continuous Token
+tokenization, ``_agent_loop_postprocess`` writing trajectories, keys and tags into TransferQueue);
+``LLMServerManager``'s load balancer and verl's ``LLMServerClient`` / ``FullyAsyncLLMServerClient``;
+``RewardLoopManager`` and its ``RewardLoopWorker`` actor scoring with verl's gsm8k ``compute_score``.
 
-`run_mode(mode, ...)` builds a trainer from verl's ``ppo_trainer.yaml`` (composed by Hydra), skips
-only ``init()`` (it starts GPU workers) and runs the trainer's own ``fit()``.
+Stand-ins, each for something that needs a GPU: the LLM server behind the load balancer
+(`TinyTokenServer`: vLLM's token-in/token-out ``generate`` returning a ``TokenOutput``), the actor
+worker group (`ActorStandIn`: log-probs come from the rollout under ``bypass_mode``, the update
+records the batch it is handed) and the weight sync (`CheckpointStandIn`: tells the server its
+weights version, as ``CheckpointEngineManager`` does).
+
+``trainer.init()`` itself is not called: ``_setup`` creates verl's resource pools with
+``use_gpu=True`` placement groups, spawns the FSDP worker groups and calls ``init_model``, launches
+vLLM replicas (``LLMServerManager.create`` -> ``init_hybrid``/``init_standalone``) and builds the
+``CheckpointEngineManager`` over them; none of that can start without GPUs and vLLM. `init_on_cpu`
+runs every other step of it, in its order, then the trainer's own ``on_init_end``.
 """
 
 from __future__ import annotations
@@ -14,8 +25,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import time
 from typing import Any, Dict, List
 
+import ray
 import torch
 
 RAY_CPUS = 8
@@ -105,6 +119,9 @@ def mode_overrides(mode: str, root: str, *, n: int = 2, batch: int = 4, steps: i
         "data.shuffle=false",
         f"actor_rollout_ref.rollout.n={n}",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.rollout.name=vllm",  # the server stand-in takes vLLM's place
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch // parameter_sync}",
         "algorithm.adv_estimator=grpo",
         "algorithm.rollout_correction.bypass_mode=true",
@@ -139,23 +156,23 @@ def verl_skip_overrides(root: str) -> List[str]:
 
 
 def passes(root: str, phase: str) -> List[Dict[str, Any]]:
-    """The runs of one process: name, mode, overrides, whether stepjournal attaches, whether the sampler fails."""
+    """The runs of one process: name, mode, overrides, whether stepjournal attaches (in "replay" the sampler raises)."""
     modes = ("sync", "colocate_async", "separate_async")
     if phase == "record":
-        out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True, fail=False) for m in modes]
+        out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True) for m in modes]
         # verl's own RolloutTqSkip writes tq_batch.pt dumps (torch.save), for import-verl to migrate.
-        out += [dict(name=f"verl_{m}", mode=m, extra=verl_skip_overrides(root), attach=False, fail=False)
+        out += [dict(name=f"verl_{m}", mode=m, extra=verl_skip_overrides(root), attach=False)
                 for m in ("sync", "separate_async")]
         return out
-    out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True, fail=True) for m in modes]
+    out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True) for m in modes]
     # The no-code route: the agent loop manager is marked as JournaledAgentLoopManager's V1 form is,
     # and the trainer's own (wrapped) fit attaches the journal.
     out[1]["route"] = "manager"
     # Steps 4 and 5 were never recorded: `nearest` serves step 3's batch under their own prompts.
     out.append(dict(name="sync_nearest", mode="sync", extra=journal_overrides(root, "nearest@1-5;passthrough"),
-                    attach=True, fail=True, steps=5))
+                    attach=True, steps=5))
     # The imported verl dumps, replayed by stepjournal reading verl's own skip.rollout_tq section.
-    out += [dict(name=f"verl_{m}", mode=m, extra=verl_skip_overrides(root), attach=True, fail=True)
+    out += [dict(name=f"verl_{m}", mode=m, extra=verl_skip_overrides(root), attach=True)
             for m in ("sync", "separate_async")]
     return out
 
@@ -168,86 +185,68 @@ def run_config(root: str, run: Dict[str, Any]) -> Any:
 
 
 class FailingSampler(RuntimeError):
-    """Raised by the stand-in LLM when a run that must replay tries to generate."""
+    """Raised by the stand-in LLM server when a run that must replay tries to generate."""
 
 
-class TinyAgentLoop:
-    """The agent loop and its LLM: writes each prompt's ``n`` trajectories into TransferQueue.
+@ray.remote(num_cpus=0)
+class TinyTokenServer:
+    """The LLM server (``vLLMHttpServer``'s token-in/token-out ``generate``): a tiny seeded sampler.
 
-    Fields, dtypes and tags follow ``AgentLoopWorkerTQ._agent_loop_postprocess``; the reward is verl's
-    gsm8k ``compute_score``; the responses come from a seeded sampler (``fail=True``: it raises).
+    Returns a ``TokenOutput`` as vLLM's server does: token ids, float log-probs, ``stop_reason``,
+    ``num_preempted`` and ``extra_fields`` with the weights version (``global_steps``, set by the
+    checkpoint stand-in as verl's ``CheckpointEngineManager`` sets it). It reads the two numbers of
+    the gsm8k-like prompt and answers right half the time, so rewards differ. ``fail``: it raises.
     """
 
-    _stepjournal_v1 = False
+    def __init__(self, model_path: str, seed: int, fail: bool) -> None:
+        from tokenizers import Tokenizer
 
-    def __init__(self, config: Any, tokenizer: Any, *, seed: int, fail: bool = False) -> None:
-        self.config = config
-        self.tokenizer = tokenizer
-        self.rng = random.Random(seed)
-        self.fail = fail
-        self.calls = 0
+        self.tokenizer = Tokenizer.from_file(os.path.join(model_path, "tokenizer.json"))
+        self.eos = self.tokenizer.token_to_id("<|im_end|>")
+        self.seed, self.fail, self.calls, self.global_steps = seed, fail, 0, None
 
-    def _sample(self, ground_truth: str) -> List[int]:
-        if self.fail:
-            raise FailingSampler("the replay run tried to generate")
-        answer = ground_truth if self.rng.random() < 0.5 else str(self.rng.randint(0, 9))
-        ids = self.tokenizer.encode(f"#### {answer}", add_special_tokens=False)
-        length = self.config.data.max_response_length
-        return (ids + [self.tokenizer.eos_token_id])[:length]
+    def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
 
-    def generate_sequences(self, batch: Any) -> None:
-        import transfer_queue as tq
-        from verl.experimental.agent_loop import AgentLoopOutput
-        from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
-        from verl.utils.reward_score import default_compute_score
-        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-        from tensordict import NonTensorData, NonTensorStack
+    def call_count(self) -> int:
+        return self.calls
+
+    async def generate(self, prompt_ids: List[int], sampling_params: Dict[str, Any], request_id: str,
+                       image_data: Any = None, video_data: Any = None, audio_data: Any = None,
+                       mm_processor_kwargs: Any = None, priority: int = 0, kv_transfer_params: Any = None) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
 
         self.calls += 1
-        validate = bool(batch["validate"]) if "validate" in batch.keys() else False
-        partition = "val" if validate else "train"
-        n = self.config.actor_rollout_ref.rollout.n
-        for i in range(len(batch)):
-            prompt: Dict[str, Any] = {}
-            for key, value in batch.items():
-                if key == "validate":
-                    continue
-                if isinstance(value, torch.Tensor):
-                    prompt[key] = value[i]
-                elif isinstance(value, NonTensorStack):
-                    prompt[key] = value[i].data
-                elif isinstance(value, NonTensorData):
-                    prompt[key] = value.data
-            uid, step = prompt["uid"], prompt["global_steps"]
-            text = self.tokenizer.apply_chat_template(prompt["raw_prompt"], add_generation_prompt=True, tokenize=False)
-            prompt_ids = self.tokenizer.encode(text, add_special_tokens=False)
-            truth = prompt["reward_model"]["ground_truth"]
-            keys, fields, tags = [], [], []
-            for session in range(n):
-                response = self._sample(truth)
-                text = self.tokenizer.decode(response, skip_special_tokens=True)
-                score = float(default_compute_score(prompt["data_source"], text, truth))
-                logprobs = [round(-self.rng.random(), 4) for _ in response]
-                output = AgentLoopOutput(
-                    prompt_ids=prompt_ids, response_ids=response, response_mask=[1] * len(response),
-                    response_logprobs=logprobs, reward_score=score, num_turns=2, metrics=AgentLoopMetrics(),
-                    extra_fields={"reward_extra_info": {"acc": score}, "min_global_steps": step, "max_global_steps": step},
-                )
-                field = output.as_dict()
-                field.update(prompt)
-                field["session_id"] = session
-                field.pop("multi_modal_data", None)
-                field["loss_mask"] = field["response_mask"]
-                field["input_ids"] = torch.cat([field["prompts"], field["responses"]])
-                field["position_ids"] = torch.arange(field["input_ids"].numel())
-                field["multi_modal_inputs"] = {}
-                fields.append(field)
-                keys.append(f"{uid}_{session}_0")
-                plen, rlen = field["prompts"].numel(), field["responses"].numel()
-                tags.append({"status": "success", "prompt_len": plen, "response_len": rlen, "seq_len": plen + rlen,
-                             "global_steps": step, "min_global_steps": step, "max_global_steps": step})
-            tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=tags, partition_id=partition)
-            tq.kv_put(key=uid, partition_id=partition, tag={"status": "finished"})
+        if self.fail:
+            raise FailingSampler("the replay run tried to generate")
+        text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=True)
+        rng = random.Random(f"{self.seed}:{self.calls}:{text}")
+        a, b = (int(x) for x in re.findall(r"\d+", text)[-2:])
+        answer = a + b if rng.random() < 0.5 else rng.randint(0, 9)
+        ids = self.tokenizer.encode(f"#### {answer}", add_special_tokens=False).ids + [self.eos]
+        limit = sampling_params.get("max_tokens")
+        ids = ids[:limit] if limit else ids
+        return TokenOutput(token_ids=ids, log_probs=[round(-rng.random(), 4) for _ in ids], stop_reason="completed",
+                           num_preempted=0, extra_fields={"global_steps": self.global_steps, "num_cached_tokens": 0})
+
+
+def server_manager_class() -> type:
+    """verl's ``LLMServerManager`` (its load balancer and clients) with the stand-in server as its only replica."""
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    class StandInServerManager(LLMServerManager):
+        rollout_replica_class = None  # no vLLM/SGLang replica class: the server is TinyTokenServer
+
+        def __init__(self, *args: Any, server: Any = None, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.server = server
+
+        async def _initialize_llm_servers(self, start_rank: Any = None) -> None:
+            self.rollout_replicas = []
+            self.server_handles = [self.server] if self.server is not None else []
+            self.server_addresses = ["tiny-token-server:0"] if self.server is not None else []
+
+    return StandInServerManager
 
 
 class ActorStandIn:
@@ -268,40 +267,116 @@ class ActorStandIn:
         return {"metrics": {"mfu": [0.0], "pg_loss": [0.0]}}
 
 
-class _NoOp:
-    def __getattr__(self, name: str) -> Any:
+class CheckpointStandIn:
+    """``CheckpointEngineManager``: no weights move; ``update_weights`` tells the server its version, as verl's does."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def update_weights(self, global_steps: Any = None) -> Dict[str, Any]:
+        ray.get(self.server.set_global_steps.remote(global_steps))
+        return {}
+
+    def __getattr__(self, name: str) -> Any:  # sleep/abort/resume the replicas: nothing to do without a GPU
         return lambda *args, **kwargs: {}
 
 
-class _Pools:
-    def get_n_gpus(self) -> int:
-        return 1
+class Rollout:
+    """The rollout side of one phase: the stand-in server and verl's managers, built once per trainer mode.
+
+    Starting a Ray actor costs seconds here (each imports torch and verl), so the runs of a phase
+    share them: verl's ``RewardLoopManager`` (its workers are named actors, one set per Ray
+    instance) and, per trainer mode, the ``LLMServerManager`` pair and each ``AgentLoopManagerTQ``
+    class's manager. They read only the config sections in `SHARED`, which every run of a mode
+    has equal (checked); TaskRunnerV1 builds the same objects from the same sections once per process.
+    """
+
+    SHARED = ("actor_rollout_ref.rollout", "actor_rollout_ref.model", "data", "reward")
+
+    def __init__(self, config: Any, *, fail: bool) -> None:
+        from verl.experimental.reward_loop import RewardLoopManager
+
+        self.server = TinyTokenServer.remote(config.actor_rollout_ref.model.path, 7, fail)
+        self.reward_loop_manager = RewardLoopManager(config=config, rm_resource_pool=None)
+        self._built: Dict[Any, Any] = {}
+        self._sections: Dict[str, Any] = {}
+
+    def calls(self) -> int:
+        return ray.get(self.server.call_count.remote())
+
+    def _once(self, key: Any, config: Any, build: Any) -> Any:
+        from omegaconf import OmegaConf
+
+        sections = {name: OmegaConf.to_container(OmegaConf.select(config, name), resolve=True) for name in self.SHARED}
+        mode = config.trainer.v1.trainer_mode
+        assert self._sections.setdefault(mode, sections) == sections, f"runs of {mode} differ in {self.SHARED}"
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
+
+    def server_managers(self, trainer: Any) -> Any:
+        """(hybrid, standalone) ``LLMServerManager`` for the trainer's mode; standalone is None but in separate_async."""
+        manager, config = server_manager_class(), trainer.config
+
+        def build() -> Any:
+            if trainer.trainer_mode == "separate_async":
+                # The stand-in server is the standalone replica; the hybrid (colocated) pool has none.
+                return (manager.create(config=config, worker_group=trainer.actor_rollout_wg),
+                        manager.create(config=config, start_rank=0, server=self.server))
+            return manager.create(config=config, worker_group=trainer.actor_rollout_wg, server=self.server), None
+
+        return self._once(("servers", trainer.trainer_mode), config, build)
+
+    def agent_loop_manager(self, trainer: Any, cls: Any = None) -> Any:
+        """verl's ``AgentLoopManagerTQ`` (or `cls`), created as ``TaskRunnerV1.init_agent_loop_manager`` creates it."""
+        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+        cls = cls or AgentLoopManagerTQ
+        return self._once(("loop", trainer.trainer_mode, cls), trainer.config, lambda: cls.create(
+            config=trainer.config,
+            llm_client=trainer.get_llm_client(),
+            teacher_client=trainer.get_teacher_client(),
+            reward_loop_worker_handles=trainer.get_reward_handles(),
+        ))
 
 
-class _Rewards:
-    reward_loop_worker_handles = ["agent-loop-rewards"]  # rewards are computed in the agent loop
+def init_on_cpu(trainer: Any, rollout: Rollout) -> None:
+    """``PPOTrainer.init()``'s own sequence (``_setup`` then ``on_init_end``) with the GPU steps stood in.
 
-
-def build_trainer(config: Any, mode: str) -> Any:
-    """verl's V1 trainer of `mode`, set up as ``init()`` would, minus the GPU workers."""
-    from verl.trainer.ppo.v1 import get_trainer_cls
-
-    trainer = get_trainer_cls(mode)(config=config)
+    Run for real: ``_init_tokenizer``, ``_init_dataloader``, ``_init_dump_executor``,
+    ``_init_resource_pool_mgr`` (the role and pool mapping), verl's ``RewardLoopManager`` and
+    ``LLMServerManager.create`` (its load balancer; the replica is the stand-in server; both shared,
+    see `Rollout`), separate_async's ``add_replicas_to_balancer``, ``_load_checkpoint`` and
+    ``on_init_end``. Stood in: ``create_resource_pool`` (placement groups with ``use_gpu=True``), the
+    worker groups and ``init_model`` (FSDP engines), the vLLM replicas and ``CheckpointEngineManager``.
+    """
     trainer._init_tokenizer()
     trainer._init_dataloader()
     trainer._init_dump_executor()
+    trainer._init_resource_pool_mgr()
     trainer.actor_rollout_wg = ActorStandIn()
-    trainer.checkpoint_manager = _NoOp()
-    trainer.resource_pool_manager = _Pools()
-    trainer.reward_loop_manager = _Rewards()
-    trainer.llm_server_manager = None
-    if mode == "separate_async":
+    trainer.reward_loop_manager = rollout.reward_loop_manager
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    trainer.llm_server_manager, standalone = rollout.server_managers(trainer)
+    trainer.checkpoint_manager = CheckpointStandIn(rollout.server)
+    if standalone is not None:
         from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode
 
-        trainer.standalone_checkpoint_manager = _NoOp()
-        trainer.standalone_server_manager = None
-        trainer.current_mode = HybridEngineMode.TRAINER
+        trainer.standalone_server_manager = standalone
+        trainer.standalone_checkpoint_manager = CheckpointStandIn(rollout.server)
+        trainer.current_mode = HybridEngineMode.ROLLOUT
+        trainer.add_replicas_to_balancer()
     trainer._load_checkpoint()
+    trainer.on_init_end()
+
+
+def build_trainer(config: Any, mode: str, rollout: Rollout) -> Any:
+    """verl's V1 trainer of `mode`, initialised by `init_on_cpu`."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    trainer = get_trainer_cls(mode)(config=config)
+    init_on_cpu(trainer, rollout)
     return trainer
 
 
@@ -328,46 +403,65 @@ def summary(trainer: Any) -> List[Dict[str, Any]]:
     return out
 
 
+def drain(timeout_s: float = 60.0) -> None:
+    """Wait until no prompt group is still generating, then clear TransferQueue for the next run."""
+    import transfer_queue as tq
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = tq.kv_list() or {}
+        running = [k for items in listed.values() for k, tag in (items or {}).items()
+                   if (tag or {}).get("status") in ("running", "pending")]
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for partition, items in listed.items():
+        if items:
+            tq.kv_clear(keys=list(items), partition_id=partition)
+
+
 def run_phase(root: str, phase: str, out_path: str) -> None:
     """Every run of `passes` in this process, on one local Ray and TransferQueue; what each actor saw, as JSON."""
-    import ray
     import transfer_queue as tq
     from omegaconf import OmegaConf
 
     from stepjournal.adapters.verl import attach
     from stepjournal.adapters.verl._v1_hooks import make_journaled_agent_loop_manager_tq
 
+    if __name__ != "__main__":  # imported (not run as a script): Ray workers cannot import tests/ by name
+        import sys
+
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
     tq.init(OmegaConf.create(TQ_CONF))
     results: Dict[str, Any] = {}
+    runs = passes(root, phase)
     try:
-        for run in passes(root, phase):
+        rollout = Rollout(run_config(root, runs[0]), fail=phase == "replay")
+        for run in runs:
             config = run_config(root, run)
-            trainer = build_trainer(config, run["mode"])
-            loop = TinyAgentLoop(config, trainer.tokenizer, seed=7, fail=run["fail"])
+            trainer = build_trainer(config, run["mode"], rollout)
+            before = rollout.calls()
             if run.get("route") == "manager":
-                make_journaled_agent_loop_manager_tq()  # wraps PPOTrainer.fit, as the manager class does
-                loop._stepjournal_v1 = True
-                trainer.fit(loop)
+                # The no-code route: verl's TaskRunnerV1 loads the class named by agent_loop_manager_class.
+                manager = rollout.agent_loop_manager(trainer, make_journaled_agent_loop_manager_tq())  # wraps fit
+                trainer.fit(manager)
                 journal = trainer.stepjournal
                 assert journal.closed
             else:
                 journal = attach(trainer) if run["attach"] else None
                 try:
-                    trainer.fit(loop)
+                    trainer.fit(rollout.agent_loop_manager(trainer))
                 finally:
                     if journal is not None:
                         journal.close()
-            leftover = tq.kv_list() or {}
-            for partition, items in leftover.items():
-                if items:
-                    tq.kv_clear(keys=list(items), partition_id=partition)
+            drain()  # the shared agent loop may still finish prompts submitted last: none may reach the next run
             results[run["name"]] = {
                 "updates": summary(trainer),
                 "actions": [[o.action, o.ctx.step, o.ctx.gen_index, o.ctx.mode,
                              o.source.step if o.source is not None else None]
                             for o in (journal.outcomes if journal is not None else [])],
-                "generate_calls": loop.calls,
+                "generate_calls": rollout.calls() - before,
                 "held": journal.held if journal is not None else 0,
             }
     finally:

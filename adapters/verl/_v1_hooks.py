@@ -91,9 +91,12 @@ def _key_parts(key: str, step: int) -> Tuple[str, str]:
 def remap_tq_batch(recorded: TQBatch, uids: List[str], *, step: int, source_step: int) -> TQBatch:
     """The recorded trajectories put under new prompt uids: what a replayed sample hands the trainer.
 
-    Prompt groups (trajectories sharing a uid) are taken in recorded order; new uid ``j`` gets group
-    ``j mod len(groups)`` (cycling when fewer were recorded, the first ``len(uids)`` when more). Each
-    key keeps its session and output index; the ``uid`` field is rewritten; step tags
+    Prompt groups (trajectories sharing a uid) are numbered by first appearance; new uid ``j`` gets
+    group ``j mod len(groups)`` (cycling when fewer were recorded, the first ``len(uids)`` when more).
+    Rows keep the recorded order: verl's agent loop writes trajectories as they finish, so a sampled
+    batch interleaves its groups, and the actor must get them in that order again. Each pass over the
+    groups (one when the counts match, more when cycling) emits the recorded rows in order. Each key
+    keeps its session and output index; the ``uid`` field is rewritten; step tags
     (``global_steps``, ``min_global_steps``, ``max_global_steps``) move by ``step - source_step``
     so staleness stays as recorded.
 
@@ -103,31 +106,33 @@ def remap_tq_batch(recorded: TQBatch, uids: List[str], *, step: int, source_step
     from verl.utils.tensordict_utils import index_select_tensor_dict
     from tensordict import NonTensorStack
 
-    groups: Dict[str, List[int]] = collections.OrderedDict()
-    for row, key in enumerate(recorded.keys):
+    groups: Dict[str, int] = {}
+    group_of: List[int] = []
+    for key in recorded.keys:
         uid, _ = _key_parts(key, source_step)
-        groups.setdefault(uid, []).append(row)
+        group_of.append(groups.setdefault(uid, len(groups)))
     if not groups or not uids:
         raise VerlAdapterError(
             f"cannot map the batch recorded at step {source_step} ({len(groups)} prompt groups) onto "
             f"{len(uids)} prompt uids at step {step}: both must be at least one"
         )
-    ordered = list(groups.values())
     delta = step - source_step
     rows: List[int] = []
     keys: List[str] = []
     tags: List[Dict[str, Any]] = []
     row_uids: List[str] = []
-    for j, uid in enumerate(uids):
-        for row in ordered[j % len(ordered)]:
-            rows.append(row)
-            keys.append(f"{uid}_{_key_parts(recorded.keys[row], source_step)[1]}")
-            tag = dict(recorded.tags[row])
-            for name in _STEP_TAGS:
-                if isinstance(tag.get(name), int) and not isinstance(tag.get(name), bool):
-                    tag[name] = tag[name] + delta
-            tags.append(tag)
-            row_uids.append(uid)
+    passes = -(-len(uids) // len(groups))  # ceil: the groups cycle when fewer were recorded
+    for j, row in ((p * len(groups) + g, row) for p in range(passes) for row, g in enumerate(group_of)):
+        if j >= len(uids):
+            continue
+        rows.append(row)
+        keys.append(f"{uids[j]}_{_key_parts(recorded.keys[row], source_step)[1]}")
+        tag = dict(recorded.tags[row])
+        for name in _STEP_TAGS:
+            if isinstance(tag.get(name), int) and not isinstance(tag.get(name), bool):
+                tag[name] = tag[name] + delta
+        tags.append(tag)
+        row_uids.append(uids[j])
     fields = index_select_tensor_dict(recorded.fields, rows) if rows != list(range(len(recorded))) else recorded.fields.clone()
     if "uid" in fields.keys():
         fields.set("uid", NonTensorStack.from_list(row_uids))
