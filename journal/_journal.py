@@ -35,7 +35,8 @@ from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
 from ._log import get_logger
 from ._paths import security_warnings
-from ._payload_store import LmdbPayloadStore, PayloadStore
+from ._object_store import open_payload_store
+from ._payload_store import PayloadStore
 from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
 from ._projections import Projections, RecordedGeneration
 from ._recording import Recording
@@ -86,8 +87,9 @@ class Journal(Recording):
         registry: codecs for custom payload types; defaults to the process-wide registry.
         session: False opens for writing without recording a `SessionOpened` (for maintenance such as
             `reindex`, which records no calls); recording calls then raises `JournalError`.
-        payload_store: where payloads live (a `PayloadStore`); default: an `LmdbPayloadStore` in the
-            journal's own LMDB environment.
+        payload_store: where payloads live: a `PayloadStore`, or a URL (``"s3://bucket/prefix"``, see
+            docs/sharing.md) for an `ObjectPayloadStore` cached in the journal's LMDB; default: an
+            `LmdbPayloadStore` in the journal's own LMDB environment.
     """
 
     def __init__(
@@ -103,7 +105,7 @@ class Journal(Recording):
         sync: bool = True,
         registry: Optional[CodecRegistry] = None,
         session: bool = True,
-        payload_store: Optional[PayloadStore] = None,
+        payload_store: Any = None,
     ) -> None:
         _check_key(run, "train")
         if compression not in COMPRESSIONS:
@@ -120,7 +122,7 @@ class Journal(Recording):
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
-        self._payloads: PayloadStore = payload_store if payload_store is not None else LmdbPayloadStore(self._store)
+        self._payloads: PayloadStore = open_payload_store(payload_store, self._store)
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
         self._with_session = session and not readonly
