@@ -14,7 +14,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
-from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, ReplayServed, SessionOpened
+from ._events import CallBypassed, CallRefused, Event, EventsImported, GenerationRecorded, ReplayServed, SessionOpened
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -23,6 +23,8 @@ __all__ = [
     "AuditRecord",
     "RunSummary",
     "CALL_EVENT_TYPES",
+    "AUDIT_EVENT_TYPES",
+    "call_records",
     "audit",
     "summarize_runs",
 ]
@@ -42,6 +44,8 @@ _ACTION_OF = {
 
 # The event classes the audit shows (one per generate call).
 CALL_EVENT_TYPES: Tuple[type, ...] = tuple(_ACTION_OF)
+# What the audit reads: the call events and the provenance of pulled ones.
+AUDIT_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (EventsImported,)
 # `Journal` or ``journal.events()``: anything with an ``events(**filters)`` method, or (seq, event) pairs.
 EventSource = Union[Any, Iterable[Tuple[int, Event]]]
 
@@ -81,6 +85,8 @@ class AuditRecord:
         ts: when the call was journaled (Unix time).
         duration_s: how long the call took.
         imported_from: where an imported record came from.
+        origin_journal, origin_seq: for a call pulled from another journal (`stepjournal pull`), that
+            journal's id and the call's seq there.
     """
 
     seq: int
@@ -104,6 +110,8 @@ class AuditRecord:
     source_gen_index: Optional[int] = None
     source_seq: Optional[int] = None
     imported_from: Optional[str] = None
+    origin_journal: Optional[str] = None
+    origin_seq: Optional[int] = None
 
     @classmethod
     def from_event(cls, seq: int, event: Any) -> "AuditRecord":
@@ -180,6 +188,8 @@ AUDIT_FIELDS: Tuple[str, ...] = (
     "time",
     "duration_s",
     "imported_from",
+    "origin_journal",
+    "origin_seq",
 )
 
 
@@ -204,17 +214,35 @@ def audit(
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
     records = []
-    for seq, event in _pairs(source, run=run, steps=steps, types=CALL_EVENT_TYPES):
-        if type(event) not in _ACTION_OF:
+    for record in call_records(_pairs(source, types=AUDIT_EVENT_TYPES)):
+        if (run is not None and record.run != run) or (steps is not None and record.step not in steps):
             continue
-        if (run is not None and event.run != run) or (steps is not None and event.step not in steps):
+        if mode is not None and record.mode != mode:
             continue
-        if mode is not None and event.mode != mode:
-            continue
-        record = AuditRecord.from_event(seq, event)
         if actions is None or record.action in actions:
             records.append(record)
     return records
+
+
+def call_records(pairs: Iterable[Tuple[int, Event]]) -> Iterable[AuditRecord]:
+    """An `AuditRecord` per call event of `pairs` (log order), with the provenance of pulled calls.
+
+    An `EventsImported` says which source seqs the events right after it carry; read with it (types
+    `AUDIT_EVENT_TYPES`), each pulled call's record names its origin journal and seq.
+    """
+    origin: Optional[EventsImported] = None
+    origin_at = 0
+    for seq, event in pairs:
+        if isinstance(event, EventsImported):
+            origin, origin_at = event, seq
+            continue
+        if type(event) not in _ACTION_OF:
+            continue
+        record = AuditRecord.from_event(seq, event)
+        if origin is not None and origin_at < seq <= origin_at + origin.source_last - origin.source_first + 1:
+            record = attrs.evolve(record, origin_journal=origin.source,
+                                  origin_seq=origin.source_first + seq - origin_at - 1)
+        yield record
 
 
 @attrs.frozen
@@ -289,6 +317,8 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
     """
     acc: Dict[str, Dict[str, Any]] = {}
     for seq, event in _pairs(source):
+        if isinstance(event, EventsImported):
+            continue  # provenance, not a call of any run
         entry = acc.setdefault(
             event.run,
             {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "steps": [], "bytes": 0},

@@ -24,7 +24,7 @@ import uuid
 import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ._audit import CALL_EVENT_TYPES, audit as _audit
+from ._audit import AUDIT_EVENT_TYPES, audit as _audit
 from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
@@ -392,8 +392,7 @@ class Journal(Recording):
     # -- audit -----------------------------------------------------------------------------------
     def audit(self, **filters: Any) -> List[Any]:
         """One typed record per generate call, in log order (see `stepjournal._audit.audit`)."""
-        run, steps = filters.get("run"), filters.get("steps")
-        return _audit(self.events(run=run, steps=steps, types=CALL_EVENT_TYPES), **filters)
+        return _audit(self.events(types=AUDIT_EVENT_TYPES), **filters)  # it filters, seeing provenance
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:
