@@ -17,9 +17,9 @@ $(VENV)/.base: $(VENV)/bin/python pyproject.toml constraints.txt
 	$(PIP) -e .
 	touch $@
 
-# Test install: adds the verl and TRL extras the adapter tests run against, and the test tools.
+# Test install: adds the verl, TRL and S3 extras the adapter and sharing tests run against, and the test tools.
 $(VENV)/.test: $(VENV)/.base
-	$(PIP) -e ".[test,verl,trl]"
+	$(PIP) -e ".[test,verl,trl,s3]"
 	touch $@
 
 demo: $(VENV)/.base
@@ -29,7 +29,7 @@ test: $(VENV)/.test
 	$(VENV)/bin/pytest -q -m "not soak"
 
 $(VENV)/.soak: $(VENV)/.test
-	$(PIP) -e ".[test,verl,trl,soak]"
+	$(PIP) -e ".[test,verl,trl,s3,soak]"
 	touch $@
 
 soak: $(VENV)/.soak

@@ -14,7 +14,8 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
-from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened
+from ._events import (CallBypassed, CallRefused, Event, EventsImported, GenerationRecorded, PayloadsReleased,
+                      ReplayServed, SessionOpened)
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -23,8 +24,9 @@ __all__ = [
     "AuditRecord",
     "RunSummary",
     "CALL_EVENT_TYPES",
-    "AUDITED_EVENT_TYPES",
+    "AUDIT_EVENT_TYPES",
     "RELEASED",
+    "call_records",
     "audit",
     "summarize_runs",
 ]
@@ -44,8 +46,9 @@ _ACTION_OF = {
 
 # The event classes the audit shows (one per generate call).
 CALL_EVENT_TYPES: Tuple[type, ...] = tuple(_ACTION_OF)
-# The audit's rows: every call, and every release of a record's payloads by retention (action "released").
-AUDITED_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (PayloadsReleased,)
+# What the audit reads: every call, every release of a record's payloads by retention (action
+# "released"), and the provenance of pulled events.
+AUDIT_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (PayloadsReleased, EventsImported)
 RELEASED = "released"
 # `Journal` or ``journal.events()``: anything with an ``events(**filters)`` method, or (seq, event) pairs.
 EventSource = Union[Any, Iterable[Tuple[int, Event]]]
@@ -90,6 +93,8 @@ class AuditRecord:
         imported_from: where an imported record came from.
         released_by: the seq of the `PayloadsReleased` that released this record's payloads (set by
             `audit`; None while the record is served).
+        origin_journal, origin_seq: for a call pulled from another journal (`stepjournal pull`), that
+            journal's id and the call's seq there.
     """
 
     seq: int
@@ -114,6 +119,8 @@ class AuditRecord:
     source_seq: Optional[int] = None
     imported_from: Optional[str] = None
     released_by: Optional[int] = None
+    origin_journal: Optional[str] = None
+    origin_seq: Optional[int] = None
 
     @classmethod
     def from_event(cls, seq: int, event: Any) -> "AuditRecord":
@@ -198,6 +205,8 @@ AUDIT_FIELDS: Tuple[str, ...] = (
     "duration_s",
     "imported_from",
     "released_by",
+    "origin_journal",
+    "origin_seq",
 )
 
 
@@ -223,22 +232,41 @@ def audit(
     """
     records = []
     released: Dict[int, int] = {}
-    for seq, event in _pairs(source, run=run, steps=steps, types=AUDITED_EVENT_TYPES):
-        if isinstance(event, PayloadsReleased):
-            released[event.record_seq] = seq
-        elif type(event) not in _ACTION_OF:
+    for record in call_records(_pairs(source, types=AUDIT_EVENT_TYPES)):
+        if record.action == RELEASED and record.origin_journal is None:
+            released[record.source_seq] = record.seq
+        if (run is not None and record.run != run) or (steps is not None and record.step not in steps):
             continue
-        if (run is not None and event.run != run) or (steps is not None and event.step not in steps):
+        if mode is not None and record.mode != mode:
             continue
-        if mode is not None and event.mode != mode:
-            continue
-        record = AuditRecord.from_event(seq, event)
         if actions is None or record.action in actions:
             records.append(record)
     if released:
         records = [attrs.evolve(r, released_by=released[r.seq]) if r.seq in released and r.action == "generated"
                    else r for r in records]
     return records
+
+
+def call_records(pairs: Iterable[Tuple[int, Event]]) -> Iterable[AuditRecord]:
+    """An `AuditRecord` per call event and per `PayloadsReleased` of `pairs` (log order), with the
+    provenance of pulled calls.
+
+    An `EventsImported` says which source seqs the events right after it carry; read with it (types
+    `AUDIT_EVENT_TYPES`), each pulled call's record names its origin journal and seq.
+    """
+    origin: Optional[EventsImported] = None
+    origin_at = 0
+    for seq, event in pairs:
+        if isinstance(event, EventsImported):
+            origin, origin_at = event, seq
+            continue
+        if type(event) not in _ACTION_OF and not isinstance(event, PayloadsReleased):
+            continue
+        record = AuditRecord.from_event(seq, event)
+        if origin is not None and origin_at < seq <= origin_at + origin.source_last - origin.source_first + 1:
+            record = attrs.evolve(record, origin_journal=origin.source,
+                                  origin_seq=origin.source_first + seq - origin_at - 1)
+        yield record
 
 
 @attrs.frozen
@@ -313,6 +341,8 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
     """
     acc: Dict[str, Dict[str, Any]] = {}
     for seq, event in _pairs(source):
+        if isinstance(event, EventsImported):
+            continue  # provenance, not a call of any run
         entry = acc.setdefault(
             event.run,
             {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "steps": [], "bytes": 0},

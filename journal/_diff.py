@@ -38,7 +38,7 @@ from ._errors import (
     UnknownEventTypeError,
     UnsupportedSchemaVersionError,
 )
-from ._events import GenerationRecorded, ReplayServed, SessionOpened
+from ._events import EventsImported, GenerationRecorded, ReplayServed, SessionOpened
 from ._log import get_logger
 from ._tolerance import Tolerance, Tolerances
 
@@ -73,6 +73,8 @@ def _scan(journal: "Journal") -> _Scan:
         except EventDecodeError:
             scan.damaged.append(seq)
             continue
+        if isinstance(event, EventsImported):
+            continue  # provenance of pulled events, not a call
         scan.events.append((seq, event))
         # The version as stored, before any upgrade lifted it: what the notes report.
         body = msgpack.unpackb(bytes(raw), raw=False)

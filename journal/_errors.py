@@ -19,6 +19,8 @@ __all__ = [
     "InvalidKeyError",
     "UnsafePathError",
     "DiffError",
+    "RemoteError",
+    "RemoteFormatError",
 ]
 
 
@@ -101,3 +103,13 @@ class UnsupportedValueError(StepJournalError, TypeError):
 
 class DiffError(StepJournalError, ValueError):
     """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field."""
+
+
+class RemoteError(JournalError):
+    """Object storage (a payload store's or a push / pull remote's) failed or refused: the message says
+    which object and why, never a credential. Check the URL, the network and the service's credentials
+    (its usual environment variables or config files)."""
+
+
+class RemoteFormatError(RemoteError):
+    """A remote was written by a newer stepjournal (its format version is higher): upgrade stepjournal."""

@@ -99,9 +99,9 @@ class EventLog:
             event = decode_event(raw, seq=seq)
             if wanted is not None and not isinstance(event, wanted):
                 continue
-            if run is not None and event.run != run:
+            if run is not None and getattr(event, "run", None) != run:  # an EventsImported has no run
                 continue
-            if steps is not None and (isinstance(event, SessionOpened) or event.step not in steps):
+            if steps is not None and (not hasattr(event, "step") or event.step not in steps):
                 continue
             yield seq, event
 

@@ -24,6 +24,7 @@ __all__ = [
     "CallBypassed",
     "CallRefused",
     "PayloadsReleased",
+    "EventsImported",
     "Event",
     "EVENT_TYPES",
     "check_fingerprint",
@@ -291,7 +292,28 @@ class PayloadsReleased:
     ts: float = attrs.field(validator=_TS)
 
 
-Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased]
+@attrs.frozen
+class EventsImported:
+    """The next ``source_last - source_first + 1`` events were pulled from another journal, unchanged.
+
+    Written by `stepjournal.pull` in the write transaction that appends them: the event right after
+    this one is event `source_first` of journal `source`, the next one `source_first + 1`, and so on.
+    It is their provenance (the audit shows it); the imported events keep their own bytes, so a
+    `ReplayServed` among them names its source by the source journal's seq.
+    """
+
+    source: str = attrs.field(validator=_text)
+    origin: str = attrs.field(validator=_text)
+    source_first: int = attrs.field(validator=_SEQ)
+    source_last: int = attrs.field(validator=_SEQ)
+    ts: float = attrs.field(validator=_TS)
+
+    def __attrs_post_init__(self) -> None:
+        if self.source_last < self.source_first:
+            _refuse("source_last", self.source_last, f"use a seq from source_first ({self.source_first}) up")
+
+
+Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased, EventsImported]
 
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
@@ -301,4 +323,5 @@ EVENT_TYPES: Dict[type, tuple[str, int]] = {
     CallBypassed: ("call_bypassed", 1),
     CallRefused: ("call_refused", 1),
     PayloadsReleased: ("payloads_released", 1),
+    EventsImported: ("events_imported", 1),
 }

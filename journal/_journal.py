@@ -24,18 +24,18 @@ import uuid
 import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ._audit import AUDITED_EVENT_TYPES, audit as _audit
+from ._audit import AUDIT_EVENT_TYPES, audit as _audit
 from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
 from ._eventlog import EventLog
 from ._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from ._keys import META_CREATED, META_FORMAT
-from ._keys import check_key as _check_key
-from ._keys import check_step as _check_step
+from ._keys import check_key as _check_key, check_step as _check_step
 from ._log import get_logger
 from ._paths import security_warnings
-from ._payload_store import LmdbPayloadStore, PayloadStore
+from ._object_store import open_payload_store
+from ._payload_store import PayloadStore
 from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
 from ._projections import Projections, RecordedGeneration
 from ._prune import Retainer
@@ -87,8 +87,9 @@ class Journal(Recording):
         registry: codecs for custom payload types; defaults to the process-wide registry.
         session: False opens for writing without recording a `SessionOpened` (for maintenance such as
             `reindex`, which records no calls); recording calls then raises `JournalError`.
-        payload_store: where payloads live (a `PayloadStore`); default: an `LmdbPayloadStore` in the
-            journal's own LMDB environment.
+        payload_store: where payloads live: a `PayloadStore`, or a URL (``"s3://bucket/prefix"``, see
+            docs/sharing.md) for an `ObjectPayloadStore` cached in the journal's LMDB; default: an
+            `LmdbPayloadStore` in the journal's own LMDB environment.
         retention: a `Retention` (or a list of them) applied in the transaction of each record.
     """
 
@@ -105,7 +106,7 @@ class Journal(Recording):
         sync: bool = True,
         registry: Optional[CodecRegistry] = None,
         session: bool = True,
-        payload_store: Optional[PayloadStore] = None,
+        payload_store: Any = None,
         retention: Any = None,
     ) -> None:
         _check_key(run, "train")
@@ -124,7 +125,7 @@ class Journal(Recording):
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
-        self._payloads: PayloadStore = payload_store if payload_store is not None else LmdbPayloadStore(self._store)
+        self._payloads: PayloadStore = open_payload_store(payload_store, self._store)
         self._retainer = Retainer(retention, self._payloads) if retention is not None else None
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
@@ -400,8 +401,7 @@ class Journal(Recording):
     # -- audit -----------------------------------------------------------------------------------
     def audit(self, **filters: Any) -> List[Any]:
         """One typed record per generate call, in log order (see `stepjournal._audit.audit`)."""
-        run, steps = filters.get("run"), filters.get("steps")
-        return _audit(self.events(run=run, steps=steps, types=AUDITED_EVENT_TYPES), **filters)
+        return _audit(self.events(types=AUDIT_EVENT_TYPES), **filters)  # it filters, seeing provenance
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:

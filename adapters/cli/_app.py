@@ -1,6 +1,6 @@
 """The `stepjournal` command line: look into a journal, check it, export it, draw it, rebuild its index.
 
-Every command but `reindex`, `prune`, `compact` and `import-verl` opens the journal read-only: it changes no byte of the
+Every command but `reindex`, `prune`, `compact`, `import-verl`, `pull` and `clone` opens the journal read-only: it changes no byte of the
 journal's data, works while a trainer is writing to it, and works on a copy in a read-only place.
 Tables and progress go through rich (progress on stderr); ``--json`` and ``--csv`` print plain
 machine-readable text. Errors print one line, ``stepjournal: error: ...``: exit status 2 for bad
@@ -8,7 +8,7 @@ arguments, 1 for failures.
 
 This module holds the parser and `main`; each verb is a module of this package (``_runs``,
 ``_audit``, ``_show``, ``_verify``, ``_export``, ``_timeline``, ``_reindex``, ``_import_verl``,
-``_plugins``, ``_diff``, ``_prune``, ``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
+``_plugins``, ``_push``, ``_pull``, ``_clone``, ``_diff``, ``_prune``, ``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
 tensor or plotting code of its own. Like other Unix tools it stops quietly when the reader of its
 output goes away (``stepjournal audit J --csv | head -1``): no message, exit status 141.
 """
@@ -54,8 +54,8 @@ def _verb(module: str) -> Callable[..., int]:
 def _parser() -> _Parser:
     parser = _Parser(
         prog="stepjournal",
-        description="Inspect, check, export and draw stepjournal journals (read-only, except reindex, prune, compact "
-        "and import-verl).",
+        description="Inspect, check, export, draw and share stepjournal journals (read-only, except reindex, prune, "
+        "compact, import-verl, pull and clone).",
     )
     parser.add_argument("--version", action="version", version=f"stepjournal {stepjournal.__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-vv: debug)")
@@ -149,6 +149,17 @@ def _parser() -> _Parser:
                    "sampling settings and train files join the records' fingerprint")
     p.add_argument("--json", action="store_true", help="print the import report as JSON")
     p.set_defaults(fn=_verb("import_verl"))
+
+    # Sharing through object storage (docs/sharing.md): push reads the journal, pull and clone write one.
+    p = command("push", _verb("push"), "send what the journal recorded since its last push to URL (s3://bucket/prefix ...)")
+    p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path")
+    p.add_argument("--json", action="store_true", help="print the push report as JSON")
+    for verb, text in (("pull", "bring the events and payloads pushed to URL into the journal (writes)"),
+                       ("clone", "create the journal from everything pushed to URL (writes)")):
+        p = command(verb, _verb(verb), text, journal=False)
+        p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path")
+        p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+        p.add_argument("--json", action="store_true", help="print the pull report as JSON")
 
     p = command("plugins", _verb("plugins"), "the installed policy plugins and whether each loads", journal=False)
     p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from rich.console import Console
 
 from stepjournal import AuditRecord, Journal
-from stepjournal._audit import AUDIT_FIELDS, AUDITED_EVENT_TYPES
+from stepjournal._audit import AUDIT_EVENT_TYPES, AUDIT_FIELDS, call_records
 from stepjournal.policies import StepRanges
 
 from ._common import open_readonly, parse_steps
@@ -58,10 +58,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _records(journal: Journal, run: Optional[str], steps: Any, mode: Optional[str],
              actions: set) -> Iterator[AuditRecord]:
     """The audit rows, read lazily in log order (the filters of `Journal.audit`)."""
-    for seq, event in journal.events(run=run, steps=steps, types=AUDITED_EVENT_TYPES):
-        if mode is not None and event.mode != mode:
+    for record in call_records(journal.events(types=AUDIT_EVENT_TYPES)):  # with pulled calls' origins
+        if (run is not None and record.run != run) or (steps is not None and record.step not in steps):
             continue
-        record = AuditRecord.from_event(seq, event)
+        if mode is not None and record.mode != mode:
+            continue
         if not actions or record.action in actions:
             yield record
 
@@ -70,7 +71,7 @@ def _check_run(journal: Journal, run: Optional[str]) -> None:
     """Nothing matched: when that is because `run` is not in the journal, say which runs are."""
     if run is None:
         return
-    runs = list(dict.fromkeys(event.run for _, event in journal.events()))
+    runs = list(dict.fromkeys(event.run for _, event in journal.events() if hasattr(event, "run")))
     if run not in runs:
         named = ", ".join(repr(clean(r)) for r in runs) or "none (the journal is empty)"
         raise Failure(f"no run {clean(run)!r} in {journal.path}; its runs: {named}")

@@ -1,0 +1,387 @@
+"""`push`, `pull` and `clone`: a journal's events and payloads replicated to object storage and back.
+
+The remote layout (under the URL's prefix; docs/sharing.md says more):
+
+- ``stepjournal-remote.json``: ``{"kind": "stepjournal-remote", "format": 1}``, written once. A
+  remote of a higher format is refused (`RemoteFormatError`).
+- ``payloads/<hex digest>``: each payload's stored bytes, content-addressed (the same objects an
+  `ObjectPayloadStore` on that URL writes).
+- ``segments/<journal id>/<first seq>-<last seq>.msgpack``: an append-only run of one journal's own
+  events, ``{"format": 1, "source": id, "events": [[seq, stored event bytes], ...]}``, never rewritten.
+- ``heads/<journal id>.json``: which segments of that journal exist (name, seq range, size, BLAKE3),
+  how far its log was pushed, and the digest of the event there.
+
+A push writes the payloads a segment references, then the segment, then the head that lists it: a
+push killed anywhere leaves objects no head names yet, which the next push writes again (same
+names); nothing is listed before what it needs exists. A pull trusts nothing it reads: sizes are
+bounded, every segment and payload is checked against its digest, every event decodes through the
+journal's one converter, and the events of a run come in with their payloads and an `EventsImported`
+(their provenance) in one write transaction. A second push or pull sends or fetches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+import attrs
+import msgpack
+
+from ._convert import decode_event, encode_event
+from ._digest import digest_bytes
+from ._errors import IntegrityError, JournalError, RemoteError, RemoteFormatError
+from ._eventlog import EventLog
+from ._events import EventsImported, GenerationRecorded, ReplayServed
+from ._journal import Journal
+from ._keys import META_CREATED
+from ._log import get_logger
+from ._object_store import ObjectPayloadStore, Remote
+from ._payload_store import LmdbPayloadStore
+from ._payloads import blob_intact
+from ._projections import Projections
+
+__all__ = ["REMOTE_FORMAT", "PushReport", "PullReport", "push", "pull", "clone", "journal_id"]
+
+log = get_logger(__name__)
+
+REMOTE_FORMAT = 1
+MANIFEST = "stepjournal-remote.json"
+_MAX_MANIFEST = 1 << 16
+_MAX_HEAD = 1 << 26
+_MAX_SEGMENT = 1 << 28
+_SEGMENT_EVENTS = 4096
+_BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pulled transaction (and pushed segment)
+Progress = Optional[Callable[[str, int, int], None]]
+
+
+@attrs.frozen
+class PushReport:
+    """What one `push` sent: events, segments, payloads, bytes; `last_seq` is how far the log is pushed."""
+
+    source: str
+    events_sent: int
+    segments_sent: int
+    payloads_sent: int
+    bytes_sent: int
+    last_seq: int
+
+
+@attrs.frozen
+class PullReport:
+    """What one `pull` (or `clone`) brought in: events, payloads and their bytes, from which journals."""
+
+    events_pulled: int
+    payloads_fetched: int
+    bytes_fetched: int
+    sources: Tuple[str, ...]
+
+
+def journal_id(journal: Journal) -> str:
+    """A journal's id on a remote: a digest of its creation time and its first event (stable, no write)."""
+    store = journal._live()
+    with store.read() as txn:
+        created = bytes(txn.get(META_CREATED, db=store.db("meta")) or b"")
+    first = next(iter(journal.raw_events()), None)
+    if first is None:
+        raise JournalError(f"journal {journal.path!r} has no events to share")
+    return digest_bytes(b"stepjournal journal id\0" + created + b"\0" + bytes(first[1]))[:16].hex()
+
+
+# -- the remote's small JSON objects ---------------------------------------------------------------
+def _json(remote: Remote, key: str, limit: int) -> Optional[Dict[str, Any]]:
+    data = remote.get(key, limit=limit)
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise IntegrityError(f"{remote.url}/{key} is not JSON; the remote is damaged") from None
+    if not isinstance(value, dict):
+        raise IntegrityError(f"{remote.url}/{key} is not a JSON object; the remote is damaged")
+    return value
+
+
+def _check_format(remote: Remote, key: str, value: Dict[str, Any]) -> None:
+    found = value.get("format")
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise IntegrityError(f"{remote.url}/{key} has no valid format version ({str(found)[:40]})")
+    if found > REMOTE_FORMAT:
+        raise RemoteFormatError(
+            f"{remote.url} has format {found}; this stepjournal reads up to {REMOTE_FORMAT}: upgrade stepjournal"
+        )
+
+
+def _manifest(remote: Remote, *, create: bool) -> None:
+    found = _json(remote, MANIFEST, _MAX_MANIFEST)
+    if found is None and create:
+        remote.put(MANIFEST, json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode(), create=True)
+        found = _json(remote, MANIFEST, _MAX_MANIFEST)
+    if found is None:
+        raise RemoteError(f"no stepjournal remote at {remote.url} ({MANIFEST} is missing); push to it first")
+    _check_format(remote, MANIFEST, found)
+
+
+def _head(remote: Remote, source: str) -> Optional[Dict[str, Any]]:
+    key = f"heads/{source}.json"
+    head = _json(remote, key, _MAX_HEAD)
+    if head is None:
+        return None
+    _check_format(remote, key, head)
+    segments = head.get("segments")
+    ok = head.get("source") == source and isinstance(segments, list) and all(
+        isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), str)
+        and all(isinstance(s.get(f), int) and not isinstance(s.get(f), bool) and s.get(f) >= 0
+                for f in ("first", "last", "nbytes")) and s["first"] <= s["last"]
+        for s in segments
+    ) and isinstance(head.get("last_seq"), int)
+    if not ok:
+        raise IntegrityError(f"{remote.url}/{key} is not a valid head; the remote is damaged")
+    return head
+
+
+def _refs(event: Any) -> List[Any]:
+    if isinstance(event, GenerationRecorded):
+        return [r for r in (event.output, event.input) if r is not None]
+    if isinstance(event, ReplayServed):
+        return [event.output]
+    return []
+
+
+# -- push ------------------------------------------------------------------------------------------
+def push(journal: Any, url: str, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
+         segment_events: int = _SEGMENT_EVENTS) -> PushReport:
+    """Send what `journal` (a path or an open `Journal`) recorded since its last push to `url`.
+
+    Only the journal's own events are sent (events it pulled from another journal stay with theirs),
+    in segments of at most `segment_events` events.
+
+    Raises:
+        RemoteError: the remote failed, or holds another history for this journal (it diverged).
+        RemoteFormatError: the remote was written by a newer stepjournal.
+        IntegrityError: a local payload is missing or damaged (names the step); nothing of its
+            segment was listed.
+    """
+    if not isinstance(journal, Journal):
+        with Journal(journal, readonly=True) as opened:
+            return push(opened, url, progress=progress, options=options, segment_events=segment_events)
+    remote = Remote(url, options=options)
+    _manifest(remote, create=True)
+    source = journal_id(journal)
+    head = _head(remote, source) or {"format": REMOTE_FORMAT, "source": source, "last_seq": 0,
+                                      "last_digest": None, "segments": []}
+    if head["last_seq"]:
+        raw = journal._log.get_raw(head["last_seq"])
+        if raw is None or digest_bytes(bytes(raw)).hex() != head.get("last_digest"):
+            raise RemoteError(
+                f"{remote.url} holds another history for journal {source} at event #{head['last_seq']}: "
+                "this journal diverged from the one pushed (a copied folder recorded on?); push it to another URL"
+            )
+    total = journal.last_seq()
+    if head["last_seq"] >= total:
+        return PushReport(source, 0, 0, 0, 0, head["last_seq"])
+    known: Set[str] = {k[len("payloads/"):] for k in remote.keys("payloads/")}
+    sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
+    lmdb_payloads = journal._live()
+
+    def flush(events: List[Tuple[int, bytes, Any]], through: Tuple[int, bytes]) -> None:
+        for seq, _raw, event in events:
+            for ref in _refs(event):
+                if ref.digest in known:
+                    continue
+                key = bytes.fromhex(ref.digest)
+                with lmdb_payloads.read() as txn:
+                    blob = txn.get(key, db=lmdb_payloads.db("payloads"))
+                    blob = bytes(blob) if blob is not None else None
+                if blob is None or not blob_intact(blob, key, ref.nbytes):
+                    raise IntegrityError(
+                        f"payload {ref.digest[:16]}… of event #{seq} (step {event.step}) is "
+                        f"{'missing' if blob is None else 'damaged'} in {journal.path!r}; run `stepjournal verify`",
+                        step=event.step)
+                remote.put(f"payloads/{ref.digest}", blob)
+                known.add(ref.digest)
+                sent["payloads"] += 1
+                sent["bytes"] += len(blob)
+        if events:
+            first, last = events[0][0], events[-1][0]
+            body = msgpack.packb({"format": REMOTE_FORMAT, "source": source,
+                                  "events": [[seq, raw] for seq, raw, _ in events]}, use_bin_type=True)
+            name = f"segments/{source}/{first:020d}-{last:020d}.msgpack"
+            remote.put(name, body)
+            head["segments"].append({"name": name, "first": first, "last": last, "count": len(events),
+                                     "nbytes": len(body), "digest": digest_bytes(body).hex()})
+            sent["events"] += len(events)
+            sent["segments"] += 1
+            sent["bytes"] += len(body)
+        head["last_seq"], head["last_digest"] = through[0], digest_bytes(through[1]).hex()
+        remote.put(f"heads/{source}.json", json.dumps(head).encode())  # last: it lists what now exists
+        if progress is not None:
+            progress("push", through[0], total)
+
+    pending: List[Tuple[int, bytes, Any]] = []
+    pending_bytes, skip = 0, 0
+    last: Optional[Tuple[int, bytes]] = None
+    for seq, raw in journal.raw_events(since=head["last_seq"]):
+        raw = bytes(raw)
+        event = decode_event(raw, seq=seq)
+        last = (seq, raw)
+        if isinstance(event, EventsImported):
+            skip = event.source_last - event.source_first + 1  # pulled events go back to no one
+            continue
+        if skip:
+            skip -= 1
+            continue
+        pending.append((seq, raw, event))
+        pending_bytes += sum(r.stored_nbytes for r in _refs(event) if r.digest not in known)
+        if len(pending) >= segment_events or pending_bytes >= _BATCH_PAYLOAD_BYTES:
+            flush(pending, last)
+            pending, pending_bytes = [], 0
+    if last is not None and (pending or last[0] > head["last_seq"]):
+        flush(pending, last)
+    report = PushReport(source, sent["events"], sent["segments"], sent["payloads"], sent["bytes"], head["last_seq"])
+    log.info("journal_pushed", url=remote.url, source=source, events=report.events_sent, payloads=report.payloads_sent)
+    return report
+
+
+# -- pull ------------------------------------------------------------------------------------------
+def _pulled_through(journal: Journal) -> Dict[str, int]:
+    done: Dict[str, int] = {}
+    for _seq, event in journal.events(types=[EventsImported]):
+        done[event.source] = max(done.get(event.source, 0), event.source_last)
+    return done
+
+
+def _segment_events(remote: Remote, source: str, seg: Dict[str, Any]) -> List[Tuple[int, bytes, Any]]:
+    where = f"segment {seg['name']} (events {seg['first']}-{seg['last']} of journal {source})"
+    body = remote.get(seg["name"], limit=min(seg["nbytes"], _MAX_SEGMENT))
+    if body is None:
+        raise RemoteError(f"{where} is missing from {remote.url}; nothing of it was pulled")
+    if len(body) != seg["nbytes"] or digest_bytes(body).hex() != seg["digest"]:
+        raise IntegrityError(f"{where} in {remote.url} does not match its digest: the remote is damaged; "
+                             "nothing of it was pulled", detail="digest mismatch")
+    try:
+        data = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        pairs = data["events"]
+        if not isinstance(pairs, list):
+            raise TypeError
+    except Exception:
+        raise IntegrityError(f"{where} is not a segment; the remote is damaged") from None
+    out: List[Tuple[int, bytes, Any]] = []
+    previous = seg["first"] - 1
+    for pair in pairs:
+        if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int)
+                or not isinstance(pair[1], bytes) or not previous < pair[0] <= seg["last"]):
+            raise IntegrityError(f"{where} lists an event out of order or malformed; the remote is damaged")
+        previous = pair[0]
+        out.append((pair[0], pair[1], decode_event(pair[1], seq=pair[0])))
+    return out
+
+
+def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, bytes, Any]]]:
+    """Contiguous runs of source seqs (one `EventsImported` each), at most `_BATCH_PAYLOAD_BYTES` of payloads."""
+    run: List[Tuple[int, bytes, Any]] = []
+    size = 0
+    for item in events:
+        extra = sum(r.stored_nbytes for r in _refs(item[2]))
+        if run and (item[0] != run[-1][0] + 1 or size + extra > _BATCH_PAYLOAD_BYTES):
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += extra
+    if run:
+        yield run
+
+
+def _commit_run(journal: Journal, remote: Remote, objects: ObjectPayloadStore, source: str,
+                run: List[Tuple[int, bytes, Any]]) -> Tuple[int, int]:
+    store = journal._live()
+    local = LmdbPayloadStore(store)
+    blobs: Dict[bytes, bytes] = {}
+    bad: Dict[str, Set[int]] = {}
+    for _seq, _raw, event in run:
+        for ref in _refs(event):
+            key = bytes.fromhex(ref.digest)
+            if key in blobs or local.has(key):
+                continue
+            try:
+                blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
+            except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
+                bad.setdefault(f"{ref.digest[:16]}… ({type(exc).__name__})", set()).add(event.step)
+    if bad:
+        steps = sorted({s for found in bad.values() for s in found})
+        raise IntegrityError(
+            f"{len(bad)} payload(s) of journal {source} in {remote.url} are missing or damaged: "
+            f"{', '.join(sorted(bad))}; affected steps {steps}; events {run[0][0]}-{run[-1][0]} were not pulled",
+            step=steps[0], detail="remote payload")
+    marker = EventsImported(source=source, origin=remote.url, source_first=run[0][0], source_last=run[-1][0],
+                            ts=time.time())
+    bodies = [encode_event(marker)] + [raw for _s, raw, _e in run]
+    events = [marker] + [e for _s, _r, e in run]
+    items = list(blobs.items())
+
+    def fn(txn: Any) -> None:
+        local.put_in(txn, items)
+        for seq, event in zip(EventLog.append_in(txn, store, bodies), events):
+            Projections.apply_in(txn, store, seq, event)
+
+    with journal._lock:
+        store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)
+    return len(items), sum(len(b) for _k, b in items)
+
+
+def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None) -> PullReport:
+    """Bring every journal's events pushed to `url` (and their payloads) into `journal` (a path or a `Journal`).
+
+    Events already pulled are not fetched again; a pull that was killed resumes after the last run it
+    committed. The journal's own events (pushed from it) are not pulled back.
+
+    Raises:
+        RemoteError: the remote failed, is not a stepjournal remote, or misses a segment.
+        RemoteFormatError: the remote was written by a newer stepjournal.
+        IntegrityError: a segment or payload is damaged or missing (names the affected steps); the
+            events that need it were not pulled.
+    """
+    if not isinstance(journal, Journal):
+        with Journal(journal, session=False) as opened:
+            return pull(url, opened, progress=progress, options=options)
+    remote = Remote(url, options=options)
+    _manifest(remote, create=False)
+    objects = ObjectPayloadStore(url, options=options)
+    own = journal_id(journal) if journal.last_seq() else None
+    done = _pulled_through(journal)
+    sources = sorted(k[len("heads/"):-len(".json")] for k in remote.keys("heads/") if k.endswith(".json"))
+    counts = {"events": 0, "payloads": 0, "bytes": 0}
+    for source in sources:
+        if source == own:
+            continue
+        head = _head(remote, source)
+        if head is None:
+            continue
+        segments = [s for s in head["segments"] if s["last"] > done.get(source, 0)]
+        total = sum(s.get("count", 0) for s in segments)
+        for seg in segments:
+            events = [e for e in _segment_events(remote, source, seg) if e[0] > done.get(source, 0)]
+            for run in _runs(events):
+                fetched, nbytes = _commit_run(journal, remote, objects, source, run)
+                done[source] = run[-1][0]
+                counts["events"] += len(run)
+                counts["payloads"] += fetched
+                counts["bytes"] += nbytes
+                if progress is not None:
+                    progress(f"pull {source[:8]}", counts["events"], total)
+    report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(s for s in sources if s != own))
+    log.info("journal_pulled", url=remote.url, events=report.events_pulled, payloads=report.payloads_fetched)
+    return report
+
+
+def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None) -> PullReport:
+    """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
+
+    Raises:
+        JournalError: `path` already holds something.
+    """
+    path = os.fspath(path)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise JournalError(f"cannot clone into {path!r}: it exists and is not an empty folder; use pull")
+    return pull(url, path, progress=progress, options=options)
