@@ -81,6 +81,7 @@ class AuditRecord:
         ts: when the call was journaled (Unix time).
         duration_s: how long the call took.
         imported_from: where an imported record came from.
+        stage: the call's stage (``"generate"``, ``"reward"`` ...).
     """
 
     seq: int
@@ -104,6 +105,7 @@ class AuditRecord:
     source_gen_index: Optional[int] = None
     source_seq: Optional[int] = None
     imported_from: Optional[str] = None
+    stage: str = "generate"
 
     @classmethod
     def from_event(cls, seq: int, event: Any) -> "AuditRecord":
@@ -116,6 +118,7 @@ class AuditRecord:
             step=event.step,
             gen_index=event.gen_index,
             mode=event.mode,
+            stage=event.stage,
             action=action,
             policy=event.policy,
             reason=event.reason,
@@ -162,6 +165,7 @@ AUDIT_FIELDS: Tuple[str, ...] = (
     "session",
     "run",
     "mode",
+    "stage",
     "step",
     "gen_index",
     "action",
@@ -190,6 +194,7 @@ def audit(
     steps: Optional[Container[int]] = None,
     mode: Optional[str] = None,
     actions: Optional[Container[str]] = None,
+    stage: Optional[str] = None,
 ) -> List[AuditRecord]:
     """One `AuditRecord` per generate call, in log order.
 
@@ -199,6 +204,7 @@ def audit(
         steps: only calls whose step is in this container (a set, range or `StepRanges`).
         mode: only calls of this mode (``"train"``, ``"validate"`` ...).
         actions: only these actions (``{"replayed"}`` ...).
+        stage: only calls of this stage (``"generate"``, ``"reward"`` ...; None: every stage).
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
@@ -209,7 +215,7 @@ def audit(
             continue
         if (run is not None and event.run != run) or (steps is not None and event.step not in steps):
             continue
-        if mode is not None and event.mode != mode:
+        if (mode is not None and event.mode != mode) or (stage is not None and event.stage != stage):
             continue
         record = AuditRecord.from_event(seq, event)
         if actions is None or record.action in actions:
@@ -226,6 +232,7 @@ class RunSummary:
         sessions: every `SessionOpened` of the run, in order, with its sequence number.
         counts: calls per action (every action in `ACTIONS` is a key).
         modes: calls per mode.
+        stages: calls per stage (``{"generate": 8, "reward": 8}``), in order of first call.
         first_step, last_step: the smallest and largest step of any call (None without calls).
         stored_bytes: encoded size of the outputs this run's calls stored (duplicates counted each time).
     """
@@ -237,6 +244,7 @@ class RunSummary:
     first_step: Optional[int]
     last_step: Optional[int]
     stored_bytes: int
+    stages: Dict[str, int] = attrs.field(factory=dict)
 
     @property
     def calls(self) -> int:
@@ -258,6 +266,7 @@ class RunSummary:
             "calls": self.calls,
             "counts": dict(self.counts),
             "modes": dict(self.modes),
+            "stages": dict(self.stages),
             "first_step": self.first_step,
             "last_step": self.last_step,
             "stored_bytes": self.stored_bytes,
@@ -291,13 +300,14 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
     for seq, event in _pairs(source):
         entry = acc.setdefault(
             event.run,
-            {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "steps": [], "bytes": 0},
+            {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "stages": {}, "steps": [], "bytes": 0},
         )
         if isinstance(event, SessionOpened):
             entry["sessions"].append((seq, event))
             continue
         entry["counts"][_ACTION_OF[type(event)]] += 1
         entry["modes"][event.mode] = entry["modes"].get(event.mode, 0) + 1
+        entry["stages"][event.stage] = entry["stages"].get(event.stage, 0) + 1
         if not isinstance(event, CallRefused):
             # A refused call (a replay miss at step 9 of a run recorded through step 4) did not
             # happen at its step: it stays in the counts, not in the step span.
@@ -313,6 +323,7 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
             first_step=min(entry["steps"]) if entry["steps"] else None,
             last_step=max(entry["steps"]) if entry["steps"] else None,
             stored_bytes=entry["bytes"],
+            stages=entry["stages"],
         )
         for run, entry in acc.items()
     ]

@@ -353,8 +353,8 @@ class Journal(Recording, Queries):
     # -- audit -----------------------------------------------------------------------------------
     def audit(self, **filters: Any) -> List[Any]:
         """One typed record per generate call, in log order (see `stepjournal._audit.audit`)."""
-        run, steps = filters.get("run"), filters.get("steps")
-        return _audit(self.events(run=run, steps=steps, types=CALL_EVENT_TYPES), **filters)
+        run, steps, stage = filters.get("run"), filters.get("steps"), filters.get("stage")
+        return _audit(self.events(run=run, steps=steps, stage=stage, types=CALL_EVENT_TYPES), **filters)
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:

@@ -7,10 +7,12 @@ spec through a real `bash -c`; the plugin is a real entry point on sys.path (as 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import subprocess
 import sys
-import textwrap
+import zlib
 from pathlib import Path
 
 import lmdb
@@ -136,8 +138,6 @@ def test_a_v1_call_event_is_read_as_a_generate_call_by_the_fast_and_the_checked_
         event = journal.lookup(journal.record(1, [1]).event.step).event
     body = {"type": "generation_recorded", "v": 1,
             **{k: v for k, v in msgpack.unpackb(encode_event(event)).items() if k not in ("type", "v", "crc32", "stage")}}
-    import zlib
-
     body["crc32"] = zlib.crc32(msgpack.packb({k: v for k, v in body.items() if k != "crc32"}, use_bin_type=True))
     raw = msgpack.packb(body, use_bin_type=True)
     assert _decode_fast(raw) == event
@@ -394,3 +394,42 @@ def test_gen_key_and_parse_gen_key_agree_on_the_stage():
     key = gen_key("run", "train", 7, 2, "reward")
     assert parse_gen_key(key) == ("run", "train", 7, 2, "reward")
     assert parse_gen_key(b"run\x00train\x00" + (7).to_bytes(8, "big") + (2).to_bytes(4, "big")) is None
+
+
+# -- the command line ----------------------------------------------------------------------------------
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "COLUMNS": "120"})
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def test_the_cli_filters_lists_and_shows_stages(tmp_path):
+    path = str(tmp_path / "j")
+    with Journal(path, run="exp") as journal:
+        rollout = journaled(lambda prompts: [p + "!" for p in prompts], journal, "dump")
+        score = journaled(Counter(), journal, "dump", stage="reward")
+        for step in (1, 2):
+            score(rollout(["q"], step=step), step=step)
+    audit = json.loads(_cli("audit", path, "--stage", "reward", "--json").stdout)
+    assert [(row["stage"], row["step"]) for row in audit] == [("reward", 1), ("reward", 2)]
+    assert "reward#0" in _cli("audit", path, "--no-pager").stdout
+    (run,) = json.loads(_cli("runs", path, "--json").stdout)
+    assert run["stages"] == {"generate": 2, "reward": 2}
+    (only,) = json.loads(_cli("runs", path, "--stage", "reward", "--json").stdout)
+    assert only["calls"] == 2
+    shown = json.loads(_cli("show", path, "2", "--stage", "reward", "--json").stdout)
+    assert shown["call"]["stage"] == "reward" and shown["call"]["step"] == 2
+    assert "stage reward" in _cli("show", path, "2", "--stage", "reward").stdout
+
+
+def test_the_timeline_draws_one_lane_per_stage(tmp_path):
+    from stepjournal.adapters.cli._timeline_layout import build_timeline
+
+    with Journal(str(tmp_path / "j")) as journal:
+        journal.record(1, [1])
+        journal.record(1, [1.0], stage="reward", input_digest="a")
+        journal.record(2, [2.0], stage="reward", input_digest="b")
+        timeline = build_timeline(journal.audit(), title="t")
+    assert timeline.lanes == ("s1 train #0", "s1 train reward #0")
+    assert sorted((c.lane, c.column) for c in timeline.cells) == [(0, 0), (1, 0), (1, 1)]
