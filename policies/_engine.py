@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional,
 
 import attrs
 
-from stepjournal._keys import DEFAULT_STAGE
+from stepjournal._keys import DEFAULT_STAGE, check_stage
 from stepjournal._log import get_logger
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 
@@ -204,14 +204,15 @@ class Engine(ReplayChecks):
                 another input (unless ``on_stage_input_mismatch="generate"``); journaled.
             TypeError: a call of a stage other than ``"generate"`` came without its input digest.
         """
-        if gen_index is None:
-            gen_index = self.next_gen_index(step, mode, stage)
+        check_stage(stage)  # before anything runs: a bad name would otherwise fail once the call is done
         bypassed = mode in self.options.bypass_modes
         if stage != DEFAULT_STAGE and input_digest is None and not bypassed:
             raise TypeError(
                 f"a call of stage {stage!r} (step {step}) needs its input digest, so that a replay is checked "
                 "against the input it was recorded on: pass input= or input_digest= (or hooks.prepare_input)"
             )
+        if gen_index is None:
+            gen_index = self.next_gen_index(step, mode, stage)
         input_digest = stage_input_digest(input_digest, weights_version)
         ctx = CallContext(
             run=self.journal.run, step=step, gen_index=gen_index, mode=mode, input_digest=input_digest, stage=stage

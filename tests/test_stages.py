@@ -127,10 +127,13 @@ def test_a_replay_is_served_only_from_a_record_of_its_own_stage(tmp_path):
 
 def test_a_stage_name_that_cannot_be_part_of_a_key_is_refused_before_anything_is_written(tmp_path):
     with Journal(str(tmp_path / "j")) as journal:
+        reward = Counter()
         for bad in ("", "a\x00b", "\udc80"):
             with pytest.raises(ValueError, match="stage"):
                 journal.record(1, [1.0], stage=bad)
-        assert journal.stages() == []
+            with pytest.raises(ValueError, match="stage"):
+                Engine(journal, "cache").call(1, lambda: reward(["x"]), stage=bad, input_digest="d")
+        assert journal.stages() == [] and reward.calls == 0
 
 
 def test_a_v1_call_event_is_read_as_a_generate_call_by_the_fast_and_the_checked_path(tmp_path):
