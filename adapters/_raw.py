@@ -30,6 +30,8 @@ def journaled(
     mode_of: Optional[Callable[..., str]] = None,
     input_of: Optional[Callable[..., Any]] = default_input_of,
     options: Optional[EngineOptions] = None,
+    stage: str = "generate",
+    weights_version_of: Optional[Callable[..., Any]] = None,
     **option_keywords: Any,
 ) -> F:
     """Wrap a rollout function so each call is recorded, replayed or bypassed as the policy decides.
@@ -42,12 +44,20 @@ def journaled(
     Args:
         fn: the function that makes a rollout (``def`` or ``async def``).
         journal: an open, writable `Journal`.
-        policy: a policy object or spec string (``"cache"``, ``"dump@1-5;repeat"`` ...).
+        policy: the policy of this function's stage: a policy object or spec string (``"cache"``,
+            ``"dump@1-5;repeat"`` ...). A per-stage spec (``"generate:cache/reward:replay@1-5"`` or a
+            mapping) is taken too, so several wrapped functions can share one: its entry for `stage`
+            decides, and a stage it does not name is bypassed.
         step_of: computes the train step from the call's arguments, instead of ``step=``.
         mode_of: computes the call's mode (default ``"train"``); modes in `bypass_modes` are bypassed.
         input_of: what to store as the call's input (default: its arguments); None stores no input.
             It is not called for a bypassed mode (nothing is stored then).
         options: the engine's `EngineOptions`.
+        stage: the stage the calls belong to (default ``"generate"``; e.g. ``"reward"``). A stage other
+            than ``"generate"`` needs an input (`input_of` not None): its records replay only onto the
+            same input (`StageInputMismatchError` otherwise).
+        weights_version_of: for a model-dependent stage, computes the weights version from the call's
+            arguments (a JSON scalar such as the global step); it is part of the input digest.
         **option_keywords: each option as its own keyword (``verify_input=True`` ...), as before
             `EngineOptions` existed; not together with `options`.
 
@@ -55,6 +65,11 @@ def journaled(
         The wrapper, with the `Engine` as its ``engine`` attribute and the last call's `Outcome` as
         ``last_outcome``.
     """
+    if stage != "generate" and input_of is None:
+        raise TypeError(
+            f"journaled(stage={stage!r}) needs input_of: a stage's record replays only onto the input it was "
+            "computed on, so its input must be known (leave input_of at its default to use the arguments)"
+        )
     engine = Engine(journal, policy, options=EngineOptions.from_keywords(options, option_keywords, where="journaled"))
     takes_step = "step" in inspect.signature(fn).parameters
     name = getattr(fn, "__qualname__", repr(fn))
@@ -69,8 +84,8 @@ def journaled(
             ) from None
         return prepared, prepared.ref.digest
 
-    def call_of(args: tuple, kwargs: dict) -> Tuple[int, str, dict, CallHooks]:
-        """The call's step, mode, the keyword arguments `fn` gets, and how its input is stored."""
+    def call_of(args: tuple, kwargs: dict) -> Tuple[int, str, dict, CallHooks, Any]:
+        """The call's step, mode, the keyword arguments `fn` gets, how its input is stored, its weights version."""
         step = kwargs.pop("step", None) if step_of is None else step_of(*args, **kwargs)
         if step is None:
             raise TypeError(
@@ -80,14 +95,17 @@ def journaled(
             kwargs["step"] = step
         mode = mode_of(*args, **kwargs) if mode_of is not None else "train"
         hooks = _NO_INPUT if input_of is None else CallHooks(prepare_input=lambda: prepare(input_of(*args, **kwargs)))
-        return step, mode, kwargs, hooks
+        weights = weights_version_of(*args, **kwargs) if weights_version_of is not None else None
+        return step, mode, kwargs, hooks, weights
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            step, mode, kwargs, hooks = call_of(args, kwargs)
-            outcome = await engine.acall(step, lambda: fn(*args, **kwargs), mode=mode, hooks=hooks)
+            step, mode, kwargs, hooks, weights = call_of(args, kwargs)
+            outcome = await engine.acall(
+                step, lambda: fn(*args, **kwargs), mode=mode, hooks=hooks, stage=stage, weights_version=weights
+            )
             wrapper.last_outcome = outcome  # type: ignore[attr-defined]
             return outcome.value
 
@@ -95,8 +113,10 @@ def journaled(
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            step, mode, kwargs, hooks = call_of(args, kwargs)
-            outcome = engine.call(step, lambda: fn(*args, **kwargs), mode=mode, hooks=hooks)
+            step, mode, kwargs, hooks, weights = call_of(args, kwargs)
+            outcome = engine.call(
+                step, lambda: fn(*args, **kwargs), mode=mode, hooks=hooks, stage=stage, weights_version=weights
+            )
             wrapper.last_outcome = outcome  # type: ignore[attr-defined]
             return outcome.value
 

@@ -91,6 +91,7 @@ class AuditRecord:
         ts: when the call was journaled (Unix time).
         duration_s: how long the call took.
         imported_from: where an imported record came from.
+        stage: the call's stage (``"generate"``, ``"reward"`` ...).
         released_by: the seq of the `PayloadsReleased` that released this record's payloads (set by
             `audit`; None while the record is served).
         origin_journal, origin_seq: for a call pulled from another journal (`stepjournal pull`), that
@@ -118,6 +119,7 @@ class AuditRecord:
     source_gen_index: Optional[int] = None
     source_seq: Optional[int] = None
     imported_from: Optional[str] = None
+    stage: str = "generate"
     released_by: Optional[int] = None
     origin_journal: Optional[str] = None
     origin_seq: Optional[int] = None
@@ -140,6 +142,7 @@ class AuditRecord:
             step=event.step,
             gen_index=event.gen_index,
             mode=event.mode,
+            stage=event.stage,
             action=action,
             policy=event.policy,
             reason=event.reason,
@@ -186,6 +189,7 @@ AUDIT_FIELDS: Tuple[str, ...] = (
     "session",
     "run",
     "mode",
+    "stage",
     "step",
     "gen_index",
     "action",
@@ -217,6 +221,7 @@ def audit(
     steps: Optional[Container[int]] = None,
     mode: Optional[str] = None,
     actions: Optional[Container[str]] = None,
+    stage: Optional[str] = None,
 ) -> List[AuditRecord]:
     """One `AuditRecord` per generate call, in log order.
 
@@ -226,6 +231,7 @@ def audit(
         steps: only calls whose step is in this container (a set, range or `StepRanges`).
         mode: only calls of this mode (``"train"``, ``"validate"`` ...).
         actions: only these actions (``{"replayed"}`` ...).
+        stage: only calls of this stage (``"generate"``, ``"reward"`` ...; None: every stage).
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
@@ -237,7 +243,7 @@ def audit(
             released[record.source_seq] = record.seq
         if (run is not None and record.run != run) or (steps is not None and record.step not in steps):
             continue
-        if mode is not None and record.mode != mode:
+        if (mode is not None and record.mode != mode) or (stage is not None and record.stage != stage):
             continue
         if actions is None or record.action in actions:
             records.append(record)
@@ -278,6 +284,7 @@ class RunSummary:
         sessions: every `SessionOpened` of the run, in order, with its sequence number.
         counts: calls per action (every action in `ACTIONS` is a key).
         modes: calls per mode.
+        stages: calls per stage (``{"generate": 8, "reward": 8}``), in order of first call.
         first_step, last_step: the smallest and largest step of any call (None without calls).
         stored_bytes: encoded size of the outputs this run's calls stored (duplicates counted each time).
     """
@@ -289,6 +296,7 @@ class RunSummary:
     first_step: Optional[int]
     last_step: Optional[int]
     stored_bytes: int
+    stages: Dict[str, int] = attrs.field(factory=dict)
 
     @property
     def calls(self) -> int:
@@ -310,6 +318,7 @@ class RunSummary:
             "calls": self.calls,
             "counts": dict(self.counts),
             "modes": dict(self.modes),
+            "stages": dict(self.stages),
             "first_step": self.first_step,
             "last_step": self.last_step,
             "stored_bytes": self.stored_bytes,
@@ -345,7 +354,7 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
             continue  # provenance, not a call of any run
         entry = acc.setdefault(
             event.run,
-            {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "steps": [], "bytes": 0},
+            {"sessions": [], "counts": dict.fromkeys(ACTIONS, 0), "modes": {}, "stages": {}, "steps": [], "bytes": 0},
         )
         if isinstance(event, SessionOpened):
             entry["sessions"].append((seq, event))
@@ -354,6 +363,7 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
             continue  # no call
         entry["counts"][_ACTION_OF[type(event)]] += 1
         entry["modes"][event.mode] = entry["modes"].get(event.mode, 0) + 1
+        entry["stages"][event.stage] = entry["stages"].get(event.stage, 0) + 1
         if not isinstance(event, CallRefused):
             # A refused call (a replay miss at step 9 of a run recorded through step 4) did not
             # happen at its step: it stays in the counts, not in the step span.
@@ -369,6 +379,7 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
             first_step=min(entry["steps"]) if entry["steps"] else None,
             last_step=max(entry["steps"]) if entry["steps"] else None,
             stored_bytes=entry["bytes"],
+            stages=entry["stages"],
         )
         for run, entry in acc.items()
     ]

@@ -32,8 +32,19 @@ _CHECKSUM_KEY = "crc32"
 
 _TAG_TO_TYPE: Dict[str, Tuple[type, int]] = {tag: (cls, ver) for cls, (tag, ver) in EVENT_TYPES.items()}
 
-# (tag, old version) -> function lifting a body dict by one version. Empty while every schema is v1.
-_UPGRADES: Dict[Tuple[str, int], Callable[[Dict[str, Any]], Dict[str, Any]]] = {}
+
+
+def _stage_generate(body: Dict[str, Any]) -> Dict[str, Any]:
+    """A v1 call event (written before stages existed) as v2: its call is of the ``"generate"`` stage."""
+    if "stage" in body:
+        raise ValueError("a v1 body has no 'stage' field; this one has, so it was not written by stepjournal")
+    return {**body, "stage": "generate"}
+
+
+# (tag, old version) -> function lifting a body dict by one version.
+_UPGRADES: Dict[Tuple[str, int], Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+    (tag, 1): _stage_generate for tag in ("generation_recorded", "replay_served", "call_bypassed", "call_refused")
+}
 
 
 def _make_converter() -> cattrs.Converter:
@@ -155,7 +166,7 @@ def _build(body: Dict[str, Any], cls: type) -> Any:
 
 
 def _decode_fast(raw: bytes) -> Optional[Event]:
-    """The event in `raw` when it is a well-formed, checksummed, current-version event; else None.
+    """The event in `raw` when it is a well-formed, checksummed event of a known version; else None.
 
     The checksum is computed over the stored bytes themselves (the map header rewritten for one entry
     fewer, the trailing ``crc32`` entry cut off): the bytes the writer checksummed, without packing
@@ -182,9 +193,14 @@ def _decode_fast(raw: bytes) -> Optional[Event]:
         header = bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big")
         if zlib.crc32(raw[start : len(raw) - len(tail)], zlib.crc32(header)) != checksum:
             return None
-        found = _TAG_TO_TYPE.get(body.pop("type"))
-        if found is None or body.pop("v") != found[1] or type(found[1]) is not int:
+        tag = body.pop("type")
+        found = _TAG_TO_TYPE.get(tag)
+        version = body.pop("v")
+        if found is None or type(version) is not int or not 1 <= version <= found[1]:
             return None
+        while version < found[1]:  # an older event (a 0.1.0 journal): lifted, then built the same way
+            body = _UPGRADES[(tag, version)](body)
+            version += 1
         return _build(body, found[0])
     except Exception:  # anything odd: the checked path below names it
         return None
@@ -235,9 +251,12 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         raise UnsupportedSchemaVersionError(
             f"{where} ({tag}) has schema version {version}, this stepjournal reads up to {current}; upgrade stepjournal"
         )
-    while version < current:
-        body = _UPGRADES[(tag, version)](body)
-        version += 1
+    try:
+        while version < current:
+            body = _UPGRADES[(tag, version)](body)
+            version += 1
+    except ValueError as exc:
+        raise EventDecodeError(f"{where} ({tag}) has a broken body: {exc}") from None
     try:
         event = converter.structure(body, cls)
     except Exception as exc:  # cattrs wraps field errors in exception groups

@@ -92,6 +92,7 @@ class EventLog:
         run: Optional[str] = None,
         types: Optional[Iterable[type]] = None,
         steps: Optional[Any] = None,
+        stage: Optional[str] = None,
     ) -> Iterator[Tuple[int, Event]]:
         """Yield (seq, event) in log order, filtered (see `Journal.events`)."""
         wanted = tuple(types) if types is not None else None
@@ -102,6 +103,8 @@ class EventLog:
             if run is not None and getattr(event, "run", None) != run:  # an EventsImported has no run
                 continue
             if steps is not None and (not hasattr(event, "step") or event.step not in steps):
+                continue
+            if stage is not None and (isinstance(event, SessionOpened) or event.stage != stage):
                 continue
             yield seq, event
 

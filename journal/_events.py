@@ -1,6 +1,6 @@
 """The event types of the journal: frozen attrs classes, the single source of truth.
 
-Every generate call leaves exactly one call event (`GenerationRecorded`, `ReplayServed`,
+Every journaled call (of the ``"generate"`` stage or of another stage: ``"reward"`` ...) leaves exactly one call event (`GenerationRecorded`, `ReplayServed`,
 `CallBypassed` or `CallRefused`); a process that opens a journal for writing leaves one
 `SessionOpened`. Everything else the journal knows (which steps are recorded, the nearest recorded
 step, resume positions) is a projection of these events.
@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import attrs
 
 from ._errors import InvalidKeyError
-from ._keys import MAX_GEN_INDEX, MAX_STEP, check_key
+from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
 __all__ = [
     "PayloadRef",
@@ -107,6 +107,10 @@ def _mode(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     check_key(instance.run, value)  # validators run once every field is set
 
 
+def _stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    check_key(instance.run, instance.mode, value)
+
+
 def _digest(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, str) or len(value) != _DIGEST_HEX or not _HEX.issuperset(value):
         _refuse(attribute.name, value, f"use the {_DIGEST_HEX} hex digits of a BLAKE3 digest")
@@ -197,7 +201,7 @@ class SessionOpened:
 
 @attrs.frozen
 class GenerationRecorded:
-    """A generate call ran for real (or was imported); its output is stored unless `output` is None."""
+    """A call ran for real (or was imported); its output is stored unless `output` is None."""
 
     session: str = attrs.field(validator=_text)
     run: str = attrs.field(validator=_run_key)
@@ -212,11 +216,12 @@ class GenerationRecorded:
     reason: str = attrs.field(validator=_text)
     ts: float = attrs.field(validator=_TS)
     imported_from: Optional[str] = attrs.field(default=None, validator=_optional_text)
+    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
 
 
 @attrs.frozen
 class ReplayServed:
-    """A generate call was answered from a recorded generation instead of running."""
+    """A call was answered from a recorded one (of the same stage) instead of running."""
 
     session: str = attrs.field(validator=_text)
     run: str = attrs.field(validator=_run_key)
@@ -233,11 +238,12 @@ class ReplayServed:
     reason: str = attrs.field(validator=_text)
     ts: float = attrs.field(validator=_TS)
     duration_s: float = attrs.field(default=0.0, validator=_DURATION)
+    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
 
 
 @attrs.frozen
 class CallBypassed:
-    """A generate call ran without the journal's involvement (e.g. validation); nothing stored."""
+    """A call ran without the journal's involvement (e.g. validation); nothing stored."""
 
     session: str = attrs.field(validator=_text)
     run: str = attrs.field(validator=_run_key)
@@ -248,11 +254,12 @@ class CallBypassed:
     reason: str = attrs.field(validator=_text)
     ts: float = attrs.field(validator=_TS)
     duration_s: float = attrs.field(default=0.0, validator=_DURATION)
+    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
 
 
 @attrs.frozen
 class CallRefused:
-    """A generate call was refused (replay miss, fingerprint or input mismatch): an error was raised."""
+    """A call was refused (replay miss, fingerprint or input mismatch): an error was raised."""
 
     session: str = attrs.field(validator=_text)
     run: str = attrs.field(validator=_run_key)
@@ -262,6 +269,7 @@ class CallRefused:
     policy: str = attrs.field(validator=_text)
     reason: str = attrs.field(validator=_text)
     ts: float = attrs.field(validator=_TS)
+    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
 
 
 def _digests(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -290,6 +298,7 @@ class PayloadsReleased:
     rule: str = attrs.field(validator=_text)
     reason: str = attrs.field(validator=_text)
     ts: float = attrs.field(validator=_TS)
+    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
 
 
 @attrs.frozen
@@ -318,10 +327,11 @@ Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, Cal
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
     SessionOpened: ("session_opened", 1),
-    GenerationRecorded: ("generation_recorded", 1),
-    ReplayServed: ("replay_served", 1),
-    CallBypassed: ("call_bypassed", 1),
-    CallRefused: ("call_refused", 1),
+    # v2: the call's `stage`; a v1 body (no stage) is a ``"generate"`` call (see `_convert._UPGRADES`).
+    GenerationRecorded: ("generation_recorded", 2),
+    ReplayServed: ("replay_served", 2),
+    CallBypassed: ("call_bypassed", 2),
+    CallRefused: ("call_refused", 2),
     PayloadsReleased: ("payloads_released", 1),
     EventsImported: ("events_imported", 1),
 }

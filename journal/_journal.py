@@ -31,14 +31,15 @@ from ._errors import EventDecodeError, IntegrityError, JournalClosedError, Journ
 from ._eventlog import EventLog
 from ._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from ._keys import META_CREATED, META_FORMAT
-from ._keys import check_key as _check_key, check_step as _check_step
+from ._keys import check_key as _check_key
 from ._log import get_logger
 from ._paths import security_warnings
 from ._object_store import open_payload_store
 from ._payload_store import PayloadStore
 from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
-from ._projections import Projections, RecordedGeneration
+from ._projections import Projections, RecordedGeneration, layout_of
 from ._prune import Retainer
+from ._queries import Queries
 from ._recording import Recording
 from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
@@ -67,7 +68,7 @@ def _new_locks_in_fork_child() -> None:
 os.register_at_fork(after_in_child=_new_locks_in_fork_child)
 
 
-class Journal(Recording):
+class Journal(Recording, Queries):
     """An append-only journal of generate calls in an LMDB folder.
 
     `Journal(path)` opens (or creates) the journal for writing under the run key ``"default"`` with an
@@ -130,8 +131,15 @@ class Journal(Recording):
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
         self._with_session = session and not readonly
-        if not readonly:
-            self._init_meta()
+        try:
+            if not readonly:
+                self._init_meta()
+            else:
+                with self._store.read() as txn:
+                    Projections.check_layout_in(txn, self._store)
+        except BaseException:  # e.g. a layout newer than this library: leave nothing open behind
+            self._store.close()
+            raise
         if self._with_session:
             self._open_session()
         log.debug("journal_opened", path=self.path, run=run, readonly=readonly, session=self.session)
@@ -185,6 +193,8 @@ class Journal(Recording):
             if new:
                 txn.put(META_FORMAT, str(FORMAT_VERSION).encode(), db=meta)
                 txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
+            if Projections.upgrade_layout_in(txn, self._store, new=new):
+                log.info("journal_index_upgraded", path=self.path, note="0.1.0 index rebuilt with stages in its keys")
             Projections.ensure_sessions_in(txn, self._store, new=new)
 
         self._store.write(fn)
@@ -255,6 +265,7 @@ class Journal(Recording):
         run: Optional[str] = None,
         types: Optional[Iterable[type]] = None,
         steps: Optional[Any] = None,
+        stage: Optional[str] = None,
     ) -> Iterator[Tuple[int, Event]]:
         """Yield (seq, event) in log order, filtered.
 
@@ -263,11 +274,12 @@ class Journal(Recording):
             run: only events of this run key (None: every run).
             types: only events of these classes.
             steps: only call events whose step is in this container (a set, range or `StepRanges`).
+            stage: only call events of this stage (``"generate"``, ``"reward"`` ...; None: every stage).
 
         Raises:
             EventDecodeError: an event cannot be decoded (the journal is damaged).
         """
-        return self._log.events(since=since, run=run, types=types, steps=steps)
+        return self._log.events(since=since, run=run, types=types, steps=steps, stage=stage)
 
     def event(self, seq: int) -> Event:
         """Return the event with sequence number `seq`."""
@@ -310,54 +322,6 @@ class Journal(Recording):
             hint = f"; events {damaged[:10]} are damaged (run `stepjournal verify`)" if damaged else ""
             raise IntegrityError(f"session {session!r} has no SessionOpened event in {self.path!r}{hint}")
         return found
-
-    # -- recorded generations (projection) ---------------------------------------------------------
-    def lookup(
-        self, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None
-    ) -> Optional[RecordedGeneration]:
-        """The latest recorded generation with a stored output at (run, mode, step, gen_index), or None."""
-        run = run or self.run
-        _check_key(run, mode)
-        _check_step(step, gen_index)
-        return self._index.lookup(self._live(), run, mode, step, gen_index)
-
-    def recorded_steps(
-        self, *, mode: str = "train", run: Optional[str] = None, start: int = 0, stop: Optional[int] = None
-    ) -> List[int]:
-        """Every step with at least one recorded output, ascending (from `start` to `stop` inclusive)."""
-        return self._index.steps(self._live(), run or self.run, mode, max(start, 0), stop)
-
-    def recorded_indices(self, step: int, *, mode: str = "train", run: Optional[str] = None) -> List[int]:
-        """The generation indices recorded (with output) at `step`, ascending."""
-        return self._index.indices(self._live(), run or self.run, mode, step)
-
-    def step_count(
-        self, *, mode: str = "train", run: Optional[str] = None, start: int = 0, stop: Optional[int] = None
-    ) -> int:
-        """How many distinct steps have a recorded output (from `start` to `stop` inclusive)."""
-        if stop is not None and stop < max(start, 0):
-            return 0
-        return self._index.count(self._live(), run or self.run, mode, max(start, 0), stop)
-
-    def nth_step(
-        self, n: int, *, mode: str = "train", run: Optional[str] = None, start: int = 0, stop: Optional[int] = None
-    ) -> int:
-        """The n-th recorded step in ascending order (negative n counts from the end), within `start`..`stop`.
-
-        Raises:
-            IndexError: fewer steps are recorded.
-        """
-        if stop is not None and stop < max(start, 0):
-            raise IndexError(f"step #{n} of 0 recorded steps")
-        return self._index.nth(self._live(), run or self.run, mode, n, max(start, 0), stop)
-
-    def nearest_below(self, step: int, *, mode: str = "train", run: Optional[str] = None) -> Optional[int]:
-        """The largest recorded step smaller than `step`, or None."""
-        return self._index.nearest_below(self._live(), run or self.run, mode, step)
-
-    def nearest_above(self, step: int, *, mode: str = "train", run: Optional[str] = None) -> Optional[int]:
-        """The smallest recorded step larger than `step`, or None."""
-        return self._index.nearest_above(self._live(), run or self.run, mode, step)
 
     # -- payloads --------------------------------------------------------------------------------
     def load(self, ref: PayloadRef, *, step: Optional[int] = None) -> Any:
@@ -447,4 +411,8 @@ class Journal(Recording):
             The problems found; empty when the journal is whole.
         """
         self._live()
-        return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress)
+        store = self._live()
+        with store.read() as txn:
+            layout = layout_of(txn, store)
+        return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress,
+                       layout=layout)

@@ -1,15 +1,18 @@
 """The journal's key layout, in one place: event sequence numbers and the generation-index keys.
 
 - ``events``: the sequence number, u64 big-endian (so LMDB's byte order is log order).
-- ``gen``: ``run \\0 mode \\0 step(u64 BE) gen_index(u32 BE)``: for one (run, mode) the keys sort by
-  step, then by generation index, which is what nearest-step lookups walk.
+- ``gen``: ``run \\0 mode \\0 stage \\0 step(u64 BE) gen_index(u32 BE)`` (layout 2): for one
+  (run, mode, stage) the keys sort by step, then by generation index, which is what nearest-step
+  lookups walk. Layout 1 (stepjournal 0.1.0, no stages) had ``run \\0 mode \\0 step gen_index``; a
+  writable open rebuilds such an index in the new layout (`META_LAYOUT` says which one is on disk).
 - ``sessions``: the session id, UTF-8 (`session_key`); the value is a `seq_key`.
-- ``steps``: ``run \\0 mode \\0 ordinal(u64 BE)`` (`rank_key`) -> step (u64 BE): the distinct recorded
-  steps of one (run, mode) in ascending order, numbered from 0, so the n-th step is one read.
-- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`.
+- ``steps``: ``run \\0 mode \\0 stage \\0 ordinal(u64 BE)`` (`rank_key`) -> step (u64 BE): the
+  distinct recorded steps of one (run, mode, stage) in ascending order, numbered from 0, so the n-th
+  step is one read.
+- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_LAYOUT`.
 
-LMDB keys are at most 511 bytes, so run and mode are checked on their encoded length, with the
-separators and the 12 bytes of step and index counted in.
+LMDB keys are at most 511 bytes, so run, mode and stage are checked on their encoded length, with
+the separators and the 12 bytes of step and index counted in.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ __all__ = [
     "META_CREATED",
     "META_SESSIONS_INDEX",
     "META_STEPS_INDEX",
+    "META_LAYOUT",
+    "LAYOUT_VERSION",
+    "DEFAULT_STAGE",
+    "check_stage",
     "rank_key",
     "prefix_end",
     "gen_prefix",
@@ -49,6 +56,11 @@ META_FORMAT = b"format"
 META_CREATED = b"created"
 META_SESSIONS_INDEX = b"sessions_index"
 META_STEPS_INDEX = b"steps_index"
+# The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (0.1.0, no stage in the key).
+META_LAYOUT = b"layout"
+LAYOUT_VERSION = 2
+# The stage of every call journaled before stages existed, and the default of every call.
+DEFAULT_STAGE = "generate"
 
 
 class GenKey(NamedTuple):
@@ -58,6 +70,7 @@ class GenKey(NamedTuple):
     mode: str
     step: int
     gen_index: int
+    stage: str = DEFAULT_STAGE
 
 
 def seq_key(seq: int) -> bytes:
@@ -75,9 +88,15 @@ def session_key(session: str) -> bytes:
     return session.encode()
 
 
-def gen_prefix(run: str, mode: str) -> bytes:
-    """The prefix every index key of (run, mode) starts with."""
-    return run.encode() + b"\x00" + mode.encode() + b"\x00"
+def gen_prefix(run: str, mode: str, stage: str = DEFAULT_STAGE, *, layout: int = LAYOUT_VERSION) -> bytes:
+    """The prefix every index key of (run, mode, stage) starts with.
+
+    `layout` 1 (a 0.1.0 index, read as it is by a read-only journal) has no stage: only the
+    ``"generate"`` stage exists there.
+    """
+    if layout == 1:
+        return run.encode() + b"\x00" + mode.encode() + b"\x00"
+    return run.encode() + b"\x00" + mode.encode() + b"\x00" + stage.encode() + b"\x00"
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -90,39 +109,47 @@ def rank_key(prefix: bytes, ordinal: int) -> bytes:
     return prefix + ordinal.to_bytes(8, "big")
 
 
-def gen_key(run: str, mode: str, step: int, gen_index: int) -> bytes:
+def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT_STAGE) -> bytes:
     """The ``gen`` index key of one call."""
-    return gen_prefix(run, mode) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+    return gen_prefix(run, mode, stage) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
 
 
 def parse_gen_key(key: bytes) -> Optional[GenKey]:
     """The fields of an index key, or None when `key` is not one this version writes."""
-    parts = bytes(key).split(b"\x00", 2)
-    if len(parts) != 3 or len(parts[2]) != _STEP_AND_INDEX:
+    key = bytes(key)
+    tail = key[-_STEP_AND_INDEX:]
+    parts = key[:-_STEP_AND_INDEX].split(b"\x00")
+    if len(key) <= _STEP_AND_INDEX or len(parts) != 4 or parts[3] != b"":
         return None
     try:
-        run, mode = parts[0].decode(), parts[1].decode()
+        run, mode, stage = parts[0].decode(), parts[1].decode(), parts[2].decode()
     except UnicodeDecodeError:
         return None
-    tail = parts[2]
-    return GenKey(run, mode, int.from_bytes(tail[:8], "big"), int.from_bytes(tail[8:], "big"))
+    return GenKey(run, mode, int.from_bytes(tail[:8], "big"), int.from_bytes(tail[8:], "big"), stage)
 
 
-def check_key(run: str, mode: str) -> None:
-    """Refuse a run key or mode that cannot be part of an index key, naming the limit."""
-    for label, value in (("run key", run), ("mode", mode)):
+def check_stage(stage: str) -> None:
+    """Refuse a stage name that cannot be part of an index key (empty, NUL, not UTF-8, not a str)."""
+    check_key("default", "train", stage)
+
+
+def check_key(run: str, mode: str, stage: str = DEFAULT_STAGE) -> None:
+    """Refuse a run key, mode or stage that cannot be part of an index key, naming the limit."""
+    for label, value in (("run key", run), ("mode", mode), ("stage", stage)):
         if not isinstance(value, str) or not value or "\x00" in value:
             raise InvalidKeyError(f"{label} {value!r} is not valid: use a non-empty string without NUL")
         try:
             value.encode()
         except UnicodeEncodeError:
             raise InvalidKeyError(f"{label} {value!r} is not valid: it holds a lone surrogate, not UTF-8 text") from None
-    size = len(gen_prefix(run, mode)) + _STEP_AND_INDEX
+    size = len(gen_prefix(run, mode, stage)) + _STEP_AND_INDEX
     if size > MAX_KEY_BYTES:
+        stage_bytes = len(stage.encode())
+        used = size - _STEP_AND_INDEX - 3 - stage_bytes
         raise InvalidKeyError(
-            f"run key and mode take {size - _STEP_AND_INDEX - 2} bytes encoded as UTF-8; together they may take "
-            f"at most {MAX_KEY_BYTES - _STEP_AND_INDEX - 2} (LMDB keys are at most {MAX_KEY_BYTES} bytes): "
-            f"use a shorter run key (run={run[:40]!r}…)"
+            f"run key and mode take {used} bytes encoded as UTF-8; together they may take at most "
+            f"{MAX_KEY_BYTES - _STEP_AND_INDEX - 3 - stage_bytes} with stage {stage[:40]!r} (LMDB keys are at "
+            f"most {MAX_KEY_BYTES} bytes): use a shorter run key (run={run[:40]!r}…)"
         )
 
 

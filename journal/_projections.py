@@ -2,9 +2,9 @@
 
 - ``gen`` (the step index): `_keys.gen_key` -> seq of the latest `GenerationRecorded` with a stored
   output for that call. Read by `lookup`; `nearest_below` / `nearest_above` / `indices` are cursor
-  moves on it under the (run, mode) prefix.
-- ``steps`` (the rank index): `_keys.rank_key` (run, mode, ordinal) -> step: the distinct recorded
-  steps of one (run, mode) ascending, numbered from 0. It is written in the transaction that writes
+  moves on it under the (run, mode, stage) prefix.
+- ``steps`` (the rank index): `_keys.rank_key` (run, mode, stage, ordinal) -> step: the distinct
+  recorded steps of one (run, mode, stage) ascending, numbered from 0. It is written in the transaction that writes
   the first record of a step, so the count is the last ordinal + 1 and the n-th step is one read. A
   step recorded below the largest one (out of order) shifts the ordinals above it up by one: free
   for a trainer, which records ascending; O(steps above it) otherwise. `reindex` rebuilds it from
@@ -14,7 +14,13 @@
 
 Journals written before an index existed lack its database: opened read-only they fall back (a scan
 of the log for sessions, a walk of ``gen`` for ranks: time, never memory); opened for writing they
-build it once (``meta`` keys ``sessions_index`` and ``steps_index`` say it was built). Nothing is
+build it once (``meta`` keys ``sessions_index`` and ``steps_index`` say it was built).
+
+Key layout (``meta`` key ``layout``, see `_keys`): a 0.1.0 journal has layout 1 (no stage in the
+keys). Opened for writing, its indexes are rebuilt in layout 2 in one write transaction
+(`upgrade_layout_in`); opened read-only, the layout-1 index is read as it is: its keys are those of
+the ``"generate"`` stage (the only one 0.1.0 knew) and every other stage has no records. A layout
+newer than this library's is refused (`check_layout`). Nothing is
 kept in memory, so a fresh handle answers its first decision as fast as its thousandth, and what
 another process appended is seen at once.
 """
@@ -26,10 +32,13 @@ from typing import Any, Iterator, List, Optional, Tuple
 import attrs
 
 from ._convert import decode_event
-from ._errors import EventDecodeError, IntegrityError
+from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from ._eventlog import EventLog
 from ._events import Event, GenerationRecorded, PayloadsReleased, SessionOpened
 from ._keys import (
+    DEFAULT_STAGE,
+    LAYOUT_VERSION,
+    META_LAYOUT,
     MAX_KEY_BYTES,
     MAX_STEP,
     META_SESSIONS_INDEX,
@@ -66,6 +75,23 @@ class RecordedGeneration:
     @property
     def gen_index(self) -> int:
         return self.event.gen_index
+
+
+def layout_of(txn: Any, store: Store) -> int:
+    """The key layout of the ``gen`` and ``steps`` indexes as `txn` sees them (absent: 1, a 0.1.0 journal)."""
+    raw = txn.get(META_LAYOUT, db=store.db("meta"))
+    try:
+        return int(bytes(raw)) if raw is not None else 1
+    except ValueError:
+        raise IntegrityError(f"the journal's meta key 'layout' holds {bytes(raw)[:20]!r}, not a number") from None
+
+
+def _prefix(txn: Any, store: Store, run: str, mode: str, stage: str) -> Optional[bytes]:
+    """The index prefix of (run, mode, stage) in the layout on disk; None: that layout has no such stage."""
+    layout = layout_of(txn, store)
+    if layout == 1:
+        return gen_prefix(run, mode, layout=1) if stage == DEFAULT_STAGE else None
+    return gen_prefix(run, mode, stage)
 
 
 def _step_of(key: bytes, start: int) -> int:
@@ -188,17 +214,18 @@ class Projections:
             if event.output is not None:
                 gen = store.db("gen")
                 new_step = False
+                prefix = gen_prefix(event.run, event.mode, event.stage)
                 if ranks and store.db("steps") is not None:
-                    new_step = not _has_step_in(txn, gen, gen_prefix(event.run, event.mode), event.step)
-                txn.put(gen_key(event.run, event.mode, event.step, event.gen_index), seq_key(seq), db=gen)
+                    new_step = not _has_step_in(txn, gen, prefix, event.step)
+                txn.put(gen_key(event.run, event.mode, event.step, event.gen_index, event.stage), seq_key(seq), db=gen)
                 if new_step:
-                    r = _Ranks(txn, store, gen_prefix(event.run, event.mode))
+                    r = _Ranks(txn, store, prefix)
                     if r.db is not None:
                         r.insert(event.step)
         elif isinstance(event, PayloadsReleased):
             # Retention released the record: `lookup` and the step queries stop seeing it.
-            gen, prefix = store.db("gen"), gen_prefix(event.run, event.mode)
-            key = gen_key(event.run, event.mode, event.step, event.gen_index)
+            gen, prefix = store.db("gen"), gen_prefix(event.run, event.mode, event.stage)
+            key = gen_key(event.run, event.mode, event.step, event.gen_index, event.stage)
             raw = txn.get(key, db=gen)
             if raw is not None and seq_of(raw) == event.record_seq:
                 txn.delete(key, db=gen)
@@ -214,27 +241,75 @@ class Projections:
                 txn.put(key, seq_key(seq), db=sessions)
 
     @classmethod
-    def rebuild_in(cls, txn: Any, store: Store) -> int:
+    def rebuild_in(cls, txn: Any, store: Store, *, skip_damaged: bool = False) -> int:
         """Drop every index and replay the log into it, all inside `txn`; return the events replayed.
 
         Reading the log in the same write transaction means no event committed by another process
-        can slip between the read and the rebuild (LMDB has one writer at a time).
+        can slip between the read and the rebuild (LMDB has one writer at a time). The indexes are
+        written in the current key layout, which ``meta`` then names.
+
+        Args:
+            skip_damaged: leave out events that cannot be decoded (`verify` reports them) instead of
+                raising: for the layout upgrade at open, which must not make a damaged journal unopenable.
 
         Raises:
-            EventDecodeError: an event cannot be decoded; the caller's transaction is aborted.
+            EventDecodeError: an event cannot be decoded (and not `skip_damaged`); the caller's
+                transaction is aborted.
         """
         txn.drop(store.db("gen"), delete=False)
         for name in ("sessions", "steps"):
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
         count = 0
-        for seq, event in EventLog.decoded_in(txn, store):
+        for key, body in txn.cursor(db=store.db("events")):
+            seq = seq_of(key)
+            try:
+                event = decode_event(body, seq=seq)
+            except EventDecodeError:
+                if not skip_damaged:
+                    raise
+                continue
             cls.apply_in(txn, store, seq, event, ranks=False)
             count += 1
         if store.db("sessions") is not None:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
         cls._build_ranks_in(txn, store)
+        txn.put(META_LAYOUT, str(LAYOUT_VERSION).encode(), db=store.db("meta"))
         return count
+
+    @classmethod
+    def upgrade_layout_in(cls, txn: Any, store: Store, *, new: bool) -> bool:
+        """Bring the indexes to this library's key layout inside `txn` (a writable open); True if rebuilt.
+
+        A new journal is marked with the current layout; a 0.1.0 journal (layout 1) is reindexed.
+
+        Raises:
+            UnsupportedSchemaVersionError: the layout is newer than this library reads.
+        """
+        layout = cls.check_layout_in(txn, store)
+        if new:
+            txn.put(META_LAYOUT, str(LAYOUT_VERSION).encode(), db=store.db("meta"))
+            return False
+        if layout < LAYOUT_VERSION:
+            cls.rebuild_in(txn, store, skip_damaged=True)
+            return True
+        return False
+
+    @staticmethod
+    def check_layout_in(txn: Any, store: Store) -> int:
+        """The layout on disk; refuses one newer than this library's.
+
+        Raises:
+            UnsupportedSchemaVersionError: naming both versions and what to do.
+        """
+        layout = layout_of(txn, store)
+        if layout > LAYOUT_VERSION:
+            raise UnsupportedSchemaVersionError(
+                f"the journal's key layout is version {layout}; this stepjournal reads up to {LAYOUT_VERSION}: "
+                "it was written by a newer stepjournal, so upgrade stepjournal (pip install -U stepjournal) "
+                "to open it"
+            )
+        return layout
 
     @staticmethod
     def build_ranks_in(txn: Any, store: Store) -> None:
@@ -298,29 +373,32 @@ class Projections:
         with store.read() as txn:
             return [(bytes(k), seq_of(v)) for k, v in txn.cursor(db=store.db("gen"))]
 
-    def lookup(self, store: Store, run: str, mode: str, step: int, gen_index: int) -> Optional[RecordedGeneration]:
-        """The latest recorded generation with a stored output at the call, or None (see `Journal.lookup`)."""
+    def lookup(
+        self, store: Store, run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT_STAGE
+    ) -> Optional[RecordedGeneration]:
+        """The latest recorded call with a stored output at the call, or None (see `Journal.lookup`)."""
         with store.read() as txn:
-            raw_seq = txn.get(gen_key(run, mode, step, gen_index), db=store.db("gen"))
+            prefix = _prefix(txn, store, run, mode, stage)
+            if prefix is None:
+                return None
+            key = prefix + step.to_bytes(_STEP, "big") + gen_index.to_bytes(4, "big")
+            raw_seq = txn.get(key, db=store.db("gen"))
             if raw_seq is None:
                 return None
             seq = seq_of(raw_seq)
             raw = txn.get(seq_key(seq), db=store.db("events"))
+        where = f"step {step} index {gen_index}" + ("" if stage == DEFAULT_STAGE else f" of stage {stage!r}")
         if raw is None:
-            raise IntegrityError(f"index entry for step {step} points at missing event #{seq}", step=step)
+            raise IntegrityError(f"index entry for {where} points at missing event #{seq}", step=step)
         try:
             event = decode_event(raw, seq=seq)
         except EventDecodeError as exc:
-            raise type(exc)(f"{exc} (the record of step {step} index {gen_index})", step=step) from None
-        if not isinstance(event, GenerationRecorded) or (event.run, event.mode, event.step, event.gen_index) != (
-            run,
-            mode,
-            step,
-            gen_index,
-        ):
+            raise type(exc)(f"{exc} (the record of {where})", step=step) from None
+        if not isinstance(event, GenerationRecorded) or (
+            event.run, event.mode, event.stage, event.step, event.gen_index
+        ) != (run, mode, stage, step, gen_index):
             raise IntegrityError(
-                f"index entry for step {step} index {gen_index} points at event #{seq}, which is another call; "
-                "run `stepjournal reindex`",
+                f"index entry for {where} points at event #{seq}, which is another call; run `stepjournal reindex`",
                 step=step,
             )
         return RecordedGeneration(seq, event)
@@ -329,24 +407,41 @@ class Projections:
         """Forget cached state (after a rebuild, or in a fork child): there is none; every answer is read."""
 
     # -- recorded steps: cursor moves on ``gen`` and reads of ``steps``, memory independent of history --
-    def count(self, store: Store, run: str, mode: str, start: int = 0, stop: Optional[int] = None) -> int:
+    def count(
+        self, store: Store, run: str, mode: str, start: int = 0, stop: Optional[int] = None, stage: str = DEFAULT_STAGE
+    ) -> int:
         """How many distinct steps from `start` to `stop` (inclusive; None: no end) are recorded."""
         with store.read() as txn:
-            r = _Ranks(txn, store, gen_prefix(run, mode))
+            prefix = _prefix(txn, store, run, mode, stage)
+            if prefix is None:
+                return 0
+            r = _Ranks(txn, store, prefix)
             if r.db is None and (start or stop is not None):
                 return sum(1 for _ in r.walk(start, stop))
             total = r.count()
             hi = total if stop is None or stop >= MAX_STEP else r.rank(stop + 1, total)
             return max(0, hi - (r.rank(start, total) if start > 0 else 0))
 
-    def nth(self, store: Store, run: str, mode: str, n: int, start: int = 0, stop: Optional[int] = None) -> int:
+    def nth(
+        self,
+        store: Store,
+        run: str,
+        mode: str,
+        n: int,
+        start: int = 0,
+        stop: Optional[int] = None,
+        stage: str = DEFAULT_STAGE,
+    ) -> int:
         """The n-th recorded step from `start` to `stop` ascending (negative n from the end).
 
         Raises:
             IndexError: fewer than n + 1 (or -n) steps are recorded there.
         """
         with store.read() as txn:
-            r = _Ranks(txn, store, gen_prefix(run, mode))
+            prefix = _prefix(txn, store, run, mode, stage)
+            if prefix is None:
+                raise IndexError(f"step #{n} of 0 recorded steps")
+            r = _Ranks(txn, store, prefix)
             total = r.count()
             lo = r.rank(start, total) if start > 0 else 0
             hi = total if stop is None or stop >= MAX_STEP else r.rank(stop + 1, total)
@@ -356,17 +451,22 @@ class Projections:
                 raise IndexError(f"step #{n} of {size} recorded steps")
             return r.nth(lo + i)
 
-    def steps(self, store: Store, run: str, mode: str, start: int = 0, stop: Optional[int] = None) -> List[int]:
+    def steps(
+        self, store: Store, run: str, mode: str, start: int = 0, stop: Optional[int] = None, stage: str = DEFAULT_STAGE
+    ) -> List[int]:
         """The distinct recorded steps from `start` to `stop` (inclusive), ascending."""
         with store.read() as txn:
-            return list(_Ranks(txn, store, gen_prefix(run, mode)).walk(start, stop))
+            prefix = _prefix(txn, store, run, mode, stage)
+            return [] if prefix is None else list(_Ranks(txn, store, prefix).walk(start, stop))
 
-    def nearest_below(self, store: Store, run: str, mode: str, step: int) -> Optional[int]:
+    def nearest_below(self, store: Store, run: str, mode: str, step: int, stage: str = DEFAULT_STAGE) -> Optional[int]:
         """The largest recorded step smaller than `step`, or None."""
         if step <= 0:
             return None
-        prefix = gen_prefix(run, mode)
         with store.read() as txn:
+            prefix = _prefix(txn, store, run, mode, stage)
+            if prefix is None:
+                return None
             cur = txn.cursor(db=store.db("gen"))
             key = prefix + min(step, MAX_STEP + 1).to_bytes(_STEP, "big")
             found = cur.prev() if cur.set_range(key) else cur.last()
@@ -374,25 +474,30 @@ class Projections:
                 return None
             return _step_of(cur.key(), len(prefix))
 
-    def nearest_above(self, store: Store, run: str, mode: str, step: int) -> Optional[int]:
+    def nearest_above(self, store: Store, run: str, mode: str, step: int, stage: str = DEFAULT_STAGE) -> Optional[int]:
         """The smallest recorded step larger than `step`, or None."""
         if step >= MAX_STEP:
             return None
-        prefix = gen_prefix(run, mode)
         with store.read() as txn:
+            prefix = _prefix(txn, store, run, mode, stage)
+            if prefix is None:
+                return None
             cur = txn.cursor(db=store.db("gen"))
             if not cur.set_range(prefix + max(step + 1, 0).to_bytes(_STEP, "big")):
                 return None
             key = bytes(cur.key())
             return _step_of(key, len(prefix)) if key.startswith(prefix) else None
 
-    def indices(self, store: Store, run: str, mode: str, step: int) -> List[int]:
+    def indices(self, store: Store, run: str, mode: str, step: int, stage: str = DEFAULT_STAGE) -> List[int]:
         """The generation indices recorded (with output) at `step`, ascending."""
         if not 0 <= step <= MAX_STEP:
             return []
-        skey = gen_prefix(run, mode) + step.to_bytes(_STEP, "big")
-        out = []
+        out: List[int] = []
         with store.read() as txn:
+            prefix = _prefix(txn, store, run, mode, stage)
+            if prefix is None:
+                return out
+            skey = prefix + step.to_bytes(_STEP, "big")
             cur = txn.cursor(db=store.db("gen"))
             if cur.set_range(skey):
                 for key in cur.iternext(values=False):

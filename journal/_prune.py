@@ -59,7 +59,7 @@ def _release_in(
     now = time.time()
     events = [
         PayloadsReleased(
-            run=r.run, step=r.step, gen_index=r.gen_index, mode=r.mode, record_seq=r.record_seq,
+            run=r.run, step=r.step, gen_index=r.gen_index, mode=r.mode, stage=r.stage, record_seq=r.record_seq,
             released=list(r.released), retained=list(r.retained), rule=plan.rule, reason=r.reason, ts=now,
         )
         for r in plan.releases
@@ -127,7 +127,8 @@ def prune(journal: Any, rules: Rules, *, dry_run: bool = False) -> RetentionPlan
 
 
 def find_release(
-    journal: Any, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None
+    journal: Any, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None,
+    stage: str = "generate",
 ) -> Optional[Tuple[int, PayloadsReleased]]:
     """The release of the call's record when it is what `lookup` no longer serves, else None.
 
@@ -137,7 +138,7 @@ def find_release(
     run = run or journal.run
     found: Optional[Tuple[int, PayloadsReleased]] = None
     for seq, event in journal.events(run=run, steps={step}, types=[PayloadsReleased, GenerationRecorded]):
-        if (event.mode, event.gen_index) != (mode, gen_index):
+        if (event.mode, event.gen_index, event.stage) != (mode, gen_index, stage):
             continue
         if isinstance(event, PayloadsReleased):
             found = (seq, event)

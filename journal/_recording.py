@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ._errors import JournalError
 from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, ReplayServed
+from ._keys import DEFAULT_STAGE
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
 from ._log import get_logger
@@ -70,6 +71,7 @@ class Recording:
         policy: str = "manual",
         reason: str = "recorded",
         imported_from: Optional[str] = None,
+        stage: str = DEFAULT_STAGE,
     ) -> RecordedGeneration:
         """Record one generate call that ran: its output (and input) payloads and the event, atomically.
 
@@ -84,11 +86,12 @@ class Recording:
             duration_s: how long the call took.
             policy, reason: which policy decided to generate and why (for the audit).
             imported_from: where an imported record came from (e.g. ``"verl:/dumps/genstep_000003"``).
+            stage: which stage of the step the call belongs to (``"generate"``, ``"reward"`` ...).
 
         Returns:
             The recorded generation (its sequence number and event).
         """
-        fields = self._call_fields(step, gen_index, mode)  # validate before the costly encoding
+        fields = self._call_fields(step, gen_index, mode, stage)  # validate before the costly encoding
         payloads: List[Tuple[bytes, Any]] = []
         out_ref = in_ref = None
         if store_output:
@@ -128,12 +131,22 @@ class Recording:
         policy: str = "manual",
         reason: str = "replayed",
         duration_s: float = 0.0,
+        stage: str = DEFAULT_STAGE,
     ) -> int:
-        """Journal that a call at (step, gen_index) was served from `source`; return the event's seq."""
+        """Journal that a call at (stage, step, gen_index) was served from `source`; return the event's seq.
+
+        Raises:
+            JournalError: `source` stored no output, or belongs to another stage.
+        """
         if source.event.output is None:
             raise JournalError(f"recorded generation #{source.seq} has no stored output to replay")
+        if source.event.stage != stage:
+            raise JournalError(
+                f"recorded call #{source.seq} is of stage {source.event.stage!r}; a call of stage {stage!r} "
+                "is served only from its own stage's records"
+            )
         event = ReplayServed(
-            **self._call_fields(step, gen_index, mode),
+            **self._call_fields(step, gen_index, mode, stage),
             input_digest=input_digest,
             source_seq=source.seq,
             source_run=source.event.run,
@@ -158,10 +171,11 @@ class Recording:
         policy: str = "manual",
         reason: str = "bypassed",
         duration_s: float = 0.0,
+        stage: str = DEFAULT_STAGE,
     ) -> int:
         """Journal that a call ran without recording or replay (e.g. validation); return the event's seq."""
         event = CallBypassed(
-            **self._call_fields(step, gen_index, mode),
+            **self._call_fields(step, gen_index, mode, stage),
             policy=policy,
             reason=reason,
             ts=time.time(),
@@ -170,22 +184,32 @@ class Recording:
         return self._append([event], [])[0]
 
     def record_refusal(
-        self, step: int, *, gen_index: int = 0, mode: str = "train", policy: str = "manual", reason: str
+        self,
+        step: int,
+        *,
+        gen_index: int = 0,
+        mode: str = "train",
+        policy: str = "manual",
+        reason: str,
+        stage: str = DEFAULT_STAGE,
     ) -> int:
         """Journal that a call was refused with an error (so the audit shows why); return the event's seq."""
         event = CallRefused(
-            **self._call_fields(step, gen_index, mode),
+            **self._call_fields(step, gen_index, mode, stage),
             policy=policy,
             reason=reason,
             ts=time.time(),
         )
         return self._append([event], [])[0]
 
-    def _call_fields(self, step: int, gen_index: int, mode: str) -> Dict[str, Any]:
+    def _call_fields(self, step: int, gen_index: int, mode: str, stage: str = DEFAULT_STAGE) -> Dict[str, Any]:
         """The validated fields every call event starts with."""
-        _check_key(self.run, mode)
+        _check_key(self.run, mode, stage)
         _check_step(step, gen_index)
-        return {"session": self._session_id(), "run": self.run, "step": step, "gen_index": gen_index, "mode": mode}
+        return {
+            "session": self._session_id(), "run": self.run, "step": step, "gen_index": gen_index, "mode": mode,
+            "stage": stage,
+        }
 
     def _session_id(self) -> str:
         self._live()

@@ -3,9 +3,10 @@
 Pure: `RetentionState` is a fold over ``(seq, event)`` pairs (the event log), `plan` a function of
 that state and the rules. Nothing here reads or writes storage; `_prune` carries a plan out.
 
-A rule set (`Retention`) applies to each *group* of records it selects: today a group is one
-(run, mode) (`group_of`); every rule selects records through `group_of` and `Retention.selects`, so
-another key dimension (a stage) is one more element of the group. Within a group the unit is the
+A rule set (`Retention`) applies to each *group* of records it selects: a group is one
+(run, mode, stage) (`group_of`); every rule selects records through `group_of` and
+`Retention.selects` (by run and mode; each stage of a selected run is its own group, so
+``keep_last=50`` keeps 50 steps of every stage). Within a group the unit is the
 step: a step is kept (all its records keep their payloads) or released (all its records are).
 
 - ``keep_last=N``: the N largest recorded steps are kept (None: no limit by count);
@@ -40,8 +41,8 @@ __all__ = [
     "parse_size",
 ]
 
-# What groups records: (run, mode). A stage would be one more element (see the module docstring).
-Group = Tuple[str, str]
+# What groups records (see the module docstring).
+Group = Tuple[str, str, str]  # run, mode, stage
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
@@ -56,8 +57,8 @@ class RetentionConflictError(RetentionError):
 
 
 def group_of(event: Any) -> Group:
-    """The group a call event's record belongs to: its (run, mode)."""
-    return (event.run, event.mode)
+    """The group a call event's record belongs to: its (run, mode, stage)."""
+    return (event.run, event.mode, event.stage)
 
 
 def parse_size(text: Union[str, int]) -> int:
@@ -138,7 +139,7 @@ class Retention:
 
     def selects(self, group: Group) -> bool:
         """Whether this rule set applies to the records of `group`."""
-        run, mode = group
+        run, mode = group[0], group[1]
         return (self.run is None or self.run == run) and (self.mode is None or self.mode == mode)
 
     def describe(self) -> str:
@@ -173,7 +174,7 @@ class PlannedRelease:
 
     Attributes:
         record_seq: the seq of its `GenerationRecorded`.
-        run, mode, step, gen_index: which call it recorded.
+        run, mode, step, gen_index, stage: which call it recorded.
         released: digests deleted with it.
         retained: its digests that stay because a kept record uses them (or another release names them).
         reason: why its step goes.
@@ -187,6 +188,7 @@ class PlannedRelease:
     released: Tuple[str, ...]
     retained: Tuple[str, ...]
     reason: str
+    stage: str = "generate"
 
 
 @attrs.frozen
@@ -367,6 +369,7 @@ class RetentionState:
             releases.append(PlannedRelease(
                 record_seq=seq, run=record.group[0], mode=record.group[1], step=record.step,
                 gen_index=record.gen_index, released=tuple(gone), retained=tuple(stay), reason=released_seqs[seq],
+                stage=record.group[2],
             ))
         leftover = tuple(sorted(d for d in self.released if d not in self.users and d not in claimed))
         return RetentionPlan(

@@ -10,7 +10,7 @@ import msgpack
 from ._convert import decode_event
 from ._errors import IntegrityError, StepJournalError
 from ._events import GenerationRecorded, PayloadsReleased
-from ._keys import gen_key, parse_gen_key
+from ._keys import LAYOUT_VERSION, gen_prefix, parse_gen_key
 from ._payload_store import PayloadStore
 
 __all__ = ["VerifyProblem", "verify"]
@@ -45,6 +45,7 @@ def verify(
     payloads: PayloadStore,
     *,
     progress: Optional[Callable[[int, int], Any]] = None,
+    layout: int = LAYOUT_VERSION,
 ) -> List[VerifyProblem]:
     """Check the log, the step index and the payload store against each other (see `Journal.verify`).
 
@@ -54,6 +55,7 @@ def verify(
         last_seq: reads the newest sequence number now.
         payloads: the payload store the events reference.
         progress: called as ``progress(done, total)`` as events are checked.
+        layout: the key layout of the index on disk (1: a 0.1.0 index read as it is, read-only).
     """
     problems: List[VerifyProblem] = []
     expected: Dict[bytes, int] = {}
@@ -77,11 +79,13 @@ def verify(
                     size_of_digest[ref.digest] = ref.nbytes
                     users.setdefault(ref.digest, []).append(seq)
             if event.output is not None:
-                expected[gen_key(event.run, event.mode, event.step, event.gen_index)] = seq
+                prefix = gen_prefix(event.run, event.mode, event.stage, layout=layout)
+                expected[prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")] = seq
         elif isinstance(event, PayloadsReleased):
             released_records.add(event.record_seq)
             released_by.update(dict.fromkeys(event.released, seq))
-            key = gen_key(event.run, event.mode, event.step, event.gen_index)
+            prefix = gen_prefix(event.run, event.mode, event.stage, layout=layout)
+            key = prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")
             if expected.get(key) == event.record_seq:
                 del expected[key]
         if progress is not None:

@@ -1,7 +1,8 @@
 """Policies: pure decisions about each generate call, evaluated against the journal.
 
 A policy gets a `CallContext` and a read-only `JournalView` and returns a decision. The `Engine`
-carries decisions out and journals them. Specs such as ``"dump@1-5;repeat"`` are parsed by `parse`.
+carries decisions out and journals them. Specs such as ``"dump@1-5;repeat"`` are parsed by `parse`; a policy per stage
+(``"generate:cache/reward:replay@1-5"`` or a mapping) by `parse_stages`.
 """
 
 from ._base import (
@@ -17,6 +18,7 @@ from ._base import (
 )
 from ._builtin import BUILTIN_POLICIES, Bypass, Cache, Dump, Nearest, Passthrough, Repeat, RepeatLast, Replay
 from ._config import EngineConfig, load_config, open_engine
+from ._checks import stage_input_digest
 from ._engine import CallHooks, Engine, Outcome, PendingCall
 from ._errors import (
     ConfigError,
@@ -30,14 +32,20 @@ from ._errors import (
     ReplayRefusedError,
     SpecError,
     SpecWarning,
+    StageInputMismatchError,
 )
 from ._options import EngineOptions
 from ._plugins import PluginStatus, plugin_report
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
+from ._stages import StagePolicies, parse_stages
 
 __all__ = [
     "parse",
+    "parse_stages",
+    "StagePolicies",
+    "stage_input_digest",
+    "StageInputMismatchError",
     "policy_by_name",
     "plugin_names",
     "plugin_report",

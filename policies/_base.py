@@ -8,6 +8,7 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 import attrs
 
 from stepjournal import Journal, RecordedGeneration, find_release
+from stepjournal._keys import DEFAULT_STAGE
 
 from ._ranges import StepRanges
 
@@ -26,14 +27,16 @@ __all__ = [
 
 @attrs.frozen
 class CallContext:
-    """One generate call, as a policy sees it.
+    """One journaled call, as a policy sees it.
 
     Attributes:
         run: the run key the call belongs to.
         step: the train step.
-        gen_index: which call within the step (0 for the first; DAPO makes several).
+        gen_index: which call within the step and stage (0 for the first; DAPO makes several).
         mode: ``"train"``, ``"validate"`` ...
-        input_digest: digest of the call's input, when the adapter computed one.
+        input_digest: digest of the call's input (with the weights version, when given), when the
+            adapter computed one; always present for a stage other than ``"generate"``.
+        stage: which stage of the step (``"generate"``, ``"reward"``, ``"ref_log_prob"`` ...).
     """
 
     run: str
@@ -41,6 +44,7 @@ class CallContext:
     gen_index: int = 0
     mode: str = "train"
     input_digest: Optional[str] = None
+    stage: str = DEFAULT_STAGE
 
 
 @attrs.frozen
@@ -81,23 +85,28 @@ Decision = Union[GenerateCall, ServeRecorded, RefuseCall, BypassCall]
 
 
 class JournalView:
-    """A read-only view of one (run, mode) of a journal: all a policy may look at.
+    """A read-only view of one (run, mode, stage) of a journal: all a policy may look at.
 
     Args:
         journal: the journal to read.
         run: the run key to read (defaults to the journal's).
         mode: the mode whose recordings are visible.
+        stage: the stage whose recordings are visible (default ``"generate"``).
 
     A view made by `restricted` shows only the recorded steps inside its `scope`; every method
     answers as if the other steps had never been recorded.
     """
 
-    __slots__ = ("_journal", "run", "mode", "scope", "_visible_steps")
+    __slots__ = ("_journal", "run", "mode", "stage", "scope", "_visible_steps", "_where")
 
-    def __init__(self, journal: Journal, *, run: Optional[str] = None, mode: str = "train") -> None:
+    def __init__(
+        self, journal: Journal, *, run: Optional[str] = None, mode: str = "train", stage: str = DEFAULT_STAGE
+    ) -> None:
         self._journal = journal
         self.run = run or journal.run
         self.mode = mode
+        self.stage = stage
+        self._where = {"mode": mode, "run": self.run, "stage": stage}
         self.scope: Optional[StepRanges] = None  # None: every recorded step is visible
         self._visible_steps: Optional[List[int]] = None
 
@@ -105,7 +114,7 @@ class JournalView:
         """A view of the same run and mode that shows only recorded steps inside `scope`."""
         if self.scope is not None:
             raise ValueError(f"this view is already restricted to steps {self.scope}; restrict the full view")
-        view = JournalView(self._journal, run=self.run, mode=self.mode)
+        view = JournalView(self._journal, run=self.run, mode=self.mode, stage=self.stage)
         view.scope = StepRanges(scope)
         return view
 
@@ -127,7 +136,7 @@ class JournalView:
             assert self.scope is not None
             parts = []
             for r in self.scope.ranges:
-                part = self._journal.recorded_steps(mode=self.mode, run=self.run, start=r.start, stop=r.stop)
+                part = self._journal.recorded_steps(**self._where, start=r.start, stop=r.stop)
                 parts.append(part if r.stride == 1 else [s for s in part if (s - r.start) % r.stride == 0])
             self._visible_steps = parts[0] if len(parts) == 1 else sorted(set().union(*parts))
         return self._visible_steps
@@ -136,12 +145,12 @@ class JournalView:
         """The recorded generation at (step, gen_index), or None."""
         if self.scope is not None and step not in self.scope:
             return None
-        return self._journal.lookup(step, gen_index, mode=self.mode, run=self.run)
+        return self._journal.lookup(step, gen_index, **self._where)
 
     def released(self, step: int, gen_index: int = 0) -> Optional[str]:
         """When retention released the call's record (so `lookup` no longer serves it): what, when and
         under which rule, in words; else None. Reads the log: for a refusal's message, not a decision."""
-        found = find_release(self._journal, step, gen_index, mode=self.mode, run=self.run)
+        found = find_release(self._journal, step, gen_index, mode=self.mode, run=self.run, stage=self.stage)
         if found is None:
             return None
         seq, event = found
@@ -151,36 +160,36 @@ class JournalView:
     def recorded_steps(self) -> List[int]:
         """Every recorded step, ascending (a copy: prefer the methods below on long runs)."""
         if self.scope is None:
-            return self._journal.recorded_steps(mode=self.mode, run=self.run)
+            return self._journal.recorded_steps(**self._where)
         return list(self._steps())
 
     def step_count(self) -> int:
         """How many distinct steps are recorded."""
         if self.scope is None:
-            return self._journal.step_count(mode=self.mode, run=self.run)
+            return self._journal.step_count(**self._where)
         span = self._range()
         if span is not None:
-            return self._journal.step_count(mode=self.mode, run=self.run, start=span[0], stop=span[1])
+            return self._journal.step_count(**self._where, start=span[0], stop=span[1])
         return len(self._steps())
 
     def nth_step(self, n: int) -> int:
         """The n-th recorded step in ascending order (negative n counts from the end)."""
         if self.scope is None:
-            return self._journal.nth_step(n, mode=self.mode, run=self.run)
+            return self._journal.nth_step(n, **self._where)
         span = self._range()
         if span is not None:
-            return self._journal.nth_step(n, mode=self.mode, run=self.run, start=span[0], stop=span[1])
+            return self._journal.nth_step(n, **self._where, start=span[0], stop=span[1])
         return self._steps()[n]
 
     def nearest_below(self, step: int) -> Optional[int]:
         """The largest recorded step smaller than `step`, or None."""
         if self.scope is None:
-            return self._journal.nearest_below(step, mode=self.mode, run=self.run)
+            return self._journal.nearest_below(step, **self._where)
         span = self._range()
         if span is not None:
             start, stop = span
             below = step if stop is None else min(step, stop + 1)
-            found = self._journal.nearest_below(below, mode=self.mode, run=self.run)
+            found = self._journal.nearest_below(below, **self._where)
             return found if found is not None and found >= start else None
         steps = self._steps()
         i = bisect.bisect_left(steps, step)
@@ -189,11 +198,11 @@ class JournalView:
     def nearest_above(self, step: int) -> Optional[int]:
         """The smallest recorded step larger than `step`, or None."""
         if self.scope is None:
-            return self._journal.nearest_above(step, mode=self.mode, run=self.run)
+            return self._journal.nearest_above(step, **self._where)
         span = self._range()
         if span is not None:
             start, stop = span
-            found = self._journal.nearest_above(max(step, start - 1), mode=self.mode, run=self.run)
+            found = self._journal.nearest_above(max(step, start - 1), **self._where)
             return found if found is not None and (stop is None or found <= stop) else None
         steps = self._steps()
         i = bisect.bisect_right(steps, step)
@@ -203,7 +212,7 @@ class JournalView:
         """The generation indices recorded at `step`, ascending."""
         if self.scope is not None and step not in self.scope:
             return []
-        return self._journal.recorded_indices(step, mode=self.mode, run=self.run)
+        return self._journal.recorded_indices(step, **self._where)
 
     def serve_from(self, step: int, gen_index: int) -> Optional[RecordedGeneration]:
         """The record of `step` that answers call `gen_index` when serving from another step.

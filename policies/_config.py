@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, Dict, Literal, Optional, Union
 
 import attrs
@@ -15,16 +16,28 @@ from ._engine import Engine
 from ._errors import ConfigError, PluginError, SpecError
 from ._options import EngineOptions, unknown_keys_text
 from ._ranges import StepRanges
-from ._spec import parse
+from ._stages import parse_stages
 
 __all__ = ["EngineConfig", "load_config", "open_engine", "retention_from_mapping"]
 
 Scalar = Union[str, int, float, bool, None]
 
 
-def _spec_valid(instance: Any, attribute: Any, value: str) -> None:
+def _plain_policy(value: Any) -> Any:
+    """A per-stage mapping (an OmegaConf one too) as a plain dict of str -> spec; anything else as given."""
+    if isinstance(value, Mapping) or (hasattr(value, "items") and hasattr(value, "_metadata")):
+        return {key: spec for key, spec in value.items()}
+    return value
+
+
+def _spec_valid(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, (str, dict)):
+        raise ConfigError(
+            f"policy={value!r} is not a valid policy spec: use a spec string ('cache', "
+            "'generate:cache/reward:replay@1-5') or a mapping of stage -> spec"
+        )
     try:
-        parse(value)
+        parse_stages(value)
     except SpecError as exc:
         raise ConfigError(f"policy={value!r} is not a valid policy spec: {exc}") from None
 
@@ -35,7 +48,9 @@ class EngineConfig:
 
     Attributes:
         path: the journal folder.
-        policy: a policy spec string (see `stepjournal.policies.parse`), e.g. ``"dump@1-5;repeat"``.
+        policy: a policy spec string (see `stepjournal.policies.parse`), e.g. ``"dump@1-5;repeat"``; or
+            a policy per stage (`stepjournal.policies.parse_stages`): a mapping ``{generate: cache,
+            reward: "replay@1-5"}`` or the text ``"generate:cache/reward:replay@1-5"``.
         run: the run key.
         fingerprint: what must match for a recorded generation to be replayed (flat JSON scalars).
         compression: ``"zstd"`` or None.
@@ -48,7 +63,9 @@ class EngineConfig:
     """
 
     path: str
-    policy: str = attrs.field(default="passthrough", validator=_spec_valid)
+    policy: Union[str, Dict[str, str]] = attrs.field(
+        default="passthrough", converter=_plain_policy, validator=_spec_valid
+    )
     run: str = "default"
     fingerprint: Dict[str, Scalar] = attrs.field(factory=dict)
     compression: Optional[Literal["zstd"]] = None
@@ -119,8 +136,10 @@ def load_config(source: Any) -> EngineConfig:
     if unknown:
         raise ConfigError("unknown key in the stepjournal config: " + unknown_keys_text(unknown, keys, "the keys are"))
     options = EngineOptions.from_mapping(nested if nested is not None else flat)
+    # The policy (a spec string or a per-stage mapping) is checked by its own validator, not by cattrs.
+    policy = data.pop("policy", "passthrough")
     try:
-        return attrs.evolve(converter.structure(data, EngineConfig), options=options)
+        return attrs.evolve(converter.structure(data, EngineConfig), options=options, policy=policy)
     except (ConfigError, PluginError):
         raise
     except cattrs.BaseValidationError as exc:
@@ -187,4 +206,4 @@ def open_engine(config: EngineConfig | Any) -> Engine:
         max_size=config.max_size,
         retention=retention_from_mapping(config.retention),
     )
-    return Engine(journal, parse(config.policy), options=config.options)
+    return Engine(journal, parse_stages(config.policy), options=config.options)

@@ -13,10 +13,11 @@ import functools
 import inspect
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Generator, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Sequence, Tuple, Union
 
 import attrs
 
+from stepjournal._keys import DEFAULT_STAGE, check_stage
 from stepjournal._log import get_logger
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 
@@ -31,9 +32,10 @@ from ._base import (
     ServeRecorded,
     is_policy,
 )
-from ._errors import FingerprintMismatchError, InputMismatchError, ReplayMissError
+from ._checks import ReplayChecks, stage_input_digest
+from ._errors import ReplayMissError
 from ._options import EngineOptions
-from ._spec import parse
+from ._stages import parse_stages
 
 __all__ = ["Engine", "Outcome", "PendingCall", "CallHooks"]
 
@@ -115,13 +117,16 @@ _NO_HOOKS = CallHooks()
 _GENERATE = object()
 
 
-class Engine:
+class Engine(ReplayChecks):
     """Evaluate a policy for each generate call against a journal, and journal what happened.
 
     Args:
         journal: the journal (opened for writing) the calls go to.
-        policy: a policy object, or a spec string given to `stepjournal.policies.parse`.
+        policy: a policy object, a spec string, or a per-stage spec (a mapping of stage -> spec, or
+            ``"generate:cache/reward:replay@1-5"``), given to `stepjournal.policies.parse_stages`.
         options: the `EngineOptions` (fingerprint and input checks, bypassed modes, damaged records).
+        stages: the stages this engine's caller journals (an adapter's declared stages); a per-stage
+            spec naming another stage is refused. None: any stage.
         **option_keywords: each option as its own keyword (``verify_input=True`` ...), as before
             `EngineOptions` existed; not together with `options`.
 
@@ -133,20 +138,21 @@ class Engine:
         TypeError: `policy` is not a policy; a keyword is not an option; `options` and option
             keywords were both given.
         OptionError: an option has a value it does not take.
-        SpecError: `policy` is a spec string that does not parse.
+        SpecError: `policy` is a spec that does not parse, or a per-stage spec naming an unknown stage.
     """
 
     def __init__(
         self,
         journal: Journal,
-        policy: Union[Policy, str],
+        policy: Union[Policy, str, Mapping[str, Any]],
         *,
         options: Optional[EngineOptions] = None,
+        stages: Optional[Sequence[str]] = None,
         **option_keywords: Any,
     ) -> None:
         self.options = EngineOptions.from_keywords(options, option_keywords, where="Engine")
-        if isinstance(policy, str):
-            policy = parse(policy)
+        if isinstance(policy, (str, Mapping)) or stages is not None:
+            policy = parse_stages(policy, stages=stages)
         if not is_policy(policy):
             raise TypeError(
                 f"policy {policy!r} is not a policy: pass a spec string such as 'cache', or an object with a "
@@ -155,9 +161,9 @@ class Engine:
         self.journal = journal
         self.policy: Policy = policy
         self._lock = threading.Lock()
-        # Calls this session has started per (run, mode, step): the number of call events this
+        # Calls this session has started per (run, mode, stage, step): the number of call events this
         # session has journaled for the key, plus calls in flight. A new session starts from zero.
-        self._calls: Dict[Tuple[str, str, int], int] = {}
+        self._calls: Dict[Tuple[str, str, str, int], int] = {}
 
     def __getattr__(self, name: str) -> Any:
         # The options were attributes of the engine before `EngineOptions`; they still read so.
@@ -166,9 +172,9 @@ class Engine:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- generation index ----------------------------------------------------------------------------
-    def next_gen_index(self, step: int, mode: str = "train") -> int:
-        """Claim the next generation index of `step` in this session (thread-safe)."""
-        key = (self.journal.run, mode, step)
+    def next_gen_index(self, step: int, mode: str = "train", stage: str = DEFAULT_STAGE) -> int:
+        """Claim the next call index of `step` (in `stage`) in this session (thread-safe)."""
+        key = (self.journal.run, mode, stage, step)
         with self._lock:
             index = self._calls.get(key, 0)
             self._calls[key] = index + 1
@@ -176,23 +182,46 @@ class Engine:
 
     # -- one call --------------------------------------------------------------------------------------
     def begin(
-        self, step: int, *, mode: str = "train", gen_index: Optional[int] = None, input_digest: Optional[str] = None
+        self,
+        step: int,
+        *,
+        mode: str = "train",
+        gen_index: Optional[int] = None,
+        input_digest: Optional[str] = None,
+        stage: str = DEFAULT_STAGE,
+        weights_version: Any = None,
     ) -> PendingCall:
         """Decide a call; replays are served (loaded and journaled) here.
 
+        Args:
+            stage: the call's stage (``"generate"`` by default; ``"reward"``, ``"ref_log_prob"`` ...).
+            weights_version: for a model-dependent stage, what identifies the weights (a JSON scalar);
+                folded into the input digest (`stage_input_digest`).
+
         Raises:
             ReplayRefusedError: the policy refused, or a replay failed a validity check; journaled.
+            StageInputMismatchError: a stage other than ``"generate"`` would replay a record made on
+                another input (unless ``on_stage_input_mismatch="generate"``); journaled.
+            TypeError: a call of a stage other than ``"generate"`` came without its input digest.
         """
+        check_stage(stage)  # before anything runs: a bad name would otherwise fail once the call is done
+        bypassed = mode in self.options.bypass_modes
+        if stage != DEFAULT_STAGE and input_digest is None and not bypassed:
+            raise TypeError(
+                f"a call of stage {stage!r} (step {step}) needs its input digest, so that a replay is checked "
+                "against the input it was recorded on: pass input= or input_digest= (or hooks.prepare_input)"
+            )
         if gen_index is None:
-            gen_index = self.next_gen_index(step, mode)
+            gen_index = self.next_gen_index(step, mode, stage)
+        input_digest = stage_input_digest(input_digest, weights_version)
         ctx = CallContext(
-            run=self.journal.run, step=step, gen_index=gen_index, mode=mode, input_digest=input_digest
+            run=self.journal.run, step=step, gen_index=gen_index, mode=mode, input_digest=input_digest, stage=stage
         )
-        if mode in self.options.bypass_modes:
+        if bypassed:
             decision: Decision = BypassCall(reason=f"mode {mode!r} is bypassed", policy="bypass")
         else:
             try:
-                decision = self.policy.decide(ctx, JournalView(self.journal, mode=mode))
+                decision = self.policy.decide(ctx, JournalView(self.journal, mode=mode, stage=stage))
             except IntegrityError as exc:  # the view read a damaged record
                 decision = self._damaged(ctx, self.policy.name, exc)
         policy = decision.policy or self.policy.name
@@ -202,7 +231,9 @@ class Engine:
             except IntegrityError as exc:
                 decision = self._damaged(ctx, policy, exc)
         if isinstance(decision, RefuseCall):
-            self.journal.record_refusal(step, gen_index=gen_index, mode=mode, policy=policy, reason=decision.reason)
+            self.journal.record_refusal(
+                step, gen_index=gen_index, mode=mode, policy=policy, reason=decision.reason, stage=stage
+            )
             log.warning("call_refused", step=step, gen_index=gen_index, policy=policy, reason=decision.reason)
             raise ReplayMissError(decision.reason, step=step, gen_index=gen_index)
         if isinstance(decision, ServeRecorded):
@@ -220,9 +251,10 @@ class Engine:
                 policy=policy,
                 reason=decision.reason,
                 duration_s=time.perf_counter() - started,
+                stage=stage,
             )
             log.info(
-                "replayed", step=step, gen_index=gen_index, source_step=decision.source.step,
+                "replayed", step=step, gen_index=gen_index, stage=stage, source_step=decision.source.step,
                 source_gen_index=decision.source.gen_index, policy=policy,
             )
             outcome = Outcome(value=value, action="replayed", ctx=ctx, source=decision.source, seq=seq)
@@ -243,7 +275,7 @@ class Engine:
         if isinstance(decision, BypassCall):
             seq = self.journal.record_bypass(
                 ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=call.policy,
-                reason=decision.reason, duration_s=duration_s,
+                reason=decision.reason, duration_s=duration_s, stage=ctx.stage,
             )
             return Outcome(value=output, action="bypassed", ctx=ctx, source=None, seq=seq)
         assert isinstance(decision, GenerateCall)
@@ -261,8 +293,9 @@ class Engine:
             duration_s=duration_s,
             policy=call.policy,
             reason=reason,
+            stage=ctx.stage,
         )
-        log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stored=stored_output is not None,
+        log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stage=ctx.stage, stored=stored_output is not None,
                  policy=call.policy)
         return Outcome(value=output, action="generated", ctx=ctx, source=recorded, seq=recorded.seq)
 
@@ -307,6 +340,8 @@ class Engine:
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,
         hooks: Optional[CallHooks] = None,
+        stage: str = DEFAULT_STAGE,
+        weights_version: Any = None,
     ) -> Outcome:
         """Decide one call, run `generate()` if needed, journal it, and return the outcome.
 
@@ -318,8 +353,15 @@ class Engine:
             input_digest: the input's digest (checked by `verify_input`), or None.
             gen_index: the call's index within its step (default: the next one of this session).
             hooks: how an adapter's values are stored and given back (`CallHooks`).
+            stage: the call's stage (default ``"generate"``): each stage has its own records, call
+                indices and (with a per-stage spec) policy. A stage other than ``"generate"`` needs the
+                call's input (or its digest), and never replays onto another input.
+            weights_version: for a model-dependent stage (log-probs, values ...), what identifies the
+                weights it ran with (a JSON scalar such as the global step); part of the input digest.
         """
-        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks or _NO_HOOKS)
+        sequence = self._sequence(
+            step, mode, gen_index, input, input_digest, hooks or _NO_HOOKS, stage, weights_version
+        )
         effect = next(sequence)
         while True:
             result = generate() if effect is _GENERATE else effect()
@@ -338,13 +380,15 @@ class Engine:
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,
         hooks: Optional[CallHooks] = None,
+        stage: str = DEFAULT_STAGE,
+        weights_version: Any = None,
     ) -> Outcome:
         """`call` for an async generator function: awaits `generate()` when the call must run.
 
         The journal I/O runs through ``hooks.run_blocking`` (default: inline).
         """
         hooks = hooks or _NO_HOOKS
-        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks)
+        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks, stage, weights_version)
         effect = next(sequence)
         while True:
             if effect is _GENERATE:
@@ -366,6 +410,8 @@ class Engine:
         input: Any,
         input_digest: Optional[str],
         hooks: CallHooks,
+        stage: str = DEFAULT_STAGE,
+        weights_version: Any = None,
     ) -> Generator[Any, Any, Outcome]:
         """The call sequence, written once for `call` and `acall`: decide, time and run the generator, journal.
 
@@ -380,7 +426,15 @@ class Engine:
             given, digest = input, input_digest
             if hooks.prepare_input is not None and mode not in self.options.bypass_modes:
                 given, digest = hooks.prepare_input()  # a bypassed call stores no input
-            return self.begin(step, mode=mode, gen_index=gen_index, input_digest=digest), given
+            if digest is None and given is not None and stage != DEFAULT_STAGE:
+                # A stage's record is checked against its input: the digest is needed, not optional.
+                given = self.journal.prepare(given)
+                digest = given.digest
+            pending = self.begin(
+                step, mode=mode, gen_index=gen_index, input_digest=digest, stage=stage,
+                weights_version=weights_version,
+            )
+            return pending, given
 
         pending, input = yield decide
         if pending.outcome is not None:
@@ -393,57 +447,3 @@ class Engine:
         stored = hooks.to_stored(output)
         outcome = yield functools.partial(self.finish, pending, stored, input=input, duration_s=duration)
         return outcome if stored is output else attrs.evolve(outcome, value=output)
-
-    # -- validity checks ---------------------------------------------------------------------------------
-    def _damaged(self, ctx: CallContext, policy: str, exc: IntegrityError) -> GenerateCall:
-        """A replay met a damaged record: journal a refusal and re-raise, or decide to regenerate."""
-        where = f"step {ctx.step} index {ctx.gen_index}"
-        log.warning("replay_found_damage", step=ctx.step, gen_index=ctx.gen_index, on_corrupt=self.options.on_corrupt,
-                    error=str(exc))
-        if self.options.on_corrupt == "error":
-            self.journal.record_refusal(
-                ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy,
-                reason=f"refused to replay {where}: the recorded call is damaged ({exc}); "
-                "run `stepjournal verify`, or pass on_corrupt='regenerate' to generate it again",
-            )
-            raise exc
-        return GenerateCall(reason=f"the record to replay at {where} is damaged ({exc}); regenerated", policy=policy)
-
-    def _check_replay(self, ctx: CallContext, decision: ServeRecorded, policy: str) -> Decision:
-        source = decision.source
-        recorded_fp = self.journal.session_fingerprint(source.event.session)
-        current_fp = self.journal.fingerprint
-        differences = {
-            key: (recorded_fp.get(key), current_fp.get(key))
-            for key in sorted(set(recorded_fp) | set(current_fp))
-            if recorded_fp.get(key) != current_fp.get(key)
-        }
-        if differences:
-            listed = ", ".join(f"{k}: recorded {a!r}, now {b!r}" for k, (a, b) in differences.items())
-            if not self.options.allow_fingerprint_mismatch:
-                reason = (
-                    f"refused to replay step {source.step} index {source.gen_index}: the fingerprint differs "
-                    f"({listed}); pass allow_fingerprint_mismatch=True to replay anyway"
-                )
-                self.journal.record_refusal(
-                    ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy, reason=reason
-                )
-                log.warning("replay_refused_fingerprint", step=ctx.step, differences=sorted(differences))
-                raise FingerprintMismatchError(
-                    reason, step=ctx.step, gen_index=ctx.gen_index, differences=differences
-                )
-            decision = attrs.evolve(decision, reason=f"{decision.reason}; fingerprint differs ({listed}), allowed")
-        if self.options.verify_input and ctx.input_digest != source.event.input_digest:
-            why = (
-                f"input digest {str(ctx.input_digest)[:16]} differs from the one recorded at step {source.step} "
-                f"index {source.gen_index} ({str(source.event.input_digest)[:16]})"
-            )
-            if self.options.on_input_mismatch == "error":
-                reason = f"refused to replay: {why}"
-                self.journal.record_refusal(
-                    ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy, reason=reason
-                )
-                raise InputMismatchError(reason, step=ctx.step, gen_index=ctx.gen_index)
-            return GenerateCall(reason=f"{why}; regenerated", policy=policy)
-        return decision
-

@@ -16,6 +16,7 @@ __all__ = [
     "ReplayMissError",
     "FingerprintMismatchError",
     "InputMismatchError",
+    "StageInputMismatchError",
     "PluginLoadError",
     "SpecWarning",
 ]
@@ -84,6 +85,34 @@ class FingerprintMismatchError(ReplayRefusedError):
 
 class InputMismatchError(ReplayRefusedError):
     """`verify_input` is on and the call's input differs from the recorded one."""
+
+
+class StageInputMismatchError(InputMismatchError):
+    """A call of a stage other than ``"generate"`` would replay a record made on another input.
+
+    A recorded reward or log-prob is valid only for the exact batch (and weights version) it was
+    computed on, so this check is always on for those stages (`EngineOptions.on_stage_input_mismatch`).
+
+    Attributes:
+        stage: the call's stage (e.g. ``"reward"``).
+        recorded_digest: the input digest stored with the record.
+        current_digest: the digest of the call's input now (input and weights version).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: int,
+        gen_index: int,
+        stage: str,
+        recorded_digest: Optional[str],
+        current_digest: Optional[str],
+    ) -> None:
+        super().__init__(message, step=step, gen_index=gen_index)
+        self.stage = stage
+        self.recorded_digest = recorded_digest
+        self.current_digest = current_digest
 
 
 class PluginLoadError(PluginError, ConfigError):

@@ -58,6 +58,11 @@ class EngineOptions:
             Protects against serving completions that belong to other prompts. Default False.
         on_input_mismatch: with `verify_input`, ``"generate"`` (default) regenerates and stores the
             call on a mismatch, ``"error"`` raises `InputMismatchError`; either way the reason is journaled.
+        on_stage_input_mismatch: for a call of any stage but ``"generate"`` (a reward, log-probs ...),
+            whose record is valid only for the exact input (and weights version) it was computed on:
+            ``"error"`` (default) raises `StageInputMismatchError` when the recorded input digest differs
+            from the call's, ``"generate"`` computes and stores the call again; either way the reason
+            is journaled. This check is always on for those stages (`verify_input` is not needed).
         bypass_modes: modes whose calls skip the policy: they run and are journaled as bypassed,
             nothing stored (default ``("validate",)``). Keeps validation out of record and replay.
         on_corrupt: what to do when the record a replay needs is damaged (its event or payload fails
@@ -74,6 +79,7 @@ class EngineOptions:
     allow_fingerprint_mismatch: bool = attrs.field(default=False, validator=_bool)
     verify_input: bool = attrs.field(default=False, validator=_bool)
     on_input_mismatch: str = attrs.field(default="generate", validator=_one_of("generate", "error"))
+    on_stage_input_mismatch: str = attrs.field(default="error", validator=_one_of("error", "generate"))
     bypass_modes: Tuple[str, ...] = attrs.field(default=("validate",), converter=_as_modes, validator=_modes)
     on_corrupt: str = attrs.field(default="error", validator=_one_of("error", "regenerate"))
 

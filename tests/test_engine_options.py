@@ -31,6 +31,7 @@ CHANGED = dict(
     allow_fingerprint_mismatch=True,
     verify_input=True,
     on_input_mismatch="error",
+    on_stage_input_mismatch="generate",
     bypass_modes=("validate", "eval"),
     on_corrupt="regenerate",
 )

@@ -13,13 +13,13 @@ import torch
 from stepjournal import InvalidKeyError, Journal
 from stepjournal._keys import MAX_KEY_BYTES
 
-# The bytes a run key may take with the default mode "train": 511 - 12 - 2 - 5.
-LARGEST = MAX_KEY_BYTES - 12 - 2 - len("train")
+# The bytes a run key may take with the default mode "train" and stage "generate": 511 - 12 - 3 - 5 - 8.
+LARGEST = MAX_KEY_BYTES - 12 - 3 - len("train") - len("generate")
 
 
 @pytest.mark.parametrize("run", ["r" * 500, "\U0001F600" * 200], ids=["500-ascii", "200-emoji"])
 def test_a_run_key_too_long_in_bytes_is_refused_when_the_journal_opens(tmp_path, run):
-    with pytest.raises(InvalidKeyError, match=rf"take {len(run.encode()) + 5} bytes encoded as UTF-8.*at most 497.*"
+    with pytest.raises(InvalidKeyError, match=rf"take {len(run.encode()) + 5} bytes encoded as UTF-8.*at most 488.*"
                                               r"use a shorter run key"):
         Journal(str(tmp_path / "j"), run=run)
 
@@ -27,7 +27,7 @@ def test_a_run_key_too_long_in_bytes_is_refused_when_the_journal_opens(tmp_path,
 def test_a_mode_that_pushes_the_largest_run_key_over_is_refused_by_record_and_records_nothing(tmp_path):
     path = str(tmp_path / "j")
     with Journal(path, run="r" * LARGEST) as journal:
-        with pytest.raises(InvalidKeyError, match=r"run key and mode take 502 bytes.*at most 497"):
+        with pytest.raises(InvalidKeyError, match=r"run key and mode take 493 bytes.*at most 488"):
             journal.record(1, {"x": 1}, mode="evaluation")
         assert journal.recorded_steps(mode="evaluation") == []
         assert journal.verify() == []

@@ -47,7 +47,7 @@ def test_keep_last_releases_every_step_below_the_last_n(jpath):
     with Journal(jpath, readonly=True) as journal:
         plan = plan_retention(journal.events(), Retention(keep_last=3))
     assert _released_steps(plan) == [1, 2, 3, 4, 5, 6, 7]
-    assert plan.kept_steps == {("default", "train"): 3}
+    assert plan.kept_steps == {("default", "train", "generate"): 3}
     assert "not among the last 3" in plan.releases[0].reason
 
 

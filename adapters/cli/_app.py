@@ -76,11 +76,13 @@ def _parser() -> _Parser:
 
     p = command("runs", _verb("runs"), "run keys, sessions, fingerprints and call counts")
     p.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
+    p.add_argument("--stage", help="count only the calls of this stage (generate, reward ...)")
 
     p = command("audit", _verb("audit"), "one row per generate call, in log order")
     p.add_argument("--run", help="only this run key")
     p.add_argument("--steps", metavar="RANGES", help="only these steps, e.g. '1-10,20,30-40:2,50-'")
     p.add_argument("--mode", help="only this mode (train, validate ...)")
+    p.add_argument("--stage", help="only this stage (generate, reward ...)")
     p.add_argument("--action", action="append", choices=(*ACTIONS, "released"),
                    help="only this action (repeatable; released: retention's releases)")
     p.add_argument("-n", "--limit", type=_nonneg_int, metavar="N", help="only the first N calls")
@@ -98,6 +100,7 @@ def _parser() -> _Parser:
     p.add_argument("--index", type=_nonneg_int, default=0, help="which call within the step (default 0)")
     p.add_argument("--run", help="the run key (needed when the journal holds several)")
     p.add_argument("--mode", default="train", help="the mode (default train)")
+    p.add_argument("--stage", default="generate", help="the stage (default generate; reward ...)")
     p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
     p.add_argument("--items", type=_nonneg_int, default=20, help="items shown per container (default 20)")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")

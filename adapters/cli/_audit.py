@@ -32,7 +32,7 @@ _CHUNK = 200  # rows per printed table piece: the first ones show before the res
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     steps = parse_steps(args.steps)
     with open_readonly(args.journal) as journal:
-        records = _records(journal, args.run, steps, args.mode, set(args.action or ()))
+        records = _records(journal, args.run, steps, args.mode, set(args.action or ()), args.stage)
         first = next(records, None)
         if first is None:
             _check_run(journal, args.run)
@@ -56,12 +56,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _records(journal: Journal, run: Optional[str], steps: Any, mode: Optional[str],
-             actions: set) -> Iterator[AuditRecord]:
+             actions: set, stage: Optional[str] = None) -> Iterator[AuditRecord]:
     """The audit rows, read lazily in log order (the filters of `Journal.audit`)."""
     for record in call_records(journal.events(types=AUDIT_EVENT_TYPES)):  # with pulled calls' origins
         if (run is not None and record.run != run) or (steps is not None and record.step not in steps):
             continue
-        if mode is not None and record.mode != mode:
+        if (mode is not None and record.mode != mode) or (stage is not None and record.stage != stage):
             continue
         if not actions or record.action in actions:
             yield record
@@ -98,6 +98,12 @@ def _source(r: AuditRecord) -> str:
     return source + (f" ({r.source_run})" if r.source_run != r.run else "")
 
 
+def _call(r: AuditRecord) -> str:
+    """``#0``; the mode and the stage named when they are not the defaults: ``validate#0``, ``reward#1``."""
+    named = [part for part, default in ((r.mode, "train"), (r.stage, "generate")) if part != default]
+    return f"{'/'.join(named)}#{r.gen_index}"
+
+
 def _session(r: AuditRecord, numbers: Dict[str, int]) -> str:
     return f"s{numbers[r.session]}" if r.session in numbers else r.session[:8]
 
@@ -107,7 +113,7 @@ _NARROW = (  # column, justify, width (None: what is left)
     ("step", "right", 7), ("call", "left", 10), ("action", "left", 9), ("source", "left", 10),
     ("policy", "left", 18), ("sess", "left", 4), ("reason", "left", None),
 )
-_WIDE = ("#", "session", "run", "mode", "step", "idx", "action", "stored", "source", "policy", "reason",
+_WIDE = ("#", "session", "run", "mode", "stage", "step", "idx", "action", "stored", "source", "policy", "reason",
          "size", "digest", "time (UTC)")
 
 
@@ -151,7 +157,7 @@ def _narrow_table(width: int, chunk: List[AuditRecord], numbers: Dict[str, int])
             continue
         table.add_column(name, justify=justify, width=(w or rest) + 1, no_wrap=True, overflow="ellipsis")
     for r in chunk:
-        call = f"#{r.gen_index}" if r.mode == "train" else f"{r.mode}#{r.gen_index}"
+        call = _call(r)
         cells = [str(r.step), cell(call), f"[{ACTION_STYLE[r.action]}]{r.action}[/]", cell(_source(r)),
                  cell(r.policy), cell(_session(r, numbers))]
         if rest >= 8:
@@ -167,7 +173,8 @@ def _wide_table(chunk: List[AuditRecord], numbers: Dict[str, int]) -> Any:
                          overflow="fold")
     for r in chunk:
         table.add_row(
-            str(r.seq), cell(_session(r, numbers)), cell(r.run), cell(r.mode), str(r.step), str(r.gen_index),
+            str(r.seq), cell(_session(r, numbers)), cell(r.run), cell(r.mode), cell(r.stage), str(r.step),
+            str(r.gen_index),
             f"[{ACTION_STYLE[r.action]}]{r.action}[/]", "yes" if r.stored else "no", cell(_source(r)),
             cell(r.policy), cell(r.reason), human_size(r.nbytes) if r.nbytes is not None else "",
             (r.digest or "")[:12], short_time(r.ts),
@@ -193,7 +200,7 @@ def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], numbers
 
 
 def _same_range(last: AuditRecord, r: AuditRecord) -> bool:
-    key = ("run", "mode", "session", "action", "policy")
+    key = ("run", "mode", "stage", "session", "action", "policy")
     return (all(getattr(last, k) == getattr(r, k) for k in key) and r.step in (last.step, last.step + 1)
             and (r.action != "replayed" or r.source_run == last.source_run))
 
@@ -208,5 +215,7 @@ def _summary_line(group: List[AuditRecord], numbers: Dict[str, int]) -> str:
         line += f" from {sources}" + (f" of run {cell(first.source_run)}" if first.source_run != first.run else "")
     line += f" by {cell(first.policy)}"
     where = [f"run {cell(first.run)}", cell(first.mode), cell(_session(first, numbers))]
+    if first.stage != "generate":
+        where.insert(2, f"stage {cell(first.stage)}")
     per = "" if calls == len({r.step for r in group}) else f", {calls} calls"
     return f"{line} [dim]({', '.join(where)}{per})[/]"

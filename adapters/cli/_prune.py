@@ -47,19 +47,21 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json({
             "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
             "leftover": list(plan.leftover),
-            "kept_steps": [{"run": g[0], "mode": g[1], "steps": n} for g, n in sorted(plan.kept_steps.items())],
-            "releases": [{"record_seq": r.record_seq, "run": r.run, "mode": r.mode, "step": r.step,
+            "kept_steps": [{"run": g[0], "mode": g[1], "stage": g[2], "steps": n}
+                           for g, n in sorted(plan.kept_steps.items())],
+            "releases": [{"record_seq": r.record_seq, "run": r.run, "mode": r.mode, "stage": r.stage, "step": r.step,
                           "gen_index": r.gen_index, "released": list(r.released), "retained": list(r.retained),
                           "reason": r.reason} for r in plan.releases],
         })
         return 0
     verb = "would release" if args.dry_run else "released"
-    steps = sorted({(r.run, r.mode, r.step) for r in plan.releases})
+    steps = sorted({(r.run, r.mode, r.stage, r.step) for r in plan.releases})
     out.print(f"{verb} {len(plan.releases)} records of {len(steps)} steps ({human_size(plan.released_bytes)}) "
               f"in {cell(args.journal)} under {cell(plan.rule)}", soft_wrap=True)
-    for (run_key, mode), kept in sorted(plan.kept_steps.items()):
-        gone = StepRanges.from_steps([s for r, m, s in steps if (r, m) == (run_key, mode)])
-        out.print(f"  run {cell(run_key)} {cell(mode)}: {kept} steps kept; released steps {str(gone) or 'none'}",
+    for (run_key, mode, stage), kept in sorted(plan.kept_steps.items()):
+        gone = StepRanges.from_steps([s for r, m, g, s in steps if (r, m, g) == (run_key, mode, stage)])
+        where = f"{cell(mode)}" if stage == "generate" else f"{cell(mode)} stage {cell(stage)}"
+        out.print(f"  run {cell(run_key)} {where}: {kept} steps kept; released steps {str(gone) or 'none'}",
                   soft_wrap=True)
     if plan.leftover:
         out.print(f"  {len(plan.leftover)} payloads an earlier prune released were still stored: "

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import summarize_runs
+from stepjournal import SessionOpened, summarize_runs
 from stepjournal._audit import ACTIONS
 
 from ._common import open_readonly
@@ -17,8 +17,11 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    stage = getattr(args, "stage", None)
     with open_readonly(args.journal) as journal:
-        summaries = summarize_runs(journal.events())
+        events = journal.events() if stage is None else (
+            (seq, e) for seq, e in journal.events() if isinstance(e, SessionOpened) or e.stage == stage)
+        summaries = summarize_runs(events)
     if args.json:
         print_json([s.to_json() for s in summaries])
         return 0
@@ -26,7 +29,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(f"journal {cell(args.journal)} is empty")
         return 0
     runs = Table(title=f"runs in {cell(args.journal)}", title_justify="left")
-    for column in ("run", "sessions", "calls", *ACTIONS, "steps", "stored", "fingerprint"):
+    for column in ("run", "sessions", "calls", *ACTIONS, "steps", "stages", "stored", "fingerprint"):
         runs.add_column(column, justify="right" if column in ("sessions", "calls", *ACTIONS, "stored") else "left")
     for s in summaries:
         fingerprints = s.fingerprints()
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             str(s.calls),
             *(str(s.counts[a]) for a in ACTIONS),
             steps,
+            cell(", ".join(s.stages)) or "-",
             human_size(s.stored_bytes),
             shown,
         )

@@ -37,23 +37,26 @@ __all__ = ["run"]
 _PREVIEW_VALUES = 6
 
 
-def _find_call(journal: Journal, run: str, mode: str, step: int, index: int) -> Tuple[int, Any]:
+def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
+               stage: str = "generate") -> Tuple[int, Any]:
     """The call whose payload `show` displays: the latest recorded output there, else the latest call."""
-    recorded = journal.lookup(step, index, mode=mode, run=run)
+    recorded = journal.lookup(step, index, mode=mode, run=run, stage=stage)
     if recorded is not None:
         return recorded.seq, recorded.event
     latest = None
-    for seq, event in journal.events(run=run, steps={step}):
+    for seq, event in journal.events(run=run, steps={step}, stage=stage):
         if (event.mode, event.gen_index) == (mode, index):
             latest = (seq, event)
     if latest is None:
-        indices = journal.recorded_indices(step, mode=mode, run=run)
+        where = clean(mode) if stage == "generate" else f"{clean(mode)}, stage {clean(stage)}"
+        indices = journal.recorded_indices(step, mode=mode, run=run, stage=stage)
         if indices:
-            raise Failure(f"step {step} of run {clean(run)!r} ({clean(mode)}) has no call #{index}; it has {indices}")
-        recorded_steps = journal.recorded_steps(mode=mode, run=run)
+            raise Failure(f"step {step} of run {clean(run)!r} ({where}) has no call #{index}; it has {indices}")
+        recorded_steps = journal.recorded_steps(mode=mode, run=run, stage=stage)
+        stages = ", ".join(clean(s) for s in journal.stages(run=run)) or "none"
         raise Failure(
-            f"run {clean(run)!r} has no {clean(mode)} call at step {step}; recorded steps: "
-            f"{str(StepRanges.from_steps(recorded_steps)) or 'none'}"
+            f"run {clean(run)!r} has no {where} call at step {step}; recorded steps: "
+            f"{str(StepRanges.from_steps(recorded_steps)) or 'none'}; stages with calls: {stages}"
         )
     return latest
 
@@ -158,7 +161,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with OpaqueReader(args.journal) as reader:
         journal = reader.journal
         run = choose_run(journal, args.run)
-        seq, event = _find_call(journal, run, args.mode, args.step, args.index)
+        stage = getattr(args, "stage", "generate")
+        seq, event = _find_call(journal, run, args.mode, args.step, args.index, stage)
         ref: Optional[PayloadRef]
         if isinstance(event, GenerationRecorded):
             ref = event.input if args.input else event.output
@@ -192,7 +196,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, "call": header, "payload": what,
                      "digest": ref.digest, "nbytes": ref.nbytes, "structure": structure})
         return 0
-    title = f"run {cell(run)} · {cell(args.mode)} · step {args.step} · call #{args.index} · event #{seq}"
+    title = (f"run {cell(run)} · {cell(args.mode)} · stage {cell(record.stage)} · step {args.step} · "
+             f"call #{args.index} · event #{seq}")
     out.print(f"[bold]{title}[/]")
     line = f"[{ACTION_STYLE[record.action]}]{record.action}[/]"
     if record.action == "replayed":

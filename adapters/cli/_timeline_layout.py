@@ -156,8 +156,9 @@ class Timeline:
         return 0 < len(self.links) <= MAX_ARROWS
 
 
-def _lane_key(session_no: Dict[str, int], r: AuditRecord) -> Tuple[int, str, bool, str, int]:
-    return (session_no[r.session], r.run, r.mode != "train", r.mode, r.gen_index)
+def _lane_key(session_no: Dict[str, int], r: AuditRecord) -> Tuple[int, str, bool, str, bool, str, int]:
+    # One lane per stage too: a step's reward is drawn under its generate call, never over it.
+    return (session_no[r.session], r.run, r.mode != "train", r.mode, r.stage != "generate", r.stage, r.gen_index)
 
 
 def _merge(cells: Sequence[Cell]) -> Tuple[List[Segment], List[Band]]:
@@ -196,7 +197,7 @@ def build_timeline(
     steps: Optional[Container[int]] = None,
     mode: Optional[str] = None,
 ) -> Timeline:
-    """Lay out audit records: columns are the distinct steps shown, in order; a lane is (session, mode, index).
+    """Lay out audit records: columns are the distinct steps shown, in order; a lane is (session, mode, stage, index).
 
     Sessions are numbered s1, s2 ... in order of their first call among all `records` (pass the whole
     journal), before the `run` / `steps` / `mode` filter picks what is shown, so a session's number
@@ -217,7 +218,8 @@ def build_timeline(
     several_runs = len({r.run for r in shown}) > 1
     lane_of = {key: i for i, key in enumerate(lane_keys)}
     labels = tuple(
-        f"s{s} {run_ + ' ' if several_runs else ''}{mode_} #{index}" for s, run_, _, mode_, index in lane_keys
+        f"s{s} {run_ + ' ' if several_runs else ''}{mode_} {stage + ' ' if stage != 'generate' else ''}#{index}"
+        for s, run_, _, mode_, _, stage, index in lane_keys
     )
     latest: Dict[Tuple[int, int], AuditRecord] = {}
     for r in shown:

@@ -1,0 +1,84 @@
+"""Queries of the projections: the reading half of `Journal` over its indexes (a base class the facade inherits).
+
+Each answer is one read transaction on the ``gen`` / ``steps`` indexes (`_projections`), for one
+(run, mode, stage): nothing is cached, so what another process appended is seen at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from ._audit import CALL_EVENT_TYPES
+from ._keys import DEFAULT_STAGE
+from ._keys import check_key as _check_key
+from ._keys import check_step as _check_step
+from ._projections import Projections, RecordedGeneration
+
+__all__ = ["Queries"]
+
+
+class Queries:
+    """The lookup and recorded-step methods of `Journal`; the facade provides the attributes used here."""
+
+    run: str
+    _index: Projections
+
+    def _live(self) -> Any:  # pragma: no cover - provided by Journal
+        raise NotImplementedError
+
+    def events(self, **filters: Any) -> Iterator[Tuple[int, Any]]:  # pragma: no cover - provided by Journal
+        raise NotImplementedError
+
+    def lookup(self, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None,
+               stage: str = DEFAULT_STAGE) -> Optional[RecordedGeneration]:
+        """The latest recorded call with a stored output at (run, mode, stage, step, gen_index), or None."""
+        run = run or self.run
+        _check_key(run, mode, stage)
+        _check_step(step, gen_index)
+        return self._index.lookup(self._live(), run, mode, step, gen_index, stage)
+
+    def recorded_steps(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
+                       stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> List[int]:
+        """Every step with at least one recorded output, ascending (from `start` to `stop` inclusive)."""
+        return self._index.steps(self._live(), run or self.run, mode, max(start, 0), stop, stage)
+
+    def recorded_indices(self, step: int, *, mode: str = "train", run: Optional[str] = None,
+                         stage: str = DEFAULT_STAGE) -> List[int]:
+        """The call indices recorded (with output) at `step`, ascending."""
+        return self._index.indices(self._live(), run or self.run, mode, step, stage)
+
+    def step_count(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
+                   stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> int:
+        """How many distinct steps have a recorded output (from `start` to `stop` inclusive)."""
+        if stop is not None and stop < max(start, 0):
+            return 0
+        return self._index.count(self._live(), run or self.run, mode, max(start, 0), stop, stage)
+
+    def nth_step(self, n: int, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
+                 stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> int:
+        """The n-th recorded step in ascending order (negative n counts from the end), within `start`..`stop`.
+
+        Raises:
+            IndexError: fewer steps are recorded.
+        """
+        if stop is not None and stop < max(start, 0):
+            raise IndexError(f"step #{n} of 0 recorded steps")
+        return self._index.nth(self._live(), run or self.run, mode, n, max(start, 0), stop, stage)
+
+    def nearest_below(self, step: int, *, mode: str = "train", run: Optional[str] = None,
+                      stage: str = DEFAULT_STAGE) -> Optional[int]:
+        """The largest recorded step smaller than `step`, or None."""
+        return self._index.nearest_below(self._live(), run or self.run, mode, step, stage)
+
+    def nearest_above(self, step: int, *, mode: str = "train", run: Optional[str] = None,
+                      stage: str = DEFAULT_STAGE) -> Optional[int]:
+        """The smallest recorded step larger than `step`, or None."""
+        return self._index.nearest_above(self._live(), run or self.run, mode, step, stage)
+
+    def stages(self, *, run: Optional[str] = None) -> List[str]:
+        """The stages with at least one journaled call (of `run`; None: every run), in first-seen order."""
+        seen: Dict[str, None] = {}
+        for _, event in self.events(run=run, types=CALL_EVENT_TYPES):
+            seen.setdefault(event.stage, None)
+        return list(seen)
+
