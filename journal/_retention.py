@@ -5,8 +5,8 @@ that state and the rules. Nothing here reads or writes storage; `_prune` carries
 
 A rule set (`Retention`) applies to each *group* of records it selects: a group is one
 (run, mode, stage) (`group_of`); every rule selects records through `group_of` and
-`Retention.selects` (by run and mode; each stage of a selected run is its own group, so
-``keep_last=50`` keeps 50 steps of every stage). Within a group the unit is the
+`Retention.selects` (by run, mode and stage; each stage is its own group, so ``keep_last=50``
+keeps 50 steps of every stage it selects). Within a group the unit is the
 step: a step is kept (all its records keep their payloads) or released (all its records are).
 
 - ``keep_last=N``: the N largest recorded steps are kept (None: no limit by count);
@@ -116,6 +116,7 @@ class Retention:
         run: only the group(s) of this run key (None: every run).
         mode: only the group(s) of this mode (None: every mode).
         allow_release_all: let a plan release every record of a group (refused otherwise).
+        stage: only the group(s) of this stage (``"generate"``, ``"reward"`` ...; None: every stage).
 
     Raises:
         RetentionError: a value is malformed, or no rule limits anything (nothing would ever go).
@@ -128,6 +129,7 @@ class Retention:
     run: Optional[str] = None
     mode: Optional[str] = None
     allow_release_all: bool = False
+    stage: Optional[str] = None
 
     def __attrs_post_init__(self) -> None:
         if self.keep_last is None and self.max_bytes is None:
@@ -139,8 +141,9 @@ class Retention:
 
     def selects(self, group: Group) -> bool:
         """Whether this rule set applies to the records of `group`."""
-        run, mode = group[0], group[1]
-        return (self.run is None or self.run == run) and (self.mode is None or self.mode == mode)
+        run, mode, stage = group
+        return ((self.run is None or self.run == run) and (self.mode is None or self.mode == mode)
+                and (self.stage is None or self.stage == stage))
 
     def describe(self) -> str:
         """The rules as one line (what a `PayloadsReleased` event names as its rule)."""
@@ -156,6 +159,8 @@ class Retention:
             parts.append(f"run={self.run}")
         if self.mode is not None:
             parts.append(f"mode={self.mode}")
+        if self.stage is not None:
+            parts.append(f"stage={self.stage}")
         return " ".join(parts)
 
 

@@ -92,6 +92,26 @@ def test_rules_apply_per_run_and_mode_and_only_where_they_select(jpath):
     assert {(r.run, r.mode) for r in only.releases} == {("a", "validate")}
 
 
+def test_each_stage_is_kept_on_its_own_and_a_rule_can_select_one_stage(jpath):
+    with Journal(jpath) as journal:
+        for step in range(1, 5):
+            journal.record(step, _value(step))
+            journal.record(step, _value(step + 300), stage="reward", input={"batch": step})
+    with Journal(jpath, readonly=True) as journal:
+        every = plan_retention(journal.events(), Retention(keep_last=1))
+        reward = plan_retention(journal.events(), Retention(keep_last=1, stage="reward"))
+    assert sorted((r.stage, r.step) for r in every.releases) == [
+        ("generate", 1), ("generate", 2), ("generate", 3), ("reward", 1), ("reward", 2), ("reward", 3)]
+    assert every.kept_steps == {("default", "train", "generate"): 1, ("default", "train", "reward"): 1}
+    assert sorted((r.stage, r.step) for r in reward.releases) == [("reward", 1), ("reward", 2), ("reward", 3)]
+    assert "stage=reward" in reward.rule
+    assert main(["prune", jpath, "--keep-last", "2", "--stage", "reward"]) == 0
+    with Journal(jpath, readonly=True) as journal:
+        assert journal.recorded_steps() == [1, 2, 3, 4]
+        assert journal.recorded_steps(stage="reward") == [3, 4]
+        assert journal.verify() == []
+
+
 def test_a_payload_a_kept_step_shares_with_a_released_one_is_never_deleted(jpath):
     shared = _value(0)
     with Journal(jpath) as journal:

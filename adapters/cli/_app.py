@@ -129,6 +129,7 @@ def _parser() -> _Parser:
     p.add_argument("--max-bytes", metavar="SIZE", help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
     p.add_argument("--run", help="only this run key (default: every run)")
     p.add_argument("--mode", help="only this mode (default: every mode)")
+    p.add_argument("--stage", help="only this stage (default: every stage, each kept on its own)")
     p.add_argument("--no-keep-replayed", action="store_true", help="release steps a session replayed from too")
     p.add_argument("--all", action="store_true", help="allow releasing every step of a run and mode")
     p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")

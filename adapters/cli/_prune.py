@@ -28,7 +28,7 @@ def rules_from_args(args: argparse.Namespace) -> Retention:
     try:
         return Retention(
             keep_last=args.keep_last, pin=pin, keep_replayed=not args.no_keep_replayed,
-            max_bytes=args.max_bytes, run=args.run, mode=args.mode, allow_release_all=args.all,
+            max_bytes=args.max_bytes, run=args.run, mode=args.mode, stage=args.stage, allow_release_all=args.all,
         )
     except StepJournalError as exc:
         raise UsageError(str(exc)) from None
