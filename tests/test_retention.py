@@ -440,3 +440,19 @@ def test_the_verl_native_section_takes_a_retention_key(tmp_path):
                                                "retention": {"keep_last": 3}},
                                "trainer": {}, "actor_rollout_ref": {"rollout": {"n": 1}}})
     assert read_verl_config(config).engine.retention == {"keep_last": 3}
+
+
+def test_compacting_into_a_real_filesystem_without_room_is_refused_and_changes_nothing(jpath, tmp_path):
+    """A 64 KiB tmpfs mounted in a private mount namespace (``unshare -rm``) as the `--to` target."""
+    _recorded(jpath, range(1, 20))
+    before = open(os.path.join(jpath, "data.mdb"), "rb").read()
+    where = tmp_path / "small"
+    where.mkdir()
+    shell = (f"mount -t tmpfs -o size=64k tmpfs {where} && {sys.executable} -m stepjournal compact {jpath} "
+             f"--to {where / 'copy'}; echo rc=$?; ls -A {where}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["rc=1"], (done.stdout, done.stderr)  # refused, nothing left there
+    assert "needs up to" in done.stderr and "nothing was changed" in done.stderr and "Traceback" not in done.stderr
+    assert open(os.path.join(jpath, "data.mdb"), "rb").read() == before
+    with Journal(jpath, readonly=True) as journal:
+        assert journal.verify() == [] and journal.recorded_steps() == list(range(1, 20))
