@@ -25,6 +25,7 @@ _MODULE_OF_NAMES = {
     "_object_store": ("ObjectPayloadStore", "open_payload_store"),
     "_payload_store": ("LmdbPayloadStore", "PayloadStore"),
     "_remote": ("PullReport", "PushReport", "clone", "pull", "push"),
+    "_bundle": ("BundleReport", "export_bundle", "import_bundle", "verify_bundle"),
     "_tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
 }
 _MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
@@ -44,6 +45,10 @@ __all__ = [
     "clone",
     "PushReport",
     "PullReport",
+    "export_bundle",
+    "import_bundle",
+    "verify_bundle",
+    "BundleReport",
     "EventsImported",
     "RemoteError",
     "RemoteFormatError",

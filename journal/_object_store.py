@@ -193,6 +193,13 @@ class ObjectPayloadStore:
         self.url = self.remote.url
         self.cache = cache
 
+    @classmethod
+    def _over(cls, remote: Any) -> "ObjectPayloadStore":
+        """A store (no cache) on an already open remote-shaped source, such as a bundle's reader."""
+        found = cls.__new__(cls)
+        found.remote, found.url, found.cache = remote, remote.url, None
+        return found
+
     def __repr__(self) -> str:
         return f"ObjectPayloadStore({self.url!r}, cached={self.cache is not None})"
 

@@ -90,7 +90,7 @@ def journal_id(journal: Journal) -> str:
 
 
 # -- the remote's small JSON objects ---------------------------------------------------------------
-def _json(remote: Remote, key: str, limit: int) -> Optional[Dict[str, Any]]:
+def _json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
     data = remote.get(key, limit=limit)
     if data is None:
         return None
@@ -103,7 +103,7 @@ def _json(remote: Remote, key: str, limit: int) -> Optional[Dict[str, Any]]:
     return value
 
 
-def _check_format(remote: Remote, key: str, value: Dict[str, Any]) -> None:
+def _check_format(remote: Any, key: str, value: Dict[str, Any]) -> None:
     found = value.get("format")
     if not isinstance(found, int) or isinstance(found, bool) or found < 1:
         raise IntegrityError(f"{remote.url}/{key} has no valid format version ({str(found)[:40]})")
@@ -113,17 +113,22 @@ def _check_format(remote: Remote, key: str, value: Dict[str, Any]) -> None:
         )
 
 
-def _manifest(remote: Remote, *, create: bool) -> None:
+def manifest_bytes() -> bytes:
+    """The body of ``stepjournal-remote.json`` this stepjournal writes."""
+    return json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode()
+
+
+def _manifest(remote: Any, *, create: bool) -> None:
     found = _json(remote, MANIFEST, _MAX_MANIFEST)
     if found is None and create:
-        remote.put(MANIFEST, json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode(), create=True)
+        remote.put(MANIFEST, manifest_bytes(), create=True)
         found = _json(remote, MANIFEST, _MAX_MANIFEST)
     if found is None:
         raise RemoteError(f"no stepjournal remote at {remote.url} ({MANIFEST} is missing); push to it first")
     _check_format(remote, MANIFEST, found)
 
 
-def _head(remote: Remote, source: str) -> Optional[Dict[str, Any]]:
+def _head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
     key = f"heads/{source}.json"
     head = _json(remote, key, _MAX_HEAD)
     if head is None:
@@ -141,12 +146,40 @@ def _head(remote: Remote, source: str) -> Optional[Dict[str, Any]]:
     return head
 
 
-def _refs(event: Any) -> List[Any]:
+def new_head(source: str) -> Dict[str, Any]:
+    """The head of a journal nothing of which is on the remote yet."""
+    return {"format": REMOTE_FORMAT, "source": source, "last_seq": 0, "last_digest": None, "segments": []}
+
+
+def encode_segment(source: str, events: List[Tuple[int, bytes]]) -> Tuple[str, bytes, Dict[str, Any]]:
+    """(object name, body, head entry) of the segment holding `events` ((seq, stored bytes), in order)."""
+    first, last = events[0][0], events[-1][0]
+    body = msgpack.packb({"format": REMOTE_FORMAT, "source": source, "events": [[s, r] for s, r in events]},
+                         use_bin_type=True)
+    name = f"segments/{source}/{first:020d}-{last:020d}.msgpack"
+    return name, body, {"name": name, "first": first, "last": last, "count": len(events),
+                        "nbytes": len(body), "digest": digest_bytes(body).hex()}
+
+
+def call_refs(event: Any) -> List[Any]:
+    """The payloads an event names (its output, and a recorded call's stored input)."""
     if isinstance(event, GenerationRecorded):
         return [r for r in (event.output, event.input) if r is not None]
     if isinstance(event, ReplayServed):
         return [event.output]
     return []
+
+
+def local_payload(store: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
+    """(stored bytes, None) of the payload `ref` names in a journal's LMDB table, checked against its
+    digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
+    key = bytes.fromhex(ref.digest)
+    with store.read() as txn:
+        blob = txn.get(key, db=store.db("payloads"))
+        blob = bytes(blob) if blob is not None else None
+    if blob is None:
+        return None, "missing"
+    return (blob, None) if blob_intact(blob, key, ref.nbytes) else (None, "damaged")
 
 
 # -- push ------------------------------------------------------------------------------------------
@@ -169,8 +202,7 @@ def push(journal: Any, url: str, *, progress: Progress = None, options: Optional
     remote = Remote(url, options=options)
     _manifest(remote, create=True)
     source = journal_id(journal)
-    head = _head(remote, source) or {"format": REMOTE_FORMAT, "source": source, "last_seq": 0,
-                                      "last_digest": None, "segments": []}
+    head = _head(remote, source) or new_head(source)
     if head["last_seq"]:
         raw = journal._log.get_raw(head["last_seq"])
         if raw is None or digest_bytes(bytes(raw)).hex() != head.get("last_digest"):
@@ -187,30 +219,22 @@ def push(journal: Any, url: str, *, progress: Progress = None, options: Optional
 
     def flush(events: List[Tuple[int, bytes, Any]], through: Tuple[int, bytes]) -> None:
         for seq, _raw, event in events:
-            for ref in _refs(event):
+            for ref in call_refs(event):
                 if ref.digest in known:
                     continue
-                key = bytes.fromhex(ref.digest)
-                with lmdb_payloads.read() as txn:
-                    blob = txn.get(key, db=lmdb_payloads.db("payloads"))
-                    blob = bytes(blob) if blob is not None else None
-                if blob is None or not blob_intact(blob, key, ref.nbytes):
+                blob, problem = local_payload(lmdb_payloads, ref)
+                if problem:
                     raise IntegrityError(
                         f"payload {ref.digest[:16]}… of event #{seq} (step {event.step}) is "
-                        f"{'missing' if blob is None else 'damaged'} in {journal.path!r}; run `stepjournal verify`",
-                        step=event.step)
+                        f"{problem} in {journal.path!r}; run `stepjournal verify`", step=event.step)
                 remote.put(f"payloads/{ref.digest}", blob)
                 known.add(ref.digest)
                 sent["payloads"] += 1
                 sent["bytes"] += len(blob)
         if events:
-            first, last = events[0][0], events[-1][0]
-            body = msgpack.packb({"format": REMOTE_FORMAT, "source": source,
-                                  "events": [[seq, raw] for seq, raw, _ in events]}, use_bin_type=True)
-            name = f"segments/{source}/{first:020d}-{last:020d}.msgpack"
+            name, body, entry = encode_segment(source, [(seq, raw) for seq, raw, _ in events])
             remote.put(name, body)
-            head["segments"].append({"name": name, "first": first, "last": last, "count": len(events),
-                                     "nbytes": len(body), "digest": digest_bytes(body).hex()})
+            head["segments"].append(entry)
             sent["events"] += len(events)
             sent["segments"] += 1
             sent["bytes"] += len(body)
@@ -233,7 +257,7 @@ def push(journal: Any, url: str, *, progress: Progress = None, options: Optional
             skip -= 1
             continue
         pending.append((seq, raw, event))
-        pending_bytes += sum(r.stored_nbytes for r in _refs(event) if r.digest not in known)
+        pending_bytes += sum(r.stored_nbytes for r in call_refs(event) if r.digest not in known)
         if len(pending) >= segment_events or pending_bytes >= _BATCH_PAYLOAD_BYTES:
             flush(pending, last)
             pending, pending_bytes = [], 0
@@ -252,7 +276,7 @@ def _pulled_through(journal: Journal) -> Dict[str, int]:
     return done
 
 
-def _segment_events(remote: Remote, source: str, seg: Dict[str, Any]) -> List[Tuple[int, bytes, Any]]:
+def _segment_events(remote: Any, source: str, seg: Dict[str, Any]) -> List[Tuple[int, bytes, Any]]:
     where = f"segment {seg['name']} (events {seg['first']}-{seg['last']} of journal {source})"
     body = remote.get(seg["name"], limit=min(seg["nbytes"], _MAX_SEGMENT))
     if body is None:
@@ -283,7 +307,7 @@ def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, byte
     run: List[Tuple[int, bytes, Any]] = []
     size = 0
     for item in events:
-        extra = sum(r.stored_nbytes for r in _refs(item[2]))
+        extra = sum(r.stored_nbytes for r in call_refs(item[2]))
         if run and (item[0] != run[-1][0] + 1 or size + extra > _BATCH_PAYLOAD_BYTES):
             yield run
             run, size = [], 0
@@ -293,14 +317,14 @@ def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, byte
         yield run
 
 
-def _commit_run(journal: Journal, remote: Remote, objects: ObjectPayloadStore, source: str,
+def _commit_run(journal: Journal, remote: Any, objects: Any, source: str,
                 run: List[Tuple[int, bytes, Any]]) -> Tuple[int, int]:
     store = journal._live()
     local = LmdbPayloadStore(store)
     blobs: Dict[bytes, bytes] = {}
     bad: Dict[str, Set[int]] = {}
     for _seq, _raw, event in run:
-        for ref in _refs(event):
+        for ref in call_refs(event):
             key = bytes.fromhex(ref.digest)
             if key in blobs or local.has(key):
                 continue
@@ -346,8 +370,12 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
         with Journal(journal, session=False) as opened:
             return pull(url, opened, progress=progress, options=options)
     remote = Remote(url, options=options)
+    return pull_from(remote, ObjectPayloadStore(url, options=options), journal, progress=progress)
+
+
+def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None) -> PullReport:
+    """`pull` from a remote-shaped source (`Remote`, or a bundle's reader) and its payload objects."""
     _manifest(remote, create=False)
-    objects = ObjectPayloadStore(url, options=options)
     own = journal_id(journal) if journal.last_seq() else None
     done = _pulled_through(journal)
     sources = sorted(k[len("heads/"):-len(".json")] for k in remote.keys("heads/") if k.endswith(".json"))

@@ -1,6 +1,6 @@
 """The `stepjournal` command line: look into a journal, check it, export it, draw it, rebuild its index.
 
-Every command but `reindex`, `prune`, `compact`, `import-verl`, `pull` and `clone` opens the journal read-only: it changes no byte of the
+Every command but `reindex`, `prune`, `compact`, `import-verl`, `import`, `pull` and `clone` opens the journal read-only: it changes no byte of the
 journal's data, works while a trainer is writing to it, and works on a copy in a read-only place.
 Tables and progress go through rich (progress on stderr); ``--json`` and ``--csv`` print plain
 machine-readable text. Errors print one line, ``stepjournal: error: ...``: exit status 2 for bad
@@ -8,7 +8,7 @@ arguments, 1 for failures.
 
 This module holds the parser and `main`; each verb is a module of this package (``_runs``,
 ``_audit``, ``_show``, ``_verify``, ``_export``, ``_timeline``, ``_reindex``, ``_import_verl``,
-``_plugins``, ``_push``, ``_pull``, ``_clone``, ``_diff``, ``_prune``, ``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
+``_plugins``, ``_push``, ``_pull``, ``_clone``, ``_import``, ``_diff``, ``_prune``, ``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
 tensor or plotting code of its own. Like other Unix tools it stops quietly when the reader of its
 output goes away (``stepjournal audit J --csv | head -1``): no message, exit status 141.
 """
@@ -55,7 +55,7 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog="stepjournal",
         description="Inspect, check, export, draw and share stepjournal journals (read-only, except reindex, prune, "
-        "compact, import-verl, pull and clone).",
+        "compact, import-verl, import, pull and clone).",
     )
     parser.add_argument("--version", action="version", version=f"stepjournal {stepjournal.__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more to stderr (-vv: debug)")
@@ -105,15 +105,27 @@ def _parser() -> _Parser:
     p.add_argument("--items", type=_nonneg_int, default=20, help="items shown per container (default 20)")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
 
-    p = command("verify", _verb("verify"), "re-hash every payload, decode every event, check the index")
+    p = command("verify", _verb("verify"), "re-hash every payload, decode every event, check the index "
+                "(JOURNAL may be a bundle file: checked without importing it)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    p = command("export", _verb("export"), "write recorded payloads as safetensors + JSON")
-    p.add_argument("--to", required=True, metavar="DIR", help="a new or empty folder to write into")
+    p = command("export", _verb("export"), "write recorded payloads as safetensors + JSON, or a portable bundle")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", metavar="DIR", help="a new or empty folder to write safetensors + JSON into")
+    where.add_argument("--bundle", metavar="FILE", help="a new bundle file: the selection's events and payloads, "
+                       "for `stepjournal import` (docs/sharing.md)")
     p.add_argument("--steps", metavar="RANGES", help="only these steps (default: every recorded step)")
-    p.add_argument("--run", help="the run key (needed when the journal holds several)")
-    p.add_argument("--mode", default="train", help="the mode (default train)")
-    p.add_argument("--inputs", action="store_true", help="export stored inputs too")
+    p.add_argument("--run", action="append", help="the run key (--to: needed when the journal holds several; "
+                   "--bundle: repeat for several, default every run)")
+    p.add_argument("--mode", action="append", help="the mode (--to: default train; --bundle: repeat, default every mode)")
+    p.add_argument("--stage", action="append", help="--bundle only: only this stage (repeat for several; default every stage)")
+    p.add_argument("--inputs", action="store_true", help="--to only: export stored inputs too")
+    p.add_argument("--json", action="store_true", help="--bundle only: print the bundle report as JSON")
+
+    p = command("import", _verb("import"), "bring a bundle's events and payloads into a journal (writes)", journal=False)
+    p.add_argument("bundle", metavar="FILE", help="a bundle written by `stepjournal export --bundle`")
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder (created when missing)")
+    p.add_argument("--json", action="store_true", help="print the import report as JSON")
 
     p = command("timeline", _verb("timeline"), "draw the run: a column per step, replays linked to their source")
     p.add_argument("--out", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.html")

@@ -1,4 +1,4 @@
-"""``stepjournal export``: recorded payloads as safetensors + JSON, through `stepjournal.export_payloads`."""
+"""``stepjournal export``: recorded payloads as safetensors + JSON (`export_payloads`), or a bundle (`export_bundle`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,27 @@ import os
 
 from rich.console import Console
 
-from stepjournal import export_payloads
+import attrs
+
+from stepjournal import export_bundle, export_payloads
 from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
-from ._render import Failure, cell, progress_bar
+from ._push import progress_to
+from ._render import Failure, UsageError, cell, print_json, progress_bar
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.bundle is not None:
+        return _bundle(args, out, err)
+    for flag, given in (("--stage", args.stage), ("--json", args.json)):
+        if given:
+            raise UsageError(f"{flag} goes with --bundle; --to exports recorded generate outputs")
+    for flag, given in (("--run", args.run), ("--mode", args.mode)):
+        if given and len(given) > 1:
+            raise UsageError(f"{flag} once with --to (it exports one run and mode); repeat it with --bundle")
     steps = parse_steps(args.steps) or StepRanges.every()
     try:
         import safetensors.torch  # noqa: F401  (fail before a progress bar is drawn)
@@ -27,8 +38,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         manifest = export_payloads(
             args.journal,
             args.to,
-            run=args.run,
-            mode=args.mode,
+            run=args.run[0] if args.run else None,
+            mode=args.mode[0] if args.mode else "train",
             steps=steps,
             inputs=args.inputs,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
@@ -36,4 +47,18 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     count = len(manifest["entries"])
     out.print(f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
               f"to {cell(os.path.abspath(args.to))}")
+    return 0
+
+
+def _bundle(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.inputs:
+        raise UsageError("--inputs goes with --to; a bundle holds every stored input of what it selects")
+    with progress_bar(err) as progress:
+        report = export_bundle(args.journal, args.bundle, runs=args.run, modes=args.mode, stages=args.stage,
+                               steps=parse_steps(args.steps), progress=progress_to(progress))
+    if args.json:
+        print_json(attrs.asdict(report))
+    else:
+        out.print(f"bundled {report.events} events and {report.payloads} payloads from {len(report.sources)} "
+                  f"journal(s) into {cell(report.path)} ({report.nbytes} bytes)")
     return 0

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, Dict, List, Set
 
 import attrs
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import AUDIT_SCHEMA_VERSION, AuditRecord, Journal, StepJournalError
+from stepjournal import AUDIT_SCHEMA_VERSION, AuditRecord, Journal, StepJournalError, verify_bundle
 from stepjournal._audit import CALL_EVENT_TYPES
 from stepjournal._keys import parse_gen_key
 from stepjournal.policies import StepRanges
@@ -21,11 +22,18 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
+        events, problems = verify_bundle(args.journal)
+        return _report(args, out, events, problems, "bundle")
     with open_readonly(args.journal) as journal, progress_bar(err) as progress:
         task = progress.add_task("verifying", total=None)
         problems = journal.verify(progress=lambda done, total: progress.update(task, completed=done, total=total))
         events = journal.last_seq()
         problems = _with_serving_steps(journal, problems)
+    return _report(args, out, events, problems, "journal")
+
+
+def _report(args: argparse.Namespace, out: Console, events: int, problems: List[Any], what: str) -> int:
     steps = sorted({s for p in problems for s in p.steps})
     if args.json:
         print_json({
@@ -38,8 +46,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         })
         return 1 if problems else 0
     if not problems:
-        out.print(f"[green]journal is whole[/]: {events} events decode, every payload matches its digest, "
-                  "the index matches the event log")
+        index = "the index matches the event log" if what == "journal" else "every segment matches its head"
+        out.print(f"[green]{what} is whole[/]: {events} events decode, every payload matches its digest, {index}")
         return 0
     table = Table(title=f"{len(problems)} problem{'s' * (len(problems) != 1)} in {cell(args.journal)}",
                   title_justify="left")
@@ -48,7 +56,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     for p in problems:
         table.add_row(p.kind, cell(_where_text(p)), str(StepRanges.from_steps(p.steps)) or "?", cell(p.detail))
     out.print(table)
-    out.print(f"[red]journal is damaged[/]; affected steps: {str(StepRanges.from_steps(steps)) or 'unknown'}")
+    out.print(f"[red]{what} is damaged[/]; affected steps: {str(StepRanges.from_steps(steps)) or 'unknown'}")
     return 1
 
 
