@@ -113,3 +113,8 @@ class RemoteError(JournalError):
 
 class RemoteFormatError(RemoteError):
     """A remote was written by a newer stepjournal (its format version is higher): upgrade stepjournal."""
+
+
+class RemoteConflictError(RemoteError):
+    """Another push of the same journal to the same remote ran meanwhile (its head moved, or it holds
+    the remote's push lock): nothing was lost; run the push again, it continues where that one left off."""

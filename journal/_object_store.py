@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ._digest import DIGEST_SIZE
-from ._errors import IntegrityError, PayloadMissingError, RemoteError
+from ._errors import IntegrityError, PayloadMissingError, RemoteConflictError, RemoteError
 from ._log import get_logger
 from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, _check_digest
 from ._payloads import MAX_ORPHAN_NBYTES, MAX_PAYLOAD_NBYTES, stored_digest, unwrap
@@ -116,8 +116,66 @@ class Remote:
                 return False
             raise self._fail("writing", key, exc) from None
 
+    @property
+    def conditional(self) -> bool:
+        """Whether the store refuses a write whose expected version is stale (object stores do; a local
+        folder does not, so pushes to ``file://`` take a lock file instead: `push_lock`)."""
+        return not self.url.startswith("file://")
+
+    @contextmanager
+    def push_lock(self, name: str) -> Iterator[None]:
+        """An exclusive, non-blocking lock on ``<folder>/<name>`` for a ``file://`` remote (a no-op elsewhere).
+
+        Raises:
+            RemoteConflictError: another process (or handle) holds it.
+        """
+        if self.conditional:
+            yield
+            return
+        import fcntl
+
+        path = os.path.join(urllib.parse.unquote(urllib.parse.urlsplit(self.url).path), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RemoteConflictError(f"another push holds {self.url}/{name}; run this push again when it ends") from None
+            yield
+        finally:
+            os.close(fd)
+
+    def put_if(self, key: str, data: bytes, *, etag: Optional[str]) -> Optional[str]:
+        """Write `key` only if it is still at version `etag` (None: only if absent); return its new version.
+
+        On a store that is not `conditional` the write is plain (the caller holds `push_lock`).
+
+        Raises:
+            RemoteConflictError: the object changed (or appeared) since `etag` was read.
+        """
+        if not self.conditional:
+            self.put(key, data)
+            return None
+        mode: Any = "create" if etag is None else {"e_tag": etag}
+        try:
+            result = self._obstore.put(self._store, key, data, mode=mode, use_multipart=False)
+        except Exception as exc:
+            if type(exc).__name__ in ("PreconditionError", "AlreadyExistsError", "FileExistsError"):
+                raise RemoteConflictError(f"{self.url}/{key} changed since it was read: another push ran "
+                                          "meanwhile; run this push again") from None
+            raise self._fail("writing", key, exc) from None
+        return result.get("e_tag")
+
+    def get_tagged(self, key: str, *, limit: int) -> Tuple[Optional[bytes], Optional[str]]:
+        """(bytes, version) of the object, or (None, None) when there is none (bounded as `get`)."""
+        return self._read(key, limit)
+
     def get(self, key: str, *, limit: int) -> Optional[bytes]:
         """The object's bytes, or None when there is none; more than `limit` bytes raise `IntegrityError`."""
+        return self._read(key, limit)[0]
+
+    def _read(self, key: str, limit: int) -> Tuple[Optional[bytes], Optional[str]]:
         try:
             result = self._obstore.get(self._store, key)
             size = int(result.meta["size"])
@@ -133,14 +191,14 @@ class Remote:
                 if len(out) > limit:
                     raise IntegrityError(f"object {self.url}/{key} sends more than the {limit} bytes it may hold",
                                          detail="oversized object")
-            return bytes(out)
+            return bytes(out), result.meta.get("e_tag")
         except (IntegrityError, RemoteError):
             raise
         except FileNotFoundError:
-            return None
+            return None, None
         except Exception as exc:
             if isinstance(exc, self._obstore.exceptions.NotFoundError):
-                return None
+                return None, None
             raise self._fail("reading", key, exc) from None
 
     def exists(self, key: str) -> bool:

@@ -91,7 +91,10 @@ def journal_id(journal: Journal) -> str:
 
 # -- the remote's small JSON objects ---------------------------------------------------------------
 def _json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
-    data = remote.get(key, limit=limit)
+    return _parsed(remote, key, remote.get(key, limit=limit))
+
+
+def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
     if data is None:
         return None
     try:
@@ -129,8 +132,12 @@ def _manifest(remote: Any, *, create: bool) -> None:
 
 
 def _head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
+    return _head_of(remote, source, remote.get(f"heads/{source}.json", limit=_MAX_HEAD))
+
+
+def _head_of(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
     key = f"heads/{source}.json"
-    head = _json(remote, key, _MAX_HEAD)
+    head = _parsed(remote, key, data)
     if head is None:
         return None
     _check_format(remote, key, head)
@@ -192,6 +199,8 @@ def push(journal: Any, url: str, *, progress: Progress = None, options: Optional
 
     Raises:
         RemoteError: the remote failed, or holds another history for this journal (it diverged).
+        RemoteConflictError: another push of this journal to `url` ran meanwhile (its head moved);
+            what this one wrote is harmless, and pushing again continues from there.
         RemoteFormatError: the remote was written by a newer stepjournal.
         IntegrityError: a local payload is missing or damaged (names the step); nothing of its
             segment was listed.
@@ -202,7 +211,13 @@ def push(journal: Any, url: str, *, progress: Progress = None, options: Optional
     remote = Remote(url, options=options)
     _manifest(remote, create=True)
     source = journal_id(journal)
-    head = _head(remote, source) or new_head(source)
+    with remote.push_lock(f"heads/{source}.lock"):
+        return _push(journal, remote, source, progress, segment_events)
+
+
+def _push(journal: Journal, remote: Remote, source: str, progress: Progress, segment_events: int) -> PushReport:
+    data, etag = remote.get_tagged(f"heads/{source}.json", limit=_MAX_HEAD)
+    head = _head_of(remote, source, data) or new_head(source)
     if head["last_seq"]:
         raw = journal._log.get_raw(head["last_seq"])
         if raw is None or digest_bytes(bytes(raw)).hex() != head.get("last_digest"):
@@ -239,7 +254,8 @@ def push(journal: Any, url: str, *, progress: Progress = None, options: Optional
             sent["segments"] += 1
             sent["bytes"] += len(body)
         head["last_seq"], head["last_digest"] = through[0], digest_bytes(through[1]).hex()
-        remote.put(f"heads/{source}.json", json.dumps(head).encode())  # last: it lists what now exists
+        nonlocal etag  # last: it lists what now exists, and only if no other push moved it meanwhile
+        etag = remote.put_if(f"heads/{source}.json", json.dumps(head).encode(), etag=etag)
         if progress is not None:
             progress("push", through[0], total)
 

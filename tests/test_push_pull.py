@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteError, RemoteFormatError,
-                         clone, journaled, pull, push)
+from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteConflictError, RemoteError,
+                         RemoteFormatError, clone, journaled, pull, push)
 from stepjournal._events import EventsImported
 from stepjournal._object_store import Remote
 from stepjournal._remote import journal_id
@@ -214,6 +214,40 @@ def test_a_journal_that_diverged_from_what_it_pushed_is_refused(tmp_path, s3_env
     record_steps(tmp_path / "copy", [3])  # same id, another history
     with pytest.raises(RemoteError, match="diverged"):
         push(str(tmp_path / "copy"), s3_env)
+
+
+def racing_push(a, url, raced):
+    """A progress callback that, after the first head write, lets another push of `a` run to the end."""
+    def progress(_what, _done, _total):
+        if not raced:
+            raced.append(None)
+            raced[0] = push(str(a), url)
+    return progress
+
+
+def test_a_push_racing_another_push_of_the_same_journal_is_refused_and_nothing_is_lost(tmp_path, s3_env):
+    a, b, url = tmp_path / "a", tmp_path / "b", s3_env + "/race"
+    record_steps(a, range(1, 7))
+    raced = []
+    with pytest.raises(RemoteConflictError, match="another push ran meanwhile; run this push again"):
+        push(str(a), url, progress=racing_push(a, url, raced), segment_events=2)
+    assert raced[0].last_seq == 7  # the other push went on from the first one's head, to the end
+    assert push(str(a), url).events_sent == 0
+    clone(url, str(b))
+    with Journal(str(a), readonly=True) as ja:
+        source = journal_id(ja)
+    assert pulled(b) == {(source, seq): raw for seq, raw in own_events(a)}  # once each, no gap
+
+
+def test_on_a_local_folder_remote_a_second_push_of_the_same_journal_is_refused_while_one_runs(tmp_path):
+    a, b, url = tmp_path / "a", tmp_path / "b", (tmp_path / "remote").as_uri()
+    record_steps(a, range(1, 7))
+    raced = []
+    with pytest.raises(RemoteConflictError, match="another push holds"):
+        push(str(a), url, progress=racing_push(a, url, raced), segment_events=2)
+    assert push(str(a), url).last_seq == 7  # once the first is gone, a push goes on where it stopped
+    clone(url, str(b))
+    assert sorted(seq for _, seq in pulled(b)) == list(range(1, 8))
 
 
 def test_clone_refuses_a_folder_that_holds_something(tmp_path, s3_env):
