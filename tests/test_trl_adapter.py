@@ -103,10 +103,10 @@ def common_args(out: Path, max_steps: int) -> dict:
 
 
 def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None,
-         prompts=PROMPTS, **extra):
+         prompts=PROMPTS, model=None, **extra):
     args = GRPOConfig(**{**common_args(out, max_steps), **(config or {})})
     return cls(
-        model=tiny_model(tokenizer),
+        model=tiny_model(tokenizer) if model is None else model,
         reward_funcs=reward,
         args=args,
         train_dataset=Dataset.from_dict({"prompt": prompts}),
