@@ -57,3 +57,12 @@ def test_diff_of_two_runs_replaying_the_same_generations_with_other_rewards_find
     assert [states[("old_log_prob", s)] for s in GENERATION_STEPS] == ["equal", "differing"]
     # The training parts from its first logged step on: every step's logged metrics differ.
     assert [states[("metrics", s)] for s in range(1, STEPS + 1)] == ["differing"] * STEPS
+
+
+def test_each_reward_functions_stage_sorts_with_reward_in_a_step():
+    from stepjournal._diff_report import stage_rank
+
+    stages = ["metrics", "reward.length", "old_log_prob", "generate", "reward", "reward.format", "zeta", "rewarding"]
+    assert sorted(stages, key=stage_rank) == [
+        "generate", "reward", "reward.format", "reward.length", "old_log_prob", "metrics", "rewarding", "zeta",
+    ]

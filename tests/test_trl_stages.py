@@ -234,3 +234,19 @@ def test_rloo_replays_an_async_reward_and_its_logged_metric_bit_for_bit(tokenize
     assert handle.stage_counts["reward.judge"] == {"replayed": len(GENERATION_STEPS)}
     assert handle.stage_counts["old_log_prob"] == {"replayed": len(GENERATION_STEPS)}
     assert logged(trainer) == logged(recorded_run)  # judge/mean too: its log_metric call was made again
+
+
+def test_the_weights_version_is_the_policys_global_step_and_the_reference_models_last_sync(
+    tokenizer, model_dir, tmp_path  # noqa: F811
+):
+    from stepjournal.adapters.trl._stages import weights_version
+
+    fixed = grpo_beta(tokenizer, model_dir, tmp_path / "a", make_reward("length"))
+    synced = grpo_beta(tokenizer, model_dir, tmp_path / "b", make_reward("length"),
+                       config={"sync_ref_model": True, "ref_model_sync_steps": 2})
+    seen = []
+    for step in (0, 1, 2, 3, 5):
+        fixed.state.global_step = synced.state.global_step = step
+        seen.append((weights_version(fixed, "old_log_prob"), weights_version(fixed, "ref_log_prob"),
+                     weights_version(synced, "ref_log_prob")))
+    assert seen == [(0, 0, 0), (1, 0, 0), (2, 0, 2), (3, 0, 2), (5, 0, 4)]
