@@ -41,8 +41,15 @@ Key = Tuple[str, str, int, int]  # stage, mode, step, gen_index: how pairs are k
 
 
 def stage_rank(stage: str) -> Tuple[int, str]:
-    """Where a stage sorts within a step: `STAGE_ORDER`, then every other stage alphabetically."""
-    return (STAGE_ORDER.index(stage), "") if stage in STAGE_ORDER else (len(STAGE_ORDER), stage)
+    """Where a stage sorts within a step: `STAGE_ORDER`, then every other stage alphabetically.
+
+    A stage named ``<stage>.<part>`` of a stage in `STAGE_ORDER` (the TRL adapter's ``reward.<name>``,
+    one per reward function) sorts with that stage, after it, alphabetically.
+    """
+    if stage in STAGE_ORDER:
+        return (STAGE_ORDER.index(stage), "")
+    base = stage.split(".", 1)[0]
+    return (STAGE_ORDER.index(base), stage) if base in STAGE_ORDER and "." in stage else (len(STAGE_ORDER), stage)
 
 
 def pair_order(key: Key) -> Tuple[Any, ...]:

@@ -103,10 +103,10 @@ def common_args(out: Path, max_steps: int) -> dict:
 
 
 def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None,
-         prompts=PROMPTS, **extra):
+         prompts=PROMPTS, model=None, **extra):
     args = GRPOConfig(**{**common_args(out, max_steps), **(config or {})})
     return cls(
-        model=tiny_model(tokenizer),
+        model=tiny_model(tokenizer) if model is None else model,
         reward_funcs=reward,
         args=args,
         train_dataset=Dataset.from_dict({"prompt": prompts}),
@@ -150,8 +150,13 @@ def forbid_generation(trainer, monkeypatch) -> None:
 
 
 def calls_of(journal: Journal) -> list[tuple[int, int, str, str]]:
-    """(step, gen_index, mode, action) of this session's calls, from the audit."""
-    return [(r.step, r.gen_index, r.mode, r.action) for r in journal.audit() if r.session == journal.session]
+    """(step, gen_index, mode, action) of this session's generate calls, from the audit (metrics are a stage of their own)."""
+    return [(r.step, r.gen_index, r.mode, r.action) for r in generate_rows(journal)]
+
+
+def generate_rows(journal: Journal) -> list:
+    """This session's audit rows of the generate stage."""
+    return [r for r in journal.audit(stage="generate") if r.session == journal.session]
 
 
 def record_grpo(tokenizer, folder: Path, max_steps: int = STEPS):
@@ -229,7 +234,7 @@ def test_serving_another_steps_record_keeps_the_current_rng(tokenizer, grpo_reco
     with Journal(copy_journal(source, tmp_path)) as journal:
         handle = attach(trainer, journal, "repeat_last")
         trainer.train()
-        [served] = [r for r in journal.audit() if r.session == journal.session]
+        [served] = generate_rows(journal)
     assert (served.step, served.action, served.source_step) == (0, "replayed", 2)
     assert handle.rng_restored == 0
 
@@ -265,7 +270,7 @@ def test_replay_into_a_trainer_with_another_dataset_refuses_naming_the_step(toke
             trainer.train()
         assert (caught.value.step, caught.value.gen_index) == (0, 0)
         assert calls_of(journal) == [(0, 0, "train", "refused")]
-        assert "prompts differ" in [r for r in journal.audit() if r.session == journal.session][0].reason
+        assert "prompts differ" in generate_rows(journal)[0].reason
 
 
 def test_cache_into_a_trainer_with_another_dataset_regenerates_each_step(tokenizer, grpo_recorded, tmp_path):
@@ -277,7 +282,7 @@ def test_cache_into_a_trainer_with_another_dataset_regenerates_each_step(tokeniz
         handle = attach(trainer, journal, "cache")
         trainer.train()
         assert calls_of(journal) == [(step, 0, "train", "generated") for step in GENERATION_STEPS]
-        assert all("prompts differ" in r.reason for r in journal.audit() if r.session == journal.session)
+        assert all("prompts differ" in r.reason for r in generate_rows(journal))
     assert handle.counts["replayed"] == 0
     assert logged(trainer) == logged(fresh)
 
@@ -304,7 +309,7 @@ def test_serving_another_steps_record_is_not_a_prompt_mismatch(tokenizer, grpo_r
     with Journal(copy_journal(source, tmp_path)) as journal:
         attach(trainer, journal, "repeat_last")  # serves the last recorded step, by design other prompts
         trainer.train()
-        rows = [r for r in journal.audit() if r.session == journal.session]
+        rows = generate_rows(journal)
     assert [(r.step, r.action) for r in rows] == [(step, "replayed") for step in GENERATION_STEPS]
     # Step 0 is served step 2's record as the policy says. At step 2 the last recorded step is step 2
     # itself, recorded for other prompts: set aside, the policy's rule then picks step 0.
@@ -534,7 +539,7 @@ def test_cli_in_a_subprocess_reads_a_grpo_journal(grpo_recorded):
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=300)
 
-    audit = cli("audit", str(source), "--json")
+    audit = cli("audit", str(source), "--stage", "generate", "--json")
     assert audit.returncode == 0, audit.stderr
     rows = json.loads(audit.stdout)
     assert [(r["step"], r["gen_index"], r["mode"], r["action"]) for r in rows] == recorded

@@ -41,14 +41,15 @@ from stepjournal.policies import (
     InputMismatchError,
     Outcome,
     ReplayMissError,
-    is_policy,
-    parse,
+    StagePolicies,
 )
 
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of
 from ._errors import TrlAdapterError
 from ._prompts import PROMPTS_DIFFER, SamePromptsAtSameStep
+from ._stage_spec import GENERATE, declared_stages, stage_policies
+from ._stages import StageHooks
 
 __all__ = ["attach", "TrlRecorder", "JournaledTrainerMixin", "JournaledGRPOTrainer", "JournaledRLOOTrainer"]
 
@@ -71,7 +72,10 @@ class TrlRecorder:
         restore_rng: whether exact replays restore the recorded random-number state.
         counts: calls so far per action (``generated``, ``replayed``, ``bypassed``).
         rng_restored: how many of the replays restored the recorded random-number state (the exact ones).
-        last_outcome: the `Outcome` of the latest call, or None.
+        last_outcome: the `Outcome` of the latest generate call, or None.
+        stages: the stages journaled (``generate`` first, then those the per-stage spec names and
+            ``metrics``).
+        stage_counts: calls so far per stage other than ``generate``, per action.
     """
 
     def __init__(self, trainer: Any, engine: Engine, *, target: str, restore_rng: bool) -> None:
@@ -85,6 +89,16 @@ class TrlRecorder:
         self.last_outcome: Optional[Outcome] = None
         self._family = family_of(trainer)
         self._original: Any = None
+        policies = engine.policy.policies if isinstance(engine.policy, StagePolicies) else {GENERATE: engine.policy}
+        self.stages: Tuple[str, ...] = tuple(policies)
+        self._stage_hooks = StageHooks(
+            trainer, engine, tuple(s for s in policies if s != GENERATE), restore_rng=restore_rng
+        )
+
+    @property
+    def stage_counts(self) -> Dict[str, Dict[str, int]]:
+        """Calls so far per stage other than ``generate`` (``reward.<name>``, ``metrics`` ...), per action."""
+        return self._stage_hooks.counts
 
     def __repr__(self) -> str:
         return (
@@ -118,6 +132,7 @@ class TrlRecorder:
 
             # An instance attribute shadows the class's method for this trainer only.
             setattr(trainer, SINGLE_TURN, generate_single_turn)
+        self._stage_hooks.install()
         setattr(trainer, _HANDLE_ATTR, self)
 
     def detach(self) -> None:
@@ -129,6 +144,7 @@ class TrlRecorder:
             trainer.rollout_func = self._original
         else:
             vars(trainer).pop(SINGLE_TURN, None)
+        self._stage_hooks.uninstall()
         delattr(trainer, _HANDLE_ATTR)
         log.info("trl_detached", trainer=type(trainer).__name__, counts=dict(self.counts))
 
@@ -215,7 +231,11 @@ def attach(
     Args:
         trainer: a `trl.GRPOTrainer` or `trl.RLOOTrainer` (or a subclass) instance.
         journal: an open, writable `Journal`.
-        policy: a policy object or spec (``"cache"``, ``"replay"``, ``"dump@0-10;replay"`` ...).
+        policy: a policy object or spec (``"cache"``, ``"replay"``, ``"dump@0-10;replay"`` ...): the
+            generate stage's, as before stages; or a per-stage spec (a mapping, or
+            ``"generate:replay/reward:replay/ref_log_prob:replay"``) naming each stage to journal:
+            ``generate``, ``reward`` (every reward function) or ``reward.<name>`` (one),
+            ``old_log_prob``, ``ref_log_prob``, ``metrics`` (recorded with ``dump`` unless named).
         restore_rng: on an exact replay (same step, index and mode), restore the random-number state
             the recorded call left behind, so the replayed run matches the recorded one bit for bit.
         bypass_eval: evaluation calls generate outside the journal (journaled as bypassed), as
@@ -233,7 +253,9 @@ def attach(
 
     Raises:
         TrlAdapterError: the trainer is not a GRPO/RLOO trainer, or is already attached, or
-            `check_prompts` is neither ``"same_step"`` nor ``"off"``.
+            `check_prompts` is neither ``"same_step"`` nor ``"off"``, or the spec names a log-prob
+            stage this trainer's TRL does not compute where the adapter can find it.
+        SpecError: a per-stage spec names a stage this trainer does not have, or a policy that does not parse.
         TypeError: a keyword is not an option, `options` and option keywords were both given, or
             ``bypass_modes`` was given (`bypass_eval` sets it).
         OptionError: an option has a value it does not take.
@@ -254,11 +276,14 @@ def attach(
     if check_prompts not in ("same_step", "off"):
         raise TrlAdapterError(f"attach(check_prompts={check_prompts!r}): use 'same_step' (the default) or 'off'")
     eval_mode = mode_name(trainer, "eval")
-    if isinstance(policy, str):
-        policy = parse(policy)
-    if check_prompts == "same_step" and is_policy(policy):  # not a policy: the Engine says so
-        policy = SamePromptsAtSameStep(policy)
-    engine = Engine(journal, policy, options=attrs.evolve(options, bypass_modes=(eval_mode,) if bypass_eval else ()))
+    policies = stage_policies(trainer, policy)
+    if check_prompts == "same_step" and GENERATE in policies.policies:
+        wrapped = {**policies.policies, GENERATE: SamePromptsAtSameStep(policies.policies[GENERATE])}
+        policies = StagePolicies(wrapped, name=policies.name)
+    engine = Engine(
+        journal, policies, options=attrs.evolve(options, bypass_modes=(eval_mode,) if bypass_eval else ()),
+        stages=declared_stages(trainer),
+    )
     handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)
     handle._install()
     log.info(
