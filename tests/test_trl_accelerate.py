@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from stepjournal import Journal, clone, push
 
@@ -37,16 +40,25 @@ def ranks(out: Path) -> dict:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))}
 
 
-def test_two_accelerate_processes_record_one_journal_and_a_second_launch_elsewhere_replays_each_rank(tmp_path):
-    machine_a, machine_b = tmp_path / "machine-a" / "journal", tmp_path / "machine-b" / "journal"
-    recording = launch(machine_a, "dump", tmp_path / "recorded")
+@pytest.fixture(scope="module")
+def two_process_recording(tmp_path_factory):
+    """One 2-process GRPO recording: (journal folder, what each rank logged, the launch's stderr)."""
+    folder = tmp_path_factory.mktemp("accelerate")
+    journal = folder / "machine-a" / "journal"
+    recording = launch(journal, "dump", folder / "recorded")
     assert recording.returncode == 0, recording.stderr[-3000:]
-    recorded = ranks(tmp_path / "recorded")
+    return journal, ranks(folder / "recorded"), recording.stderr
+
+
+def test_two_accelerate_processes_record_one_journal_and_a_second_launch_elsewhere_replays_each_rank(
+        tmp_path, two_process_recording):
+    machine_a, recorded, stderr = two_process_recording
+    machine_b = tmp_path / "machine-b" / "journal"
     assert sorted(recorded) == [0, 1] and all(r["num_processes"] == 2 for r in recorded.values())
     for rank in recorded.values():
         assert rank["counts"]["generated"] == 2 and rank["calls"]["generate"] == 2
     assert recorded[0]["logged"] == recorded[1]["logged"]  # the ranks' logs are reduced over both
-    assert "run_recorded_by_two_sessions" not in recording.stderr  # two ranks, two modes: not two writers
+    assert "run_recorded_by_two_sessions" not in stderr  # two ranks, two modes: not two writers
     with Journal(str(machine_a), readonly=True, run="grpo") as journal:
         shards = {r.mode for r in journal.audit() if r.stage == "generate"}
         assert shards == {"train/p0", "train/p1"}
@@ -64,10 +76,12 @@ def test_two_accelerate_processes_record_one_journal_and_a_second_launch_elsewhe
         assert replayed[rank]["logged"] == recorded[rank]["logged"]  # bit for bit, every logged value
 
 
-def test_replaying_a_two_process_recording_with_one_process_is_refused_naming_the_process_count(tmp_path):
+def test_replaying_a_two_process_recording_with_one_process_is_refused_naming_the_process_count(
+        tmp_path, two_process_recording):
     journal = tmp_path / "journal"
-    recording = launch(journal, "dump", tmp_path / "recorded")
-    assert recording.returncode == 0, recording.stderr[-3000:]
+    shutil.copytree(two_process_recording[0], journal)
     single = launch(journal, "replay", tmp_path / "single", processes=1)
     assert single.returncode != 0
-    assert "num_processes" in single.stderr, single.stderr[-3000:]
+    assert "ReplayMissError" in single.stderr
+    assert "was recorded by 2 process(es) (num_processes=2) and this launch runs 1" in single.stderr
+    assert "launch with --num_processes 2" in single.stderr
