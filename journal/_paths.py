@@ -32,14 +32,19 @@ __all__ = [
 # Free bytes a new journal's files need before LMDB creates them (lock.mdb with 256 reader slots is
 # ~16 KiB, data.mdb starts with a few pages); see `check_room_to_create`.
 _ROOM_TO_CREATE = 1 << 20
-# What a journal folder holds: LMDB's two files, and one live-writer lock per run (see `_writers`).
+# What a journal folder holds: LMDB's two files, and one live-writer lock per run and mode (see `_writers`).
 JOURNAL_FILES = frozenset({"data.mdb", "lock.mdb"})
 _WRITER_LOCK = re.compile(r"writer-[0-9a-f]{32}\.lock")
 
 
-def writer_lock_name(run: str) -> str:
-    """The file name of the live-writer lock of `run` in a journal folder."""
-    return "writer-" + hashlib.sha256(run.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".lock"
+def writer_lock_name(run: str, mode: str = "train") -> str:
+    """The file name of the live-writer lock of (`run`, `mode`) in a journal folder.
+
+    Per mode, so the processes of one multi-process trainer (modes ``train/p0``, ``train/p1`` ...)
+    each hold their own; the ``train`` lock keeps the name earlier releases gave the run's lock.
+    """
+    key = run if mode == "train" else f"{run}\0{mode}"
+    return "writer-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".lock"
 
 PathLike = Union[str, "os.PathLike[str]"]
 

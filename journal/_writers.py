@@ -1,15 +1,17 @@
-"""Live writers: which session is recording a run of a journal right now, told through a lock file.
+"""Live writers: which session is recording a run (and mode) of a journal right now, told through a lock file.
 
-Two sessions of one run recording at once (a job started twice, a restarted job whose old process
+Two sessions of one run and mode recording at once (a job started twice, a restarted job whose old process
 still runs) each count generation indices from zero, so both record step N index 0 and the later
 record silently wins the step index. The journal keeps both (the log is the truth, and refusing
 would kill a training run over a mistake it can keep working through) and warns, naming the other
 session, its host and pid.
 
-A session that records a generation holds an exclusive `flock` on ``writer-<run digest>.lock`` in
-the journal folder and writes who it is into the file; the kernel drops the lock when the process
+A session that records a generation holds an exclusive `flock` on ``writer-<digest>.lock`` (of the
+run and the mode) in the journal folder and writes who it is into the file; the kernel drops the lock when the process
 ends, however it ends, so a held lock always means a live writer. LMDB's reader table cannot tell
-this: a session holds a reader slot only during a transaction. Where `fcntl` does not exist
+this: a session holds a reader slot only during a transaction. The lock is per mode, so the
+processes of a multi-process trainer, each recording its own mode (``train/p0``, ``train/p1``), are
+not taken for two sessions of one run. Where `fcntl` does not exist
 (Windows) or the folder cannot take the file, nothing is detected and nothing fails.
 """
 
@@ -42,16 +44,18 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class WriterLock:
-    """The lock file of one (journal folder, run), opened by one session.
+    """The lock file of one (journal folder, run, mode), opened by one session.
 
     Args:
         folder: the journal folder.
         run: the run key.
         session: this session's id; with its host and pid it is written into the file once held.
+        mode: the mode recorded.
     """
 
-    def __init__(self, folder: str, run: str, session: str) -> None:
+    def __init__(self, folder: str, run: str, session: str, mode: str = "train") -> None:
         self.run = run
+        self.mode = mode
         self.me = {"session": session, "host": socket.gethostname(), "pid": os.getpid(), "ts": time.time()}
         self.held = False
         self._fd: Optional[int] = None
@@ -59,7 +63,7 @@ class WriterLock:
         if fcntl is None:
             return
         try:
-            fd = os.open(os.path.join(folder, writer_lock_name(run)), os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC,
+            fd = os.open(os.path.join(folder, writer_lock_name(run, mode)), os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC,
                          0o600)
         except OSError:
             return  # a read-only copy, a folder of someone else: no detection, never a failure
@@ -100,7 +104,7 @@ class WriterLock:
         other = self.claim()
         if other is not None:
             log.warning(
-                "run_recorded_by_two_sessions", path=path, run=self.run, session=self.me["session"],
+                "run_recorded_by_two_sessions", path=path, run=self.run, mode=self.mode, session=self.me["session"],
                 other_session=other.get("session"), other_host=other.get("host"), other_pid=other.get("pid"),
                 hint="both sessions' calls are journaled and the later record of a step is the one replayed; "
                 "stop the other process, or give each its own run key (Journal(path, run=...))",
@@ -138,35 +142,41 @@ class RunWriter:
     def __init__(self, path: str, run: str) -> None:
         self.path = path
         self.run = run
-        self._lock: Optional[WriterLock] = None
+        self._locks: Dict[str, WriterLock] = {}  # by mode
         self._mutex = threading.Lock()
 
-    @property
-    def held(self) -> bool:
-        """Whether this journal's session is its run's live writer."""
-        return self._lock is not None and self._lock.held
+    def held(self, mode: str = "train") -> bool:
+        """Whether this journal's session is the live writer of its run in `mode`."""
+        lock = self._locks.get(mode)
+        return lock is not None and lock.held
 
     def before_append(self, events: List[Event], session: Optional[str]) -> None:
-        """Claim the run when `events` record a generation of `session`; warn once per other live writer."""
-        if session is None or self.held or not any(isinstance(e, GenerationRecorded) for e in events):
+        """Claim (run, mode) when `events` record a generation of `session` in that mode; warn once per
+        other live writer."""
+        if session is None:
+            return
+        modes = {e.mode for e in events if isinstance(e, GenerationRecorded)}
+        if all(self.held(mode) for mode in modes):
             return
         with self._mutex:
-            if self._lock is None or self._lock.me["session"] != session:
-                if self._lock is not None:
-                    self._lock.close()
-                self._lock = WriterLock(os.path.realpath(self.path), self.run, session)
-            self._lock.claim_or_warn(self.path)
+            for mode in modes:
+                lock = self._locks.get(mode)
+                if lock is None or lock.me["session"] != session:
+                    if lock is not None:
+                        lock.close()
+                    lock = self._locks[mode] = WriterLock(os.path.realpath(self.path), self.run, session, mode)
+                lock.claim_or_warn(self.path)
 
     def close(self) -> None:
-        """Give the claim up (the journal closes)."""
+        """Give the claims up (the journal closes)."""
         with self._mutex:
-            lock, self._lock = self._lock, None
-        if lock is not None:
+            locks, self._locks = list(self._locks.values()), {}
+        for lock in locks:
             lock.close()
 
     def forget_in_fork_child(self) -> None:
-        """In a fork child: drop the inherited claim, leaving it the parent's."""
+        """In a fork child: drop the inherited claims, leaving them the parent's."""
         self._mutex = threading.Lock()  # another thread may have held it at fork()
-        lock, self._lock = self._lock, None
-        if lock is not None:
+        locks, self._locks = list(self._locks.values()), {}
+        for lock in locks:
             lock.forget_in_fork_child()

@@ -333,6 +333,17 @@ def test_sessions_of_other_runs_or_after_the_writer_ended_are_not_warned(tmp_pat
     assert later.exitcode == 0
 
 
+def test_the_processes_of_one_trainer_each_recording_its_own_mode_are_not_two_writers_of_the_run(tmp_path):
+    """A multi-process trainer records one run, each process its own mode (TRL: train/p0, train/p1)."""
+    with captured_events(logging.WARNING) as events:
+        with Journal(tmp_path / "j", run="grpo") as rank0, Journal(tmp_path / "j", run="grpo") as rank1:
+            rank0.record(1, [0], mode="train/p0")
+            rank1.record(1, [1], mode="train/p1")
+            assert events == []
+            rank1.record(2, [1], mode="train/p0")  # the same mode as another live session: two writers
+    assert [(e["event"], e["mode"]) for e in events] == [("run_recorded_by_two_sessions", "train/p0")]
+
+
 def test_two_journals_of_one_run_in_one_process_warn_once_and_a_replaying_session_never(tmp_path):
     with Journal(tmp_path / "j") as first, captured_events(logging.WARNING) as events:
         first.record(1, [1])

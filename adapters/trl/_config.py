@@ -110,6 +110,28 @@ def mode_name(trainer: Any, mode: str) -> str:
     return f"{mode}/p{accelerator.process_index}" if accelerator.num_processes > 1 else mode
 
 
+def recorded_processes(journal: Any, mode: str) -> int:
+    """How many processes recorded `mode` (``train``, ``eval``) of the journal's run: 1 for plain
+    records, N for ``mode/p0`` .. ``mode/p{N-1}``, 0 for none (one cursor read per process)."""
+    if journal.step_count(mode=mode):
+        return 1
+    count = 0
+    while journal.step_count(mode=f"{mode}/p{count}"):
+        count += 1
+    return count
+
+
+def topology_hint(journal: Any, trainer: Any, mode: str) -> Optional[str]:
+    """Why a replay missed, when the run was recorded by another number of processes; else None."""
+    running = trainer.accelerator.num_processes
+    recorded = recorded_processes(journal, mode.split("/p", 1)[0])
+    if recorded in (0, running):
+        return None
+    return (f"run {journal.run!r} was recorded by {recorded} process(es) (num_processes={recorded}) and this launch "
+            f"runs {running}: each process replays the shard it recorded, so launch with --num_processes {recorded} "
+            "(or record again with this topology)")
+
+
 def mode_of(trainer: Any) -> str:
     # TRL's own rule (`_generate`, `_prepare_inputs`): the model's training flag tells train from eval.
     return mode_name(trainer, "train" if trainer.model.training else "eval")

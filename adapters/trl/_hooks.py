@@ -45,7 +45,7 @@ from stepjournal.policies import (
 )
 
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
-from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of
+from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of, topology_hint
 from ._errors import TrlAdapterError
 from ._prompts import PROMPTS_DIFFER, SamePromptsAtSameStep
 from ._stage_spec import GENERATE, declared_stages, stage_policies
@@ -162,9 +162,12 @@ class TrlRecorder:
         try:
             outcome = self.engine.call(step, generate, mode=mode, hooks=hooks)
         except ReplayMissError as exc:
-            if not str(exc).startswith(PROMPTS_DIFFER):
+            if str(exc).startswith(PROMPTS_DIFFER):
+                raise InputMismatchError(str(exc), step=exc.step, gen_index=exc.gen_index) from None
+            hint = topology_hint(self.journal, trainer, mode)
+            if hint is None:
                 raise
-            raise InputMismatchError(str(exc), step=exc.step, gen_index=exc.gen_index) from None
+            raise ReplayMissError(f"{exc}; {hint}", step=exc.step, gen_index=exc.gen_index) from None
         self._count(outcome)
         return outcome.value
 
