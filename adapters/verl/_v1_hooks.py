@@ -33,6 +33,7 @@ from ._config import VerlJournalConfig, read_verl_config
 from ._errors import VerlAdapterError
 from ._hooks import undecorated as _undecorated
 from ._v1_codec import TQBatch
+from ._v1_stages import V1Stages, check_verl_stages
 
 __all__ = [
     "V1Journal",
@@ -149,6 +150,8 @@ class V1Journal:
 
     Attributes:
         outcomes: the `Outcome` of every journaled sample call, in order.
+        stage_outcomes: the `Outcome` of every journaled downstream stage call (``reward``,
+            ``old_log_prob``, ``ref_log_prob``, ``values``, ``metrics``), in order (`V1Stages`).
         held: how many prompt batches were drawn but not generated because their step was replayed.
     """
 
@@ -158,6 +161,10 @@ class V1Journal:
         self.journal = engine.journal
         self.config = config
         self.outcomes: List[Outcome] = []
+        # Metrics are recorded in every session: by the spec's own entry when it names the stage, else by `dump`.
+        named = getattr(engine.policy, "stages", ())
+        metrics_engine = engine if "metrics" in named else Engine(engine.journal, "dump", options=engine.options)
+        self.stages = V1Stages(trainer, engine, metrics_engine)
         self.held = 0
         self.closed = False
         self._held: Dict[int, Deque[Any]] = {}
@@ -175,6 +182,10 @@ class V1Journal:
     def last_outcome(self) -> Optional[Outcome]:
         """The `Outcome` of the last journaled sample call (None before any)."""
         return self.outcomes[-1] if self.outcomes else None
+
+    @property
+    def stage_outcomes(self) -> List[Outcome]:
+        return self.stages.outcomes
 
     # -- deciding ahead: will this step's next sample be served from the journal? ---------------------
     def _will_replay(self, step: int) -> bool:
@@ -280,6 +291,7 @@ class V1Journal:
             (trainer, "_add_batch_to_generate", self.add_batch_to_generate),
             (trainer, "_add_prompts_to_generate", self.add_prompts_to_generate),
             (buffer, "sample", self.sample),
+            *self.stages.hooks(),
             (trainer, "stepjournal", self),
         ):
             self._installed.append((obj, attr, attr in obj.__dict__, obj.__dict__.get(attr)))
@@ -331,6 +343,7 @@ def attach_v1(trainer: Any, *, config: Any = None, **overrides: Any) -> V1Journa
             f"{cfg.form} takes steps from the fully-async feed index; the V1 trainer's step is global_steps: "
             "use skip.rollout_tq or a stepjournal section without step_source"
         )
+    check_verl_stages(cfg.policy)
     engine = open_engine(cfg.engine)
     journaled = V1Journal(trainer, engine, config=cfg).install()
     log.info("verl_v1_attached", mode=trainer.trainer_mode, policy=cfg.policy, journal=engine.journal.path)
