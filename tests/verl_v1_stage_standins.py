@@ -10,6 +10,8 @@ workers write:
   the actor's updates (its weights version). ``update_actor`` keeps the batch and returns a policy
   loss and a KL loss computed from the advantages and log-probs it was handed;
 - `RefStandIn`: ``ref_policy_wg.compute_ref_log_prob``;
+- `CriticStandIn`: ``critic_wg``'s ``infer_batch`` (``values`` over each sequence, moving with the
+  critic's updates) and ``train_mini_batch``;
 - `RewardModelStandIn`: a colocated reward model's ``RewardLoopManager`` (no streaming reward
   handles, so the trainer calls ``compute_rm_score`` itself): a score from the response tokens.
 """
@@ -85,6 +87,28 @@ class RefStandIn:
         return batch
 
 
+class CriticStandIn:
+    """``critic_wg``: counted ``infer_batch`` writing ``values``; ``train_mini_batch`` counts the critic's updates."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.updates = 0
+
+    def infer_batch(self, batch: Any) -> Any:
+        from types import SimpleNamespace
+
+        self.calls += 1
+        _put(batch, {"values": _nested([(s % 4).float() / 10 + 0.01 * self.updates for s in _sequences(batch)])})
+        return SimpleNamespace(futures=[])  # verl ray.get()s the futures of a DataProtoFuture
+
+    def train_mini_batch(self, batch: Any) -> Any:
+        from types import SimpleNamespace
+
+        self.updates += 1
+        metrics = {"mfu": [0.0], "vf_loss": [0.1 * self.updates]}
+        return SimpleNamespace(get=lambda: {"metrics": metrics})
+
+
 class RewardModelStandIn:
     """A colocated reward model's ``RewardLoopManager``: no streaming handles, a counted ``compute_rm_score``."""
 
@@ -113,11 +137,12 @@ class RewardModelStandIn:
 ALL_STAGES = "generate:cache/reward:cache/old_log_prob:cache/ref_log_prob:cache"
 
 
-def stage_overrides(root: str, policy: str, journal_overrides: Any, extra: List[str] = ()) -> List[str]:
+def stage_overrides(root: str, policy: str, journal_overrides: Any, extra: List[str] = (), *,
+                    folder: str = "stages") -> List[str]:
     """A sync V1 run whose old log-probs are recomputed (no bypass) and which has a reference policy (KL loss)."""
     import os
 
-    section = journal_overrides(os.path.join(root, "stages"), policy)
+    section = journal_overrides(os.path.join(root, folder), policy)
     return section + ["algorithm.rollout_correction.bypass_mode=false", "actor_rollout_ref.actor.use_kl_loss=true",
                       "trainer.experiment_name=v1_stages"] + list(extra)
 
@@ -125,14 +150,17 @@ def stage_overrides(root: str, policy: str, journal_overrides: Any, extra: List[
 def stage_passes(root: str, phase: str, journal_overrides: Any) -> List[Dict[str, Any]]:
     """stages_record: every stage recorded. stages_replay: replayed (the sampler raises), then with another
     advantage setting, then generating anew (another sampler seed) while replaying old log-probs."""
-    def run(name: str, policy: str, extra: List[str] = (), **more: Any) -> Dict[str, Any]:
-        return dict(name=name, mode="sync", extra=stage_overrides(root, policy, journal_overrides, extra), attach=True,
-                    stages=True, **more)
+    def run(name: str, policy: str, extra: List[str] = (), folder: str = "stages", **more: Any) -> Dict[str, Any]:
+        return dict(name=name, mode="sync", extra=stage_overrides(root, policy, journal_overrides, extra, folder=folder),
+                    attach=True, stages=True, **more)
 
+    # GAE: the critic's values, in a journal of its own (its generations are its own).
+    gae = run("stages_gae", "generate:cache/values:cache", ["algorithm.adv_estimator=gae"], folder="stages_gae")
     if phase == "stages_record":
-        return [run("stages", ALL_STAGES)]
+        return [run("stages", ALL_STAGES), gae]
     return [
         run("stages", ALL_STAGES),
+        gae,
         run("stages_no_std", ALL_STAGES, ["algorithm.norm_adv_by_std_in_grpo=false"]),
         run("stages_new_batch", "generate:passthrough/old_log_prob:replay", server=(False, 8), expect_error=True),
     ]
@@ -146,6 +174,7 @@ def with_stage_standins(trainer: Any, rollout: Any, run: Dict[str, Any]) -> None
     trainer.ref_policy_wg = RefStandIn()
     trainer.ref_in_actor = False  # what _setup computes without LoRA (init_on_cpu skips _setup)
     trainer.reward_loop_manager = RewardModelStandIn()
+    trainer.critic_wg = CriticStandIn()
     if "server" in run:
         ray.get(rollout.server.configure.remote(*run["server"]))
 
@@ -156,7 +185,7 @@ def stage_results(trainer: Any, journal: Any, error: Any) -> Dict[str, Any]:
         "stage_actions": [[o.action, o.ctx.stage, o.ctx.step, o.source.step if o.source is not None else None]
                           for o in journal.stage_outcomes],
         "counts": {"old_log_prob": trainer.actor_rollout_wg.log_prob_calls, "ref_log_prob": trainer.ref_policy_wg.calls,
-                   "reward": trainer.reward_loop_manager.calls},
+                   "reward": trainer.reward_loop_manager.calls, "values": trainer.critic_wg.calls},
         "session": journal.journal.session,
         "journal": journal.journal.path,
         "error": error,

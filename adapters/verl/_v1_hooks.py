@@ -22,7 +22,6 @@ steps, moves batches in and out of TransferQueue and hands the calls to the `Eng
 from __future__ import annotations
 
 import collections
-import time
 import uuid
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
@@ -248,37 +247,37 @@ class V1Journal:
         for old in [s for s in self._held if s < step]:
             self._held.pop(old)  # prompts of a replayed step that sampled fewer calls than held
         if partition_id == "val":
-            pending = self.engine.begin(step, mode="validate")
-            started = time.perf_counter()
-            result = self._sample_original(global_steps, partition_id, batch_size)
-            self.outcomes.append(self.engine.finish(pending, None, duration_s=time.perf_counter() - started))
-            return result
-        pending = self.engine.begin(step, mode="train")
-        self._samples[step] += 1
-        if pending.outcome is not None:
-            outcome = pending.outcome
-            recorded = outcome.value
-            if not isinstance(recorded, TQBatch):
-                raise VerlAdapterError(
-                    f"step {step} was served from step {outcome.source.step}, which holds a "
-                    f"{type(recorded).__name__}, not a V1 batch: a journal recorded by the legacy trainer cannot "
-                    "feed the V1 trainer; record with trainer.use_v1=true (or use another dump_dir)"
-                )
-            served = remap_tq_batch(recorded, self._take_uids(step, batch_size), step=step, source_step=outcome.source.step)
-            target = partition_id if recorded.partition_id is None else recorded.partition_id
-            tq.kv_batch_put(keys=list(served.keys), fields=served.fields, tags=list(served.tags), partition_id=target)
+            outcome = self.engine.call(step, lambda: self._sample_original(global_steps, partition_id, batch_size),
+                                       mode="validate")
             self.outcomes.append(outcome)
-            log.info("v1_sample_replayed", step=step, gen_index=outcome.ctx.gen_index, source_step=outcome.source.step,
-                     trajectories=len(served))
-            return KVBatchMeta(partition_id=target, keys=list(served.keys), tags=[dict(t) for t in served.tags]), {}
-        self._release(step)
-        started = time.perf_counter()
-        result = self._sample_original(global_steps, partition_id, batch_size)
-        meta = result[0] if isinstance(result, tuple) else result
-        fields = tq.kv_batch_get(keys=list(meta.keys), partition_id=meta.partition_id)
-        batch = TQBatch(fields=fields, keys=list(meta.keys), tags=list(meta.tags), partition_id=meta.partition_id)
-        self.outcomes.append(self.engine.finish(pending, batch, duration_s=time.perf_counter() - started))
-        return result
+            return outcome.value
+        sampled: Dict[str, Any] = {}
+
+        def sample_now() -> TQBatch:
+            self._release(step)
+            sampled["result"] = result = self._sample_original(global_steps, partition_id, batch_size)
+            meta = result[0] if isinstance(result, tuple) else result
+            fields = tq.kv_batch_get(keys=list(meta.keys), partition_id=meta.partition_id)
+            return TQBatch(fields=fields, keys=list(meta.keys), tags=list(meta.tags), partition_id=meta.partition_id)
+
+        outcome = self.engine.call(step, sample_now, mode="train")
+        self._samples[step] += 1
+        self.outcomes.append(outcome)
+        if outcome.action != "replayed":
+            return sampled["result"]
+        recorded = outcome.value
+        if not isinstance(recorded, TQBatch):
+            raise VerlAdapterError(
+                f"step {step} was served from step {outcome.source.step}, which holds a "
+                f"{type(recorded).__name__}, not a V1 batch: a journal recorded by the legacy trainer cannot "
+                "feed the V1 trainer; record with trainer.use_v1=true (or use another dump_dir)"
+            )
+        served = remap_tq_batch(recorded, self._take_uids(step, batch_size), step=step, source_step=outcome.source.step)
+        target = partition_id if recorded.partition_id is None else recorded.partition_id
+        tq.kv_batch_put(keys=list(served.keys), fields=served.fields, tags=list(served.tags), partition_id=target)
+        log.info("v1_sample_replayed", step=step, gen_index=outcome.ctx.gen_index, source_step=outcome.source.step,
+                 trajectories=len(served))
+        return KVBatchMeta(partition_id=target, keys=list(served.keys), tags=[dict(t) for t in served.tags]), {}
 
     # -- installing ------------------------------------------------------------------------------------------
     def install(self) -> "V1Journal":
