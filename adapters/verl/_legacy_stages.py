@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any, Callable, List, Tuple
 
 from stepjournal._log import get_logger
-from stepjournal.policies import Engine, Outcome, StagePolicies
+from stepjournal.policies import Engine, Outcome
 
 from ._hooks import validate_mode
-from ._v1_stages import DOWNSTREAM_STAGES, _METHODS, stage_weights_version
+from ._v1_stages import _METHODS, named_downstream, stage_weights_version
 
 __all__ = ["LegacyStages", "LEGACY_STAGE_READS"]
 
@@ -45,8 +45,7 @@ class LegacyStages:
         self.trainer = trainer
         self.engine = engine
         self.outcomes: List[Outcome] = []
-        policy = engine.policy
-        self.stages = tuple(s for s in DOWNSTREAM_STAGES if isinstance(policy, StagePolicies) and s in policy.stages)
+        self.stages = named_downstream(engine.policy)
 
     def hooks(self) -> List[Tuple[Any, str, Callable[..., Any]]]:
         """(object, attribute, replacement) for each trainer method to journal."""

@@ -39,6 +39,7 @@ __all__ = [
     "STAGE_READS",
     "STAGE_WRITES",
     "check_verl_stages",
+    "named_downstream",
     "stage_weights_version",
     "loggable_metrics",
 ]
@@ -95,6 +96,11 @@ def check_verl_stages(policy: Any) -> Any:
                 "replayed into training; use metrics:dump (the default) or metrics:passthrough (journal, store nothing)"
             )
     return parsed
+
+
+def named_downstream(policy: Any) -> Tuple[str, ...]:
+    """The downstream stages a per-stage spec names, in step order (none for one spec: generate only)."""
+    return tuple(s for s in DOWNSTREAM_STAGES if isinstance(policy, StagePolicies) and s in policy.stages)
 
 
 def stage_weights_version(trainer: Any, stage: str) -> Any:
@@ -170,8 +176,7 @@ class V1Stages:
         self.engine = engine
         self.metrics_engine = metrics_engine
         self.outcomes: List[Outcome] = []
-        policy = engine.policy
-        self.stages = tuple(s for s in DOWNSTREAM_STAGES if isinstance(policy, StagePolicies) and s in policy.stages)
+        self.stages = named_downstream(engine.policy)
 
     def hooks(self) -> List[Tuple[Any, str, Callable[..., Any]]]:
         """(object, attribute, replacement) for each trainer method to journal."""
