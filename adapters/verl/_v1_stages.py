@@ -130,10 +130,8 @@ def loggable_metrics(metrics: Dict[str, Any]) -> Dict[str, Any]:
         value = metrics[key]
         if _UNSTABLE_METRICS.match(str(key)):
             continue
-        if hasattr(value, "item") and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()):
-            value = value.item()
-        elif hasattr(value, "numel") and value.numel() == 1:
-            value = value.item()
+        if getattr(value, "ndim", None) == 0 or (hasattr(value, "numel") and value.numel() == 1):
+            value = value.item()  # numpy and torch scalars
         if isinstance(value, bool) or isinstance(value, str):
             out[str(key)] = value
         elif isinstance(value, numbers.Integral):
