@@ -157,6 +157,10 @@ def verl_skip_overrides(root: str) -> List[str]:
 
 def passes(root: str, phase: str) -> List[Dict[str, Any]]:
     """The runs of one process: name, mode, overrides, whether stepjournal attaches (in "replay" the sampler raises)."""
+    if phase.startswith("stages_"):
+        from verl_v1_stage_standins import stage_passes
+
+        return stage_passes(root, phase, journal_overrides)
     modes = ("sync", "colocate_async", "separate_async")
     if phase == "record":
         out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True) for m in modes]
@@ -178,7 +182,9 @@ def passes(root: str, phase: str) -> List[Dict[str, Any]]:
 
 
 def run_config(root: str, run: Dict[str, Any]) -> Any:
-    return compose(mode_overrides(run["mode"], root, steps=run.get("steps", 3), extra=run["extra"]))
+    overrides = mode_overrides(run["mode"], root, steps=run.get("steps", 3), extra=run["extra"])
+    given = {o.split("=", 1)[0] for o in run["extra"]}  # a run's own value of a key replaces the default one
+    return compose([o for o in overrides if o in run["extra"] or o.split("=", 1)[0] not in given])
 
 
 # -- stand-ins for what needs a GPU ---------------------------------------------------------------------
@@ -204,6 +210,9 @@ class TinyTokenServer:
         self.tokenizer = Tokenizer.from_file(os.path.join(model_path, "tokenizer.json"))
         self.eos = self.tokenizer.token_to_id("<|im_end|>")
         self.seed, self.fail, self.calls, self.global_steps = seed, fail, 0, None
+
+    def configure(self, fail: bool, seed: int) -> None:
+        self.fail, self.seed = fail, seed
 
     def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
@@ -332,7 +341,8 @@ class Rollout:
         from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
         cls = cls or AgentLoopManagerTQ
-        return self._once(("loop", trainer.trainer_mode, cls), trainer.config, lambda: cls.create(
+        colocated = trainer.get_reward_handles() is None  # a colocated reward model: no streaming reward
+        return self._once(("loop", trainer.trainer_mode, cls, colocated), trainer.config, lambda: cls.create(
             config=trainer.config,
             llm_client=trainer.get_llm_client(),
             teacher_client=trainer.get_teacher_client(),
@@ -437,10 +447,14 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
     results: Dict[str, Any] = {}
     runs = passes(root, phase)
     try:
-        rollout = Rollout(run_config(root, runs[0]), fail=phase == "replay")
+        rollout = Rollout(run_config(root, runs[0]), fail=phase in ("replay", "stages_replay"))
         for run in runs:
             config = run_config(root, run)
             trainer = build_trainer(config, run["mode"], rollout)
+            if run.get("stages"):
+                from verl_v1_stage_standins import with_stage_standins
+
+                with_stage_standins(trainer, rollout, run)
             before = rollout.calls()
             if run.get("route") == "manager":
                 # The no-code route: verl's TaskRunnerV1 loads the class named by agent_loop_manager_class.
@@ -452,6 +466,11 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
                 journal = attach(trainer) if run["attach"] else None
                 try:
                     trainer.fit(rollout.agent_loop_manager(trainer))
+                except Exception as exc:
+                    if not run.get("expect_error"):
+                        raise
+                    results.setdefault(run["name"] + ":error", {"type": type(exc).__name__, "step": getattr(exc, "step", None),
+                                                               "stage": getattr(exc, "stage", None), "message": str(exc)})
                 finally:
                     if journal is not None:
                         journal.close()
@@ -464,6 +483,11 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
                 "generate_calls": rollout.calls() - before,
                 "held": journal.held if journal is not None else 0,
             }
+            if run.get("stages"):
+                from verl_v1_stage_standins import stage_results
+
+                results[run["name"]].update(stage_results(trainer, journal, results.pop(run["name"] + ":error", None)))
+                ray.get(rollout.server.configure.remote(phase != "stages_record", 7))  # back to this phase's sampler
     finally:
         tq.close()
         ray.shutdown()

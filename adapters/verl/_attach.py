@@ -125,7 +125,17 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
             "the verl config enables neither a stepjournal section nor a rollout-skip form: add "
             "stepjournal.policy (e.g. +stepjournal.policy=cache) or pass attach(trainer, policy='cache')"
         )
+    # A per-stage spec naming reward, old_log_prob, ref_log_prob or values journals those methods too.
+    from ._legacy_stages import LegacyStages
+    from ._v1_stages import check_verl_stages
+
+    try:
+        check_verl_stages(rollout.config.policy)
+    except ConfigError:
+        rollout.close()
+        raise
     rollout.install(obj, "generate_sequences")
+    rollout.stages = LegacyStages(trainer, rollout.engine).install()
     log.info("verl_attached", target=target, policy=rollout.config.policy, journal=rollout.journal.path)
     return rollout
 

@@ -22,7 +22,6 @@ steps, moves batches in and out of TransferQueue and hands the calls to the `Eng
 from __future__ import annotations
 
 import collections
-import time
 import uuid
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
@@ -33,6 +32,7 @@ from ._config import VerlJournalConfig, read_verl_config
 from ._errors import VerlAdapterError
 from ._hooks import undecorated as _undecorated
 from ._v1_codec import TQBatch
+from ._v1_stages import V1Stages, check_verl_stages
 
 __all__ = [
     "V1Journal",
@@ -149,6 +149,8 @@ class V1Journal:
 
     Attributes:
         outcomes: the `Outcome` of every journaled sample call, in order.
+        stage_outcomes: the `Outcome` of every journaled downstream stage call (``reward``,
+            ``old_log_prob``, ``ref_log_prob``, ``values``, ``metrics``), in order (`V1Stages`).
         held: how many prompt batches were drawn but not generated because their step was replayed.
     """
 
@@ -158,6 +160,10 @@ class V1Journal:
         self.journal = engine.journal
         self.config = config
         self.outcomes: List[Outcome] = []
+        # Metrics are recorded in every session: by the spec's own entry when it names the stage, else by `dump`.
+        named = getattr(engine.policy, "stages", ())
+        metrics_engine = engine if "metrics" in named else Engine(engine.journal, "dump", options=engine.options)
+        self.stages = V1Stages(trainer, engine, metrics_engine)
         self.held = 0
         self.closed = False
         self._held: Dict[int, Deque[Any]] = {}
@@ -175,6 +181,10 @@ class V1Journal:
     def last_outcome(self) -> Optional[Outcome]:
         """The `Outcome` of the last journaled sample call (None before any)."""
         return self.outcomes[-1] if self.outcomes else None
+
+    @property
+    def stage_outcomes(self) -> List[Outcome]:
+        return self.stages.outcomes
 
     # -- deciding ahead: will this step's next sample be served from the journal? ---------------------
     def _will_replay(self, step: int) -> bool:
@@ -237,37 +247,37 @@ class V1Journal:
         for old in [s for s in self._held if s < step]:
             self._held.pop(old)  # prompts of a replayed step that sampled fewer calls than held
         if partition_id == "val":
-            pending = self.engine.begin(step, mode="validate")
-            started = time.perf_counter()
-            result = self._sample_original(global_steps, partition_id, batch_size)
-            self.outcomes.append(self.engine.finish(pending, None, duration_s=time.perf_counter() - started))
-            return result
-        pending = self.engine.begin(step, mode="train")
-        self._samples[step] += 1
-        if pending.outcome is not None:
-            outcome = pending.outcome
-            recorded = outcome.value
-            if not isinstance(recorded, TQBatch):
-                raise VerlAdapterError(
-                    f"step {step} was served from step {outcome.source.step}, which holds a "
-                    f"{type(recorded).__name__}, not a V1 batch: a journal recorded by the legacy trainer cannot "
-                    "feed the V1 trainer; record with trainer.use_v1=true (or use another dump_dir)"
-                )
-            served = remap_tq_batch(recorded, self._take_uids(step, batch_size), step=step, source_step=outcome.source.step)
-            target = partition_id if recorded.partition_id is None else recorded.partition_id
-            tq.kv_batch_put(keys=list(served.keys), fields=served.fields, tags=list(served.tags), partition_id=target)
+            outcome = self.engine.call(step, lambda: self._sample_original(global_steps, partition_id, batch_size),
+                                       mode="validate")
             self.outcomes.append(outcome)
-            log.info("v1_sample_replayed", step=step, gen_index=outcome.ctx.gen_index, source_step=outcome.source.step,
-                     trajectories=len(served))
-            return KVBatchMeta(partition_id=target, keys=list(served.keys), tags=[dict(t) for t in served.tags]), {}
-        self._release(step)
-        started = time.perf_counter()
-        result = self._sample_original(global_steps, partition_id, batch_size)
-        meta = result[0] if isinstance(result, tuple) else result
-        fields = tq.kv_batch_get(keys=list(meta.keys), partition_id=meta.partition_id)
-        batch = TQBatch(fields=fields, keys=list(meta.keys), tags=list(meta.tags), partition_id=meta.partition_id)
-        self.outcomes.append(self.engine.finish(pending, batch, duration_s=time.perf_counter() - started))
-        return result
+            return outcome.value
+        sampled: Dict[str, Any] = {}
+
+        def sample_now() -> TQBatch:
+            self._release(step)
+            sampled["result"] = result = self._sample_original(global_steps, partition_id, batch_size)
+            meta = result[0] if isinstance(result, tuple) else result
+            fields = tq.kv_batch_get(keys=list(meta.keys), partition_id=meta.partition_id)
+            return TQBatch(fields=fields, keys=list(meta.keys), tags=list(meta.tags), partition_id=meta.partition_id)
+
+        outcome = self.engine.call(step, sample_now, mode="train")
+        self._samples[step] += 1
+        self.outcomes.append(outcome)
+        if outcome.action != "replayed":
+            return sampled["result"]
+        recorded = outcome.value
+        if not isinstance(recorded, TQBatch):
+            raise VerlAdapterError(
+                f"step {step} was served from step {outcome.source.step}, which holds a "
+                f"{type(recorded).__name__}, not a V1 batch: a journal recorded by the legacy trainer cannot "
+                "feed the V1 trainer; record with trainer.use_v1=true (or use another dump_dir)"
+            )
+        served = remap_tq_batch(recorded, self._take_uids(step, batch_size), step=step, source_step=outcome.source.step)
+        target = partition_id if recorded.partition_id is None else recorded.partition_id
+        tq.kv_batch_put(keys=list(served.keys), fields=served.fields, tags=list(served.tags), partition_id=target)
+        log.info("v1_sample_replayed", step=step, gen_index=outcome.ctx.gen_index, source_step=outcome.source.step,
+                 trajectories=len(served))
+        return KVBatchMeta(partition_id=target, keys=list(served.keys), tags=[dict(t) for t in served.tags]), {}
 
     # -- installing ------------------------------------------------------------------------------------------
     def install(self) -> "V1Journal":
@@ -280,6 +290,7 @@ class V1Journal:
             (trainer, "_add_batch_to_generate", self.add_batch_to_generate),
             (trainer, "_add_prompts_to_generate", self.add_prompts_to_generate),
             (buffer, "sample", self.sample),
+            *self.stages.hooks(),
             (trainer, "stepjournal", self),
         ):
             self._installed.append((obj, attr, attr in obj.__dict__, obj.__dict__.get(attr)))
@@ -331,6 +342,7 @@ def attach_v1(trainer: Any, *, config: Any = None, **overrides: Any) -> V1Journa
             f"{cfg.form} takes steps from the fully-async feed index; the V1 trainer's step is global_steps: "
             "use skip.rollout_tq or a stepjournal section without step_source"
         )
+    check_verl_stages(cfg.policy)
     engine = open_engine(cfg.engine)
     journaled = V1Journal(trainer, engine, config=cfg).install()
     log.info("verl_v1_attached", mode=trainer.trainer_mode, policy=cfg.policy, journal=engine.journal.path)
