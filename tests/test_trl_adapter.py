@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+from trl_tiny import PROMPTS, length_reward, logged, tiny_model, tiny_tokenizer
+from trl_tiny import grpo_args as common_args
 
 from stepjournal import Journal
 from stepjournal.policies import FingerprintMismatchError, InputMismatchError
@@ -39,67 +40,15 @@ from stepjournal.adapters.trl import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMPTS = ["count one", "the cat", "hello", "sat on", "two three", "the mat", "world", "one two"]
 STEPS = 4
 # steps_per_generation=2 with one micro-step per optimizer step: TRL generates at steps 0 and 2.
 GENERATION_STEPS = [0, 2]
 
 
-# -- a tiny, offline TRL setup ----------------------------------------------------------------------------
+# -- a tiny, offline TRL setup (tests/trl_tiny.py, shared with the accelerate driver) ------------------------
 @pytest.fixture(scope="module")
 def tokenizer() -> PreTrainedTokenizerFast:
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(
-        PROMPTS * 4,
-        trainer=trainers.BpeTrainer(
-            vocab_size=300, special_tokens=["<|pad|>", "<|eos|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|eos|>", padding_side="left")
-
-
-def tiny_model(tokenizer) -> Qwen2ForCausalLM:
-    torch.manual_seed(0)  # the same initial weights in every run
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-    )
-    return Qwen2ForCausalLM(config)
-
-
-def length_reward(completions, **kwargs) -> list[float]:
-    return [float(len(c) % 5) for c in completions]
-
-
-def common_args(out: Path, max_steps: int) -> dict:
-    return dict(
-        output_dir=str(out),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        steps_per_generation=2,
-        max_completion_length=8,
-        max_steps=max_steps,
-        logging_steps=1,
-        learning_rate=1e-2,
-        lr_scheduler_type="constant",  # so a 2-step run is the first half of a 4-step run
-        beta=0.0,
-        bf16=False,
-        use_cpu=True,
-        report_to=[],
-        save_strategy="no",
-        seed=7,
-        disable_tqdm=True,
-    )
+    return tiny_tokenizer()
 
 
 def grpo(tokenizer, out: Path, *, max_steps: int = STEPS, cls=GRPOTrainer, reward=length_reward, config=None,
@@ -124,18 +73,6 @@ def rloo(tokenizer, out: Path, *, cls=RLOOTrainer, **extra):
         processing_class=tokenizer,
         **extra,
     )
-
-
-def logged(trainer) -> list[dict]:
-    """Every logged value per step, floats as exact hex (NaN equals NaN), timings left out."""
-
-    def timing(key: str) -> bool:
-        return "time" in key or "runtime" in key or "per_second" in key
-
-    return [
-        {k: (v.hex() if isinstance(v, float) else v) for k, v in entry.items() if not timing(k)}
-        for entry in trainer.state.log_history
-    ]
 
 
 def losses(trainer) -> list[float]:
