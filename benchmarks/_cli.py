@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from rich.console import Console
 
+from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
 from ._cli_start import bench_cli_start
 from ._measure import load_average, machine_facts, quiet_logs
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "scan": bench_scan,
         "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
         "retention": bench_retention,
+        "remote": bench_remote,
     }
     try:
         for name, section in sections.items():

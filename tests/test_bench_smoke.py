@@ -22,6 +22,9 @@ GOALS = {
     "replay_peak_rss_vs_payload",
     "cli_start_help_s",
     "cli_start_version_s",
+    "push_vs_client_put",
+    "pull_vs_client_get",
+    "cold_replay_vs_client_get",
 }
 
 
@@ -63,6 +66,13 @@ def test_quick_run_replays_every_byte_it_recorded(quick_report):
     for name in ("journal_dict", "journal_dataproto", "journal_zstd", "verl", "plain"):
         assert replay[name]["loaded_tensor_bytes"] == tensor_bytes, name
         assert replay[name]["reps"] == quick_report["workload"]["repetitions"], name
+
+
+def test_quick_run_measures_push_pull_and_a_cold_replay_against_a_real_s3_server(quick_report):
+    remote = quick_report["figures"]["remote"]
+    assert remote["steps"] == 2 and remote["payload_bytes"] > 0
+    assert set(remote["median_s"]) == {"raw_put", "raw_get", "push", "pull", "raw_get_one", "cold_replay", "push_cli"}
+    assert all(value > 0 for value in remote["median_s"].values())
 
 
 def test_quick_run_lookup_and_scan_agree_on_the_step_count(quick_report):

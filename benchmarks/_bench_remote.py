@@ -1,0 +1,158 @@
+"""The remote section: push, pull and a cold replay against one S3 server, beside the client's own put/get.
+
+One moto S3 server on 127.0.0.1 (its own process) serves every figure of a repetition, so the
+ratios compare stepjournal and its client (obstore) on the same server, bytes and moment:
+
+- ``raw_put`` / ``raw_get``: obstore puts and gets the stored payload blobs of a journal of
+  ``steps`` benchmark batches, one object each (what push and pull move, minus the events).
+- ``push``: `stepjournal.push` of that journal to a new prefix (payloads, segments, head).
+- ``pull``: `stepjournal.clone` of that prefix into a new folder (every payload digest-checked).
+- ``cold_replay`` / ``raw_get_one``: one recorded step served through a journal whose payloads live
+  only on the remote (no local cache: each load fetches, checks the digest and decodes) vs obstore's
+  get of that one object.
+- ``push_cli``: ``stepjournal push`` in a fresh process (what a user pays, interpreter start included),
+  beside the in-process figure.
+
+Goals (issue 19): push and pull throughput >= 0.8x the client's put / get of the same bytes; a cold
+replay <= 1.5x the client's get of the payload. Run it alone with
+``python -m benchmarks._bench_remote [--quick]``; `bench_remote(ctx)` is the section for `benchmarks._cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+from ._bench_s3 import _BUCKET, _CREDENTIALS, moto_server
+from ._measure import quiet_logs
+from ._report import _goal
+from ._workload import Workload, make_batch, mark
+
+__all__ = ["bench_remote", "main"]
+
+
+def bench_remote(ctx: Any) -> Dict[str, Any]:
+    """Every figure; `ctx` is a `benchmarks._suite.Context` (workdir, batch, reps, progress)."""
+    quick = ctx.reps <= 3
+    return _bench(ctx.workdir, ctx.batch, reps=2 if quick else 3, steps=2 if quick else 3, progress=ctx.progress)
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progress: Callable[[str], None]) -> Dict[str, Any]:
+    import boto3
+    import obstore
+    from obstore.store import S3Store
+
+    from stepjournal import Journal, ObjectPayloadStore, clone, push
+
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", *_CREDENTIALS)}
+    os.environ.update(_CREDENTIALS)
+    root = Path(tempfile.mkdtemp(prefix="remote-", dir=workdir))
+    try:
+        with moto_server() as endpoint:
+            os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"})
+            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=_BUCKET)
+            store = S3Store(_BUCKET, endpoint=endpoint, client_options={"allow_http": True})
+            source = root / "recorded"
+            with Journal(source, run="bench") as journal:
+                for step in range(1, steps + 1):
+                    mark(batch, float(step))  # a new payload per step, as a real run has
+                    journal.record(step, batch)
+                refs = [journal.lookup(step).event.output for step in range(1, steps + 1)]
+                blobs = [journal.payload_bytes(ref.digest) for ref in refs]
+            nbytes = sum(len(b) for b in blobs)
+            times: Dict[str, List[float]] = {k: [] for k in
+                                             ("raw_put", "raw_get", "push", "pull", "raw_get_one", "cold_replay", "push_cli")}
+            for rep in range(reps):
+                prefix = f"rep{rep}-{uuid.uuid4().hex[:8]}"
+                url = f"s3://{_BUCKET}/{prefix}"
+
+                def raw_put() -> None:
+                    for i, blob in enumerate(blobs):
+                        obstore.put(store, f"raw-{prefix}/{i}", blob, use_multipart=False)
+
+                def raw_get() -> None:
+                    for i in range(len(blobs)):
+                        obstore.get(store, f"raw-{prefix}/{i}").bytes()
+
+                # Alternated, so neither side always meets the server first.
+                order = [("raw_put", raw_put), ("push", lambda: push(str(source), url))]
+                for name, fn in (order if rep % 2 == 0 else order[::-1]):
+                    times[name].append(_timed(fn))
+                target = root / f"clone{rep}"
+                order = [("raw_get", raw_get), ("pull", lambda: clone(url, str(target)))]
+                for name, fn in (order if rep % 2 == 0 else order[::-1]):
+                    times[name].append(_timed(fn))
+                shutil.rmtree(target)
+                times["raw_get_one"].append(_timed(lambda: obstore.get(store, f"raw-{prefix}/0").bytes()))
+                remote_only = ObjectPayloadStore(url)  # no cache: every load goes to the server
+                with Journal(source, readonly=True, run="bench", payload_store=remote_only) as journal:
+                    recorded = journal.lookup(1)
+                    times["cold_replay"].append(_timed(lambda: journal.load_output(recorded)))
+                cli_url = f"s3://{_BUCKET}/{prefix}-cli"
+                times["push_cli"].append(_timed(lambda: subprocess.run(
+                    [sys.executable, "-m", "stepjournal", "push", str(source), cli_url],
+                    check=True, capture_output=True)))
+                progress(f"remote rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mib = nbytes / (1 << 20)
+    ratios = {
+        "push_vs_client_put_throughput": med["raw_put"] / med["push"],
+        "pull_vs_client_get_throughput": med["raw_get"] / med["pull"],
+        "cold_replay_vs_client_get": med["cold_replay"] / med["raw_get_one"],
+    }
+    basis = f"moto S3 server on 127.0.0.1, {steps} steps, {mib:.1f} MiB of stored payloads, median of {reps}"
+    return {
+        "server": "moto (Python) on 127.0.0.1",
+        "steps": steps,
+        "payload_bytes": nbytes,
+        "repetitions": reps,
+        "median_s": {k: round(v, 4) for k, v in med.items()},
+        "mib_s": {k: round(mib / med[k], 1) for k in ("raw_put", "raw_get", "push", "pull", "push_cli")},
+        "ratios": {k: round(v, 3) for k, v in ratios.items()},
+        "goals": {
+            "push_vs_client_put": _goal(ratios["push_vs_client_put_throughput"], 0.8, ">=", "x", basis + "; in-process API"),
+            "pull_vs_client_get": _goal(ratios["pull_vs_client_get_throughput"], 0.8, ">=", "x", basis + "; clone, in-process API"),
+            "cold_replay_vs_client_get": _goal(ratios["cold_replay_vs_client_get"], 1.5, "<=", "x",
+                                               "one step served from the remote, no local cache, vs obstore get"),
+        },
+    }
+
+
+def main(argv: List[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks._bench_remote", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the quick workload's batch, 2 steps, 2 repetitions")
+    args = p.parse_args(argv)
+    quiet_logs()
+    workload = Workload.quick() if args.quick else Workload()
+    with tempfile.TemporaryDirectory(prefix="stepjournal-bench-remote-") as workdir:
+        report = _bench(Path(workdir), make_batch(workload), reps=2 if args.quick else 3, steps=2 if args.quick else 3,
+                        progress=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
