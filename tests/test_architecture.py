@@ -193,3 +193,16 @@ def test_no_module_is_over_450_lines_unless_architecture_md_names_it_cohesive():
             if lines > 450 and not any(f"`{rel}`" in part for part in cohesive):
                 long.append(f"{rel}: {lines} lines")
     assert long == []
+
+
+def test_no_module_reaches_into_the_codec_registrys_private_tables():
+    # `CodecRegistry.codec_for` / `codec_named` are the registry's reads; its tables are its own.
+    reach_ins = []
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.name == "_codec_registry.py":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if "._by_type" in line or "._by_name" in line:
+                    reach_ins.append(f"{path.relative_to(ROOT).as_posix()}:{number}")
+    assert reach_ins == []
