@@ -300,7 +300,7 @@ def test_help_and_version_load_nothing_heavy_beyond_the_package_itself():
     `import stepjournal` loads (which is torch today, through the journal's codec and diff modules)."""
     code = (
         "import sys, io, contextlib\n"
-        "import stepjournal._log  # the package and its logging (structlog, which imports rich.table)\n"
+        "import stepjournal._log  # the package and its logging\n"
         "before = set(sys.modules)\n"
         "from stepjournal.adapters.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
