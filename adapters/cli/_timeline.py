@@ -17,9 +17,9 @@ import attrs
 from rich.console import Console
 from rich.markup import escape
 
-from ._common import open_readonly, parse_steps
 from stepjournal import AuditRecord
 
+from ._common import open_readonly, parse_steps
 from ._render import Failure, UsageError, clean, progress_bar
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Segment, Timeline, build_timeline
