@@ -60,21 +60,21 @@ class _Logger:
             self._bound = _wrap(self._stdlib)
         return self._bound
 
+    def _emit(self, level: int, method: str, event: str, fields: Dict[str, Any]) -> None:
+        if self._stdlib.isEnabledFor(level):
+            getattr(self._structlog(), method)(event, **fields)
+
     def debug(self, event: str, **fields: Any) -> None:
-        if self._stdlib.isEnabledFor(logging.DEBUG):
-            self._structlog().debug(event, **fields)
+        self._emit(logging.DEBUG, "debug", event, fields)
 
     def info(self, event: str, **fields: Any) -> None:
-        if self._stdlib.isEnabledFor(logging.INFO):
-            self._structlog().info(event, **fields)
+        self._emit(logging.INFO, "info", event, fields)
 
     def warning(self, event: str, **fields: Any) -> None:
-        if self._stdlib.isEnabledFor(logging.WARNING):
-            self._structlog().warning(event, **fields)
+        self._emit(logging.WARNING, "warning", event, fields)
 
     def error(self, event: str, **fields: Any) -> None:
-        if self._stdlib.isEnabledFor(logging.ERROR):
-            self._structlog().error(event, **fields)
+        self._emit(logging.ERROR, "error", event, fields)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._structlog(), name)
