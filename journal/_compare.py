@@ -188,7 +188,7 @@ class _Walk:
 
     def unwrap(self, value: Any) -> Any:
         """A value of a registered custom type, as its codec stores it (what the digest covers)."""
-        codec = self.registry._by_type.get(type(value))
+        codec = self.registry.codec_for(type(value))
         return value if codec is None else codec.encode(value)
 
     def mapping(self, a: dict, b: dict, path: str, names: Tuple[str, ...]) -> None:

@@ -17,8 +17,6 @@ import logging
 import sys
 from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
 
-import structlog
-
 __all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging"]
 
 LOGGER_NAME = "stepjournal"
@@ -32,16 +30,61 @@ def _to_stdlib(_logger: Any, _method: str, event_dict: Dict[str, Any]) -> Tuple[
     return (text,), {"extra": {RECORD_ATTRIBUTE: {"event": event, **fields}}}
 
 
-def get_logger(name: str) -> Any:
-    """A structlog logger writing to the stdlib logger `name` (which must sit under ``stepjournal``)."""
-    if name != LOGGER_NAME and not name.startswith(LOGGER_NAME + "."):
-        raise ValueError(f"logger {name!r} is not under {LOGGER_NAME!r}")
+def _wrap(stdlib: logging.Logger) -> Any:
+    import structlog  # here, not at import: structlog's package imports rich (a third of the CLI's start)
+
     return structlog.wrap_logger(
-        logging.getLogger(name),
-        # The level check comes first, so a disabled event costs one isEnabledFor and no rendering.
+        stdlib,
         processors=[structlog.stdlib.filter_by_level, _to_stdlib],
         wrapper_class=structlog.stdlib.BoundLogger,
     )
+
+
+class _Logger:
+    """What `get_logger` returns: ``debug`` / ``info`` / ``warning`` / ``error`` take an event and its
+    key-value fields, as structlog's loggers do.
+
+    The structlog logger behind it is built at the first event its level lets through, so importing
+    the library (and ``stepjournal --help``) does not import structlog, and a disabled event costs
+    one ``isEnabledFor``. Anything else (``bind`` ...) is the structlog logger's.
+    """
+
+    __slots__ = ("_stdlib", "_bound")
+
+    def __init__(self, stdlib: logging.Logger) -> None:
+        self._stdlib = stdlib
+        self._bound: Any = None
+
+    def _structlog(self) -> Any:
+        if self._bound is None:
+            self._bound = _wrap(self._stdlib)
+        return self._bound
+
+    def _emit(self, level: int, method: str, event: str, fields: Dict[str, Any]) -> None:
+        if self._stdlib.isEnabledFor(level):
+            getattr(self._structlog(), method)(event, **fields)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit(logging.DEBUG, "debug", event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit(logging.INFO, "info", event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit(logging.WARNING, "warning", event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, "error", event, fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._structlog(), name)
+
+
+def get_logger(name: str) -> Any:
+    """A logger of key-value events writing to the stdlib logger `name` (which must sit under ``stepjournal``)."""
+    if name != LOGGER_NAME and not name.startswith(LOGGER_NAME + "."):
+        raise ValueError(f"logger {name!r} is not under {LOGGER_NAME!r}")
+    return _Logger(logging.getLogger(name))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import attrs
 
-from stepjournal import Journal, RecordedGeneration, find_release
+from stepjournal import GenerationRecorded, Journal, RecordedGeneration, find_release
 from stepjournal._keys import DEFAULT_STAGE
 
 from ._ranges import StepRanges
@@ -156,6 +156,24 @@ class JournalView:
         seq, event = found
         return (f"its record (event #{event.record_seq}) was pruned by event #{seq} at unix time {event.ts:.0f}: "
                 f"{event.reason} (rule: {event.rule})")
+
+    def not_stored(self, step: int, gen_index: int = 0) -> Optional[str]:
+        """When the call was generated but its output not stored (the codec refused it, or the policy
+        stores nothing), so `lookup` has nothing to serve: which event and why, in words; else None.
+        Reads the log: for a refusal's message, not a decision."""
+        if self.scope is not None and step not in self.scope:
+            return None
+        found: Optional[Tuple[int, GenerationRecorded]] = None
+        for seq, event in self._journal.events(run=self.run, steps={step}, types=[GenerationRecorded]):
+            if (event.mode, event.gen_index, event.stage) == (self.mode, gen_index, self.stage):
+                found = (seq, event) if event.output is None else None
+        if found is None:
+            return None
+        seq, event = found
+        marker = "generated, not stored: "
+        why = (event.reason.split(marker, 1)[1] if marker in event.reason
+               else f"its policy stored nothing ({event.reason})")
+        return f"it was generated (event #{seq}) but not stored: {why}"
 
     def recorded_steps(self) -> List[int]:
         """Every recorded step, ascending (a copy: prefer the methods below on long runs)."""

@@ -82,6 +82,13 @@ class Replay:
                 reason=f"replay: nothing to replay at {_where(ctx)} (mode {ctx.mode!r}, run {ctx.run!r}): {pruned}; "
                 "keep the step (pin it) next time, or use cache to generate it again"
             )
+        unstored = view.not_stored(ctx.step, ctx.gen_index) if hasattr(view, "not_stored") else None
+        if unstored is not None:
+            return RefuseCall(
+                reason=f"replay: nothing to replay at {_where(ctx)} (mode {ctx.mode!r}, run {ctx.run!r}): {unstored}; "
+                "make the output storable as that says and record the step again (dump or cache), "
+                "or use cache or replay(on_missing=generate) to generate it now"
+            )
         return RefuseCall(
             reason=f"replay: nothing recorded at {_where(ctx)} (mode {ctx.mode!r}, run {ctx.run!r}); "
             "record it first, or use replay(on_missing=generate) or cache"

@@ -61,7 +61,9 @@ def test_error_lines_escape_journal_text_too(hostile):
 
 
 def test_json_output_stays_exact_json_of_the_same_text(hostile):
-    rows = json.loads(cli("audit", hostile, "--json").stdout)
+    listed = cli("audit", hostile, "--json")
+    assert_no_raw_control(listed.stdout)  # the bidi override too: JSON would leave it raw
+    rows = json.loads(listed.stdout)
     assert [r["run"] for r in rows] == [RUN, RUN] and rows[0]["reason"] == REASON
     shown = cli("show", hostile, "1", "--json")
     assert shown.returncode == 0, shown.stderr
@@ -93,6 +95,22 @@ def test_render_helpers_escape_controls_and_keep_json_exact():
         sys.set_int_max_str_digits(limit)
     assert sys.get_int_max_str_digits() == limit  # json_text restores the process's limit
     assert json.loads(json_text("a\udc80")) == "a\udc80" and json_text("é") == '"é"'
+    assert json_text("a\u202eb\x9bc\x7f") == '"a\\u202eb\\u009bc\\u007f"'
+    assert json.loads(json_text({"k\u2066": "a\u202eb\x9b"})) == {"k\u2066": "a\u202eb\x9b"}
     with pytest.raises(ValueError):
         json_text(float("nan"))
     assert short_time(1e300) == "?" and short_time(float("nan")) == "?" and short_time(None) == "-"
+
+
+@pytest.mark.parametrize("extension", [".png", ".svg", ".html"])
+def test_the_timeline_draws_and_prints_journal_text_escaped(hostile, tmp_path, extension):
+    out = tmp_path / f"t{extension}"
+    # Step 2 alone: its source (step 1) is hidden, so the run key is printed in the "sources" line.
+    done = cli("timeline", hostile, "--steps", "2", "--run", RUN, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert_no_raw_control(done.stdout)
+    assert_no_raw_control(done.stderr)  # no "Glyph 27 missing" warning from matplotlib either
+    assert b"sources outside the view" in done.stdout and b"\\x1b]0;pwned\\x07" in done.stdout
+    if extension != ".png":
+        drawn = out.read_text(encoding="utf-8")
+        assert "\x1b" not in drawn and "\x07" not in drawn and "\u202e" not in drawn

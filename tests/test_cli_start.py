@@ -1,4 +1,9 @@
-"""`stepjournal --help` and `--version` start without torch or numpy: a verb that needs them pays alone."""
+"""`stepjournal --help` and `--version` start without torch, numpy or structlog: a verb that needs them pays alone.
+
+structlog's package imports rich's traceback and pretty-printing modules, about half of what the
+CLI's start imported once torch was gone: the library's loggers build their structlog logger at the
+first event their level lets through (journal/_log.py).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ PROBE = """
 import sys
 from stepjournal.adapters.cli import main
 code = main([{flag!r}])
-heavy = sorted(m for m in ("torch", "numpy", "matplotlib", "safetensors") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "numpy", "matplotlib", "safetensors", "structlog") if m in sys.modules)
 print("heavy:" + ",".join(heavy))
 sys.exit(code)
 """

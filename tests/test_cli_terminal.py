@@ -238,6 +238,7 @@ def test_an_error_from_verify_itself_does_not_tell_the_user_to_run_verify(tmp_pa
 
 
 def test_every_json_output_carries_the_schema_version(journal, tmp_path):
+    remote = (tmp_path / "remote").as_uri()
     outputs = {
         "runs": cli("runs", journal, "--json"),
         "audit": cli("audit", journal, "--json"),
@@ -245,6 +246,11 @@ def test_every_json_output_carries_the_schema_version(journal, tmp_path):
         "verify": cli("verify", journal, "--json"),
         "plugins": cli("plugins", "--json"),
         # import-verl --json: tests/test_verl_import.py (an empty folder is an error, not a report).
+        "prune": cli("prune", journal, "--keep-last", "1", "--dry-run", "--json"),
+        "compact": cli("compact", journal, "--to", str(tmp_path / "compacted"), "--json"),
+        "push": cli("push", journal, remote, "--json"),
+        "pull": cli("pull", remote, str(tmp_path / "pulled"), "--json"),
+        "clone": cli("clone", remote, str(tmp_path / "cloned"), "--json"),
         "diff": cli("diff", journal, journal, "--session-a", session_ids(journal)[0][:8], "--session-b",
                     session_ids(journal)[1][:8], "--steps", "1-20", "--json"),
     }
@@ -294,7 +300,7 @@ def test_help_and_version_load_nothing_heavy_beyond_the_package_itself():
     `import stepjournal` loads (which is torch today, through the journal's codec and diff modules)."""
     code = (
         "import sys, io, contextlib\n"
-        "import stepjournal._log  # the package and its logging (structlog, which imports rich.table)\n"
+        "import stepjournal._log  # the package and its logging\n"
         "before = set(sys.modules)\n"
         "from stepjournal.adapters.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"

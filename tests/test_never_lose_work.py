@@ -60,6 +60,29 @@ def test_an_output_that_cannot_be_stored_reaches_the_caller_and_is_journaled_gen
     assert warning["step"] == 1 and "score_fn" in warning["error"]
 
 
+def test_a_replay_of_a_step_generated_but_not_stored_says_so_why_and_what_to_do(tmp_path):
+    with Journal(tmp_path / "j", run="r") as journal:
+        Engine(journal, "cache").call(3, lambda: {"ids": [1], "score_fn": lambda x: x})
+        with pytest.raises(ReplayMissError) as info:
+            Engine(journal, "replay").call(3, lambda: pytest.fail("replay must not generate"))
+    message = str(info.value)
+    assert info.value.step == 3 and "step 3 index 0" in message and "run 'r'" in message
+    assert "was generated (event #2) but not stored" in message
+    assert "score_fn" in message and "lambda is code, not data" in message
+    assert "record the step again (dump or cache)" in message and "replay(on_missing=generate)" in message
+    assert "nothing recorded" not in message
+
+
+def test_a_replay_of_a_step_its_policy_did_not_store_names_the_policy(tmp_path):
+    with Journal(tmp_path / "j") as journal:
+        Engine(journal, "passthrough").call(2, lambda: {"ids": [1]})
+        with pytest.raises(ReplayMissError, match=r"but not stored: its policy stored nothing \(passthrough"):
+            Engine(journal, "replay").call(2, lambda: pytest.fail("replay must not generate"))
+        # Another call index of the step was never generated: the plain miss.
+        with pytest.raises(ReplayMissError, match="nothing recorded at step 2 index 1"):
+            Engine(journal, "replay").call(2, lambda: None, gen_index=1)
+
+
 def test_the_next_cache_call_generates_again_and_stores_what_it_can(tmp_path):
     with Journal(tmp_path / "j") as journal:
         engine = Engine(journal, "cache")

@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from stepjournal import compact
+from stepjournal import AUDIT_SCHEMA_VERSION, compact
 
 from ._render import cell, human_size, print_json
 
@@ -16,7 +16,7 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     result = compact(args.journal, to=args.to)
     if args.json:
-        print_json({"path": result.path, "before_bytes": result.before_bytes, "after_bytes": result.after_bytes})
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, "path": result.path, "before_bytes": result.before_bytes, "after_bytes": result.after_bytes})
         return 0
     where = f"into {cell(result.path)}" if args.to else "in place"
     out.print(f"compacted {cell(args.journal)} {where}: data.mdb {human_size(result.before_bytes)} -> "

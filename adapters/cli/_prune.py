@@ -11,7 +11,7 @@ import os
 
 from rich.console import Console
 
-from stepjournal import Journal, Retention, StepJournalError, prune
+from stepjournal import AUDIT_SCHEMA_VERSION, Journal, Retention, StepJournalError, prune
 from stepjournal.policies import StepRanges
 
 from ._render import Failure, UsageError, cell, clean, human_size, print_json
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         plan = prune(journal, rules, dry_run=args.dry_run)
     if args.json:
         print_json({
-            "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
+            "schema_version": AUDIT_SCHEMA_VERSION, "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
             "leftover": list(plan.leftover),
             "kept_steps": [{"run": g[0], "mode": g[1], "stage": g[2], "steps": n}
                            for g, n in sorted(plan.kept_steps.items())],

@@ -7,7 +7,7 @@ import argparse
 import attrs
 from rich.console import Console
 
-from stepjournal import pull
+from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
 from ._push import progress_to
 from ._render import cell, print_json, progress_bar
@@ -17,7 +17,7 @@ __all__ = ["run", "show"]
 
 def show(args: argparse.Namespace, out: Console, report: object) -> None:
     if args.json:
-        print_json(attrs.asdict(report))
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
         out.print(f"pulled {report.events_pulled} events, {report.payloads_fetched} payloads "
                   f"({report.bytes_fetched} bytes) from {len(report.sources)} journal(s) into {cell(args.journal)}")

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict
 import attrs
 from rich.console import Console
 
-from stepjournal import push
+from stepjournal import AUDIT_SCHEMA_VERSION, push
 
 from ._render import Failure, cell, clean, print_json, progress_bar
 
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with progress_bar(err) as progress:
         report = push(args.journal, args.url, progress=progress_to(progress))
     if args.json:
-        print_json(attrs.asdict(report))
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     elif report.events_sent or report.payloads_sent:
         out.print(f"pushed {report.events_sent} events, {report.payloads_sent} payloads ({report.bytes_sent} bytes) "
                   f"of journal {report.source} to {cell(args.url)}")

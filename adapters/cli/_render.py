@@ -97,6 +97,8 @@ def progress_bar(err: Console) -> Any:
 # reorder what a terminal shows ("Trojan Source").
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What JSON leaves raw but a terminal acts on: DEL, C1 controls (\x9b is CSI), bidi overrides and isolates.
+_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MAX_INT_DIGITS = 4000
 
 
@@ -132,13 +134,16 @@ def one_line(message: object) -> str:
 
 
 def json_text(value: Any) -> str:
-    """`value` as exact JSON (no NaN, no infinity): ints of any length, lone surrogates as \\u escapes."""
+    """`value` as exact JSON (no NaN, no infinity): ints of any length; lone surrogates, C1 controls and bidi
+    overrides as \\u escapes (JSON escapes C0 controls itself), so the text is safe on a terminal too."""
     old = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(0)  # a journal may hold an int of 20 000 digits; JSON keeps it exact
     try:
         text = json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
         if _SURROGATE.search(text):  # not encodable as UTF-8; JSON spells it as an escape
             text = json.dumps(value, indent=2, ensure_ascii=True, allow_nan=False)
+        # Only strings hold these characters, so their \u escapes are the same JSON of the same text.
+        text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     finally:
         sys.set_int_max_str_digits(old)
     return text

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+from typing import Optional
 
+import attrs
 from rich.console import Console
 from rich.markup import escape
 
+from stepjournal import AuditRecord
+
 from ._common import open_readonly, parse_steps
-from ._render import Failure, UsageError, progress_bar
+from ._render import Failure, UsageError, clean, progress_bar
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Segment, Timeline, build_timeline
 
@@ -40,6 +44,19 @@ __all__ = [
 PROGRESS_ABOVE = 5000
 
 
+def _safe(record: AuditRecord) -> AuditRecord:
+    """The record with its journal text (run, mode, policy, reason) made safe to draw and print (`clean`):
+    a picture's labels and the lines below it never carry a journal's control characters."""
+    safe = attrs.evolve(record, run=clean(record.run), mode=clean(record.mode), policy=clean(record.policy),
+                        reason=clean(record.reason),
+                        source_run=None if record.source_run is None else clean(record.source_run))
+    return record if safe == record else safe
+
+
+def _clean_or_none(text: Optional[str]) -> Optional[str]:
+    return None if text is None else clean(text)
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     extension = os.path.splitext(args.out)[1].lower()
     if extension not in (".png", ".svg", ".html"):
@@ -50,12 +67,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         with (progress_bar(err) if large else contextlib.nullcontext()) as progress:
             task = progress.add_task("reading the journal", total=3) if progress else None
             # every call: sessions are numbered over the whole journal; releases mark their records
-            records = [r for r in journal.audit() if r.action != "released"]
+            records = [_safe(r) for r in journal.audit() if r.action != "released"]
             if progress:
                 progress.update(task, advance=1, description=f"laying out {len(records)} calls")
-            shown_runs = sorted({r.run for r in records if args.run is None or r.run == args.run})
+            # The filter is compared with the cleaned text: a run key given raw or as it is shown both match.
+            run_key, mode = _clean_or_none(args.run), _clean_or_none(args.mode)
+            shown_runs = sorted({r.run for r in records if run_key is None or r.run == run_key})
             title = f"{os.path.basename(os.path.abspath(args.journal))}: run {', '.join(shown_runs)}"
-            timeline = build_timeline(records, title=title, run=args.run, steps=steps, mode=args.mode)
+            timeline = build_timeline(records, title=title, run=run_key, steps=steps, mode=mode)
             if not timeline.cells:
                 raise Failure(f"no generate calls in {args.journal} match; nothing to draw")
             if progress:
