@@ -213,6 +213,9 @@ def test_export_never_overwrites_and_a_selection_of_nothing_leaves_no_file(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "taken.bundle"]
     assert cli(["export", str(tmp_path / "a"), "--to", str(tmp_path / "x"), "--stage", "reward"]) == 2
     assert "--stage goes with --bundle" in capsys.readouterr().err
+    assert cli(["export", str(tmp_path / "a"), "--bundle", str(tmp_path / "new.bundle"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["schema_version"] == 1 and printed["events"] == 9 and printed["path"] == str(tmp_path / "new.bundle")
 
 
 def test_a_step_whose_payload_retention_released_is_named_and_can_be_left_out(tmp_path):

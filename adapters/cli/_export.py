@@ -9,7 +9,7 @@ from rich.console import Console
 
 import attrs
 
-from stepjournal import export_bundle, export_payloads
+from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle, export_payloads
 from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
@@ -57,7 +57,7 @@ def _bundle(args: argparse.Namespace, out: Console, err: Console) -> int:
         report = export_bundle(args.journal, args.bundle, runs=args.run, modes=args.mode, stages=args.stage,
                                steps=parse_steps(args.steps), progress=progress_to(progress))
     if args.json:
-        print_json(attrs.asdict(report))
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
         out.print(f"bundled {report.events} events and {report.payloads} payloads from {len(report.sources)} "
                   f"journal(s) into {cell(report.path)} ({report.nbytes} bytes)")
