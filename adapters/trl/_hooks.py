@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import attrs
 from trl import GRPOTrainer, RLOOTrainer
@@ -40,6 +40,7 @@ from stepjournal.policies import (
     EngineOptions,
     InputMismatchError,
     Outcome,
+    Policy,
     ReplayMissError,
     StagePolicies,
 )
@@ -52,6 +53,9 @@ from ._stage_spec import GENERATE, declared_stages, stage_policies
 from ._stages import StageHooks
 
 __all__ = ["attach", "TrlRecorder", "JournaledTrainerMixin", "JournaledGRPOTrainer", "JournaledRLOOTrainer"]
+
+# What `attach` takes as a policy: a policy object, a spec string, or a per-stage mapping of specs.
+PolicySpec = Union[Policy, str, Mapping[str, Any]]
 
 log = get_logger(__name__)
 
@@ -217,7 +221,7 @@ class TrlRecorder:
 def attach(
     trainer: Any,
     journal: Journal,
-    policy: Any = "cache",
+    policy: PolicySpec = "cache",
     *,
     restore_rng: bool = True,
     bypass_eval: bool = True,
@@ -313,7 +317,7 @@ class JournaledTrainerMixin:
         self,
         *args: Any,
         journal: Journal,
-        journal_policy: Any = "cache",
+        journal_policy: PolicySpec = "cache",
         journal_options: Optional[Mapping[str, Any]] = None,
         **kwargs: Any,
     ) -> None:
