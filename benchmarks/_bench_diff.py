@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict
 
 from ._measure import quiet_logs, settle, summarize
+from ._report import _goal
 from ._workload import Workload, make_batch, mark, tensor_nbytes
 
 __all__ = ["bench_diff", "main"]
@@ -121,6 +122,12 @@ def _bench(workdir: Path, workload: Workload, reps: int, batch: Dict[str, Any], 
         "goal_ratio": 2.0,
         "met": diff["median_s"] <= 2.0 * load["median_s"],
         "first_divergence": report.summary,
+    }
+    out["goals"] = {
+        "diff_equal_1000_steps_s": _goal(diff_s, 1.0, "<=", "s", f"{EQUAL_STEPS} replayed steps vs their recording, "
+                                         "digests only, fresh process (import excluded)"),
+        "diff_differing_pair_vs_loads": _goal(out["differing_pair"]["ratio"], 2.0, "<=", "x",
+                                              "one differing benchmark batch vs loading both payloads"),
     }
     return out
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from rich.console import Console
 
+from ._bench_diff import bench_diff
 from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
 from ._cli_start import bench_cli_start
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "scan": bench_scan,
         "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
         "retention": bench_retention,
+        "diff": bench_diff,
         "remote": bench_remote,
     }
     try:

@@ -22,6 +22,8 @@ GOALS = {
     "replay_peak_rss_vs_payload",
     "cli_start_help_s",
     "cli_start_version_s",
+    "diff_equal_1000_steps_s",
+    "diff_differing_pair_vs_loads",
     "push_vs_client_put",
     "pull_vs_client_get",
     "cold_replay_vs_client_get",
