@@ -53,12 +53,13 @@ class _Keys:
         self._ok: set = set()
 
     def ok(self, *key: str) -> bool:
+        """`run` alone (a source run: its validator's rule), or (run, mode, stage): all three validators' rules."""
         if key in self._ok:
             return True
         try:
-            if len(key) == 1:
-                check_key(key[0], "train")
-            else:
+            check_key(key[0], "train")
+            if len(key) == 3:
+                check_key(key[0], key[1])
                 check_key(*key)
         except InvalidKeyError:
             return False
@@ -113,7 +114,7 @@ def _row(seq: int, cls: type, body: Dict[str, Any], keys: _Keys) -> Optional[Dic
         return None
     if not _int(step, 0, MAX_STEP) or not _int(gen_index, 0, MAX_GEN_INDEX):
         return None
-    if not (keys.ok(run) and keys.ok(run, mode) and keys.ok(run, mode, stage)):
+    if not keys.ok(run, mode, stage):
         return None
     duration: Optional[float] = None
     if cls is not CallRefused:

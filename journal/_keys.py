@@ -138,8 +138,25 @@ def check_stage(stage: str) -> None:
     check_key("default", "train", stage)
 
 
+# (run, mode, stage) triples that passed `check_key`: every event decoded checks its key, and a journal
+# holds few distinct ones. Only exact `str` triples are kept (nothing else equals them); bounded.
+_GOOD_KEYS: set = set()
+_GOOD_KEYS_MAX = 4096
+
+
 def check_key(run: str, mode: str, stage: str = DEFAULT_STAGE) -> None:
     """Refuse a run key, mode or stage that cannot be part of an index key, naming the limit."""
+    if type(run) is str and type(mode) is str and type(stage) is str:
+        if (run, mode, stage) in _GOOD_KEYS:
+            return
+        _check_key(run, mode, stage)
+        if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
+            _GOOD_KEYS.add((run, mode, stage))
+        return
+    _check_key(run, mode, stage)
+
+
+def _check_key(run: str, mode: str, stage: str) -> None:
     for label, value in (("run key", run), ("mode", mode), ("stage", stage)):
         if not isinstance(value, str) or not value or "\x00" in value:
             raise InvalidKeyError(f"{label} {value!r} is not valid: use a non-empty string without NUL")

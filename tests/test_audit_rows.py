@@ -198,3 +198,15 @@ def test_the_release_journal_gives_the_event_paths_rows(tmp_path):
     with Journal(str(target), readonly=True) as journal:
         rows = list(json_rows(journal.raw_events()))
         assert rows and rows == event_path(journal)
+
+
+def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
+    from stepjournal import InvalidKeyError
+    from stepjournal._keys import check_key
+
+    check_key("remembered", "train", "generate")
+    check_key("remembered", "train", "generate")  # from the cache
+    for bad in (("remembered", b"train", "generate"), ("", "train", "generate"), ("r" * 600, "train", "generate")):
+        for _ in range(2):  # a refusal is never remembered
+            with pytest.raises(InvalidKeyError):
+                check_key(*bad)
