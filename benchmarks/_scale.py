@@ -159,7 +159,8 @@ def _decisions(path: Path, steps: int) -> Dict[str, Any]:
     return out
 
 
-def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = None) -> Dict[str, Any]:
+def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = None, *,
+                decisions: bool = True) -> Dict[str, Any]:
     """Build (or take) the journal, then measure every figure of issue 17 it allows."""
     figures: Dict[str, Any] = {"load_average_before": load_average()}
     if journal is None:
@@ -173,8 +174,9 @@ def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = 
     with Journal(str(journal), readonly=True) as j:
         n_events, n_steps = j.last_seq(), j.step_count()
     figures["journal"] = {"events": n_events, "recorded_steps": n_steps, "disk": disk_bytes(str(journal))}
-    progress("scale: first decisions through journaled(...) in fresh processes")
-    figures["decisions"] = {"large": _decisions(journal, n_steps), "small": _decisions(small, SMALL_STEPS)}
+    if decisions:
+        progress("scale: first decisions through journaled(...) in fresh processes")
+        figures["decisions"] = {"large": _decisions(journal, n_steps), "small": _decisions(small, SMALL_STEPS)}
     progress("scale: reindex, runs --json, audit --json, the audit table's first screen")
     # reindex first: a journal built by an older stepjournal then has the runs index that `runs` reads.
     reindex = _command(["reindex", str(journal)])
@@ -200,13 +202,18 @@ def scale_goals(figures: Dict[str, Any]) -> Dict[str, Any]:
         met = measured <= target if op == "<=" else measured >= target
         return {"measured": round(measured, 4), "goal": target, "op": op, "unit": unit, "met": bool(met), "basis": basis}
 
-    large, small = figures["decisions"]["large"], figures["decisions"]["small"]
     n = figures["journal"]["recorded_steps"]
-    first = max(large[p]["first_call_s"] for p in POLICIES) * 1e3
-    grow = max(large[p]["rss_added_bytes"] - small[p]["rss_added_bytes"] for p in POLICIES) / 2**20
+    goals: Dict[str, Any] = {}
+    if "decisions" in figures:
+        large, small = figures["decisions"]["large"], figures["decisions"]["small"]
+        first = max(large[p]["first_call_s"] for p in POLICIES) * 1e3
+        grow = max(large[p]["rss_added_bytes"] - small[p]["rss_added_bytes"] for p in POLICIES) / 2**20
+        goals["first_decision_ms"] = goal(first, 5.0, "<=", "ms",
+                                          f"max of {', '.join(POLICIES)}, journaled(...), fresh process, {n} steps")
+        goals["first_decision_memory_growth_mib"] = goal(grow, 1.0, "<=", "MiB",
+                                                         f"RSS added by the first decision at {n} vs {SMALL_STEPS} steps")
     return {
-        "first_decision_ms": goal(first, 5.0, "<=", "ms", f"max of {', '.join(POLICIES)}, journaled(...), fresh process, {n} steps"),
-        "first_decision_memory_growth_mib": goal(grow, 1.0, "<=", "MiB", f"RSS added by the first decision at {n} vs {SMALL_STEPS} steps"),
+        **goals,
         "audit_json_events_per_s": goal(figures["audit_json"]["events_per_s"], 300_000, ">=", "events/s", "stepjournal audit --json, wall time"),
         "audit_json_in_process_events_per_s": goal(figures["audit_json_in_process"]["events_per_s"], 300_000, ">=",
                                                    "events/s", "audit --json rows streamed to /dev/null in one process, no CLI start"),
@@ -226,6 +233,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     p.add_argument("--journal", type=Path, help="measure this existing journal instead of building one")
+    p.add_argument("--skip-decisions", action="store_true", help="leave out the first-decision figures")
     args = p.parse_args(argv)
     quiet_logs()
 
@@ -235,7 +243,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-", dir=args.workdir))
     try:
-        figures = bench_scale(workdir, args.events, progress, args.journal)
+        figures = bench_scale(workdir, args.events, progress, args.journal, decisions=not args.skip_decisions)
         figures["cli_start"] = bench_cli_start()
     finally:
         if not args.keep:

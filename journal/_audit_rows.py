@@ -20,7 +20,7 @@ from ._errors import InvalidKeyError
 from ._events import MAX_TS, CallBypassed, CallRefused, EventsImported, GenerationRecorded, ReplayServed
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
-__all__ = ["json_rows"]
+__all__ = ["json_rows", "call_row", "Keys"]
 
 _MAX_U64 = (1 << 64) - 1
 _MAX_NBYTES = (1 << 63) - 1
@@ -46,7 +46,7 @@ _REF_REQUIRED = {"digest", "nbytes", "stored_nbytes"}
 _CLASS_FIELDS = {cls: (frozenset(a), frozenset(r)) for cls, (a, r) in _FIELDS.items()}
 
 
-class _Keys:
+class Keys:
     """The run / mode / stage rule (`check_key` as the events' validators apply it), once per distinct value."""
 
     def __init__(self) -> None:
@@ -100,8 +100,11 @@ def _ref(value: Any) -> Optional[Dict[str, Any]]:
     return value
 
 
-def _row(seq: int, cls: type, body: Dict[str, Any], keys: _Keys) -> Optional[Dict[str, Any]]:
-    """The JSON row of a call event's map when every field passes its class's rules, else None."""
+def call_row(seq: int, cls: type, body: Dict[str, Any], keys: Keys, *, timed: bool = True) -> Optional[Dict[str, Any]]:
+    """The JSON row of a call event's map when every field passes its class's rules, else None
+    (`timed`: with its ``time``; without, None there, for a reader that needs no clock text)."""
+    if cls not in _ACTION:
+        return None
     allowed, required = _CLASS_FIELDS[cls]
     if not required <= body.keys() or not body.keys() <= allowed:
         return None
@@ -148,7 +151,7 @@ def _row(seq: int, cls: type, body: Dict[str, Any], keys: _Keys) -> Optional[Dic
         "source_run": source[0], "source_step": source[1], "source_gen_index": source[2], "source_seq": source[3],
         "policy": policy, "reason": reason,
         "nbytes": out["nbytes"] if out else None, "stored_nbytes": out["stored_nbytes"] if out else None,
-        "digest": out["digest"] if out else None, "input_digest": input_digest, "ts": ts, "time": iso_time(ts),
+        "digest": out["digest"] if out else None, "input_digest": input_digest, "ts": ts, "time": iso_time(ts) if timed else None,
         "duration_s": duration, "imported_from": imported_from, "released_by": None, "origin_journal": None,
         "origin_seq": None,
     }
@@ -169,12 +172,12 @@ def json_rows(
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
-    keys = _Keys()
+    keys = Keys()
     origin: Optional[EventsImported] = None
     origin_at = origin_end = 0
     for seq, raw in raw_pairs:
         found = checked_body(raw)
-        row = _row(seq, found[0], found[1], keys) if found is not None and found[0] in _ACTION else None
+        row = call_row(seq, found[0], found[1], keys) if found is not None else None
         if row is None:
             event = decode_event(raw, seq=seq)  # the event path: the same row, or the error
             if isinstance(event, EventsImported):

@@ -31,7 +31,8 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
-from ._convert import decode_event
+from ._audit_rows import Keys, call_row
+from ._convert import checked_body, decode_event
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index
 from ._eventlog import EventLog
@@ -264,9 +265,20 @@ class Projections:
         for name in ("sessions", "steps"):
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
-        count, runs, seq = 0, runs_index.RunsFold(), 0
+        count, runs, seq, keys, gen = 0, runs_index.RunsFold(), 0, Keys(), store.db("gen")
         for key, body in txn.cursor(db=store.db("events")):
             seq = seq_of(key)
+            # A call event whose map passes its class's rules is projected from the map (no event
+            # object); anything else is decoded, which projects it or raises the same error.
+            found = checked_body(body)
+            row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
+            if row is not None:
+                if row["stored"]:
+                    txn.put(gen_key(row["run"], row["mode"], row["step"], row["gen_index"], row["stage"]),
+                            seq_key(seq), db=gen)
+                runs.add_row(row)
+                count += 1
+                continue
             try:
                 event = decode_event(body, seq=seq)
             except EventDecodeError:

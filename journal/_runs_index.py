@@ -57,19 +57,28 @@ def _unpack(raw: bytes) -> List[int]:
 
 def _fold(row: Optional[List[int]], seq: int, event: Event) -> List[int]:
     """The group's row with `event` (a call or a `PayloadsReleased` of that group, log order) folded in."""
+    at = _COUNT_AT.get(type(event))
+    out = getattr(event, "output", None)
+    return _fold_call(row, seq, at, getattr(event, "step", 0), out.nbytes if at == 2 and out is not None else 0)
+
+
+def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int, nbytes: int) -> List[int]:
+    """`_fold` of a call given by its count's place `at` (None: a release), step and stored output bytes."""
     if row is None:
         row = [seq, 0, 0, 0, 0, 0, _NO_STEP, 0, 0]
-    at = _COUNT_AT.get(type(event))
     if at is None:
         return row  # a release: the group exists (the run's place in the order), no call
     if not row[1]:
         row[1] = seq
     row[at] += 1
     if at != 5:  # a refused call did not happen at its step (see `summarize_runs`)
-        row[6], row[7] = min(row[6], event.step), max(row[7], event.step)
-    if at == 2 and event.output is not None:
-        row[8] += event.output.nbytes
+        row[6], row[7] = min(row[6], step), max(row[7], step)
+    row[8] += nbytes
     return row
+
+
+# An audit row's action -> the place of its count in a group's row.
+_AT_OF_ACTION = {"generated": 2, "replayed": 3, "bypassed": 4, "refused": 5}
 
 
 def _group_of(event: Event) -> Optional[Group]:
@@ -94,6 +103,14 @@ class RunsFold:
             if group is not None:
                 self.groups[group] = _fold(self.groups.get(group), seq, event)
         self.last = max(self.last, seq)
+
+    def add_row(self, row: Dict[str, Any]) -> None:
+        """Fold in a call given as its audit row (`_audit_rows.call_row`: a reindex without event objects)."""
+        group = (row["run"], row["stage"], row["mode"])
+        at = _AT_OF_ACTION[row["action"]]
+        nbytes = row["nbytes"] if at == 2 and row["stored"] else 0
+        self.groups[group] = _fold_call(self.groups.get(group), row["seq"], at, row["step"], nbytes)
+        self.last = max(self.last, row["seq"])
 
     def add_all(self, pairs: Iterable[Tuple[int, Event]]) -> "RunsFold":
         for seq, event in pairs:

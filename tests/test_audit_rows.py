@@ -210,3 +210,25 @@ def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
         for _ in range(2):  # a refusal is never remembered
             with pytest.raises(InvalidKeyError):
                 check_key(*bad)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_error(journal_path, tmp_path, name,
+                                                                                    monkeypatch):
+    import stepjournal._projections as projections
+
+    path = tmp_path / "j"
+    shutil.copytree(journal_path, path)
+
+    def rebuilt(journal):
+        result = outcome(journal.reindex)
+        store = journal._live()
+        with store.read() as txn:
+            runs = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=store.db("runs"))]
+        return result, journal.index_items(), journal.rank_items(), runs
+
+    with Journal(str(path), session=False) as journal:
+        append_raw(journal, [packed(HOSTILE[name])])
+        fast = rebuilt(journal)
+        monkeypatch.setattr(projections, "call_row", lambda *a, **k: None)  # every event through decode_event
+        assert fast == rebuilt(journal)
