@@ -61,6 +61,13 @@ def assert_index_is_the_scan(path: str) -> None:
         assert [s.to_json() for s in journal.run_summaries()] == [s.to_json() for s in scan(journal)]
 
 
+def assert_reindex_rebuilds_the_same_index(path: str) -> None:
+    with Journal(path, session=False) as journal:
+        kept = index_dump(journal)
+        journal.reindex()
+        assert index_dump(journal) == kept
+
+
 def play(journal: Journal, calls) -> None:
     last = {}  # per stage, the latest call recorded with an output by this handle: what a replay serves
     for kind, step, gen_index, mode, stage in calls:
@@ -92,10 +99,7 @@ def test_the_runs_index_equals_the_scan_after_random_recording_and_after_reindex
     path = str(tmp_path_factory.mktemp("j") / "j")
     record_sessions(path, plan)
     assert_index_is_the_scan(path)
-    with Journal(path, session=False) as journal:
-        incremental = index_dump(journal)
-        journal.reindex()
-        assert index_dump(journal) == incremental
+    assert_reindex_rebuilds_the_same_index(path)
 
 
 def test_the_runs_index_equals_the_scan_after_prune_and_compact(tmp_path):
@@ -110,10 +114,7 @@ def test_the_runs_index_equals_the_scan_after_prune_and_compact(tmp_path):
     assert_index_is_the_scan(path)
     compact(path)
     assert_index_is_the_scan(path)
-    with Journal(path, session=False) as journal:
-        kept = index_dump(journal)
-        journal.reindex()
-        assert index_dump(journal) == kept
+    assert_reindex_rebuilds_the_same_index(path)
 
 
 def test_the_runs_index_equals_the_scan_after_pull(tmp_path):
@@ -157,10 +158,7 @@ def test_events_a_writer_without_the_index_appended_are_folded_in_by_readers_and
         assert index_dump(journal) == with_tail
     with Journal(path, run="exp", session=False) as journal:
         append_without_the_index(journal, unindexed[:1])
-    with Journal(path, session=False) as journal:  # a writable open catches up
-        caught_up = index_dump(journal)
-        journal.reindex()
-        assert index_dump(journal) == caught_up
+    assert_reindex_rebuilds_the_same_index(path)  # the writable open caught up first
     assert_index_is_the_scan(path)
 
 
