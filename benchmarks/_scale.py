@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -84,8 +85,15 @@ def _python(args: List[str], *, timeout: float = 600) -> Dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
-    """Wall time of one CLI command in a fresh process (its output discarded)."""
+    """Wall time of one CLI command in a fresh process (its output discarded), and the CPU time it used
+    (what the wall time would be on an idle machine, roughly: a loaded one stretches only the wall)."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     try:
         done = subprocess.run(
@@ -99,7 +107,8 @@ def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
         # Reported as a bound: the command took at least `timeout` seconds.
         return {"wall_s": float(timeout), "rc": None, "timed_out": True, "stderr_tail": ""}
     took = time.perf_counter() - start
-    return {"wall_s": took, "rc": done.returncode, "timed_out": False, "stderr_tail": done.stderr[-300:] if done.returncode else ""}
+    return {"wall_s": took, "cpu_s": _children_cpu() - cpu, "rc": done.returncode, "timed_out": False,
+            "stderr_tail": done.stderr[-300:] if done.returncode else ""}
 
 
 # Run in a fresh process: one reading figure of the journal, timed inside the process (no CLI start).
@@ -109,7 +118,7 @@ from stepjournal import Journal
 path, what = sys.argv[1], sys.argv[2]
 opened = time.perf_counter()
 journal = Journal(path, readonly=True)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 out = {"open_s": start - opened}
 if what == "runs":
     out["runs"] = len(journal.run_summaries())
@@ -121,7 +130,7 @@ elif what == "audit_json":
     _print_json_rows(json_rows(journal.raw_events()))
     sys.stdout = real
     out["events"] = journal.last_seq()
-out["s"] = time.perf_counter() - start
+out["s"], out["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
 journal.close()
 print(json.dumps(out))
 """
