@@ -9,8 +9,9 @@ figure is then taken in a fresh process, the way a user meets it:
 - the first ``nearest`` / ``repeat`` / ``repeat_last`` decision through ``journaled(...)`` on a fresh
   handle (the engine's fingerprint check included), and the RSS it adds, at N steps and at 1 000
   (memory that does not grow with history means the two are alike);
-- ``stepjournal audit --json``, ``runs --json`` and ``reindex`` on the journal (wall time of the
-  command, start-up included), and the journal's size on disk.
+- ``stepjournal reindex``, ``runs --json`` and ``audit --json`` on the journal (wall time of the
+  command, start-up included), the same runs and audit rows timed inside one process, the audit
+  table's first screen (the first 40 lines of ``audit --no-pager``), and the size on disk.
 
 `--journal PATH` measures an existing journal instead of building one (it is not removed).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -83,8 +85,15 @@ def _python(args: List[str], *, timeout: float = 600) -> Dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
-    """Wall time of one CLI command in a fresh process (its output discarded)."""
+    """Wall time of one CLI command in a fresh process (its output discarded), and the CPU time it used
+    (what the wall time would be on an idle machine, roughly: a loaded one stretches only the wall)."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     try:
         done = subprocess.run(
@@ -98,7 +107,49 @@ def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
         # Reported as a bound: the command took at least `timeout` seconds.
         return {"wall_s": float(timeout), "rc": None, "timed_out": True, "stderr_tail": ""}
     took = time.perf_counter() - start
-    return {"wall_s": took, "rc": done.returncode, "timed_out": False, "stderr_tail": done.stderr[-300:] if done.returncode else ""}
+    return {"wall_s": took, "cpu_s": _children_cpu() - cpu, "rc": done.returncode, "timed_out": False,
+            "stderr_tail": done.stderr[-300:] if done.returncode else ""}
+
+
+# Run in a fresh process: one reading figure of the journal, timed inside the process (no CLI start).
+_IN_PROCESS = r"""
+import io, json, os, sys, time
+from stepjournal import Journal
+path, what = sys.argv[1], sys.argv[2]
+opened = time.perf_counter()
+journal = Journal(path, readonly=True)
+start, cpu = time.perf_counter(), time.process_time()
+out = {"open_s": start - opened}
+if what == "runs":
+    out["runs"] = len(journal.run_summaries())
+elif what == "audit_json":
+    from stepjournal._audit_rows import json_rows
+    from stepjournal.adapters.cli._audit import _print_json_rows
+    sink = open(os.devnull, "w")
+    sys.stdout, real = sink, sys.stdout
+    _print_json_rows(json_rows(journal.raw_events()))
+    sys.stdout = real
+    out["events"] = journal.last_seq()
+out["s"], out["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
+journal.close()
+print(json.dumps(out))
+"""
+
+
+def _first_screen(path: Path, lines: int = 40, timeout: float = 300) -> Dict[str, Any]:
+    """Seconds from starting ``stepjournal audit PATH --no-pager`` to its first `lines` lines (the table)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "stepjournal", "audit", str(path), "--no-pager"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120"})
+    try:
+        for _ in range(lines):
+            if not proc.stdout.readline():
+                break
+        took = time.perf_counter() - start
+    finally:
+        proc.kill()
+        proc.wait(timeout=timeout)
+    return {"wall_s": took, "lines": lines}
 
 
 def _decisions(path: Path, steps: int) -> Dict[str, Any]:
@@ -117,7 +168,8 @@ def _decisions(path: Path, steps: int) -> Dict[str, Any]:
     return out
 
 
-def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = None) -> Dict[str, Any]:
+def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = None, *,
+                decisions: bool = True) -> Dict[str, Any]:
     """Build (or take) the journal, then measure every figure of issue 17 it allows."""
     figures: Dict[str, Any] = {"load_average_before": load_average()}
     if journal is None:
@@ -131,17 +183,24 @@ def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = 
     with Journal(str(journal), readonly=True) as j:
         n_events, n_steps = j.last_seq(), j.step_count()
     figures["journal"] = {"events": n_events, "recorded_steps": n_steps, "disk": disk_bytes(str(journal))}
-    progress("scale: first decisions through journaled(...) in fresh processes")
-    figures["decisions"] = {"large": _decisions(journal, n_steps), "small": _decisions(small, SMALL_STEPS)}
-    progress("scale: audit --json, runs --json, reindex")
-    audit = _command(["audit", "--json", str(journal)])
-    audit["events_per_s"] = n_events / audit["wall_s"]
-    figures["audit_json"] = audit
-    figures["runs_json"] = _command(["runs", "--json", str(journal)])
+    if decisions:
+        progress("scale: first decisions through journaled(...) in fresh processes")
+        figures["decisions"] = {"large": _decisions(journal, n_steps), "small": _decisions(small, SMALL_STEPS)}
+    progress("scale: reindex, runs --json, audit --json, the audit table's first screen")
+    # reindex first: a journal built by an older stepjournal then has the runs index that `runs` reads.
     reindex = _command(["reindex", str(journal)])
     reindex["events_per_s"] = n_events / reindex["wall_s"]
     figures["reindex"] = reindex
     figures["journal"]["disk_after_reindex"] = disk_bytes(str(journal))
+    figures["runs_json"] = _command(["runs", "--json", str(journal)])
+    figures["runs_in_process"] = _python(["-c", _IN_PROCESS, str(journal), "runs"])
+    audit = _command(["audit", "--json", str(journal)])
+    audit["events_per_s"] = n_events / audit["wall_s"]
+    figures["audit_json"] = audit
+    in_process = _python(["-c", _IN_PROCESS, str(journal), "audit_json"], timeout=1800)
+    in_process["events_per_s"] = n_events / in_process["s"]
+    figures["audit_json_in_process"] = in_process
+    figures["audit_first_screen"] = _first_screen(journal)
     return figures
 
 
@@ -152,15 +211,26 @@ def scale_goals(figures: Dict[str, Any]) -> Dict[str, Any]:
         met = measured <= target if op == "<=" else measured >= target
         return {"measured": round(measured, 4), "goal": target, "op": op, "unit": unit, "met": bool(met), "basis": basis}
 
-    large, small = figures["decisions"]["large"], figures["decisions"]["small"]
     n = figures["journal"]["recorded_steps"]
-    first = max(large[p]["first_call_s"] for p in POLICIES) * 1e3
-    grow = max(large[p]["rss_added_bytes"] - small[p]["rss_added_bytes"] for p in POLICIES) / 2**20
+    goals: Dict[str, Any] = {}
+    if "decisions" in figures:
+        large, small = figures["decisions"]["large"], figures["decisions"]["small"]
+        first = max(large[p]["first_call_s"] for p in POLICIES) * 1e3
+        grow = max(large[p]["rss_added_bytes"] - small[p]["rss_added_bytes"] for p in POLICIES) / 2**20
+        goals["first_decision_ms"] = goal(first, 5.0, "<=", "ms",
+                                          f"max of {', '.join(POLICIES)}, journaled(...), fresh process, {n} steps")
+        goals["first_decision_memory_growth_mib"] = goal(grow, 1.0, "<=", "MiB",
+                                                         f"RSS added by the first decision at {n} vs {SMALL_STEPS} steps")
     return {
-        "first_decision_ms": goal(first, 5.0, "<=", "ms", f"max of {', '.join(POLICIES)}, journaled(...), fresh process, {n} steps"),
-        "first_decision_memory_growth_mib": goal(grow, 1.0, "<=", "MiB", f"RSS added by the first decision at {n} vs {SMALL_STEPS} steps"),
+        **goals,
         "audit_json_events_per_s": goal(figures["audit_json"]["events_per_s"], 300_000, ">=", "events/s", "stepjournal audit --json, wall time"),
+        "audit_json_in_process_events_per_s": goal(figures["audit_json_in_process"]["events_per_s"], 300_000, ">=",
+                                                   "events/s", "audit --json rows streamed to /dev/null in one process, no CLI start"),
+        "audit_first_screen_s": goal(figures["audit_first_screen"]["wall_s"], 0.5, "<=", "s",
+                                     "stepjournal audit --no-pager to its first 40 lines, CLI start included"),
         "runs_s": goal(figures["runs_json"]["wall_s"], 1.0, "<=", "s", "stepjournal runs --json, wall time"),
+        "runs_in_process_s": goal(figures["runs_in_process"]["s"], 1.0, "<=", "s",
+                                  "Journal.run_summaries() on a fresh read-only handle (the open apart)"),
         "reindex_s": goal(figures["reindex"]["wall_s"], 10.0, "<=", "s", "stepjournal reindex, wall time"),
     }
 
@@ -172,6 +242,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     p.add_argument("--journal", type=Path, help="measure this existing journal instead of building one")
+    p.add_argument("--skip-decisions", action="store_true", help="leave out the first-decision figures")
     args = p.parse_args(argv)
     quiet_logs()
 
@@ -181,7 +252,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-", dir=args.workdir))
     try:
-        figures = bench_scale(workdir, args.events, progress, args.journal)
+        figures = bench_scale(workdir, args.events, progress, args.journal, decisions=not args.skip_decisions)
         figures["cli_start"] = bench_cli_start()
     finally:
         if not args.keep:

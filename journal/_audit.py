@@ -343,11 +343,15 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
     """One `RunSummary` per run key, in order of each run's first event.
 
     Args:
-        source: ``(seq, event)`` pairs in log order, or an open journal.
+        source: ``(seq, event)`` pairs in log order, or an open journal (whose runs index answers:
+            `Journal.run_summaries`).
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
+    indexed = getattr(source, "run_summaries", None)
+    if callable(indexed):
+        return indexed()
     acc: Dict[str, Dict[str, Any]] = {}
     for seq, event in _pairs(source):
         if isinstance(event, EventsImported):

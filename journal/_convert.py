@@ -24,7 +24,7 @@ from cattrs.preconf.msgpack import make_converter
 from ._errors import EventDecodeError, StepJournalError, UnknownEventTypeError, UnsupportedSchemaVersionError
 from ._events import EVENT_TYPES, Event, PayloadRef
 
-__all__ = ["converter", "encode_event", "decode_event", "event_tag"]
+__all__ = ["converter", "encode_event", "decode_event", "event_tag", "checked_body"]
 
 # An event body is small (no payload bytes); anything larger is not an event.
 _MAX_EVENT_BYTES = 1 << 20
@@ -168,11 +168,28 @@ def _build(body: Dict[str, Any], cls: type) -> Any:
 def _decode_fast(raw: bytes) -> Optional[Event]:
     """The event in `raw` when it is a well-formed, checksummed event of a known version; else None.
 
-    The checksum is computed over the stored bytes themselves (the map header rewritten for one entry
-    fewer, the trailing ``crc32`` entry cut off): the bytes the writer checksummed, without packing
-    the body again. Whatever is unusual returns None, and `decode_event` takes the checked path,
-    which says what is wrong.
+    Whatever is unusual returns None, and `decode_event` takes the checked path, which says what is wrong.
     """
+    found = checked_body(raw)
+    if found is None:
+        return None
+    try:
+        return _build(found[1], found[0])
+    except Exception:  # a validator refused a value: the checked path below names it
+        return None
+
+
+def checked_body(raw: bytes) -> Optional[Tuple[type, Dict[str, Any]]]:
+    """The event class and field map of `raw` (checksum verified, lifted to the current version), or None.
+
+    Not yet validated: building the class (or a reader checking the same rules) does that. The
+    checksum is computed over the stored bytes themselves (the map header rewritten for one entry
+    fewer, the trailing ``crc32`` entry cut off): the bytes the writer checksummed, without packing
+    the body again. Anything unusual (no checksum, another map layout, an unknown tag or version)
+    returns None: `decode_event` then says what is wrong.
+    """
+    if len(raw) > _MAX_EVENT_BYTES:
+        return None
     try:
         body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
         if type(body) is not dict:
@@ -201,8 +218,8 @@ def _decode_fast(raw: bytes) -> Optional[Event]:
         while version < found[1]:  # an older event (a 0.1.0 journal): lifted, then built the same way
             body = _UPGRADES[(tag, version)](body)
             version += 1
-        return _build(body, found[0])
-    except Exception:  # anything odd: the checked path below names it
+        return found[0], body
+    except Exception:  # anything odd: the checked path names it
         return None
 
 

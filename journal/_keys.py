@@ -9,7 +9,9 @@
 - ``steps``: ``run \\0 mode \\0 stage \\0 ordinal(u64 BE)`` (`rank_key`) -> step (u64 BE): the
   distinct recorded steps of one (run, mode, stage) in ascending order, numbered from 0, so the n-th
   step is one read.
-- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_LAYOUT`.
+- ``runs``: see `_runs_index` (``g`` run/stage/mode rows, ``s`` run sessions).
+- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_RUNS_INDEX`,
+  `META_LAYOUT`.
 
 LMDB keys are at most 511 bytes, so run, mode and stage are checked on their encoded length, with
 the separators and the 12 bytes of step and index counted in.
@@ -33,6 +35,7 @@ __all__ = [
     "META_CREATED",
     "META_SESSIONS_INDEX",
     "META_STEPS_INDEX",
+    "META_RUNS_INDEX",
     "META_LAYOUT",
     "LAYOUT_VERSION",
     "DEFAULT_STAGE",
@@ -56,6 +59,8 @@ META_FORMAT = b"format"
 META_CREATED = b"created"
 META_SESSIONS_INDEX = b"sessions_index"
 META_STEPS_INDEX = b"steps_index"
+# The seq of the last event the ``runs`` index folded in (absent: no runs index, `_runs_index`).
+META_RUNS_INDEX = b"runs_index"
 # The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (0.1.0, no stage in the key).
 META_LAYOUT = b"layout"
 LAYOUT_VERSION = 2
@@ -133,8 +138,25 @@ def check_stage(stage: str) -> None:
     check_key("default", "train", stage)
 
 
+# (run, mode, stage) triples that passed `check_key`: every event decoded checks its key, and a journal
+# holds few distinct ones. Only exact `str` triples are kept (nothing else equals them); bounded.
+_GOOD_KEYS: set = set()
+_GOOD_KEYS_MAX = 4096
+
+
 def check_key(run: str, mode: str, stage: str = DEFAULT_STAGE) -> None:
     """Refuse a run key, mode or stage that cannot be part of an index key, naming the limit."""
+    if type(run) is str and type(mode) is str and type(stage) is str:
+        if (run, mode, stage) in _GOOD_KEYS:
+            return
+        _check_key(run, mode, stage)
+        if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
+            _GOOD_KEYS.add((run, mode, stage))
+        return
+    _check_key(run, mode, stage)
+
+
+def _check_key(run: str, mode: str, stage: str) -> None:
     for label, value in (("run key", run), ("mode", mode), ("stage", stage)):
         if not isinstance(value, str) or not value or "\x00" in value:
             raise InvalidKeyError(f"{label} {value!r} is not valid: use a non-empty string without NUL")

@@ -31,8 +31,10 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
-from ._convert import decode_event
+from ._audit_rows import Keys, call_row
+from ._convert import checked_body, decode_event
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
+from . import _runs_index as runs_index
 from ._eventlog import EventLog
 from ._events import Event, GenerationRecorded, PayloadsReleased, SessionOpened
 from ._keys import (
@@ -208,8 +210,11 @@ class Projections:
 
     # -- inside write transactions ---------------------------------------------------------------
     @staticmethod
-    def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True) -> None:
-        """Project one appended event, in the transaction that appends it (`ranks`: the rank index too)."""
+    def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True, runs: bool = True) -> None:
+        """Project one appended event, in the transaction that appends it (`ranks`: the rank index
+        too; `runs`: the runs index too)."""
+        if runs:
+            runs_index.apply_in(txn, store, seq, event)
         if isinstance(event, GenerationRecorded):
             if event.output is not None:
                 gen = store.db("gen")
@@ -260,17 +265,31 @@ class Projections:
         for name in ("sessions", "steps"):
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
-        count = 0
+        count, runs, seq, keys, gen = 0, runs_index.RunsFold(), 0, Keys(), store.db("gen")
         for key, body in txn.cursor(db=store.db("events")):
             seq = seq_of(key)
+            # A call event whose map passes its class's rules is projected from the map (no event
+            # object); anything else is decoded, which projects it or raises the same error.
+            found = checked_body(body)
+            row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
+            if row is not None:
+                if row["stored"]:
+                    txn.put(gen_key(row["run"], row["mode"], row["step"], row["gen_index"], row["stage"]),
+                            seq_key(seq), db=gen)
+                runs.add_row(row)
+                count += 1
+                continue
             try:
                 event = decode_event(body, seq=seq)
             except EventDecodeError:
                 if not skip_damaged:
                     raise
                 continue
-            cls.apply_in(txn, store, seq, event, ranks=False)
+            cls.apply_in(txn, store, seq, event, ranks=False, runs=False)
+            runs.add(seq, event)
             count += 1
+        runs.last = seq
+        runs.write_in(txn, store)
         if store.db("sessions") is not None:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
         cls._build_ranks_in(txn, store)
@@ -336,8 +355,10 @@ class Projections:
 
     @classmethod
     def ensure_sessions_in(cls, txn: Any, store: Store, *, new: bool) -> None:
-        """Build the sessions and rank indexes of a journal written before they existed (once, when writable)."""
+        """Build the sessions, rank and runs indexes of a journal written before they existed (once, when
+        writable; the runs index also folds in what a writer without it appended)."""
         meta = store.db("meta")
+        runs_index.catch_up_in(txn, store)
         if store.db("steps") is not None and txn.get(STEPS_FLAG, db=meta) is None:
             cls._build_ranks_in(txn, store)
         sessions = store.db("sessions")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ._audit import CALL_EVENT_TYPES
+from ._audit import CALL_EVENT_TYPES, RunSummary
 from ._keys import DEFAULT_STAGE
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
 from ._projections import Projections, RecordedGeneration
+from ._runs_index import RunsFold, summaries
 
 __all__ = ["Queries"]
 
@@ -27,6 +28,9 @@ class Queries:
         raise NotImplementedError
 
     def events(self, **filters: Any) -> Iterator[Tuple[int, Any]]:  # pragma: no cover - provided by Journal
+        raise NotImplementedError
+
+    def event(self, seq: int) -> Any:  # pragma: no cover - provided by Journal
         raise NotImplementedError
 
     def lookup(self, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None,
@@ -82,3 +86,20 @@ class Queries:
             seen.setdefault(event.stage, None)
         return list(seen)
 
+    def run_summaries(self, *, stage: Optional[str] = None) -> List[RunSummary]:
+        """One `RunSummary` per run key, as `summarize_runs` gives it, read from the runs index.
+
+        What the index does not hold yet (a journal written before it, opened read-only; events a
+        writer without it appended) is folded from the log, so the answer is always the scan's.
+
+        Args:
+            stage: only the calls of this stage (every session is kept), as ``stepjournal runs --stage``.
+
+        Raises:
+            EventDecodeError: an event the index does not hold cannot be decoded.
+        """
+        store = self._live()
+        with store.read() as txn:
+            fold = RunsFold.read_in(txn, store) or RunsFold()
+        fold.add_all(self.events(since=fold.last))
+        return summaries(fold, self.event, stage)

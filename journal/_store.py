@@ -29,7 +29,7 @@ __all__ = ["Store", "DB_NAMES"]
 log = get_logger(__name__)
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
-DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps")
+DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps", "runs")
 _MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
 _STRUCTURE_RETRIES = 8

@@ -7,7 +7,6 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import SessionOpened, summarize_runs
 from stepjournal._audit import ACTIONS
 
 from ._common import open_readonly
@@ -19,9 +18,7 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     stage = getattr(args, "stage", None)
     with open_readonly(args.journal) as journal:
-        events = journal.events() if stage is None else (
-            (seq, e) for seq, e in journal.events() if isinstance(e, SessionOpened) or e.stage == stage)
-        summaries = summarize_runs(events)
+        summaries = journal.run_summaries(stage=stage)  # the runs index, not a scan of the log
     if args.json:
         print_json([s.to_json() for s in summaries])
         return 0
