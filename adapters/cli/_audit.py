@@ -23,7 +23,7 @@ from stepjournal.policies import StepRanges
 
 from ._common import open_readonly, parse_steps
 from ._pager import paged
-from ._render import _SURROGATE, ACTION_STYLE, Failure, cell, clean, human_size, short_time
+from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, human_size, short_time
 
 __all__ = ["run"]
 
@@ -71,6 +71,8 @@ def _print_json_rows(rows: Iterable[Dict[str, Any]]) -> None:
         text = encoder.encode(row)
         if _SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
             text = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
+        if _JSON_RAW.search(text):  # C1 controls and bidi overrides: escaped, as `print_json` does
+            text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
         pending.append(("[\n  {\n    " if first else ",\n  {\n    ") + text[1:-1] + "\n  }")
         first = False
         if len(pending) >= 512:
