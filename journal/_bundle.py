@@ -27,8 +27,9 @@ from ._events import EventsImported, SessionOpened
 from ._journal import Journal
 from ._log import get_logger
 from ._object_store import ObjectPayloadStore
-from ._remote import (MANIFEST, PullReport, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
-                      journal_id, local_payload, manifest_bytes, new_head, pull_from)
+from ._remote import PullReport, journal_id, local_payload, pull_from, released_digests
+from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
+                             manifest_bytes, new_head)
 from ._verify import VerifyProblem
 
 __all__ = ["BundleReport", "export_bundle", "import_bundle", "verify_bundle"]
@@ -218,8 +219,11 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
     counts = {"events": 0}
     total = journal.last_seq()
 
+    released = released_digests(journal)
+    skipped: Dict[str, set] = {}
+
     def flush(source: str) -> None:
-        name, body, entry = encode_segment(source, pending.pop(source))
+        name, body, entry = encode_segment(source, pending.pop(source), skipped.pop(source, ()))
         writer.put(name, body)
         heads.setdefault(source, new_head(source))["segments"].append(entry)
 
@@ -232,11 +236,13 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
             if ref.digest in written:
                 continue
             blob, problem = local_payload(payloads, ref)
+            if problem == "missing" and ref.digest in released:
+                skipped.setdefault(source, set()).add(ref.digest)  # the event goes; its released payload cannot
+                continue
             if problem:
                 raise IntegrityError(
-                    f"payload {ref.digest[:16]}… of step {event.step} is {problem} "
-                    f"in {journal.path!r} (released by retention, or damaged: `stepjournal verify` says which); "
-                    "leave that step out with --steps", step=event.step)
+                    f"payload {ref.digest[:16]}… of step {event.step} is {problem} in {journal.path!r}; "
+                    "run `stepjournal verify`, or leave that step out with --steps", step=event.step)
             writer.put(f"payloads/{ref.digest}", blob)
             written.add(ref.digest)
         pending.setdefault(source, []).append((seq, raw))
@@ -314,13 +320,15 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
                 continue
             for seg in head["segments"] if head else ():
                 try:
-                    listed = _segment_events(reader, source, seg)
+                    listed, released = _segment_events(reader, source, seg)
                 except StepJournalError as exc:
                     problems.append(VerifyProblem("segment", seg["name"], (), str(exc)))
                     continue
                 events += len(listed)
                 for _seq, _raw, event in listed:
                     for ref in call_refs(event):
+                        if ref.digest in released and not reader.exists(f"payloads/{ref.digest}"):
+                            continue  # released by retention before the bundle was written
                         if ref.digest not in checked:
                             checked[ref.digest] = _payload_problem(objects, ref)
                         if checked[ref.digest] is not None:

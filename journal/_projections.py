@@ -36,7 +36,8 @@ from ._convert import checked_body, decode_event
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index
 from ._eventlog import EventLog
-from ._events import Event, GenerationRecorded, PayloadsReleased, SessionOpened
+from ._events import Event, EventsImported, GenerationRecorded, PayloadsReleased, SessionOpened
+from ._import_map import ImportMap
 from ._keys import (
     DEFAULT_STAGE,
     LAYOUT_VERSION,
@@ -266,6 +267,7 @@ class Projections:
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
         count, runs, seq, keys, gen = 0, runs_index.RunsFold(), 0, Keys(), store.db("gen")
+        imports = ImportMap()
         for key, body in txn.cursor(db=store.db("events")):
             seq = seq_of(key)
             # A call event whose map passes its class's rules is projected from the map (no event
@@ -285,6 +287,9 @@ class Projections:
                 if not skip_damaged:
                     raise
                 continue
+            if isinstance(event, EventsImported):
+                imports.marker(seq, event)
+            event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
             cls.apply_in(txn, store, seq, event, ranks=False, runs=False)
             runs.add(seq, event)
             count += 1

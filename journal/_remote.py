@@ -27,13 +27,13 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import attrs
-import msgpack
 
 from ._convert import decode_event, encode_event
 from ._digest import digest_bytes
-from ._errors import IntegrityError, JournalError, RemoteError, RemoteFormatError
+from ._errors import IntegrityError, JournalError, PayloadMissingError, RemoteError
 from ._eventlog import EventLog
-from ._events import EventsImported, GenerationRecorded, ReplayServed
+from ._import_map import ImportMap
+from ._events import EventsImported, PayloadsReleased
 from ._journal import Journal
 from ._keys import META_CREATED
 from ._log import get_logger
@@ -41,16 +41,13 @@ from ._object_store import ObjectPayloadStore, Remote
 from ._payload_store import LmdbPayloadStore
 from ._payloads import blob_intact
 from ._projections import Projections
+from ._remote_layout import (_MAX_HEAD, REMOTE_FORMAT, _head, _head_of, _manifest, _segment_events, call_refs,
+                             encode_segment, new_head)
 
 __all__ = ["REMOTE_FORMAT", "PushReport", "PullReport", "push", "pull", "clone", "journal_id"]
 
 log = get_logger(__name__)
 
-REMOTE_FORMAT = 1
-MANIFEST = "stepjournal-remote.json"
-_MAX_MANIFEST = 1 << 16
-_MAX_HEAD = 1 << 26
-_MAX_SEGMENT = 1 << 28
 _SEGMENT_EVENTS = 4096
 _BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pulled transaction (and pushed segment)
 Progress = Optional[Callable[[str, int, int], None]]
@@ -89,92 +86,9 @@ def journal_id(journal: Journal) -> str:
     return digest_bytes(b"stepjournal journal id\0" + created + b"\0" + bytes(first[1]))[:16].hex()
 
 
-# -- the remote's small JSON objects ---------------------------------------------------------------
-def _json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
-    return _parsed(remote, key, remote.get(key, limit=limit))
-
-
-def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
-    if data is None:
-        return None
-    try:
-        value = json.loads(data)
-    except ValueError:
-        raise IntegrityError(f"{remote.url}/{key} is not JSON; the remote is damaged") from None
-    if not isinstance(value, dict):
-        raise IntegrityError(f"{remote.url}/{key} is not a JSON object; the remote is damaged")
-    return value
-
-
-def _check_format(remote: Any, key: str, value: Dict[str, Any]) -> None:
-    found = value.get("format")
-    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
-        raise IntegrityError(f"{remote.url}/{key} has no valid format version ({str(found)[:40]})")
-    if found > REMOTE_FORMAT:
-        raise RemoteFormatError(
-            f"{remote.url} has format {found}; this stepjournal reads up to {REMOTE_FORMAT}: upgrade stepjournal"
-        )
-
-
-def manifest_bytes() -> bytes:
-    """The body of ``stepjournal-remote.json`` this stepjournal writes."""
-    return json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode()
-
-
-def _manifest(remote: Any, *, create: bool) -> None:
-    found = _json(remote, MANIFEST, _MAX_MANIFEST)
-    if found is None and create:
-        remote.put(MANIFEST, manifest_bytes(), create=True)
-        found = _json(remote, MANIFEST, _MAX_MANIFEST)
-    if found is None:
-        raise RemoteError(f"no stepjournal remote at {remote.url} ({MANIFEST} is missing); push to it first")
-    _check_format(remote, MANIFEST, found)
-
-
-def _head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
-    return _head_of(remote, source, remote.get(f"heads/{source}.json", limit=_MAX_HEAD))
-
-
-def _head_of(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
-    key = f"heads/{source}.json"
-    head = _parsed(remote, key, data)
-    if head is None:
-        return None
-    _check_format(remote, key, head)
-    segments = head.get("segments")
-    ok = head.get("source") == source and isinstance(segments, list) and all(
-        isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), str)
-        and all(isinstance(s.get(f), int) and not isinstance(s.get(f), bool) and s.get(f) >= 0
-                for f in ("first", "last", "nbytes")) and s["first"] <= s["last"]
-        for s in segments
-    ) and isinstance(head.get("last_seq"), int)
-    if not ok:
-        raise IntegrityError(f"{remote.url}/{key} is not a valid head; the remote is damaged")
-    return head
-
-
-def new_head(source: str) -> Dict[str, Any]:
-    """The head of a journal nothing of which is on the remote yet."""
-    return {"format": REMOTE_FORMAT, "source": source, "last_seq": 0, "last_digest": None, "segments": []}
-
-
-def encode_segment(source: str, events: List[Tuple[int, bytes]]) -> Tuple[str, bytes, Dict[str, Any]]:
-    """(object name, body, head entry) of the segment holding `events` ((seq, stored bytes), in order)."""
-    first, last = events[0][0], events[-1][0]
-    body = msgpack.packb({"format": REMOTE_FORMAT, "source": source, "events": [[s, r] for s, r in events]},
-                         use_bin_type=True)
-    name = f"segments/{source}/{first:020d}-{last:020d}.msgpack"
-    return name, body, {"name": name, "first": first, "last": last, "count": len(events),
-                        "nbytes": len(body), "digest": digest_bytes(body).hex()}
-
-
-def call_refs(event: Any) -> List[Any]:
-    """The payloads an event names (its output, and a recorded call's stored input)."""
-    if isinstance(event, GenerationRecorded):
-        return [r for r in (event.output, event.input) if r is not None]
-    if isinstance(event, ReplayServed):
-        return [event.output]
-    return []
+def released_digests(journal: Journal) -> Set[str]:
+    """The digests whose payloads retention released from `journal` (its `PayloadsReleased` events)."""
+    return {d for _seq, event in journal.events(types=[PayloadsReleased]) for d in event.released}
 
 
 def local_payload(store: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
@@ -232,12 +146,18 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
     lmdb_payloads = journal._live()
 
+    released = released_digests(journal)
+
     def flush(events: List[Tuple[int, bytes, Any]], through: Tuple[int, bytes]) -> None:
+        skipped: Set[str] = set()
         for seq, _raw, event in events:
             for ref in call_refs(event):
                 if ref.digest in known:
                     continue
                 blob, problem = local_payload(lmdb_payloads, ref)
+                if problem == "missing" and ref.digest in released:
+                    skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
+                    continue
                 if problem:
                     raise IntegrityError(
                         f"payload {ref.digest[:16]}… of event #{seq} (step {event.step}) is "
@@ -247,7 +167,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
                 sent["payloads"] += 1
                 sent["bytes"] += len(blob)
         if events:
-            name, body, entry = encode_segment(source, [(seq, raw) for seq, raw, _ in events])
+            name, body, entry = encode_segment(source, [(seq, raw) for seq, raw, _ in events], skipped)
             remote.put(name, body)
             head["segments"].append(entry)
             sent["events"] += len(events)
@@ -292,32 +212,6 @@ def _pulled_through(journal: Journal) -> Dict[str, int]:
     return done
 
 
-def _segment_events(remote: Any, source: str, seg: Dict[str, Any]) -> List[Tuple[int, bytes, Any]]:
-    where = f"segment {seg['name']} (events {seg['first']}-{seg['last']} of journal {source})"
-    body = remote.get(seg["name"], limit=min(seg["nbytes"], _MAX_SEGMENT))
-    if body is None:
-        raise RemoteError(f"{where} is missing from {remote.url}; nothing of it was pulled")
-    if len(body) != seg["nbytes"] or digest_bytes(body).hex() != seg["digest"]:
-        raise IntegrityError(f"{where} in {remote.url} does not match its digest: the remote is damaged; "
-                             "nothing of it was pulled", detail="digest mismatch")
-    try:
-        data = msgpack.unpackb(body, raw=False, strict_map_key=True)
-        pairs = data["events"]
-        if not isinstance(pairs, list):
-            raise TypeError
-    except Exception:
-        raise IntegrityError(f"{where} is not a segment; the remote is damaged") from None
-    out: List[Tuple[int, bytes, Any]] = []
-    previous = seg["first"] - 1
-    for pair in pairs:
-        if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int)
-                or not isinstance(pair[1], bytes) or not previous < pair[0] <= seg["last"]):
-            raise IntegrityError(f"{where} lists an event out of order or malformed; the remote is damaged")
-        previous = pair[0]
-        out.append((pair[0], pair[1], decode_event(pair[1], seq=pair[0])))
-    return out
-
-
 def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, bytes, Any]]]:
     """Contiguous runs of source seqs (one `EventsImported` each), at most `_BATCH_PAYLOAD_BYTES` of payloads."""
     run: List[Tuple[int, bytes, Any]] = []
@@ -334,7 +228,7 @@ def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, byte
 
 
 def _commit_run(journal: Journal, remote: Any, objects: Any, source: str,
-                run: List[Tuple[int, bytes, Any]]) -> Tuple[int, int]:
+                run: List[Tuple[int, bytes, Any]], released: Set[str], imports: ImportMap) -> Tuple[int, int]:
     store = journal._live()
     local = LmdbPayloadStore(store)
     blobs: Dict[bytes, bytes] = {}
@@ -346,6 +240,9 @@ def _commit_run(journal: Journal, remote: Any, objects: Any, source: str,
                 continue
             try:
                 blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
+            except PayloadMissingError:
+                if ref.digest not in released:  # retention released it before the push: not sent, not damage
+                    bad.setdefault(f"{ref.digest[:16]}… (PayloadMissingError)", set()).add(event.step)
             except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
                 bad.setdefault(f"{ref.digest[:16]}… ({type(exc).__name__})", set()).add(event.step)
     if bad:
@@ -363,7 +260,9 @@ def _commit_run(journal: Journal, remote: Any, objects: Any, source: str,
     def fn(txn: Any) -> None:
         local.put_in(txn, items)
         for seq, event in zip(EventLog.append_in(txn, store, bodies), events):
-            Projections.apply_in(txn, store, seq, event)
+            if isinstance(event, EventsImported):
+                imports.marker(seq, event)
+            Projections.apply_in(txn, store, seq, imports.translate(seq, event))
 
     with journal._lock:
         store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)
@@ -394,6 +293,7 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
     _manifest(remote, create=False)
     own = journal_id(journal) if journal.last_seq() else None
     done = _pulled_through(journal)
+    imports = ImportMap.of(journal.events(types=[EventsImported]))
     sources = sorted(k[len("heads/"):-len(".json")] for k in remote.keys("heads/") if k.endswith(".json"))
     counts = {"events": 0, "payloads": 0, "bytes": 0}
     for source in sources:
@@ -405,9 +305,10 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
         segments = [s for s in head["segments"] if s["last"] > done.get(source, 0)]
         total = sum(s.get("count", 0) for s in segments)
         for seg in segments:
-            events = [e for e in _segment_events(remote, source, seg) if e[0] > done.get(source, 0)]
+            listed, released = _segment_events(remote, source, seg)
+            events = [e for e in listed if e[0] > done.get(source, 0)]
             for run in _runs(events):
-                fetched, nbytes = _commit_run(journal, remote, objects, source, run)
+                fetched, nbytes = _commit_run(journal, remote, objects, source, run, released, imports)
                 done[source] = run[-1][0]
                 counts["events"] += len(run)
                 counts["payloads"] += fetched

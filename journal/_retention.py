@@ -27,7 +27,8 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Sequence, Set
 import attrs
 
 from ._errors import JournalError
-from ._events import Event, GenerationRecorded, PayloadsReleased, ReplayServed
+from ._events import Event, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
+from ._import_map import ImportMap
 
 __all__ = [
     "Retention",
@@ -237,11 +238,15 @@ class RetentionState:
         self.users: Dict[str, Set[int]] = {}  # digest -> live record seqs using it
         self.replayed_steps: Dict[Group, Set[int]] = {}  # group -> steps some session replayed from
         self.released: Set[str] = set()  # digests some release named
+        self.imports = ImportMap()  # pulled events name others by their source journal's seqs
 
     def apply(self, seq: int, event: Event) -> None:
         if seq <= self.last_seq:
             return
         self.last_seq = seq
+        if isinstance(event, EventsImported):
+            self.imports.marker(seq, event)
+        event = self.imports.translate(seq, event)
         if isinstance(event, GenerationRecorded):
             refs = tuple((r.digest, r.stored_nbytes) for r in (event.output, event.input) if r is not None)
             if refs:

@@ -9,7 +9,8 @@ import msgpack
 
 from ._convert import decode_event
 from ._errors import IntegrityError, StepJournalError
-from ._events import GenerationRecorded, PayloadsReleased
+from ._events import EventsImported, GenerationRecorded, PayloadsReleased
+from ._import_map import ImportMap
 from ._keys import LAYOUT_VERSION, gen_prefix, parse_gen_key
 from ._payload_store import PayloadStore
 
@@ -64,6 +65,7 @@ def verify(
     users: Dict[str, List[int]] = {}  # digest -> seqs of the records using it
     released_records: set = set()
     released_by: Dict[str, int] = {}  # digest -> seq of the release that deleted it
+    imports = ImportMap()
     raw = list(raw_events)
     total = len(raw)
     for done, (seq, body) in enumerate(raw, 1):
@@ -72,6 +74,9 @@ def verify(
         except StepJournalError as exc:
             problems.append(VerifyProblem("event", f"#{seq}", _salvage_steps(body), str(exc)))
             continue
+        if isinstance(event, EventsImported):
+            imports.marker(seq, event)
+        event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
         if isinstance(event, GenerationRecorded):
             for ref in (event.output, event.input):
                 if ref is not None:

@@ -218,12 +218,18 @@ def test_export_never_overwrites_and_a_selection_of_nothing_leaves_no_file(tmp_p
     assert printed["schema_version"] == 1 and printed["events"] == 9 and printed["path"] == str(tmp_path / "new.bundle")
 
 
-def test_a_step_whose_payload_retention_released_is_named_and_can_be_left_out(tmp_path):
-    record(tmp_path / "a")
+def test_a_journal_pruned_by_retention_bundles_its_events_and_the_import_serves_only_what_was_kept(tmp_path):
+    recorded = record(tmp_path / "a")
     with Journal(str(tmp_path / "a"), session=False) as journal:
-        prune(journal, Retention(keep_last=2))
-    with pytest.raises(IntegrityError, match="of step 1 is missing") as raised:
-        export_bundle(str(tmp_path / "a"), tmp_path / "all.bundle")
-    assert "--steps" in str(raised.value) and not (tmp_path / "all.bundle").exists()
-    kept = export_bundle(str(tmp_path / "a"), tmp_path / "kept.bundle", steps={3, 4})
-    assert kept.events == 5 and kept.payloads == 8 and verify_bundle(tmp_path / "kept.bundle")[1] == []
+        prune(journal, Retention(keep_last=2))  # steps 1 and 2 of each stage lose their payloads
+    report = export_bundle(str(tmp_path / "a"), tmp_path / "all.bundle")
+    assert report.payloads == 8 and verify_bundle(tmp_path / "all.bundle")[1] == []
+    import_bundle(tmp_path / "all.bundle", str(tmp_path / "b"))
+    with Journal(str(tmp_path / "a"), readonly=True) as ja, Journal(str(tmp_path / "b"), readonly=True, run="exp") as jb:
+        assert [(r.step, r.stage, r.action) for r in jb.audit()] == [(r.step, r.stage, r.action) for r in ja.audit()]
+        assert jb.recorded_steps() == [3, 4] and jb.verify() == []
+        assert torch.equal(jb.load_output(jb.lookup(4))["responses"], recorded[4]["responses"])
+    # a payload that is absent without a release is damage, as before
+    name = next(n for n in entries(tmp_path / "all.bundle") if n.startswith("payloads/"))
+    rewrite(tmp_path / "all.bundle", {name: None})
+    assert [p.kind for p in verify_bundle(tmp_path / "all.bundle")[1]] == ["missing_payload"]

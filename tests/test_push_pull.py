@@ -13,7 +13,7 @@ import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteConflictError, RemoteError,
-                         RemoteFormatError, clone, journaled, pull, push)
+                         RemoteFormatError, Retention, clone, journaled, prune, pull, push)
 from stepjournal._events import EventsImported
 from stepjournal._object_store import Remote
 from stepjournal._remote import journal_id
@@ -247,6 +247,31 @@ def test_on_a_local_folder_remote_a_second_push_of_the_same_journal_is_refused_w
     assert push(str(a), url).last_seq == 7  # once the first is gone, a push goes on where it stopped
     clone(url, str(b))
     assert sorted(seq for _, seq in pulled(b)) == list(range(1, 8))
+
+
+def test_a_journal_pruned_by_retention_pushes_its_events_and_a_clone_serves_only_what_was_kept(tmp_path, s3_env):
+    a, b = tmp_path / "a", tmp_path / "b"
+    record_steps(a, range(1, 6))
+    with Journal(str(a), session=False) as journal:
+        prune(journal, Retention(keep_last=2))  # steps 1-3 lose their payloads; their events stay
+    report = push(str(a), s3_env + "/pruned")
+    assert report.events_sent == len(own_events(a)) and report.payloads_sent == 4  # steps 4, 5: output + input
+    clone(s3_env + "/pruned", str(b))
+    with Journal(str(a), readonly=True, run="exp") as ja, Journal(str(b), readonly=True, run="exp") as jb:
+        assert jb.recorded_steps() == [4, 5] and jb.verify() == []
+        assert [(r.step, r.action) for r in jb.audit()] == [(r.step, r.action) for r in ja.audit()]
+        assert jb.load_output(jb.lookup(5))["text"] == "step 5"
+    # The pulled releases name their records by A's seqs: reindex and retention on B read them as B's.
+    with Journal(str(b), session=False, run="exp") as jb:
+        jb.reindex()
+        assert jb.recorded_steps() == [4, 5] and jb.verify() == []
+        plan = prune(jb, Retention(keep_last=1))
+        assert [r.step for r in plan.releases] == [4]  # not 1-3 again: retention knows A released them
+    with Journal(str(b), readonly=True, run="exp") as jb:
+        assert jb.recorded_steps() == [5] and jb.verify() == []
+    Remote(s3_env + "/pruned").delete(next(k for k in Remote(s3_env + "/pruned").keys("payloads/")))
+    with pytest.raises(IntegrityError, match="missing or damaged"):  # absent without a release: damage
+        clone(s3_env + "/pruned", str(tmp_path / "c"))
 
 
 def test_clone_refuses_a_folder_that_holds_something(tmp_path, s3_env):

@@ -1,0 +1,153 @@
+"""The remote layout's objects, written and read: the manifest, the heads and the segments.
+
+Shared by `_remote` (push and pull against object storage) and `_bundle` (the same objects in one
+file). The layout itself is described in `_remote` and docs/sharing.md. Everything read is
+untrusted: sizes are bounded, JSON is checked for its shape, segments against their head's digest,
+and events decode through the journal's one converter.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import msgpack
+
+from ._convert import decode_event
+from ._digest import digest_bytes
+from ._errors import IntegrityError, RemoteError, RemoteFormatError
+from ._events import GenerationRecorded, ReplayServed
+
+__all__ = ["REMOTE_FORMAT", "MANIFEST", "call_refs", "encode_segment", "manifest_bytes", "new_head"]
+
+REMOTE_FORMAT = 1
+MANIFEST = "stepjournal-remote.json"
+_MAX_MANIFEST = 1 << 16
+_MAX_HEAD = 1 << 26
+_MAX_SEGMENT = 1 << 28
+
+
+# -- the remote's small JSON objects ---------------------------------------------------------------
+def _json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
+    return _parsed(remote, key, remote.get(key, limit=limit))
+
+
+def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise IntegrityError(f"{remote.url}/{key} is not JSON; the remote is damaged") from None
+    if not isinstance(value, dict):
+        raise IntegrityError(f"{remote.url}/{key} is not a JSON object; the remote is damaged")
+    return value
+
+
+def _check_format(remote: Any, key: str, value: Dict[str, Any]) -> None:
+    found = value.get("format")
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise IntegrityError(f"{remote.url}/{key} has no valid format version ({str(found)[:40]})")
+    if found > REMOTE_FORMAT:
+        raise RemoteFormatError(
+            f"{remote.url} has format {found}; this stepjournal reads up to {REMOTE_FORMAT}: upgrade stepjournal"
+        )
+
+
+def manifest_bytes() -> bytes:
+    """The body of ``stepjournal-remote.json`` this stepjournal writes."""
+    return json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode()
+
+
+def _manifest(remote: Any, *, create: bool) -> None:
+    found = _json(remote, MANIFEST, _MAX_MANIFEST)
+    if found is None and create:
+        remote.put(MANIFEST, manifest_bytes(), create=True)
+        found = _json(remote, MANIFEST, _MAX_MANIFEST)
+    if found is None:
+        raise RemoteError(f"no stepjournal remote at {remote.url} ({MANIFEST} is missing); push to it first")
+    _check_format(remote, MANIFEST, found)
+
+
+def _head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
+    return _head_of(remote, source, remote.get(f"heads/{source}.json", limit=_MAX_HEAD))
+
+
+def _head_of(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+    key = f"heads/{source}.json"
+    head = _parsed(remote, key, data)
+    if head is None:
+        return None
+    _check_format(remote, key, head)
+    segments = head.get("segments")
+    ok = head.get("source") == source and isinstance(segments, list) and all(
+        isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), str)
+        and all(isinstance(s.get(f), int) and not isinstance(s.get(f), bool) and s.get(f) >= 0
+                for f in ("first", "last", "nbytes")) and s["first"] <= s["last"]
+        for s in segments
+    ) and isinstance(head.get("last_seq"), int)
+    if not ok:
+        raise IntegrityError(f"{remote.url}/{key} is not a valid head; the remote is damaged")
+    return head
+
+
+def new_head(source: str) -> Dict[str, Any]:
+    """The head of a journal nothing of which is on the remote yet."""
+    return {"format": REMOTE_FORMAT, "source": source, "last_seq": 0, "last_digest": None, "segments": []}
+
+
+def encode_segment(source: str, events: List[Tuple[int, bytes]],
+                   released: Sequence[str] = ()) -> Tuple[str, bytes, Dict[str, Any]]:
+    """(object name, body, head entry) of the segment holding `events` ((seq, stored bytes), in order).
+
+    `released`: digests its events name whose payloads retention released before the push, so
+    were not sent (a reader accepts their absence; any other missing payload is damage).
+    """
+    first, last = events[0][0], events[-1][0]
+    data: Dict[str, Any] = {"format": REMOTE_FORMAT, "source": source, "events": [[s, r] for s, r in events]}
+    if released:
+        data["released"] = sorted(released)
+    body = msgpack.packb(data, use_bin_type=True)
+    name = f"segments/{source}/{first:020d}-{last:020d}.msgpack"
+    return name, body, {"name": name, "first": first, "last": last, "count": len(events),
+                        "nbytes": len(body), "digest": digest_bytes(body).hex()}
+
+
+def call_refs(event: Any) -> List[Any]:
+    """The payloads an event names (its output, and a recorded call's stored input)."""
+    if isinstance(event, GenerationRecorded):
+        return [r for r in (event.output, event.input) if r is not None]
+    if isinstance(event, ReplayServed):
+        return [event.output]
+    return []
+
+
+def _segment_events(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List[Tuple[int, bytes, Any]], Set[str]]:
+    """(seq, stored bytes, event) of every event of a segment, checked; and the digests it says were released."""
+    where = f"segment {seg['name']} (events {seg['first']}-{seg['last']} of journal {source})"
+    body = remote.get(seg["name"], limit=min(seg["nbytes"], _MAX_SEGMENT))
+    if body is None:
+        raise RemoteError(f"{where} is missing from {remote.url}; nothing of it was pulled")
+    if len(body) != seg["nbytes"] or digest_bytes(body).hex() != seg["digest"]:
+        raise IntegrityError(f"{where} in {remote.url} does not match its digest: the remote is damaged; "
+                             "nothing of it was pulled", detail="digest mismatch")
+    try:
+        data = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        pairs = data["events"]
+        released = data.get("released", [])
+        if not isinstance(pairs, list) or not isinstance(released, list) or not all(
+                isinstance(d, str) and len(d) == 64 for d in released):
+            raise TypeError
+    except Exception:
+        raise IntegrityError(f"{where} is not a segment; the remote is damaged") from None
+    out: List[Tuple[int, bytes, Any]] = []
+    previous = seg["first"] - 1
+    for pair in pairs:
+        if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int)
+                or not isinstance(pair[1], bytes) or not previous < pair[0] <= seg["last"]):
+            raise IntegrityError(f"{where} lists an event out of order or malformed; the remote is damaged")
+        previous = pair[0]
+        out.append((pair[0], pair[1], decode_event(pair[1], seq=pair[0])))
+    return out, set(released)
+
+
