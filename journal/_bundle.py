@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import zipfile
 from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tuple
 
@@ -90,12 +91,16 @@ class _Reader:
     def __init__(self, path: str) -> None:
         self.url = f"bundle:{path}"
         try:
-            self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
+            # Non-blocking, so a FIFO in its place cannot hang the open; checked to be a file first.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             raise JournalError(f"cannot read the bundle {path!r}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IntegrityError(f"{path!r} is not a bundle file (not a regular file)")
+        os.set_blocking(fd, True)
+        self._file = os.fdopen(fd, "rb")
         try:
-            if not os.path.isfile(path):
-                raise IntegrityError(f"{path!r} is not a bundle file")
             try:
                 self._zip = zipfile.ZipFile(self._file)
             except (zipfile.BadZipFile, ValueError, EOFError) as exc:
@@ -216,11 +221,9 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
     heads: Dict[str, Dict[str, Any]] = {}
     written: set = set()
     payloads = journal._live()
-    counts = {"events": 0}
-    total = journal.last_seq()
-
+    events, total = 0, journal.last_seq()
     released = released_digests(journal)
-    skipped: Dict[str, set] = {}
+    skipped: Dict[str, set] = {}  # per source: released payloads its next segment names
 
     def flush(source: str) -> None:
         name, body, entry = encode_segment(source, pending.pop(source), skipped.pop(source, ()))
@@ -246,18 +249,18 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
             writer.put(f"payloads/{ref.digest}", blob)
             written.add(ref.digest)
         pending.setdefault(source, []).append((seq, raw))
-        counts["events"] += 1
+        events += 1
         if len(pending[source]) >= _SEGMENT_EVENTS:
             flush(source)
     for source in list(pending):
         flush(source)
-    if not counts["events"]:
+    if not events:
         raise JournalError(f"nothing in {journal.path!r} matches the selection; a bundle needs at least one event")
     for source, head in sorted(heads.items()):
         last = head["segments"][-1]
         head["last_seq"] = last["last"]
         writer.put(f"heads/{source}.json", _json_bytes(head))
-    return BundleReport(path, counts["events"], len(written), tuple(sorted(heads)), 0)
+    return BundleReport(path, events, len(written), tuple(sorted(heads)), 0)
 
 
 def _json_bytes(value: Dict[str, Any]) -> bytes:

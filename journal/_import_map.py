@@ -2,9 +2,9 @@
 
 A pulled event keeps its bytes, so an event that names another by seq (a `PayloadsReleased`'s
 `record_seq`, a `ReplayServed`'s `source_seq`) names it by the seq it had in the journal that
-recorded it. Each `EventsImported`
-says which source seqs follow it; this map, folded from those markers in log order, translates such
-a seq into this journal's own, for the projections, `verify` and retention.
+recorded it. Each `EventsImported` says which source seqs follow it; this map, folded from those
+markers in log order, translates such a seq into this journal's own, for the projections, `verify`
+and retention.
 """
 
 from __future__ import annotations

@@ -187,6 +187,9 @@ def test_a_compressed_entry_is_refused_so_no_bomb_can_hide_in_a_bundle(tmp_path)
 
 
 def test_a_file_that_is_not_a_bundle_and_a_bundle_of_a_newer_format_are_clear_errors(tmp_path, capsys):
+    os.mkfifo(tmp_path / "fifo.bundle")  # never opened for reading in a way that could hang
+    with pytest.raises(IntegrityError, match="not a regular file"):
+        verify_bundle(tmp_path / "fifo.bundle")
     (tmp_path / "notes.txt").write_text("not a bundle")
     with pytest.raises(IntegrityError, match="not a stepjournal bundle"):
         verify_bundle(tmp_path / "notes.txt")
