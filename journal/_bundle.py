@@ -23,7 +23,7 @@ from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tu
 import attrs
 
 from ._convert import decode_event
-from ._errors import IntegrityError, JournalError, StepJournalError
+from ._errors import IntegrityError, JournalError, PayloadMissingError, StepJournalError
 from ._events import EventsImported, SessionOpened
 from ._journal import Journal
 from ._log import get_logger
@@ -343,10 +343,10 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
 
 
 def _payload_problem(objects: ObjectPayloadStore, ref: Any) -> Optional[str]:
-    if not objects.remote.exists(f"payloads/{ref.digest}"):
-        return "missing"
     try:
-        objects.fetch(bytes.fromhex(ref.digest), nbytes=ref.nbytes)
+        objects.fetch(bytes.fromhex(ref.digest), nbytes=ref.nbytes)  # one bounded, digest-checked read
+    except PayloadMissingError:
+        return "missing"
     except StepJournalError as exc:
         return str(exc)
     return None
