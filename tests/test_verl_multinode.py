@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 import torch
@@ -195,3 +196,67 @@ def _source(path: Path) -> str:
 
     with Journal(str(path), readonly=True) as journal:
         return journal_id(journal)
+
+
+# -- the run-key refusal, in one process (fast) ------------------------------------------------------
+
+
+class ManagerLike:
+    """A class with verl's ``generate_sequences_single`` signature: the one `install_fully_async` patches."""
+
+    def __init__(self, config, generator):
+        self.config = config
+        self.generator = generator
+
+    async def generate_sequences_single(self, prompts):
+        return self.generator.generate_sequences(prompts)
+
+
+def _one_sample(index):
+    from omegaconf import OmegaConf
+    from verl.experimental.fully_async_policy.detach_utils import prepare_single_generation_data
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    from test_verl_support import make_rows
+
+    batch = prepare_single_generation_data(collate_fn(make_rows(index, 1)), OmegaConf.create(rollout_config("x")))
+    batch.non_tensor_batch["uid"] = np.array([f"uid_sample_0_{index}"] * len(batch), dtype=object)
+    return batch
+
+
+def test_a_replay_under_another_run_key_is_refused_naming_the_recorded_runs_and_the_keys_to_set(tmp_path):
+    import asyncio
+
+    from omegaconf import OmegaConf
+
+    from stepjournal.adapters.verl import install_fully_async
+    from stepjournal.policies import ReplayMissError
+    from test_verl_support import FakeGenerator
+
+    install_fully_async(ManagerLike)
+    dump_dir = str(tmp_path)
+
+    def roll(generator, index=3, **config):
+        manager = ManagerLike(OmegaConf.create(rollout_config(dump_dir, **config)), generator)
+        try:
+            return asyncio.run(manager.generate_sequences_single(_one_sample(index)))
+        finally:
+            manager.stepjournal.close()
+
+    with pytest.raises(ReplayMissError) as empty:  # an empty journal: nothing to point at
+        roll(FakeGenerator(fail=True), policy="replay")
+    assert "has no recorded generations" not in str(empty.value)
+    roll(FakeGenerator(), policy="cache")
+    with pytest.raises(ReplayMissError) as other:
+        roll(FakeGenerator(fail=True), policy="replay", experiment="exp2")
+    message = str(other.value)
+    assert (other.value.step, other.value.gen_index) == (3, 0)
+    assert f"Run 'exp2_proj' has no recorded generations in {dump_dir}/stepjournal, which holds run(s) 'exp_proj'" in message
+    assert "'{trainer.experiment_name}_{trainer.project_name}'; set those (or stepjournal.run)" in message
+    assert isinstance(other.value.__cause__, ReplayMissError)  # the engine's own refusal, kept as the cause
+    with pytest.raises(AssertionError, match="generator was called"):  # under cache it is a miss: it generates
+        roll(FakeGenerator(fail=True), policy="cache", experiment="exp2")
+    with pytest.raises(ReplayMissError) as past:  # the recorded run key, a step never recorded: as it was
+        roll(FakeGenerator(fail=True), index=4, policy="replay")
+    assert "has no recorded generations" not in str(past.value)
+    assert roll(FakeGenerator(fail=True), policy="replay") is not None  # and the recorded step replays
