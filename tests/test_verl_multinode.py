@@ -1,9 +1,10 @@
 """verl's fully-async rollouter on another Ray node records into one logical recording (two journals
 pushed to one S3 remote) that replays bit for bit on a different topology (one node).
 
-Real Ray multi-node: a ``ray.cluster_utils.Cluster`` whose head node carries the ``trainer`` resource
-and whose second node carries ``rollout``, so the rollouter and its agent-loop workers run on the
-second node. The rollouter runs verl's real ``FullyAsyncAgentLoopManager.generate_sequences_single``,
+Real Ray multi-node: a ``ray.cluster_utils.Cluster`` whose head node ("trainer") runs this process,
+the Ray driver, as the trainer side (it scores each sample and journals that ``reward`` stage in its
+own folder), and whose second node carries the ``rollout`` resource, so the rollouter and its
+agent-loop workers run there and journal into the second node's folder. The rollouter runs verl's real ``FullyAsyncAgentLoopManager.generate_sequences_single``,
 patched in its own process by the Ray setup hook ``install_fully_async`` (job runtime_env
 ``worker_process_setup_hook``, as docs/verl.md's command line sets it), never by the test. The manager
 is built with ``__new__`` plus ``config`` and ``agent_loop_workers`` (verl's ``__init__`` starts
@@ -104,7 +105,7 @@ def test_a_rollouter_on_another_ray_node_and_the_trainer_push_to_one_remote_that
     workers = [SeededSampler.options(**pin_rollout).remote() for _ in range(2)]
     rollouter = Rollouter.options(**pin_rollout).remote(rollout_config(str(tmp_path / "rollout")), workers)
     where = ray.get(rollouter.where.remote())
-    assert where["node"] == rollout_node != ray.get_runtime_context().get_node_id()  # the driver is on the head
+    assert where["node"] == rollout_node != cluster.head_node.node_id == ray.get_runtime_context().get_node_id()
     assert where["installed"] and where["patched_by"] == "stepjournal.adapters.verl._attach"  # by the hook
     recorded = ray.get(rollouter.roll.remote(FEED))  # every feed index at once
     calls = ray.get([w.calls.remote() for w in workers])

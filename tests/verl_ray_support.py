@@ -16,7 +16,7 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
-from test_verl_support import FakeGenerator, answer_token, make_rows
+from test_verl_support import FakeGenerator, make_rows
 
 RUN_KEY = "exp_proj"  # verl_run_key of test_verl_support.verl_config: {experiment}_{project}
 
