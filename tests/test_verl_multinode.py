@@ -107,6 +107,9 @@ def test_a_rollouter_on_another_ray_node_and_the_trainer_push_to_one_remote_that
     where = ray.get(rollouter.where.remote())
     assert where["node"] == rollout_node != cluster.head_node.node_id == ray.get_runtime_context().get_node_id()
     assert where["installed"] and where["patched_by"] == "stepjournal.adapters.verl._attach"  # by the hook
+    from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncAgentLoopManager
+
+    assert not getattr(FullyAsyncAgentLoopManager, "_stepjournal_installed", False)  # the driver ran no hook
     recorded = ray.get(rollouter.roll.remote(FEED))  # every feed index at once
     calls = ray.get([w.calls.remote() for w in workers])
     assert sum(calls) == len(FEED) and min(calls) > 0  # verl's round robin over both workers
