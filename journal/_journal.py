@@ -22,10 +22,9 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ._audit import AUDIT_EVENT_TYPES, audit as _audit
-from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
 from ._eventlog import EventLog
@@ -45,6 +44,9 @@ from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
 from ._version import __version__
 from ._writers import RunWriter
+
+if TYPE_CHECKING:  # the codec imports torch; a verb that reads no payload never loads it
+    from ._codec import CodecRegistry
 
 __all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", "DEFAULT_RUN"]
 

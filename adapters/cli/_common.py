@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 from stepjournal import Journal, StepJournalError
-from stepjournal._export import choose_run
 from stepjournal.policies import StepRanges
 
 from ._render import UsageError
@@ -15,6 +14,13 @@ __all__ = ["open_readonly", "parse_steps", "choose_run"]
 
 def open_readonly(path: str) -> Journal:
     return Journal(path, readonly=True)
+
+
+def choose_run(journal: Journal, run: Optional[str]) -> str:
+    """`stepjournal._export.choose_run`, imported when called: the export module loads torch."""
+    from stepjournal._export import choose_run as choose
+
+    return choose(journal, run)
 
 
 def parse_steps(text: Optional[str]) -> Optional[StepRanges]:
