@@ -94,6 +94,10 @@ class Journal(Recording, Queries):
             docs/sharing.md) for an `ObjectPayloadStore` cached in the journal's LMDB; default: an
             `LmdbPayloadStore` in the journal's own LMDB environment.
         retention: a `Retention` (or a list of them) applied in the transaction of each record.
+        check: when the structure of ``data.mdb`` is checked (LMDB trusts its pages: a crafted file
+            could crash it): ``"open"`` (default) every tree at open; ``"as-read"`` (read-only only)
+            the small trees at open and each other tree, or for the event log each range of it,
+            before it is first read, so that opening costs what is read, not the file's size.
     """
 
     def __init__(
@@ -111,8 +115,11 @@ class Journal(Recording, Queries):
         session: bool = True,
         payload_store: Any = None,
         retention: Any = None,
+        check: str = "open",
     ) -> None:
         _check_key(run, "train")
+        if check not in ("open", "as-read") or check == "as-read" and not readonly:
+            raise ValueError(f"check {check!r} is not supported: use 'open', or 'as-read' with readonly=True")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression {compression!r} is not supported: use None or 'zstd'")
         self.path = os.fspath(path)
@@ -125,7 +132,7 @@ class Journal(Recording, Queries):
         self._lock = threading.RLock()
         self._writer = RunWriter(self.path, run)  # the session's live-writer claim on its run
         _JOURNALS.add(self)
-        self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
+        self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
         self._payloads: PayloadStore = open_payload_store(payload_store, self._store)

@@ -19,7 +19,6 @@ from rich.console import Console
 from stepjournal import AuditRecord, Journal
 from stepjournal._audit import AUDIT_FIELDS
 from stepjournal._audit_rows import json_rows
-from stepjournal.policies import StepRanges
 
 from ._common import open_readonly, parse_steps
 from ._pager import paged
@@ -32,7 +31,7 @@ _CHUNK = 200  # rows per printed table piece: the first ones show before the res
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     steps = parse_steps(args.steps)
-    with open_readonly(args.journal) as journal:
+    with open_readonly(args.journal, check="as-read") as journal:
         # Rows straight from the stored maps, no event objects: the same rows as the event path, faster.
         records: Iterator[Any] = json_rows(journal.raw_events(), run=args.run, steps=steps, mode=args.mode,
                                            actions=set(args.action or ()), stage=args.stage)
@@ -229,6 +228,8 @@ def _same_range(last: AuditRecord, r: AuditRecord) -> bool:
 
 
 def _summary_line(group: List[AuditRecord], numbers: Dict[str, int]) -> str:
+    from stepjournal.policies import StepRanges  # the policies package loads the engine: not for the table
+
     first = group[0]
     steps = str(StepRanges.from_steps(r.step for r in group))
     calls = len(group)
