@@ -19,6 +19,7 @@ __all__ = ["EventLog"]
 
 # Events per read transaction of `raw_events` (events are small: about half a KB each).
 _EVENT_BATCH = 2048
+_FIRST_BATCH = 64  # the first batch is small and they double: the first rows of a long log come at once
 _LAST_SEQ = (1 << 64) - 1
 
 
@@ -73,11 +74,13 @@ class EventLog:
         was appended meanwhile.
         """
         store = self._live()
+        size = _FIRST_BATCH
         while True:
             batch: List[Tuple[int, bytes]] = []
-            # The batch reads the seqs since+1 .. since+_EVENT_BATCH (the next batch starts at the
+            # The batch reads the seqs since+1 .. since+size (the next batch starts at the
             # first seq past them): a journal checked as read checks just the pages of that range.
-            lo, hi = seq_key(since + 1), seq_key(min(since + _EVENT_BATCH, _LAST_SEQ))
+            lo, hi = seq_key(since + 1), seq_key(min(since + size, _LAST_SEQ))
+            size = min(2 * size, _EVENT_BATCH)
             after = None
             with store.read() as txn:
                 cur = txn.cursor(db=store.db_reading(txn, "events", lo, hi))

@@ -288,7 +288,7 @@ class _Walk:
         if len(value) < 8 or len(value) % 8:
             raise _Damaged(f"a free-page list on page {pgno} is {len(value)} bytes long")
         numbers = struct.unpack(f"<{len(value) // 8}Q", value)
-        if numbers[0] != len(numbers) - 1 or any(not 2 <= n < self.pages for n in numbers[1:]):
+        if numbers[0] != len(numbers) - 1 or len(numbers) > 1 and not (2 <= min(numbers[1:]) and max(numbers[1:]) < self.pages):
             raise _Damaged(f"a free-page list on page {pgno} names pages outside the file")
 
 
@@ -304,7 +304,8 @@ def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int]
         screen: check each named database's tree a level at a time first (`_lmdb_screen`); the
             node-by-node walk then runs only on a tree the screen does not pass. False walks every
             tree node by node (the reference the screen is tested against).
-        trees: the named databases to walk (the free-page and main trees always are); None: all.
+        trees: the named databases to walk (the main tree always is), for a read-only environment
+            (no writer in it: the free-page tree is left out too); None: all, free pages included.
             The others must be checked (`check_tree`) before LMDB reads them.
 
     Returns:
@@ -328,7 +329,8 @@ def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int]
                 raise _Damaged(f"its last committed page {meta.last_pgno} lies beyond the end of the file "
                                f"({pages} pages): the file was truncated")
             walk = _Walk(fd, meta.psize, meta.last_pgno + 1, screen=screen)
-            walk.tree("(free pages)", meta.free, free=True)
+            if trees is None:  # a read-only journal checked as read never writes: LMDB reads no free page then
+                walk.tree("(free pages)", meta.free, free=True)
             only = None if trees is None else {repr(t) for t in trees}
             for name, db in walk.tree("(main)", meta.main, main=True):
                 if only is None or name in only:

@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +18,7 @@ from stepjournal import IntegrityError, Journal
 from stepjournal._lmdb_check import check_data_file
 
 import lmdb_pages as pages
+from test_hostile_files import _cli, journal  # noqa: F401 - `journal`: a fresh copy of this module's template
 
 STEPS = 3000  # hundreds of leaves of events, under branch pages
 
@@ -34,17 +32,6 @@ def template(tmp_path_factory) -> str:
     with Journal(path, run="r", sync=False) as journal:  # a second session, near the end of the log
         journal.record(STEPS, {"ids": [0]})
     return path
-
-
-@pytest.fixture
-def journal(template, tmp_path) -> str:
-    path = str(tmp_path / "journal")
-    shutil.copytree(template, path)
-    return path
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=120)
 
 
 def _data(path: str) -> str:

@@ -27,6 +27,7 @@ from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, 
 __all__ = ["run"]
 
 _CHUNK = 200  # rows per printed table piece: the first ones show before the rest are read
+_FIRST_CHUNK = 40  # the first piece: about a screen, so that it shows before 200 rows are laid out
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -152,12 +153,13 @@ def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], numbers: 
 
 
 def _chunks(rows: Iterable[AuditRecord]) -> Iterator[List[AuditRecord]]:
-    it = iter(rows)
+    it, size = iter(rows), _FIRST_CHUNK
     while True:
-        chunk = list(itertools.islice(it, _CHUNK))
+        chunk = list(itertools.islice(it, size))
         if not chunk:
             return
         yield chunk
+        size = _CHUNK
 
 
 def _new_table() -> Any:
