@@ -260,6 +260,10 @@ class _Walk:
         count = (lower - _PAGEHDRSZ) // 2
         if kind == P_BRANCH and count < 1:
             raise _Damaged(f"branch page {pgno} of database {name} has no children")
+        if kind == P_LEAF and count < 1 and parent != "its root":
+            # LMDB merges a leaf that loses its last entry away; an empty one below a branch only hides
+            # the keys that were on it (a cursor steps over it silently).
+            raise _Damaged(f"leaf page {pgno} of database {name} holds no entries")
         offsets = struct.unpack_from(f"<{count}H", raw, _PAGEHDRSZ)
         for offset in offsets:
             if offset < upper or offset % 2 or offset + _NODESZ > self.psize:

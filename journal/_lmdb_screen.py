@@ -54,7 +54,7 @@ def _u64(arr: np.ndarray, at: np.ndarray) -> np.ndarray:
     return value
 
 
-def _level(fd: int, pgnos: np.ndarray, psize: int, leaf: bool
+def _level(fd: int, pgnos: np.ndarray, psize: int, leaf: bool, *, root_level: bool = False
            ) -> Optional[Tuple[np.ndarray, List[Tuple[int, int, int]]]]:
     """Check one chunk of one level's pages; return (children, overflow values) or None.
 
@@ -75,8 +75,8 @@ def _level(fd: int, pgnos: np.ndarray, psize: int, leaf: bool
     if not np.all((lower >= _PAGEHDRSZ) & (lower <= upper) & (upper <= psize) & ((lower - _PAGEHDRSZ) % 2 == 0)):
         return None
     count = (lower - _PAGEHDRSZ) // 2
-    if not leaf and not np.all(count >= 1):
-        return None
+    if (not leaf or not root_level) and not np.all(count >= 1):
+        return None  # an empty branch, or an empty leaf below a branch (see `_lmdb_check`)
     widest = int(count.max()) if len(count) else 0
     if widest == 0:
         return np.empty(0, dtype=np.uint64), []
@@ -138,7 +138,7 @@ def screen_tree(fd: int, psize: int, pages: int, root: int, depth: int, seen: se
         leaf = level == depth
         children: List[np.ndarray] = []
         for at in range(0, len(ordered), _CHUNK_PAGES):
-            done = _level(fd, ordered[at:at + _CHUNK_PAGES], psize, leaf)
+            done = _level(fd, ordered[at:at + _CHUNK_PAGES], psize, leaf, root_level=level == 1)
             if done is None:
                 return None
             children.append(done[0])

@@ -75,6 +75,20 @@ def _raw_reader_signal(path: str) -> int:
     return subprocess.run([sys.executable, "-c", code, path], capture_output=True, timeout=120).returncode
 
 
+def _raw_reader_events(path: str) -> int:
+    """Count the event log's entries with py-lmdb alone, in a child (it exits 0)."""
+    code = (
+        "import lmdb, sys\n"
+        "env = lmdb.open(sys.argv[1], max_dbs=8, readonly=True, lock=False)\n"
+        "db = env.open_db(b'events', create=False)\n"
+        "with env.begin(db=db) as txn:\n"
+        "    print(sum(1 for _ in txn.cursor()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
 def _data(path: str) -> str:
     return os.path.join(path, "data.mdb")
 
@@ -97,6 +111,19 @@ def test_a_branch_child_beyond_the_end_of_the_file_is_refused(journal):
     beyond = os.path.getsize(_data(journal)) // pages.page_size(data) + 1000
     pages.patch(_data(journal), last.at, "<HHH", beyond & 0xFFFF, beyond >> 16 & 0xFFFF, beyond >> 32)
     _refused_cleanly(journal, f"points at page {beyond}")
+
+
+def test_an_emptied_leaf_of_the_event_log_is_refused_not_read_as_a_log_with_a_hole(journal):
+    data = pages.read(_data(journal))
+    events = pages.named_dbs(data)["events"]
+    leaf = pages.first_leaf(data, events)
+    assert events.depth >= 2 and pages.nodes(data, leaf)
+    before = _raw_reader_events(journal)
+    pages.patch(_data(journal), leaf * pages.page_size(data) + 12, "<H", pages.PAGEHDR)  # mp_lower: no nodes
+    # The attack is real: LMDB alone reads on past the hole, the leaf's events gone without a word.
+    assert _raw_reader_events(journal) < before
+    _refused_cleanly(journal, f"leaf page {leaf} of database 'events' holds no entries",
+                     (["verify"], ["audit", "--json"], ["audit", "--no-pager"]))
 
 
 def test_a_page_number_cycle_is_refused(journal):
