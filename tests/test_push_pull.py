@@ -299,6 +299,25 @@ def test_a_push_reads_the_log_for_releases_only_once_a_payload_is_missing_and_an
             assert scan(journal) and {d for d in named | {"0" * 64} if d in released} == scan(journal)
 
 
+def test_push_and_clone_in_a_fresh_process_never_import_torch(tmp_path):
+    from stepjournal._codec_format import PAYLOAD_MAGIC
+    from stepjournal._payloads import _payload_head
+
+    assert _payload_head() == PAYLOAD_MAGIC[:4]
+    record_steps(tmp_path / "a", [1, 2])
+    remote = (tmp_path / "remote").as_uri()
+    script = textwrap.dedent(f"""
+        import sys
+        from stepjournal import clone, push
+        from stepjournal.adapters.cli import main
+        assert main(["push", {str(tmp_path / "a")!r}, {remote!r}]) == 0
+        print(clone({remote!r}, {str(tmp_path / "b")!r}).payloads_fetched, "torch" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["4", "False"]  # the payloads came, torch (3 s of import) did not
+
+
 def test_clone_refuses_a_folder_that_holds_something(tmp_path, s3_env):
     record_steps(tmp_path / "a", [1])
     push(str(tmp_path / "a"), s3_env)
