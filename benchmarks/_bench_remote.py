@@ -13,6 +13,10 @@ ratios compare stepjournal and its client (obstore) on the same server, bytes an
 - ``push_cli``: ``stepjournal push`` in a fresh process (what a user pays, interpreter start included),
   beside the in-process figure.
 
+Each figure has its CPU time beside it (``median_cpu_s``: user + system of this process's threads,
+and of the ``stepjournal push`` child for ``push_cli``; the moto server's own is not in it), and the
+load average at the end, since the machine may be shared.
+
 Goals (issue 19): push and pull throughput >= 0.8x the client's put / get of the same bytes; a cold
 replay <= 1.5x the client's get of the payload. Run it alone with
 ``python -m benchmarks._bench_remote [--quick]``; `bench_remote(ctx)` is the section for `benchmarks._cli`.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,10 +52,18 @@ def bench_remote(ctx: Any) -> Dict[str, Any]:
     return _bench(ctx.workdir, ctx.batch, reps=2 if quick else 3, steps=2 if quick else 3, progress=ctx.progress)
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    started = time.perf_counter()
+def _timed(fn: Callable[[], Any], cpu: List[float]) -> float:
+    """Wall seconds of `fn()`; its CPU seconds (this process's threads and the children it waited for,
+    user + system) are appended to `cpu`."""
+    def used() -> float:
+        me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+    started, cpu_started = time.perf_counter(), used()
     fn()
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    cpu.append(used() - cpu_started)
+    return wall
 
 
 def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progress: Callable[[str], None]) -> Dict[str, Any]:
@@ -76,8 +89,9 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
                 refs = [journal.lookup(step).event.output for step in range(1, steps + 1)]
                 blobs = [journal.payload_bytes(ref.digest) for ref in refs]
             nbytes = sum(len(b) for b in blobs)
-            times: Dict[str, List[float]] = {k: [] for k in
-                                             ("raw_put", "raw_get", "push", "pull", "raw_get_one", "cold_replay", "push_cli")}
+            names = ("raw_put", "raw_get", "push", "pull", "raw_get_one", "cold_replay", "push_cli")
+            times: Dict[str, List[float]] = {k: [] for k in names}
+            cpu: Dict[str, List[float]] = {k: [] for k in names}
             for rep in range(reps):
                 prefix = f"rep{rep}-{uuid.uuid4().hex[:8]}"
                 url = f"s3://{_BUCKET}/{prefix}"
@@ -93,21 +107,21 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
                 # Alternated, so neither side always meets the server first.
                 order = [("raw_put", raw_put), ("push", lambda: push(str(source), url))]
                 for name, fn in (order if rep % 2 == 0 else order[::-1]):
-                    times[name].append(_timed(fn))
+                    times[name].append(_timed(fn, cpu[name]))
                 target = root / f"clone{rep}"
                 order = [("raw_get", raw_get), ("pull", lambda: clone(url, str(target)))]
                 for name, fn in (order if rep % 2 == 0 else order[::-1]):
-                    times[name].append(_timed(fn))
+                    times[name].append(_timed(fn, cpu[name]))
                 shutil.rmtree(target)
-                times["raw_get_one"].append(_timed(lambda: obstore.get(store, f"raw-{prefix}/0").bytes()))
+                times["raw_get_one"].append(_timed(lambda: obstore.get(store, f"raw-{prefix}/0").bytes(), cpu["raw_get_one"]))
                 remote_only = ObjectPayloadStore(url)  # no cache: every load goes to the server
                 with Journal(source, readonly=True, run="bench", payload_store=remote_only) as journal:
                     recorded = journal.lookup(1)
-                    times["cold_replay"].append(_timed(lambda: journal.load_output(recorded)))
+                    times["cold_replay"].append(_timed(lambda: journal.load_output(recorded), cpu["cold_replay"]))
                 cli_url = f"s3://{_BUCKET}/{prefix}-cli"
                 times["push_cli"].append(_timed(lambda: subprocess.run(
                     [sys.executable, "-m", "stepjournal", "push", str(source), cli_url],
-                    check=True, capture_output=True)))
+                    check=True, capture_output=True), cpu["push_cli"]))
                 progress(f"remote rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -130,6 +144,8 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
         "payload_bytes": nbytes,
         "repetitions": reps,
         "median_s": {k: round(v, 4) for k, v in med.items()},
+        "median_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "mib_s": {k: round(mib / med[k], 1) for k in ("raw_put", "raw_get", "push", "pull", "push_cli")},
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
         "goals": {

@@ -28,7 +28,7 @@ from ._events import EventsImported, SessionOpened
 from ._journal import Journal
 from ._log import get_logger
 from ._object_store import ObjectPayloadStore
-from ._remote import PullReport, journal_id, local_payload, pull_from, released_digests
+from ._remote import PullReport, Released, journal_id, local_payload, pull_from
 from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
                              manifest_bytes, new_head)
 from ._verify import VerifyProblem
@@ -222,7 +222,7 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
     written: set = set()
     payloads = journal._live()
     events, total = 0, journal.last_seq()
-    released = released_digests(journal)
+    released = Released(journal)  # read only if a payload is missing
     skipped: Dict[str, set] = {}  # per source: released payloads its next segment names
 
     def flush(source: str) -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar
 
 import attrs
 
@@ -48,8 +49,14 @@ __all__ = ["REMOTE_FORMAT", "PushReport", "PullReport", "push", "pull", "clone",
 
 log = get_logger(__name__)
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 _SEGMENT_EVENTS = 4096
-_BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pulled transaction (and pushed segment)
+_BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pushed segment
+# Payload bytes per pulled transaction: the next run is fetched while one commits, so a pull holds
+# two of these (each may pass it by one payload); smaller runs overlap better, each costs a sync.
+_PULL_RUN_BYTES = 1 << 26
 Progress = Optional[Callable[[str, int, int], None]]
 
 
@@ -89,6 +96,44 @@ def journal_id(journal: Journal) -> str:
 def released_digests(journal: Journal) -> Set[str]:
     """The digests whose payloads retention released from `journal` (its `PayloadsReleased` events)."""
     return {d for _seq, event in journal.events(types=[PayloadsReleased]) for d in event.released}
+
+
+class Released:
+    """`released_digests` of a journal, read from its log the first time a digest is asked about.
+
+    A push or bundle asks only when a payload is missing locally, so a journal retention never
+    pruned is not scanned for releases at all.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._found: Optional[Set[str]] = None
+
+    def __contains__(self, digest: object) -> bool:
+        if self._found is None:
+            self._found = released_digests(self._journal)
+        return digest in self._found
+
+
+_END = object()
+
+
+def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Iterator[Tuple[T, R]]:
+    """(item, work(item)) in order, `work` of the next item running on a worker thread while the
+    caller handles this one: at most two results are held at once. What `work` raises is raised
+    here, when its item comes up. `work` shares nothing with the caller, and in a pull it reads no
+    LMDB (the commit it overlaps holds the environment's lock)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepjournal-remote") as pool:
+        it = iter(items)
+        current = next(it, _END)
+        future = pool.submit(work, current) if current is not _END else None
+        while current is not _END:
+            following = next(it, _END)
+            result = future.result()
+            if following is not _END:
+                future = pool.submit(work, following)
+            yield current, result
+            current = following
 
 
 def local_payload(store: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
@@ -146,26 +191,29 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
     lmdb_payloads = journal._live()
 
-    released = released_digests(journal)
+    released = Released(journal)
 
     def flush(events: List[Tuple[int, bytes, Any]], through: Tuple[int, bytes]) -> None:
         skipped: Set[str] = set()
+        wanted: Dict[str, Tuple[Any, int, int]] = {}
         for seq, _raw, event in events:
             for ref in call_refs(event):
-                if ref.digest in known:
-                    continue
-                blob, problem = local_payload(lmdb_payloads, ref)
-                if problem == "missing" and ref.digest in released:
-                    skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
-                    continue
-                if problem:
-                    raise IntegrityError(
-                        f"payload {ref.digest[:16]}… of event #{seq} (step {event.step}) is "
-                        f"{problem} in {journal.path!r}; run `stepjournal verify`", step=event.step)
-                remote.put(f"payloads/{ref.digest}", blob)
-                known.add(ref.digest)
-                sent["payloads"] += 1
-                sent["bytes"] += len(blob)
+                if ref.digest not in known:
+                    wanted.setdefault(ref.digest, (ref, seq, event.step))
+        # The next payload is read and checked against its digest while this one is sent (one ahead).
+        read = lambda item: local_payload(lmdb_payloads, item[0])  # noqa: E731
+        for (ref, seq, step), (blob, problem) in one_ahead(wanted.values(), read):
+            if problem == "missing" and ref.digest in released:
+                skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
+                continue
+            if problem:
+                raise IntegrityError(
+                    f"payload {ref.digest[:16]}… of event #{seq} (step {step}) is "
+                    f"{problem} in {journal.path!r}; run `stepjournal verify`", step=step)
+            remote.put(f"payloads/{ref.digest}", blob)
+            known.add(ref.digest)
+            sent["payloads"] += 1
+            sent["bytes"] += len(blob)
         if events:
             name, body, entry = encode_segment(source, [(seq, raw) for seq, raw, _ in events], skipped)
             remote.put(name, body)
@@ -213,12 +261,12 @@ def _pulled_through(journal: Journal) -> Dict[str, int]:
 
 
 def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, bytes, Any]]]:
-    """Contiguous runs of source seqs (one `EventsImported` each), at most `_BATCH_PAYLOAD_BYTES` of payloads."""
+    """Contiguous runs of source seqs (one `EventsImported` each), at most `_PULL_RUN_BYTES` of payloads."""
     run: List[Tuple[int, bytes, Any]] = []
     size = 0
     for item in events:
         extra = sum(r.stored_nbytes for r in call_refs(item[2]))
-        if run and (item[0] != run[-1][0] + 1 or size + extra > _BATCH_PAYLOAD_BYTES):
+        if run and (item[0] != run[-1][0] + 1 or size + extra > _PULL_RUN_BYTES):
             yield run
             run, size = [], 0
         run.append(item)
@@ -227,34 +275,48 @@ def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, byte
         yield run
 
 
-def _commit_run(journal: Journal, remote: Any, objects: Any, source: str,
-                run: List[Tuple[int, bytes, Any]], released: Set[str], imports: ImportMap) -> Tuple[int, int]:
-    store = journal._live()
-    local = LmdbPayloadStore(store)
-    blobs: Dict[bytes, bytes] = {}
+@attrs.frozen
+class _Run:
+    """One pulled transaction to be: a journal's contiguous events and the payloads still to fetch."""
+
+    source: str
+    total: int  # events of this source this pull brings (for progress)
+    events: List[Tuple[int, bytes, Any]]
+    released: Set[str]
+    wanted: Dict[str, Tuple[Any, List[int]]]  # digest -> (ref, the steps naming it)
+
+
+def _fetch_run(objects: Any, run: _Run) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
+    """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only."""
+    blobs: Dict[bytes, Any] = {}
     bad: Dict[str, Set[int]] = {}
-    for _seq, _raw, event in run:
-        for ref in call_refs(event):
-            key = bytes.fromhex(ref.digest)
-            if key in blobs or local.has(key):
-                continue
-            try:
-                blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
-            except PayloadMissingError:
-                if ref.digest not in released:  # retention released it before the push: not sent, not damage
-                    bad.setdefault(f"{ref.digest[:16]}… (PayloadMissingError)", set()).add(event.step)
-            except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
-                bad.setdefault(f"{ref.digest[:16]}… ({type(exc).__name__})", set()).add(event.step)
+    for digest, (ref, steps) in run.wanted.items():
+        key = bytes.fromhex(digest)
+        try:
+            blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
+        except PayloadMissingError:
+            if digest not in run.released:  # retention released it before the push: not sent, not damage
+                bad.setdefault(f"{digest[:16]}… (PayloadMissingError)", set()).update(steps)
+        except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
+            bad.setdefault(f"{digest[:16]}… ({type(exc).__name__})", set()).update(steps)
+    return blobs, bad
+
+
+def _commit_run(journal: Journal, remote: Any, run: _Run, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
+                imports: ImportMap) -> Tuple[int, int]:
+    events_in = run.events
     if bad:
         steps = sorted({s for found in bad.values() for s in found})
         raise IntegrityError(
-            f"{len(bad)} payload(s) of journal {source} in {remote.url} are missing or damaged: "
-            f"{', '.join(sorted(bad))}; affected steps {steps}; events {run[0][0]}-{run[-1][0]} were not pulled",
-            step=steps[0], detail="remote payload")
-    marker = EventsImported(source=source, origin=remote.url, source_first=run[0][0], source_last=run[-1][0],
-                            ts=time.time())
-    bodies = [encode_event(marker)] + [raw for _s, raw, _e in run]
-    events = [marker] + [e for _s, _r, e in run]
+            f"{len(bad)} payload(s) of journal {run.source} in {remote.url} are missing or damaged: "
+            f"{', '.join(sorted(bad))}; affected steps {steps}; events {events_in[0][0]}-{events_in[-1][0]} "
+            "were not pulled", step=steps[0], detail="remote payload")
+    store = journal._live()
+    local = LmdbPayloadStore(store)
+    marker = EventsImported(source=run.source, origin=remote.url, source_first=events_in[0][0],
+                            source_last=events_in[-1][0], ts=time.time())
+    bodies = [encode_event(marker)] + [raw for _s, raw, _e in events_in]
+    events = [marker] + [e for _s, _r, e in events_in]
     items = list(blobs.items())
 
     def fn(txn: Any) -> None:
@@ -288,17 +350,12 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
     return pull_from(remote, ObjectPayloadStore(url, options=options), journal, progress=progress)
 
 
-def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None) -> PullReport:
-    """`pull` from a remote-shaped source (`Remote`, or a bundle's reader) and its payload objects."""
-    _manifest(remote, create=False)
-    own = journal_id(journal) if journal.last_seq() else None
-    done = _pulled_through(journal)
-    imports = ImportMap.of(journal.events(types=[EventsImported]))
-    sources = sorted(k[len("heads/"):-len(".json")] for k in remote.keys("heads/") if k.endswith(".json"))
-    counts = {"events": 0, "payloads": 0, "bytes": 0}
+def _planned(remote: Any, journal: Journal, sources: List[str], done: Dict[str, int]) -> Iterator[_Run]:
+    """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
+    caller's thread). A payload an earlier run fetches is not fetched again."""
+    local = LmdbPayloadStore(journal._live())
+    scheduled: Set[str] = set()
     for source in sources:
-        if source == own:
-            continue
         head = _head(remote, source)
         if head is None:
             continue
@@ -306,16 +363,40 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
         total = sum(s.get("count", 0) for s in segments)
         for seg in segments:
             listed, released = _segment_events(remote, source, seg)
-            events = [e for e in listed if e[0] > done.get(source, 0)]
-            for run in _runs(events):
-                fetched, nbytes = _commit_run(journal, remote, objects, source, run, released, imports)
-                done[source] = run[-1][0]
-                counts["events"] += len(run)
-                counts["payloads"] += fetched
-                counts["bytes"] += nbytes
-                if progress is not None:
-                    progress(f"pull {source[:8]}", counts["events"], total)
-    report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(s for s in sources if s != own))
+            for events in _runs([e for e in listed if e[0] > done.get(source, 0)]):
+                wanted: Dict[str, Tuple[Any, List[int]]] = {}
+                for _seq, _raw, event in events:
+                    for ref in call_refs(event):
+                        if ref.digest in wanted:
+                            wanted[ref.digest][1].append(event.step)
+                        elif ref.digest not in scheduled and not local.has(bytes.fromhex(ref.digest)):
+                            wanted[ref.digest] = (ref, [event.step])
+                scheduled.update(wanted)
+                yield _Run(source, total, events, released, wanted)
+
+
+def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None) -> PullReport:
+    """`pull` from a remote-shaped source (`Remote`, or a bundle's reader) and its payload objects.
+
+    The payloads of the next run are fetched and checked on a worker thread while this one commits
+    (its durable write releases the GIL): two runs in memory at most.
+    """
+    _manifest(remote, create=False)
+    own = journal_id(journal) if journal.last_seq() else None
+    done = _pulled_through(journal)
+    imports = ImportMap.of(journal.events(types=[EventsImported]))
+    sources = sorted(k[len("heads/"):-len(".json")] for k in remote.keys("heads/") if k.endswith(".json"))
+    sources = [s for s in sources if s != own]
+    counts = {"events": 0, "payloads": 0, "bytes": 0}
+    fetch = lambda run: _fetch_run(objects, run)  # noqa: E731
+    for run, (blobs, bad) in one_ahead(_planned(remote, journal, sources, done), fetch):
+        fetched, nbytes = _commit_run(journal, remote, run, blobs, bad, imports)
+        counts["events"] += len(run.events)
+        counts["payloads"] += fetched
+        counts["bytes"] += nbytes
+        if progress is not None:
+            progress(f"pull {run.source[:8]}", counts["events"], run.total)
+    report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(sources))
     log.info("journal_pulled", url=remote.url, events=report.events_pulled, payloads=report.payloads_fetched)
     return report
 

@@ -115,6 +115,18 @@ def test_a_damaged_remote_object_is_refused_and_never_cached(tmp_path, s3_env):
         assert not journal.payload_store.cache.has(key)
 
 
+def test_a_replay_served_from_the_remote_without_a_cache_checks_the_digest_once_and_names_the_remote_copy(
+        tmp_path, s3_env):
+    with Journal(str(tmp_path / "j"), payload_store=s3_env) as journal:
+        rec = journal.record(4, {"ids": torch.arange(1000)})
+    remote_only = ObjectPayloadStore(s3_env)  # no cache: the view is unchecked, the journal's load checks it
+    with Journal(str(tmp_path / "j"), readonly=True, payload_store=remote_only) as journal:
+        assert torch.equal(journal.load_output(journal.lookup(4))["ids"], torch.arange(1000))
+        flip_remote(remote_only, bytes.fromhex(rec.event.output.digest))
+        with pytest.raises(IntegrityError, match=r"remote copy is damaged \(step 4\)"):
+            journal.load_output(journal.lookup(4))
+
+
 def test_a_truncated_remote_object_is_refused(tmp_path, s3_env):
     store = ObjectPayloadStore(s3_env)
     digest, raw = payload({"ids": torch.arange(1000)})

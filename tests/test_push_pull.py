@@ -13,10 +13,12 @@ import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteConflictError, RemoteError,
-                         RemoteFormatError, Retention, clone, journaled, prune, pull, push)
+                         RemoteFormatError, Retention, clone, compact, journaled, prune, pull, push)
+from stepjournal import _remote as remote_module
 from stepjournal._events import EventsImported
 from stepjournal._object_store import Remote
-from stepjournal._remote import journal_id
+from stepjournal._remote import Released, journal_id
+from stepjournal._remote_layout import call_refs
 from stepjournal.adapters.cli import main as cli
 
 
@@ -272,6 +274,48 @@ def test_a_journal_pruned_by_retention_pushes_its_events_and_a_clone_serves_only
     Remote(s3_env + "/pruned").delete(next(k for k in Remote(s3_env + "/pruned").keys("payloads/")))
     with pytest.raises(IntegrityError, match="missing or damaged"):  # absent without a release: damage
         clone(s3_env + "/pruned", str(tmp_path / "c"))
+
+
+def test_a_push_reads_the_log_for_releases_only_once_a_payload_is_missing_and_answers_as_the_scan(
+        tmp_path, s3_env, monkeypatch):
+    scans = []
+    scan = remote_module.released_digests
+    monkeypatch.setattr(remote_module, "released_digests", lambda journal: scans.append(journal.path) or scan(journal))
+    a, b = tmp_path / "a", tmp_path / "b"
+    record_steps(a, range(1, 6))
+    push(str(a), s3_env + "/whole")
+    assert scans == []  # nothing is missing: the log is not read for releases
+    with Journal(str(a), session=False) as journal:
+        prune(journal, Retention(keep_last=2))  # steps 1-3 lose their payloads
+    compact(str(a))
+    record_steps(a, [6])
+    report = push(str(a), s3_env + "/pruned")
+    assert len(scans) == 1 and report.payloads_sent == 6  # one read, whatever the number missing; steps 4-6 sent
+    clone(s3_env + "/pruned", str(b))
+    for path in (a, b):  # pruned and compacted; pulled
+        with Journal(str(path), readonly=True) as journal:
+            named = {ref.digest for _seq, event in journal.events() for ref in call_refs(event)}
+            released = Released(journal)
+            assert scan(journal) and {d for d in named | {"0" * 64} if d in released} == scan(journal)
+
+
+def test_push_and_clone_in_a_fresh_process_never_import_torch(tmp_path):
+    from stepjournal._codec_format import PAYLOAD_MAGIC
+    from stepjournal._payloads import _payload_head
+
+    assert _payload_head() == PAYLOAD_MAGIC[:4]
+    record_steps(tmp_path / "a", [1, 2])
+    remote = (tmp_path / "remote").as_uri()
+    script = textwrap.dedent(f"""
+        import sys
+        from stepjournal import clone, push
+        from stepjournal.adapters.cli import main
+        assert main(["push", {str(tmp_path / "a")!r}, {remote!r}]) == 0
+        print(clone({remote!r}, {str(tmp_path / "b")!r}).payloads_fetched, "torch" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["4", "False"]  # the payloads came, torch (3 s of import) did not
 
 
 def test_clone_refuses_a_folder_that_holds_something(tmp_path, s3_env):
