@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import attrs
@@ -25,7 +26,7 @@ _SALVAGE_STR = 256
 # over cores by BLAKE3 itself).
 _BATCH = 256
 _BATCH_BYTES = 256 << 20
-_HASHERS = 4
+_HASHERS = max(1, min(4, os.cpu_count() or 1))
 # Events between two progress reports.
 _PROGRESS_EVERY = 256
 _CALLS = (GenerationRecorded, ReplayServed, CallBypassed, CallRefused)
