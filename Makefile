@@ -41,6 +41,7 @@ bench: $(VENV)/.test
 # A journal of 1 000 000 events and what each answer then costs (issue 17); about 10 minutes here.
 bench-scale: $(VENV)/.test
 	$(PY) -m benchmarks._scale
+	$(PY) -m benchmarks._scale_big
 
 clean:
 	rm -rf $(VENV) .stepjournal-demo build dist *.egg-info

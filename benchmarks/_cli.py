@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 
 from ._bench_diff import bench_diff
+from ._bench_record_growing import bench_record_growing
 from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
 from ._bench_verify import bench_verify
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
     figures: Dict[str, Any] = {}
     sections = {
         "record": bench_record,
+        "record_growing": bench_record_growing,
         "replay": bench_replay,
         "lookup": bench_lookup,
         "passthrough": bench_passthrough,

@@ -12,12 +12,15 @@ from ._convert import decode_event
 from ._errors import JournalError
 from ._events import Event, SessionOpened
 from ._keys import seq_key, seq_of
+from ._lmdb_check import KEY_ABOVE_ALL
 from ._store import Store
 
 __all__ = ["EventLog"]
 
 # Events per read transaction of `raw_events` (events are small: about half a KB each).
 _EVENT_BATCH = 2048
+_FIRST_BATCH = 64  # the first batch is small and they double: the first rows of a long log come at once
+_LAST_SEQ = (1 << 64) - 1
 
 
 class EventLog:
@@ -59,7 +62,7 @@ class EventLog:
         """The sequence number of the newest event (0 for an empty journal)."""
         store = self._live()
         with store.read() as txn:
-            cur = txn.cursor(db=store.db("events"))
+            cur = txn.cursor(db=store.db_reading(txn, "events", KEY_ABOVE_ALL, None))
             return seq_of(cur.key()) if cur.last() else 0
 
     def raw_events(self, *, since: int = 0) -> Iterator[Tuple[int, bytes]]:
@@ -71,19 +74,26 @@ class EventLog:
         was appended meanwhile.
         """
         store = self._live()
+        size = _FIRST_BATCH
         while True:
             batch: List[Tuple[int, bytes]] = []
+            # The batch reads the seqs since+1 .. since+size (the next batch starts at the
+            # first seq past them): a journal checked as read checks just the pages of that range.
+            lo, hi = seq_key(since + 1), seq_key(min(since + size, _LAST_SEQ))
+            size = min(2 * size, _EVENT_BATCH)
+            after = None
             with store.read() as txn:
-                cur = txn.cursor(db=store.db("events"))
-                if cur.set_range(seq_key(since + 1)):
+                cur = txn.cursor(db=store.db_reading(txn, "events", lo, hi))
+                if cur.set_range(lo):
                     for key, value in cur:
-                        batch.append((seq_of(key), value))
-                        if len(batch) == _EVENT_BATCH:
+                        if key > hi:
+                            after = seq_of(key)
                             break
+                        batch.append((seq_of(key), value))
             yield from batch
-            if len(batch) < _EVENT_BATCH:
+            if after is None:
                 return
-            since = batch[-1][0]
+            since = after - 1
 
     def events(
         self,
@@ -112,7 +122,8 @@ class EventLog:
         """The stored bytes of event `seq`, or None."""
         store = self._live()
         with store.read() as txn:
-            return txn.get(seq_key(seq), db=store.db("events"))
+            key = seq_key(seq)
+            return txn.get(key, db=store.db_reading(txn, "events", key, key))
 
     def event(self, seq: int) -> Event:
         """The event with sequence number `seq`."""

@@ -22,10 +22,9 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ._audit import AUDIT_EVENT_TYPES, audit as _audit
-from ._codec import CodecRegistry
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
 from ._eventlog import EventLog
@@ -45,6 +44,9 @@ from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
 from ._version import __version__
 from ._writers import RunWriter
+
+if TYPE_CHECKING:  # the codec imports torch; a verb that reads no payload never loads it
+    from ._codec import CodecRegistry
 
 __all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", "DEFAULT_RUN"]
 
@@ -92,6 +94,10 @@ class Journal(Recording, Queries):
             docs/sharing.md) for an `ObjectPayloadStore` cached in the journal's LMDB; default: an
             `LmdbPayloadStore` in the journal's own LMDB environment.
         retention: a `Retention` (or a list of them) applied in the transaction of each record.
+        check: when the structure of ``data.mdb`` is checked (LMDB trusts its pages: a crafted file
+            could crash it): ``"open"`` (default) every tree at open; ``"as-read"`` (read-only only)
+            the small trees at open and each other tree, or for the event log each range of it,
+            before it is first read, so that opening costs what is read, not the file's size.
     """
 
     def __init__(
@@ -109,8 +115,11 @@ class Journal(Recording, Queries):
         session: bool = True,
         payload_store: Any = None,
         retention: Any = None,
+        check: str = "open",
     ) -> None:
         _check_key(run, "train")
+        if check not in ("open", "as-read") or check == "as-read" and not readonly:
+            raise ValueError(f"check {check!r} is not supported: use 'open', or 'as-read' with readonly=True")
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression {compression!r} is not supported: use None or 'zstd'")
         self.path = os.fspath(path)
@@ -123,7 +132,7 @@ class Journal(Recording, Queries):
         self._lock = threading.RLock()
         self._writer = RunWriter(self.path, run)  # the session's live-writer claim on its run
         _JOURNALS.add(self)
-        self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync)
+        self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
         self._payloads: PayloadStore = open_payload_store(payload_store, self._store)

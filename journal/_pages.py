@@ -17,7 +17,6 @@ import sys
 import threading
 from typing import Callable, List, Optional, Tuple
 
-import numpy as np
 
 __all__ = ["MappedFile", "ReleaseBehind", "releaser"]
 
@@ -93,7 +92,7 @@ class MappedFile:
             nbytes = mv.nbytes
             if nbytes < _PAGE or not mv.readonly:
                 return
-            base = np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
+            base = _address(mv)
         except (TypeError, ValueError, BufferError):
             return
         span = self._span
@@ -102,6 +101,13 @@ class MappedFile:
             if span is None:
                 return
         _release_span(base, 0, nbytes)
+
+
+def _address(mv: memoryview) -> int:
+    """Where the buffer's bytes start in memory (numpy is imported here, on the first large payload)."""
+    import numpy as np
+
+    return np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
 
 
 def releaser(view, path: str) -> Optional[Callable[[int, int], None]]:
@@ -119,7 +125,7 @@ def releaser(view, path: str) -> Optional[Callable[[int, int], None]]:
         nbytes = mv.nbytes
         if nbytes < _MIN_BYTES or not mv.readonly:
             return None
-        base = np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
+        base = _address(mv)
     except (TypeError, ValueError, BufferError):
         return None
     if not _mapped_from(base, nbytes, path):

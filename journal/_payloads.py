@@ -10,17 +10,19 @@ Nothing here reads or writes a store; `_payload_store` holds the stores, `_journ
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional
 
 import attrs
 import blake3
 import zstandard
 
-from ._codec import PAYLOAD_MAGIC, CodecRegistry, decode_payload_releasing, encode_payload_array
 from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
 from ._errors import IntegrityError, JournalError, PayloadDecodeError
 from ._events import PayloadRef
 from ._pages import ReleaseBehind
+
+if TYPE_CHECKING:  # the codec imports torch: a verb that reads no payload never loads it
+    from ._codec import CodecRegistry
 
 __all__ = [
     "COMPRESSIONS",
@@ -108,6 +110,8 @@ def prepare_payload(
         UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
     """
     # A numpy buffer, not a bytearray: no zero-fill of fresh 4 KiB pages before the copy (see _codec).
+    from ._codec import encode_payload_array
+
     raw = encode_payload_array(value, registry=registry)
     key = digest_bytes(raw)
     return PreparedPayload(key.hex(), key, len(raw), compression, raw=raw if store else None)
@@ -191,9 +195,16 @@ def unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) -
                 f"payload {digest[:16]}… needs {claimed} bytes of memory to decompress, which are not there",
                 step=step,
             ) from None
-    if head != PAYLOAD_MAGIC[:4]:
+    if head != _payload_head():
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
     return blob
+
+
+def _payload_head() -> bytes:
+    """The first bytes of an encoded payload (the codec, and torch with it, is imported on first use)."""
+    from ._codec_format import PAYLOAD_MAGIC
+
+    return PAYLOAD_MAGIC[:4]
 
 
 def stored_digest(
@@ -206,7 +217,7 @@ def stored_digest(
     """
     head = bytes(blob[:4])
     if head != ZSTD_MAGIC:
-        if head != PAYLOAD_MAGIC[:4]:
+        if head != _payload_head():
             raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
         return digest_bytes(blob, after_chunk=release)
     claimed = _zstd_claim(blob, digest, step, _limit(nbytes))
@@ -245,6 +256,8 @@ def decode_verified(
     `release(start, stop)` (from the store) is told which bytes both the digest and the decoder are
     done with, so a memory-mapped store can let go of those pages during the read.
     """
+    from ._codec import decode_payload_releasing
+
     digest = key.hex()
     mismatch = IntegrityError(
         f"payload {digest[:16]}…{where} does not match its digest: the journal is damaged",

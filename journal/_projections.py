@@ -268,6 +268,10 @@ class Projections:
                 txn.drop(store.db(name), delete=False)
         count, runs, seq, keys, gen = 0, runs_index.RunsFold(), 0, Keys(), store.db("gen")
         imports = ImportMap()
+        # Index keys come in key order for a trainer's log (steps ascending): each is appended to the
+        # emptied table (no search, full pages) while it is above every key there; others are put.
+        prefixes: dict = {}
+        last = b""
         for key, body in txn.cursor(db=store.db("events")):
             seq = seq_of(key)
             # A call event whose map passes its class's rules is projected from the map (no event
@@ -276,8 +280,15 @@ class Projections:
             row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
             if row is not None:
                 if row["stored"]:
-                    txn.put(gen_key(row["run"], row["mode"], row["step"], row["gen_index"], row["stage"]),
-                            seq_key(seq), db=gen)
+                    group = (row["run"], row["mode"], row["stage"])
+                    prefix = prefixes.get(group)
+                    if prefix is None:
+                        if len(prefixes) > 65536:  # hostile variety: keep memory bounded
+                            prefixes.clear()
+                        prefix = prefixes[group] = gen_prefix(*group)
+                    key = prefix + row["step"].to_bytes(8, "big") + row["gen_index"].to_bytes(4, "big")
+                    txn.put(key, seq_key(seq), db=gen, append=key > last)
+                    last = max(last, key)
                 runs.add_row(row)
                 count += 1
                 continue
@@ -291,6 +302,9 @@ class Projections:
                 imports.marker(seq, event)
             event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
             cls.apply_in(txn, store, seq, event, ranks=False, runs=False)
+            if isinstance(event, (GenerationRecorded, PayloadsReleased)):
+                cur = txn.cursor(db=gen)
+                last = bytes(cur.key()) if cur.last() else b""  # what was put (or deleted) there
             runs.add(seq, event)
             count += 1
         runs.last = seq

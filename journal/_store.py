@@ -10,7 +10,7 @@ import os
 import stat
 import threading
 from contextlib import contextmanager
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 import lmdb
 
@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - not on Windows
 
 from ._log import get_logger
 from ._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
-from ._lmdb_check import check_data_file, newest_txnid
+from ._lmdb_check import check_env_structure, check_file_size, check_tree
 from ._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES"]
@@ -32,7 +32,9 @@ log = get_logger(__name__)
 DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps", "runs")
 _MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
-_STRUCTURE_RETRIES = 8
+# Checked at open by a read-only journal checked as read (one node per session, run group or distinct
+# payload); the event log and the step indexes (one entry per event or step) are checked when read.
+_CHECKED_AT_OPEN = ("meta", "sessions", "runs", "payloads")
 
 # One environment per real path per process (LMDB's rule); the pid tells a forked child that the
 # environment it inherited is not its own.
@@ -90,13 +92,17 @@ class _SharedEnv:
         self.lock = threading.RLock()
         self.dbs: Dict[str, object] = {}
         self.options: Dict[str, object] = {}  # what lmdb.open was given, to map it again
+        # None: every tree of data.mdb was checked at open; else the named ones checked whole so far.
+        self.checked: Optional[Set[str]] = None
+        self.data_file = ""
+        self.txns = threading.local()  # the read transactions open in each thread (see `Store.db`)
 
 
 def _is_writable_location(path: str) -> bool:
     return os.access(path, os.W_OK)
 
 
-def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _SharedEnv:
+def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool, check: str = "open") -> _SharedEnv:
     key = os.path.realpath(path)
     pid = os.getpid()
     with _ENVS_LOCK:
@@ -115,16 +121,20 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool) -> _Shared
                     f"journal {path!r} is already open read-only in this process; close that Journal "
                     "before opening it for writing"
                 )
+            if check == "open" and shared.checked is not None:  # opened checked as read: check the rest now
+                check_env_structure(shared.env, shared.data_file, path)
+                shared.checked = None
             shared.users += 1
             return shared
         prepare_journal_folder(path, key, readonly=readonly)
         try:
-            return _open_env(path, key, readonly=readonly, map_size=map_size, sync=sync, pid=pid)
+            return _open_env(path, key, readonly=readonly, map_size=map_size, sync=sync, pid=pid, check=check)
         except OSError as exc:  # lstat/stat of a folder this user cannot read ...
             raise os_error(path, exc, "open") from None
 
 
-def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool, pid: int) -> _SharedEnv:
+def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool, pid: int,
+              check: str = "open") -> _SharedEnv:
     """Open the LMDB environment of a checked journal folder and register it (under `_ENVS_LOCK`)."""
     check_lmdb_files(key)
     data_file = os.path.join(key, "data.mdb")
@@ -144,17 +154,20 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     except lmdb.Error as exc:
         raise os_error(path, exc, "open" if readonly or os.path.exists(data_file) else "create") from None
     try:
-        _check_file_size(env, data_file, path)
+        check_file_size(env, data_file, path)
         if lock:
             # Processes killed inside a read transaction leave their reader slot taken; with 256
             # slots a long-lived journal would eventually refuse every reader (MDB_READERS_FULL).
             env.reader_check()
-        _check_structure(env, data_file, path)
+        lazy = check == "as-read" and readonly
+        check_env_structure(env, data_file, path, trees=_CHECKED_AT_OPEN if lazy else None)
     except IntegrityError:
         env.close()
         raise
     shared = _SharedEnv(env, readonly)
     shared.options = options
+    shared.data_file = data_file
+    shared.checked = set(_CHECKED_AT_OPEN) if lazy else None
     try:
         for name in DB_NAMES:
             shared.dbs[name] = _open_db(env, name, create=not readonly)
@@ -190,41 +203,6 @@ def _open_db(env: lmdb.Environment, name: str, *, create: bool):
     raise JournalError(f"journal {env.path()!r} keeps being resized by another process")
 
 
-def _check_structure(env: lmdb.Environment, data_file: str, path: str) -> None:
-    """Walk data.mdb's trees before LMDB reads any of them (see `_lmdb_check`); refuse what would fault.
-
-    Runs at the first open of a path in each process, in every mode: a process cannot tell a journal
-    it wrote from one it was handed. A read transaction pins the snapshot meanwhile, so a writer in
-    another process cannot reuse its pages; a meta page read while that writer commits may be torn,
-    so a failed check is retried when the file's newest transaction moved in the meantime.
-    """
-    for _ in range(_STRUCTURE_RETRIES):
-        before = newest_txnid(data_file)
-        with env.begin() as txn:
-            try:
-                stats = check_data_file(data_file, journal=path, pinned_txnid=txn.id())
-            except IntegrityError:
-                if newest_txnid(data_file) != before:
-                    continue  # a writer committed while the file was read: look again
-                raise
-        log.debug("journal_structure_checked", path=path, tree_pages=stats.tree_pages,
-                  overflow_values=stats.overflow_values, file_bytes=stats.file_bytes)
-        return
-    raise JournalError(f"journal {path!r} keeps being written while it is opened; try again")
-
-
-def _check_file_size(env: lmdb.Environment, data_file: str, path: str) -> None:
-    """Refuse a data file shorter than its last committed page: reading past its end kills the process."""
-    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    actual = os.path.getsize(data_file)
-    if actual < needed:
-        raise IntegrityError(
-            f"journal {path!r} is damaged: data.mdb holds {actual} bytes but its last committed page ends at "
-            f"{needed}; the file was truncated. Restore it from a copy",
-            detail="data.mdb truncated",
-        )
-
-
 def folder_is_shared(path: str) -> bool:
     """True when the journal folder can be written by group or others."""
     mode = os.stat(path).st_mode
@@ -240,6 +218,8 @@ class Store:
         map_size: the initial map size in bytes; it grows by itself.
         max_size: a cap on the map size in bytes; reaching it raises `JournalFullError`.
         sync: flush to disk at each commit (the default; a journal that loses its last record is not a journal).
+        check: ``"open"``: check every tree of data.mdb at open; ``"as-read"`` (read-only): the small
+            trees at open, each other one before it is first read (`db`, `db_reading`).
     """
 
     def __init__(
@@ -250,15 +230,17 @@ class Store:
         map_size: int = _DEFAULT_MAP_SIZE,
         max_size: int | None = None,
         sync: bool = True,
+        check: str = "open",
     ) -> None:
         self.path = os.fspath(path)
         self.readonly = readonly
+        self._check = check
         self.max_size = max_size
         self._sync = sync
         self._map_size = map_size if max_size is None else min(map_size, max_size)
         self._pid = os.getpid()
         self._shared: _SharedEnv | None = _acquire(
-            self.path, readonly=readonly, map_size=self._map_size, sync=sync
+            self.path, readonly=readonly, map_size=self._map_size, sync=sync, check=check
         )
         if folder_is_shared(os.path.realpath(self.path)):
             log.warning("journal_folder_writable_by_others", path=self.path, hint="chmod 700 the folder")
@@ -275,7 +257,8 @@ class Store:
     def reopen_after_fork(self) -> None:
         """Drop the inherited environment and open this process's own."""
         self._pid = os.getpid()
-        self._shared = _acquire(self.path, readonly=self.readonly, map_size=self._map_size, sync=self._sync)
+        self._shared = _acquire(self.path, readonly=self.readonly, map_size=self._map_size, sync=self._sync,
+                                check=self._check)
 
     def close(self) -> None:
         if self._shared is None:
@@ -290,8 +273,34 @@ class Store:
         return self._shared
 
     def db(self, name: str):
-        handle = self._env().dbs[name]
+        """The handle of a named database; checked as read, its whole tree is checked first (once)."""
+        shared = self._env()
+        handle = shared.dbs[name]
+        if shared.checked is not None and name not in shared.checked and handle is not None:
+            self._check_tree(shared, name, None)
+            shared.checked.add(name)
         return handle
+
+    def db_reading(self, txn: lmdb.Transaction, name: str, lo: bytes, hi: Optional[bytes]):
+        """`db`, for a read in `txn` of the keys lo..hi only (hi None: to the end): checked as read, only
+        the pages that read can touch are checked first (`_lmdb_check.check_tree`)."""
+        shared = self._env()
+        handle = shared.dbs[name]
+        if shared.checked is not None and name not in shared.checked and handle is not None:
+            self._check_tree(shared, name, (lo, hi), txn)
+        return handle
+
+    def _check_tree(self, shared: _SharedEnv, name: str, keys, txn=None) -> None:
+        # The tree as the reading transaction sees it (its record in the main tree, checked at open);
+        # outside one, in a transaction of its own that keeps the pages from reuse meanwhile.
+        txn = txn or getattr(shared.txns, "current", None)
+        if txn is None:
+            with shared.lock, shared.env.begin() as own:
+                return self._check_tree(shared, name, keys, own)
+        record = txn.get(name.encode())
+        if record is not None:
+            check_tree(shared.data_file, name, bytes(record), psize=shared.env.stat()["psize"],
+                       last_pgno=shared.env.info()["last_pgno"], journal=self.path, keys=keys)
 
     # -- transactions ----------------------------------------------------------------------------
     @contextmanager
@@ -314,6 +323,8 @@ class Store:
                         ) from None
             else:  # pragma: no cover - a map resized three times in a row
                 raise JournalError(f"journal {self.path!r} keeps being resized by another process")
+            outer = getattr(shared.txns, "current", None)
+            shared.txns.current = txn
             try:
                 yield txn
             except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadValsizeError) as exc:
@@ -322,6 +333,7 @@ class Store:
             except lmdb.Error as exc:
                 raise JournalError(f"journal {self.path!r}: read failed: {exc}") from None
             finally:
+                shared.txns.current = outer
                 txn.abort()
 
     def write(self, fn, *, needed: int = 0, buffers: bool = False):

@@ -15,6 +15,8 @@ GOALS = {
     "replay_speedup_vs_verl_load",
     "record_vs_plain_write_fsync",
     "record_vs_verl_save",
+    "record_growing_vs_plain_write_fsync",
+    "record_growing_vs_verl_save",
     "lookup_ms_per_decision",
     "lookup_speedup_vs_folder_scan",
     "passthrough_overhead_us",
@@ -70,6 +72,14 @@ def test_quick_run_replays_every_byte_it_recorded(quick_report):
     for name in ("journal_dict", "journal_dataproto", "journal_zstd", "verl", "plain"):
         assert replay[name]["loaded_tensor_bytes"] == tensor_bytes, name
         assert replay[name]["reps"] == quick_report["workload"]["repetitions"], name
+
+
+def test_quick_run_records_as_a_trainer_records_a_new_batch_a_step_into_a_fresh_journal(quick_report):
+    growing = quick_report["figures"]["record_growing"]
+    assert set(growing["wall_s"]) == {"plain_write_fsync", "journal_dump", "verl_save_to_disk"}
+    assert all(len(samples) == growing["steps"] == 3 for samples in growing["wall_s"].values())
+    # Every step's batch was new, so the journal holds each one: nothing was deduplicated away.
+    assert growing["journal_data_mdb"]["allocated"] >= growing["steps"] * growing["payload_tensor_bytes"]
 
 
 def test_quick_run_measures_push_pull_and_a_cold_replay_against_a_real_s3_server(quick_report):

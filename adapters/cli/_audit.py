@@ -19,7 +19,6 @@ from rich.console import Console
 from stepjournal import AuditRecord, Journal
 from stepjournal._audit import AUDIT_FIELDS
 from stepjournal._audit_rows import json_rows
-from stepjournal.policies import StepRanges
 
 from ._common import open_readonly, parse_steps
 from ._pager import paged
@@ -28,11 +27,12 @@ from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, 
 __all__ = ["run"]
 
 _CHUNK = 200  # rows per printed table piece: the first ones show before the rest are read
+_FIRST_CHUNK = 40  # the first piece: about a screen, so that it shows before 200 rows are laid out
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     steps = parse_steps(args.steps)
-    with open_readonly(args.journal) as journal:
+    with open_readonly(args.journal, check="as-read") as journal:
         # Rows straight from the stored maps, no event objects: the same rows as the event path, faster.
         records: Iterator[Any] = json_rows(journal.raw_events(), run=args.run, steps=steps, mode=args.mode,
                                            actions=set(args.action or ()), stage=args.stage)
@@ -153,12 +153,13 @@ def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], numbers: 
 
 
 def _chunks(rows: Iterable[AuditRecord]) -> Iterator[List[AuditRecord]]:
-    it = iter(rows)
+    it, size = iter(rows), _FIRST_CHUNK
     while True:
-        chunk = list(itertools.islice(it, _CHUNK))
+        chunk = list(itertools.islice(it, size))
         if not chunk:
             return
         yield chunk
+        size = _CHUNK
 
 
 def _new_table() -> Any:
@@ -229,6 +230,8 @@ def _same_range(last: AuditRecord, r: AuditRecord) -> bool:
 
 
 def _summary_line(group: List[AuditRecord], numbers: Dict[str, int]) -> str:
+    from stepjournal.policies import StepRanges  # the policies package loads the engine: not for the table
+
     first = group[0]
     steps = str(StepRanges.from_steps(r.step for r in group))
     calls = len(group)

@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from stepjournal import Journal, StepJournalError
-from stepjournal._export import choose_run
-from stepjournal.policies import StepRanges
 
 from ._render import UsageError
+
+if TYPE_CHECKING:  # the policies package loads the engine: imported when --steps is given
+    from stepjournal.policies import StepRanges
 
 __all__ = ["open_readonly", "parse_steps", "choose_run"]
 
 
-def open_readonly(path: str) -> Journal:
-    return Journal(path, readonly=True)
+def open_readonly(path: str, check: str = "open") -> Journal:
+    """The journal read-only; ``check="as-read"`` checks data.mdb's trees as they are read (see `Journal`)."""
+    return Journal(path, readonly=True, check=check)
+
+
+def choose_run(journal: Journal, run: Optional[str]) -> str:
+    """`stepjournal._export.choose_run`, imported when called: the export module loads torch."""
+    from stepjournal._export import choose_run as choose
+
+    return choose(journal, run)
 
 
 def parse_steps(text: Optional[str]) -> Optional[StepRanges]:
     """``--steps`` as `StepRanges` (None when not given); a bad range is a usage error."""
     if text is None:
         return None
+    from stepjournal.policies import StepRanges
+
     try:
         return StepRanges.parse(text)
     except StepJournalError as exc:

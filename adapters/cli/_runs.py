@@ -17,7 +17,7 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     stage = getattr(args, "stage", None)
-    with open_readonly(args.journal) as journal:
+    with open_readonly(args.journal, check="as-read") as journal:
         summaries = journal.run_summaries(stage=stage)  # the runs index, not a scan of the log
     if args.json:
         print_json([s.to_json() for s in summaries])

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 from verl.protocol import DataProto
 
 from stepjournal._log import get_logger
-from stepjournal.policies import ConfigError, Engine, open_engine
+from stepjournal.policies import ConfigError, Engine, ReplayMissError, open_engine
 
 from ._config import VerlJournalConfig, read_verl_config
 from ._nodes import _select
@@ -224,6 +224,27 @@ def make_journaled_agent_loop_manager() -> type:
         return _MANAGER_CLASS
 
 
+def _other_run_key(rollout: JournaledRollout, exc: ReplayMissError) -> ReplayMissError:
+    """`exc`, told that the journal holds generations of other run keys only (a replay under another name).
+
+    A recording cloned onto another machine replays only under the run key it was recorded under;
+    a replay configured with another experiment or project name finds nothing at any step.
+    """
+    journal = rollout.journal
+    if journal is None or journal.recorded_steps(run=journal.run):
+        return exc
+    others = [s.run for s in journal.run_summaries(stage="generate") if s.run != journal.run and s.stages.get("generate")]
+    if not others:
+        return exc
+    return ReplayMissError(
+        f"{exc}. Run {journal.run!r} has no recorded generations in {journal.path}, which holds run(s) "
+        f"{', '.join(repr(r) for r in others)}: the rollouter's run key is "
+        "'{trainer.experiment_name}_{trainer.project_name}'; set those (or stepjournal.run) to the recorded run",
+        step=exc.step,
+        gen_index=exc.gen_index,
+    )
+
+
 def install_fully_async(manager_cls: Optional[type] = None) -> type:
     """Journal the fully-async rollouter's ``generate_sequences_single`` in this process.
 
@@ -266,7 +287,11 @@ def install_fully_async(manager_cls: Optional[type] = None) -> type:
             return found
 
     async def generate_sequences_single(self: Any, prompts: DataProto) -> DataProto:
-        return await rollout_of(self).acall(prompts)
+        rollout = rollout_of(self)
+        try:
+            return await rollout.acall(prompts)
+        except ReplayMissError as exc:
+            raise _other_run_key(rollout, exc) from exc
 
     generate_sequences_single.__qualname__ = f"{manager_cls.__qualname__}.generate_sequences_single"
     generate_sequences_single.__wrapped__ = raw  # type: ignore[attr-defined]

@@ -1,0 +1,163 @@
+"""The record section as a trainer records: a fresh process, a fresh journal growing by one batch a step.
+
+``make bench``'s record section times warm writes into a journal whose map was sized up front. A
+trainer does not record so: its process is new, its journal starts empty and grows, and each step's
+batch is new memory. This section runs in a child process of its own and, for each of ``steps``
+steps, makes a new batch (not timed), then times, in an order that rotates each step:
+
+- ``plain_write_fsync``: the batch's tensor bytes written to a new file and fsynced;
+- ``journal_dump``: the call through ``journaled(fn, journal, "dump")`` on a journal opened with the
+  defaults (durable, map grown by itself), which is what a user of the library pays;
+- ``verl_save_to_disk``: verl's rollout-skip dump of the same batch (``DataProto.save_to_disk``, no
+  fsync), when verl is installed.
+
+Goal (issue 17): the journal at most 1.5x the plain write + fsync, and faster than verl's dump.
+Run it alone with ``python -m benchmarks._bench_record_growing [--steps N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+from ._measure import disk_bytes, quiet_logs
+from ._report import _goal
+from ._workload import Workload, make_batch, tensor_items, tensor_nbytes, to_dataproto
+
+__all__ = ["bench_record_growing", "main"]
+
+GOAL_VS_PLAIN = 1.5
+GOAL_VS_VERL = 1.0
+
+
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def _child(workdir: Path, steps: int, quick: bool) -> Dict[str, Any]:
+    """The measurement itself, in this (fresh) process."""
+    from stepjournal import Journal, journaled
+
+    quiet_logs()
+    workload = Workload.quick() if quick else Workload()
+    journal = Journal(workdir / "journal")
+    current: Dict[str, Any] = {}
+    dump = journaled(lambda step: current["batch"], journal, "dump")
+
+    def plain(step: int) -> None:
+        folder = workdir / "plain"
+        folder.mkdir(exist_ok=True)
+        with open(folder / f"{step}.bin", "wb") as f:
+            for t in tensor_items(current["batch"]):
+                f.write(t.numpy().data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def record(step: int) -> None:
+        dump(step=step)
+
+    def verl_save(step: int) -> None:
+        folder = workdir / "verl" / str(step)
+        folder.mkdir(parents=True)
+        current["dataproto"].save_to_disk(folder / "gen_batch.dp")
+
+    ops: Dict[str, Callable[[int], None]] = {"plain_write_fsync": plain, "journal_dump": record}
+    wall: Dict[str, List[float]] = {name: [] for name in ops}
+    cpu: Dict[str, List[float]] = {name: [] for name in ops}
+    payload = 0
+    for step in range(steps):
+        batch = make_batch(workload, seed=step)  # a new batch: fresh memory, as each trainer step makes
+        current["batch"] = batch
+        payload = tensor_nbytes(batch)
+        dataproto = to_dataproto(batch)
+        if dataproto is not None and "verl_save_to_disk" not in ops:
+            ops["verl_save_to_disk"] = verl_save
+            wall["verl_save_to_disk"], cpu["verl_save_to_disk"] = [], []
+        current["dataproto"] = dataproto
+        names = list(ops)
+        for name in names[step % len(names):] + names[: step % len(names)]:
+            started_cpu, started = _cpu(), time.perf_counter()
+            ops[name](step)
+            wall[name].append(time.perf_counter() - started)
+            cpu[name].append(_cpu() - started_cpu)
+    journal.close()
+    data = workdir / "journal" / "data.mdb"
+    return {
+        "steps": steps,
+        "payload_tensor_bytes": payload,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "journal_data_mdb": {"apparent_bytes": os.path.getsize(data), **disk_bytes(str(data))},
+    }
+
+
+def _median(samples: List[float]) -> float:
+    # The first step pays the process's first touches (imports, the map's first pages); a trainer's
+    # first step pays them too, so it is kept.
+    return statistics.median(samples)
+
+
+def bench_record_growing(ctx: Any) -> Dict[str, Any]:
+    """The section for `benchmarks._cli`; `ctx` is a `benchmarks._suite.Context`."""
+    quick = ctx.workload == Workload.quick()
+    return _run(ctx.workdir / "record-growing", steps=3 if quick else 8, quick=quick, progress=ctx.progress)
+
+
+def _run(workdir: Path, *, steps: int, quick: bool, progress: Callable[[str], None]) -> Dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    progress(f"record as a trainer records: {steps} steps, a fresh process and a fresh journal")
+    command = [sys.executable, "-m", "benchmarks._bench_record_growing", "--child", str(workdir), "--steps", str(steps)]
+    if quick:
+        command.append("--quick")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    shutil.rmtree(workdir, ignore_errors=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"record-growing child failed ({done.returncode}): {done.stderr[-2000:]}")
+    raw = json.loads(done.stdout)
+    wall = {name: _median(t) for name, t in raw["wall_s"].items()}
+    cpu = {name: _median(t) for name, t in raw["cpu_s"].items()}
+    out: Dict[str, Any] = {**raw, "median_wall_s": wall, "median_cpu_s": cpu}
+    basis = f"journaled(..., 'dump'), fresh process and journal, {steps} new batches, median wall"
+    out["ratios"] = {"journal_vs_plain_write_fsync": wall["journal_dump"] / wall["plain_write_fsync"]}
+    out["goals"] = {
+        "record_growing_vs_plain_write_fsync": _goal(out["ratios"]["journal_vs_plain_write_fsync"], GOAL_VS_PLAIN,
+                                                     "<=", "x", basis),
+    }
+    if "verl_save_to_disk" in wall:
+        out["ratios"]["journal_vs_verl_save_to_disk"] = wall["journal_dump"] / wall["verl_save_to_disk"]
+        out["goals"]["record_growing_vs_verl_save"] = _goal(out["ratios"]["journal_vs_verl_save_to_disk"],
+                                                            GOAL_VS_VERL, "<=", "x", basis + ", vs verl's save_to_disk")
+    return out
+
+
+def main(argv: Any = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks._bench_record_growing", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=8, help="steps to record (default 8)")
+    p.add_argument("--quick", action="store_true", help="the quick workload's small batch")
+    p.add_argument("--child", metavar="WORKDIR", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(Path(args.child), args.steps, args.quick)))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-bench-record-growing-"))
+    try:
+        report = _run(workdir / "run", steps=args.steps, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps({k: v for k, v in report.items() if k not in ("wall_s", "cpu_s")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
