@@ -17,6 +17,7 @@ from ._bench_diff import bench_diff
 from ._bench_record_growing import bench_record_growing
 from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
+from ._bench_verify import bench_verify
 from ._cli_start import bench_cli_start
 from ._measure import load_average, machine_facts, quiet_logs
 from ._report import goals_and_ratios
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "scan": bench_scan,
         "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
         "retention": bench_retention,
+        "verify": bench_verify,
         "diff": bench_diff,
         "remote": bench_remote,
     }

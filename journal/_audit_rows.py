@@ -165,9 +165,11 @@ def json_rows(
     mode: Optional[str] = None,
     actions: Optional[Container[str]] = None,
     stage: Optional[str] = None,
+    timed: bool = True,
 ) -> Iterator[Dict[str, Any]]:
     """The ``audit --json`` rows (``AuditRecord.to_json()``, keys `AUDIT_FIELDS`) of ``(seq, stored bytes)``
     pairs in log order, filtered as `audit` filters (`actions`: empty or None keeps every action).
+    Without `timed`, a call row's ``time`` (the clock text) may be None: for a reader that never shows it.
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
@@ -177,7 +179,7 @@ def json_rows(
     origin_at = origin_end = 0
     for seq, raw in raw_pairs:
         found = checked_body(raw)
-        row = call_row(seq, found[0], found[1], keys) if found is not None else None
+        row = call_row(seq, found[0], found[1], keys, timed=timed) if found is not None else None
         if row is None:
             event = decode_event(raw, seq=seq)  # the event path: the same row, or the error
             if isinstance(event, EventsImported):

@@ -47,9 +47,10 @@ import warnings
 import numpy as np
 import torch
 
+from ._payload_magic import PAYLOAD_MAGIC
+
 __all__ = ["PAYLOAD_MAGIC", "FORMAT_VERSION", "MAX_DEPTH"]
 
-PAYLOAD_MAGIC = b"SJP\x01"
 FORMAT_VERSION = 1
 # Containers nested deeper than this are refused on both sides. msgpack itself refuses to pack more
 # than 511 levels, and one level costs one Python frame in each direction, so stay well below both.

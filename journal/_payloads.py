@@ -20,6 +20,7 @@ from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
 from ._errors import IntegrityError, JournalError, PayloadDecodeError
 from ._events import PayloadRef
 from ._pages import ReleaseBehind
+from ._payload_magic import PAYLOAD_MAGIC
 
 if TYPE_CHECKING:  # the codec imports torch: a verb that reads no payload never loads it
     from ._codec import CodecRegistry
@@ -195,16 +196,9 @@ def unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) -
                 f"payload {digest[:16]}… needs {claimed} bytes of memory to decompress, which are not there",
                 step=step,
             ) from None
-    if head != _payload_head():
+    if head != PAYLOAD_MAGIC[:4]:
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
     return blob
-
-
-def _payload_head() -> bytes:
-    """The first bytes of an encoded payload: `_codec_format.PAYLOAD_MAGIC`, spelled here because that
-    module imports torch, which a push, a pull or a verify of stored bytes never needs
-    (tests/test_push_pull.py checks both that they agree and that a push does not import torch)."""
-    return b"SJP\x01"
 
 
 def stored_digest(
@@ -217,7 +211,7 @@ def stored_digest(
     """
     head = bytes(blob[:4])
     if head != ZSTD_MAGIC:
-        if head != _payload_head():
+        if head != PAYLOAD_MAGIC[:4]:
             raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
         return digest_bytes(blob, after_chunk=release)
     claimed = _zstd_claim(blob, digest, step, _limit(nbytes))

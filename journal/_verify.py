@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import attrs
 import msgpack
 
-from ._convert import decode_event
+from ._audit_rows import Keys, call_row
+from ._convert import checked_body, decode_event
 from ._errors import IntegrityError, StepJournalError
-from ._events import EventsImported, GenerationRecorded, PayloadsReleased
+from ._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ._import_map import ImportMap
 from ._keys import LAYOUT_VERSION, gen_prefix, parse_gen_key
 from ._payload_store import PayloadStore
@@ -19,6 +21,16 @@ __all__ = ["VerifyProblem", "verify"]
 # Salvaging the step of an undecodable event reads at most this many field names, this long.
 _SALVAGE_FIELDS = 64
 _SALVAGE_STR = 256
+# Payloads checked per read transaction (at most this many, or about this many bytes), and the
+# threads that hash the small ones side by side (BLAKE3 releases the GIL; a large payload is spread
+# over cores by BLAKE3 itself).
+_BATCH = 256
+_BATCH_BYTES = 256 << 20
+_HASHERS = max(1, min(4, os.cpu_count() or 1))
+# Events between two progress reports.
+_PROGRESS_EVERY = 256
+_CALLS = (GenerationRecorded, ReplayServed, CallBypassed, CallRefused)
+_CALL = object()  # `_checked_record`: a call event whose rules hold and that references no payload
 
 
 @attrs.frozen
@@ -55,20 +67,45 @@ def verify(
         index_items: reads the ``gen`` index as (key, seq) pairs (called after the log was read).
         last_seq: reads the newest sequence number now.
         payloads: the payload store the events reference.
-        progress: called as ``progress(done, total)`` as events are checked.
+        progress: called as ``progress(done, total)`` in bytes checked: the events' stored bytes, then
+            the payloads'. `total` grows once the log is read (the payloads' sizes are known then).
         layout: the key layout of the index on disk (1: a 0.1.0 index read as it is, read-only).
     """
     problems: List[VerifyProblem] = []
     expected: Dict[bytes, int] = {}
     steps_of_digest: Dict[str, List[int]] = {}
     size_of_digest: Dict[str, int] = {}
+    stored_size: Dict[str, int] = {}
     users: Dict[str, List[int]] = {}  # digest -> seqs of the records using it
     released_records: set = set()
     released_by: Dict[str, int] = {}  # digest -> seq of the release that deleted it
     imports = ImportMap()
+    keys = Keys()
     raw = list(raw_events)
-    total = len(raw)
-    for done, (seq, body) in enumerate(raw, 1):
+    total = sum(len(body) for _, body in raw)
+    done = 0
+
+    def uses(seq: int, step: int, digest: str, nbytes: int, stored: int) -> None:
+        steps_of_digest.setdefault(digest, []).append(step)
+        size_of_digest[digest] = nbytes
+        stored_size[digest] = stored
+        users.setdefault(digest, []).append(seq)
+
+    for count, (seq, body) in enumerate(raw, 1):
+        done += len(body)
+        if progress is not None and (count % _PROGRESS_EVERY == 0 or count == len(raw)):
+            progress(done, total)
+        record = _checked_record(seq, body, keys)
+        if record is _CALL:  # another call event that passes its class's rules: nothing to check here
+            continue
+        if record is not None:  # a GenerationRecorded that passes every rule its class checks
+            for ref in (record["output"], record["input"]):
+                if ref is not None:
+                    uses(seq, record["step"], ref["digest"], ref["nbytes"], ref["stored_nbytes"])
+            if record["output"] is not None:
+                prefix = gen_prefix(record["run"], record["mode"], record["stage"], layout=layout)
+                expected[prefix + record["step"].to_bytes(8, "big") + record["gen_index"].to_bytes(4, "big")] = seq
+            continue
         try:
             event = decode_event(body, seq=seq)
         except StepJournalError as exc:
@@ -80,9 +117,7 @@ def verify(
         if isinstance(event, GenerationRecorded):
             for ref in (event.output, event.input):
                 if ref is not None:
-                    steps_of_digest.setdefault(ref.digest, []).append(event.step)
-                    size_of_digest[ref.digest] = ref.nbytes
-                    users.setdefault(ref.digest, []).append(seq)
+                    uses(seq, event.step, ref.digest, ref.nbytes, ref.stored_nbytes)
             if event.output is not None:
                 prefix = gen_prefix(event.run, event.mode, event.stage, layout=layout)
                 expected[prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")] = seq
@@ -93,12 +128,11 @@ def verify(
             key = prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")
             if expected.get(key) == event.record_seq:
                 del expected[key]
-        if progress is not None:
-            progress(done, total)
     found = dict(index_items())
     # A live writer may have appended (and indexed) events since the log was read: those are not
     # checked; an entry pointing past the end of the log still is.
     checked_up_to, now = (raw[-1][0] if raw else 0), last_seq()
+    del raw
     for key in sorted(set(expected) | set(found)):
         if checked_up_to < (found.get(key) or 0) <= now:
             continue
@@ -115,27 +149,80 @@ def verify(
     # A payload is live while a record that was not released uses it: it must be there, whole.
     live = {d for d, seqs in users.items() if any(s not in released_records for s in seqs)}
     seen = set()
-    for key in payloads.digests():
+    total = done + sum(stored_size.values())
+    stored: List[Tuple[int, VerifyProblem]] = []  # (place in digest order, problem): reported in that order
+
+    def check(batch: List[Tuple[int, bytes, str]]) -> None:
+        nonlocal done
+        items = [(key, size_of_digest.get(hexd)) for _, key, hexd in batch]
+        if check_many is not None:
+            outcomes = check_many(items, threads=_HASHERS)
+        else:
+            outcomes = []
+            for key, nbytes in items:
+                try:
+                    payloads.check(key, nbytes=nbytes)
+                    outcomes.append(None)
+                except IntegrityError as exc:
+                    outcomes.append(exc)
+        for (place, _, hexd), exc in zip(batch, outcomes):
+            done += stored_size.get(hexd, 0)
+            if exc is None:
+                continue
+            if not isinstance(exc, IntegrityError):
+                raise exc
+            steps = tuple(sorted(set(steps_of_digest.get(hexd, ()))))
+            detail = "bytes do not match the digest" if exc.detail == "digest mismatch" else str(exc)
+            stored.append((place, VerifyProblem("payload", hexd, steps, detail)))
+        if progress is not None:
+            progress(min(done, total), total)
+
+    check_many = getattr(payloads, "check_many", None)
+    batch: List[Tuple[int, bytes, str]] = []
+    batch_bytes = 0
+    for place, key in enumerate(payloads.digests()):
         hexd = key.hex()
         seen.add(hexd)
         if hexd in released_by and hexd not in live:
-            problems.append(VerifyProblem(
+            stored.append((place, VerifyProblem(
                 "released_payload", hexd, tuple(sorted(set(steps_of_digest.get(hexd, ())))),
                 f"released by event #{released_by[hexd]} but still stored; run `stepjournal prune` again to delete it",
-            ))
+            )))
             continue
-        steps = tuple(sorted(set(steps_of_digest.get(hexd, ()))))
-        try:
-            payloads.check(key, nbytes=size_of_digest.get(hexd))
-        except IntegrityError as exc:
-            detail = "bytes do not match the digest" if exc.detail == "digest mismatch" else str(exc)
-            problems.append(VerifyProblem("payload", hexd, steps, detail))
+        batch.append((place, key, hexd))
+        batch_bytes += stored_size.get(hexd, 0)
+        if len(batch) >= _BATCH or batch_bytes >= _BATCH_BYTES:
+            check(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        check(batch)
+    if progress is not None:
+        progress(total, total)
+    problems.extend(problem for _, problem in sorted(stored, key=lambda found: found[0]))
     for hexd, steps_list in steps_of_digest.items():
         if hexd not in seen and hexd in live:
             problems.append(
                 VerifyProblem("missing_payload", hexd, tuple(sorted(set(steps_list))), "payload is missing")
             )
     return problems
+
+
+def _checked_record(seq: int, body: bytes, keys: Keys) -> Any:
+    """Without building the event: the fields verify reads of a `GenerationRecorded` (run, mode, stage,
+    step, gen_index, output, input maps) whose map passes every rule of its class (the rules
+    ``audit --json`` checks, `call_row`), `_CALL` for another call event that does, else None (the
+    event is then decoded, and any problem is the decoder's)."""
+    found = checked_body(body)
+    if found is None or found[0] not in _CALLS:
+        return None
+    row = call_row(seq, found[0], found[1], keys, timed=False)
+    if row is None:
+        return None
+    if found[0] is not GenerationRecorded:
+        return _CALL
+    fields = found[1]
+    return {"run": row["run"], "mode": row["mode"], "stage": row["stage"], "step": row["step"],
+            "gen_index": row["gen_index"], "output": fields["output"], "input": fields["input"]}
 
 
 def _salvage_steps(body: Any) -> Tuple[int, ...]:

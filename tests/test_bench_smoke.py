@@ -29,6 +29,8 @@ GOALS = {
     "push_vs_client_put",
     "pull_vs_client_get",
     "cold_replay_vs_client_get",
+    "verify_batch_gb_s",
+    "verify_small_gb_s",
 }
 
 
@@ -91,3 +93,12 @@ def test_quick_run_lookup_and_scan_agree_on_the_step_count(quick_report):
     ratios = quick_report["ratios"]["lookup"]
     assert ratios["recorded_steps"] == 300 and ratios["step_folders"] == 100
     assert "verl_rollout_skip_scan" in quick_report["figures"]["scan"], "verl's own scan was cross-checked"
+
+
+def test_quick_run_measures_verify_in_a_fresh_process_in_bytes_per_second(quick_report):
+    verify = quick_report["figures"]["verify"]
+    for name in ("batch", "small"):
+        assert verify[name]["payload_bytes"] > 0 and verify[name]["cli_wall_s"] > 0 and verify[name]["cli_cpu_s"] > 0
+        rate = verify[name]["payload_bytes"] / verify[name]["cli_wall_s"] / 1e9
+        assert verify[name]["cli_gb_s"] == pytest.approx(rate, abs=2e-3)
+    assert set(quick_report["goals"]["verify_batch_gb_s"]) >= {"measured", "goal", "met"}

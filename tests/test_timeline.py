@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import matplotlib.image
 import numpy as np
 import pytest
@@ -206,3 +207,27 @@ def test_the_source_panel_plots_a_sawtooth_for_repeat(tmp_path):
     panel = fig.axes[1]
     ys = sorted((x, y) for c in panel.collections for x, y in c.get_offsets())
     assert [int(y) for _, y in ys] == [1, 2, 3, 4, 5] * 4  # generated 1-5, then 1-5 again and again
+
+
+def test_the_verb_reads_the_calls_the_audit_gives_with_released_records_marked(journal, tmp_path):
+    from stepjournal import Retention, prune
+    from stepjournal.adapters.cli._render import clean
+    from stepjournal.adapters.cli._timeline_layout import record_of
+
+    path = str(tmp_path / "pruned")
+    with Journal(path, run="exp\x1b[31m") as j:
+        for step in range(1, 6):
+            j.record(step, {"ids": torch.full((3,), step)}, policy="dump\u202e", reason="r\x07")
+        prune(j, Retention(keep_last=2))
+    for source in (journal, path):
+        with Journal(source, readonly=True) as j:
+            rows = _timeline.read_rows(j)
+            records = [r for r in j.audit() if r.action != "released"]
+        safe = [attrs.evolve(r, run=clean(r.run), mode=clean(r.mode), policy=clean(r.policy), reason=clean(r.reason),
+                             source_run=None if r.source_run is None else clean(r.source_run)) for r in records]
+        assert [record_of(row) for row in rows] == safe
+    assert [r.released_by is not None for r in records] == [True, True, True, False, False]
+    a, b = build_timeline(safe, title="t"), _timeline.build_timeline_rows(rows, title="t")
+    assert (a.steps, a.lanes, a.cells, a.segments, a.bands, a.links) == (b.steps, b.lanes, b.cells, b.segments,
+                                                                         b.bands, b.links)
+    assert {c.colour_key for c in b.cells} == {"generated (released)", "generated"}

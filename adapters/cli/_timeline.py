@@ -11,18 +11,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-from typing import Optional
+from typing import Dict, List, Optional
 
-import attrs
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import AuditRecord
+from stepjournal import Journal
+from stepjournal._audit_rows import json_rows
 
 from ._common import open_readonly, parse_steps
 from ._render import Failure, UsageError, clean, progress_bar
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
-from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Segment, Timeline, build_timeline
+from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
 
 __all__ = [
     "COLOURS",
@@ -34,6 +34,8 @@ __all__ = [
     "Segment",
     "Timeline",
     "build_timeline",
+    "build_timeline_rows",
+    "read_rows",
     "render",
     "render_image",
     "render_html",
@@ -44,17 +46,43 @@ __all__ = [
 PROGRESS_ABOVE = 5000
 
 
-def _safe(record: AuditRecord) -> AuditRecord:
-    """The record with its journal text (run, mode, policy, reason) made safe to draw and print (`clean`):
-    a picture's labels and the lines below it never carry a journal's control characters."""
-    safe = attrs.evolve(record, run=clean(record.run), mode=clean(record.mode), policy=clean(record.policy),
-                        reason=clean(record.reason),
-                        source_run=None if record.source_run is None else clean(record.source_run))
-    return record if safe == record else safe
-
-
 def _clean_or_none(text: Optional[str]) -> Optional[str]:
     return None if text is None else clean(text)
+
+
+# The journal text a picture shows; each distinct value is cleaned once.
+_TEXT_FIELDS = ("run", "mode", "policy", "reason")
+
+
+def read_rows(journal: Journal) -> List[Row]:
+    """Every call of the journal as an audit row (what `Journal.audit` gives, as rows straight from the
+    stored maps: `stepjournal._audit_rows`), with its journal text (run, mode, policy, reason, source
+    run) made safe to draw and print (`clean`): a picture's labels and the lines below it never carry
+    a journal's control characters."""
+    released: Dict[int, int] = {}
+    rows: List[Row] = []
+    for row in json_rows(journal.raw_events(), timed=False):
+        if row["action"] == "released":  # retention released a record's payloads: no call of its own
+            if row["origin_journal"] is None:
+                released[row["source_seq"]] = row["seq"]
+            continue
+        rows.append(row)
+    cleaned: Dict[str, str] = {}
+
+    def safe(text: str) -> str:
+        found = cleaned.get(text)
+        if found is None:
+            found = cleaned[text] = clean(text)
+        return found
+
+    for row in rows:
+        for field in _TEXT_FIELDS:
+            row[field] = safe(row[field])
+        if row["source_run"] is not None:
+            row["source_run"] = safe(row["source_run"])
+        if released and row["action"] == "generated" and row["seq"] in released:
+            row["released_by"] = released[row["seq"]]
+    return rows
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -67,15 +95,15 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         with (progress_bar(err) if large else contextlib.nullcontext()) as progress:
             task = progress.add_task("reading the journal", total=3) if progress else None
             # every call: sessions are numbered over the whole journal; releases mark their records
-            records = [_safe(r) for r in journal.audit() if r.action != "released"]
+            rows = read_rows(journal)
             if progress:
-                progress.update(task, advance=1, description=f"laying out {len(records)} calls")
+                progress.update(task, advance=1, description=f"laying out {len(rows)} calls")
             # The filter is compared with the cleaned text: a run key given raw or as it is shown both match.
             run_key, mode = _clean_or_none(args.run), _clean_or_none(args.mode)
-            shown_runs = sorted({r.run for r in records if run_key is None or r.run == run_key})
+            shown_runs = sorted({r["run"] for r in rows if run_key is None or r["run"] == run_key})
             title = f"{os.path.basename(os.path.abspath(args.journal))}: run {', '.join(shown_runs)}"
-            timeline = build_timeline(records, title=title, run=run_key, steps=steps, mode=mode)
-            if not timeline.cells:
+            timeline = build_timeline_rows(rows, title=title, run=run_key, steps=steps, mode=mode)
+            if not timeline.calls:
                 raise Failure(f"no generate calls in {args.journal} match; nothing to draw")
             if progress:
                 progress.update(task, advance=1, description=f"drawing {len(timeline.segments)} segments")
@@ -85,9 +113,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 raise Failure(str(exc)) from None
             if progress:
                 progress.update(task, advance=1, description="drawn")
-    out.print(f"wrote {escape(args.out)} ({len(timeline.cells)} calls, {len(timeline.steps)} steps, "
-              f"{len(timeline.segments)} segments, {len(timeline.links)} replay links"
-              f"{'' if timeline.arrows or not timeline.links else f', no arrows above {MAX_ARROWS}'})")
+    links = len(timeline.link_pairs)
+    out.print(f"wrote {escape(args.out)} ({timeline.calls} calls, {len(timeline.steps)} steps, "
+              f"{len(timeline.segments)} segments, {links} replay links"
+              f"{'' if timeline.arrows or not links else f', no arrows above {MAX_ARROWS}'})")
     for hidden in timeline.hidden:
         out.print(f"  sources outside the view: {escape(hidden.describe())}")
     return 0

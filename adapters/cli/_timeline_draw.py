@@ -30,10 +30,7 @@ def _tick_columns(n: int) -> List[int]:
 
 
 def _summary(timeline: Timeline) -> str:
-    counts: Dict[str, int] = {}
-    for c in timeline.cells:
-        counts[c.colour_key] = counts.get(c.colour_key, 0) + 1
-    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    return ", ".join(f"{n} {kind}" for kind, n in timeline.kind_counts().items())
 
 
 def figure_size(ncols: int, nlanes: int) -> Tuple[float, float]:
@@ -130,15 +127,16 @@ def render_image(timeline: Timeline, out: str) -> Any:
         ax.spines[side].set_visible(False)
 
     # Source step vs step: what data each call trained on (generated: its own step; replayed: its source).
-    served = [(c.column, c.record.step if c.record.action == "generated" else c.record.source_step, c.colour_key)
-              for c in timeline.cells if c.record.action in ("generated", "replayed")]
+    xs, ys, served_kinds = timeline.served()
+    xy = np.array([xs, ys], dtype=float).T.reshape(-1, 2)
+    of_kind = np.array(served_kinds, dtype=object)
     for kind in sorted(COLOURS, key=lambda k: k.startswith("generated")):  # recorded data on top
-        points = np.array([(x, y) for x, y, k in served if k == kind], dtype=float).reshape(-1, 2)
+        points = xy[of_kind == kind] if len(xy) else xy
         if len(points):
             dots = panel.scatter(points[:, 0], points[:, 1], s=4 if len(points) > 300 else 10, marker="s",
                                  color=COLOURS[kind], linewidths=0)
             dots.set_rasterized(len(points) > _RASTER_ABOVE)
-    if served and max(y for _, y, _ in served) > 50 * max(1, min(y for _, y, _ in served)):
+    if ys and max(ys) > 50 * max(1, min(ys)):
         panel.set_yscale("log")  # a sawtooth over steps 1-5 stays visible beside data of step 20 000
     panel.set_ylabel("data of step", fontsize=8)
     panel.set_xlabel("step")
@@ -152,8 +150,8 @@ def render_image(timeline: Timeline, out: str) -> Any:
     handles = [Patch(facecolor=colour, label=name) for name, colour in COLOURS.items() if name in present]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     note = _summary(timeline)
-    if timeline.links and not timeline.arrows:
-        note += f"; {len(timeline.links)} replay links (arrows drawn up to {MAX_ARROWS})"
+    if timeline.link_pairs and not timeline.arrows:
+        note += f"; {len(timeline.link_pairs)} replay links (arrows drawn up to {MAX_ARROWS})"
     if timeline.hidden:
         note += "\n" + "; ".join(h.describe() for h in timeline.hidden[:3])
     ax.set_title(f"{timeline.title}\n{note}", fontsize=8, loc="left")

@@ -16,7 +16,7 @@ from stepjournal._keys import parse_gen_key
 from stepjournal.policies import StepRanges
 
 from ._common import open_readonly
-from ._render import cell, print_json, progress_bar
+from ._render import cell, print_json
 
 __all__ = ["run"]
 
@@ -25,12 +25,21 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
         events, problems = verify_bundle(args.journal)
         return _report(args, out, events, problems, "bundle")
-    with open_readonly(args.journal) as journal, progress_bar(err) as progress:
+    with open_readonly(args.journal) as journal, _bytes_bar(err) as progress:
         task = progress.add_task("verifying", total=None)
+        # `verify` reports bytes checked (events, then payloads): the bar moves as payloads are hashed.
         problems = journal.verify(progress=lambda done, total: progress.update(task, completed=done, total=total))
         events = journal.last_seq()
         problems = _with_serving_steps(journal, problems)
     return _report(args, out, events, problems, "journal")
+
+
+def _bytes_bar(err: Console) -> Any:
+    """A rich progress bar on `err` counting bytes (done / total, rate)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeElapsedColumn(), console=err)
 
 
 def _report(args: argparse.Namespace, out: Console, events: int, problems: List[Any], what: str) -> int:
