@@ -15,16 +15,15 @@ section for `benchmarks._cli`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from ._measure import quiet_logs, settle
+from ._measure import quiet_logs, report_from_temp_dir, settle
 from ._workload import Workload, make_batch, mark
 
 __all__ = ["bench_retention", "main"]
@@ -111,14 +110,10 @@ def main(argv: Any = None) -> int:
     p.add_argument("--quick", action="store_true", help="200 steps, one repetition")
     args = p.parse_args(argv)
     quiet_logs()
-    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-bench-retention-"))
-    try:
-        report = _bench(workdir, 1 if args.quick else 5, lambda m: print(m, file=__import__("sys").stderr),
-                        steps=200 if args.quick else STEPS)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(report, indent=2))
-    return 0
+    return report_from_temp_dir(
+        "stepjournal-bench-retention-",
+        lambda workdir: _bench(workdir, 1 if args.quick else 5, lambda m: print(m, file=sys.stderr),
+                               steps=200 if args.quick else STEPS))
 
 
 if __name__ == "__main__":

@@ -18,19 +18,17 @@ Run it alone with ``python -m benchmarks._bench_verify [--quick] [--steps N] [--
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from ._measure import load_average, quiet_logs
+from ._measure import load_average, quiet_logs, report_from_temp_dir
 from ._workload import Workload, make_batch, mark
 
 __all__ = ["GOAL_GB_S", "bench_verify", "main"]
@@ -147,15 +145,11 @@ def main(argv: Any = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
     quiet_logs()
-    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-bench-verify-"))
     workload = Workload.quick() if args.quick else Workload()
-    try:
-        report = _bench(workdir, workload, args.steps, 200 if args.quick else args.small, args.small_bytes,
-                        1 if args.quick else args.reps, lambda m: print(m, file=sys.stderr))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(report, indent=2))
-    return 0
+    return report_from_temp_dir(
+        "stepjournal-bench-verify-",
+        lambda workdir: _bench(workdir, workload, args.steps, 200 if args.quick else args.small, args.small_bytes,
+                               1 if args.quick else args.reps, lambda m: print(m, file=sys.stderr)))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import platform
 import resource
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ["Timings", "timed", "summarize", "machine_facts", "load_average", "quiet_logs", "disk_bytes", "settle"]
+__all__ = ["Timings", "timed", "summarize", "machine_facts", "load_average", "quiet_logs", "disk_bytes", "settle",
+           "stamped", "report_from_temp_dir"]
 
 
 def quiet_logs() -> None:
@@ -155,3 +160,19 @@ def maxrss_bytes() -> int:
     """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def stamped(message: str) -> None:
+    """Progress for a long run: the time and the message, on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def report_from_temp_dir(prefix: str, run: Callable[[Path], Dict[str, Any]]) -> int:
+    """Run `run(workdir)` in a new temporary folder (removed after), print its report as JSON; 0."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        report = run(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    return 0

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ._cli_start import bench_cli_start
-from ._measure import disk_bytes, load_average, machine_facts, quiet_logs
+from ._measure import disk_bytes, load_average, machine_facts, quiet_logs, stamped
 
 __all__ = ["build_journal", "bench_scale", "main"]
 
@@ -47,8 +47,14 @@ def rss(field):
         for line in f:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
+import torch  # noqa: F401  (a trainer has torch loaded before its first call)
 from stepjournal import Journal
 from stepjournal.adapters import journaled
+# The codec is imported on the first payload decode; a trainer that records has it loaded, and the
+# figure is the fresh handle's first decision, so the import is timed apart (codec_import_s).
+imported = time.perf_counter()
+import stepjournal._codec  # noqa: F401,E402
+codec_import_s = time.perf_counter() - imported
 path, policy, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
 opened = time.perf_counter()
 journal = Journal(path, sync=False)
@@ -60,7 +66,7 @@ took = time.perf_counter() - start
 after = rss("VmRSS")
 outcome = wrapped.last_outcome
 journal.close()
-print(json.dumps({"first_call_s": took, "open_s": start - opened, "rss_added_bytes": after - before,
+print(json.dumps({"first_call_s": took, "open_s": start - opened, "codec_import_s": codec_import_s, "rss_added_bytes": after - before,
                   "action": outcome.action}))
 """
 
@@ -251,21 +257,23 @@ def scale_goals(figures: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+def add_place_arguments(p: argparse.ArgumentParser) -> None:
+    """--workdir, --keep and --journal: where a scale run writes, and which journal it measures."""
+    p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the work folder")
+    p.add_argument("--journal", type=Path, help="measure this existing journal instead of building one")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: the scale report on stdout, progress on stderr; exits 0 whatever the goals say."""
     p = argparse.ArgumentParser(prog="python -m benchmarks._scale", description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=1_000_000, help="events (recorded steps) to build (default 1 000 000)")
-    p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the work folder")
-    p.add_argument("--journal", type=Path, help="measure this existing journal instead of building one")
+    add_place_arguments(p)
     p.add_argument("--skip-decisions", action="store_true", help="leave out the first-decision figures")
     p.add_argument("--skip-audit-json", action="store_true", help="leave out the two full audit --json passes")
     args = p.parse_args(argv)
     quiet_logs()
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
+    progress = stamped
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-", dir=args.workdir))
     try:

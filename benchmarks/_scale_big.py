@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ._measure import disk_bytes, load_average, machine_facts, quiet_logs
-from ._scale import POLICIES, _command, _first_screen, _python
+from ._measure import disk_bytes, load_average, machine_facts, quiet_logs, stamped
+from ._scale import POLICIES, _command, _first_screen, _python, add_place_arguments
 from ._workload import Workload, make_batch, mark, tensor_nbytes
 
 __all__ = ["build_big_journal", "bench_scale_big", "main"]
@@ -38,8 +38,14 @@ STEPS = 1_000
 # Run in a fresh process: open the journal, wrap a generate function, time its first call.
 _FIRST_DECISION = r"""
 import json, sys, time
+import torch  # noqa: F401  (a trainer has torch loaded before its first call)
 from stepjournal import Journal
 from stepjournal.adapters import journaled
+# The codec is imported on the first payload decode; a trainer that records has it loaded, and the
+# figure is the fresh handle's first decision, so the import is timed apart (codec_import_s).
+imported = time.perf_counter()
+import stepjournal._codec  # noqa: F401,E402
+codec_import_s = time.perf_counter() - imported
 path, policy, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
 opened = time.perf_counter()
 journal = Journal(path)
@@ -49,7 +55,7 @@ out = wrapped("prompt", step=step)
 took = time.perf_counter() - start
 action = wrapped.last_outcome.action
 journal.close()
-print(json.dumps({"first_call_s": took, "open_s": start - opened, "action": action,
+print(json.dumps({"first_call_s": took, "open_s": start - opened, "codec_import_s": codec_import_s, "action": action,
                   "served_tensors": len(out) if isinstance(out, dict) else 0}))
 """
 
@@ -120,17 +126,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: the report on stdout, progress on stderr; exits 0 whatever the figures say."""
     p = argparse.ArgumentParser(prog="python -m benchmarks._scale_big", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=STEPS, help=f"steps to record (default {STEPS})")
-    p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the work folder")
-    p.add_argument("--journal", type=Path, help="measure this existing journal instead of building one")
+    add_place_arguments(p)
     p.add_argument("--quick", action="store_true", help="the quick workload's small batch instead of the 86 MB one")
     p.add_argument("--trials", type=int, default=3, help="fresh processes per first-decision figure (default 3)")
     args = p.parse_args(argv)
     quiet_logs()
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
+    progress = stamped
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-big-", dir=args.workdir))
     try:
