@@ -54,13 +54,16 @@ def worker_context(kind: str = "forkserver"):
 
     ``spawn`` pays the import of torch (about 1.7 s of CPU) for every child; the kill loops start
     hundreds. ``forkserver`` starts one clean server process the way spawn does (no journal is ever
-    open in it), imports the journal and `journaled` there once (their modules: the package itself
-    loads them lazily, so preloading it alone would import nothing), and forks each child from it: a
-    child is as clean as a spawned one and costs milliseconds. Tests that start a handful of children use ``spawn``.
+    open in it), imports the journal, `journaled`, the codec and torch there once (their modules: the
+    package loads them lazily, the codec and torch at the first payload, so preloading the package
+    alone would leave each child ~2 s of imports, and a kill loop's kills would all land before the
+    first call), and forks each child from it: a child is as clean as a spawned one and costs
+    milliseconds. Tests that start a handful of children use ``spawn``.
     """
     ctx = mp.get_context(kind)
     if kind == "forkserver":
-        ctx.set_forkserver_preload(["stepjournal._journal", "stepjournal.adapters._raw", "reliability_workers"])
+        ctx.set_forkserver_preload(["torch", "stepjournal._codec", "stepjournal._journal", "stepjournal.adapters._raw",
+                                    "reliability_workers"])
     return ctx
 
 
