@@ -7,11 +7,11 @@ from typing import Callable, Optional
 
 import blake3
 
-__all__ = ["DIGEST_SIZE", "THREADS_FROM", "DigestInBackground", "digest_bytes", "digest_hex"]
+__all__ = ["DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex"]
 
 DIGEST_SIZE = 32
 # Hashing a payload of tens of MB is on the record and replay paths; BLAKE3 spreads it over cores.
-THREADS_FROM = 1 << 22
+_THREADS_FROM = 1 << 22
 
 
 # Piece size when the caller wants to hear about each hashed piece (big enough for BLAKE3's threads).
@@ -27,7 +27,7 @@ def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = No
             order; the journal uses it to unmap the pages of an LMDB value as soon as they are hashed.
     """
     view = memoryview(data)
-    threads = blake3.blake3.AUTO if view.nbytes >= THREADS_FROM else 1
+    threads = blake3.blake3.AUTO if view.nbytes >= _THREADS_FROM else 1
     if after_chunk is None:
         return blake3.blake3(view, max_threads=threads).digest()
     view = view.cast("B")

@@ -18,11 +18,10 @@ Every store must pass the shared conformance suite in ``tests/payload_store_conf
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
 
-from ._digest import DIGEST_SIZE, THREADS_FROM, digest_bytes
+from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import IntegrityError, PayloadMissingError
 from ._pages import MappedFile, releaser
 from ._payloads import blob_intact, own_nbytes, stored_digest, unwrap
@@ -187,41 +186,21 @@ class LmdbPayloadStore:
                 detail="digest mismatch",
             )
 
-    def check_many(self, items: Sequence[Tuple[bytes, Optional[int]]], *, threads: int = 1) -> List[Optional[Exception]]:
+    def check_many(self, items: Sequence[Tuple[bytes, Optional[int]]]) -> List[Optional[Exception]]:
         """`check` of several ``(digest, nbytes)`` in one read transaction: per item, None when it is
         whole, else the `PayloadMissingError` or `IntegrityError` `check` would raise (for `verify`).
-
-        With `threads` > 1 the values under 4 MiB are hashed side by side (BLAKE3 releases the GIL);
-        larger ones are hashed one at a time, each over BLAKE3's own threads. The values are views of
-        the map, each let go of as it is hashed, so memory stays bounded.
+        The values are views of the map, each let go of as it is hashed, so memory stays bounded.
         """
         for digest, _ in items:
             _check_digest(digest)
+        results: List[Optional[Exception]] = []
         with self._store.read(buffers=True) as txn:
-            blobs = [txn.get(digest, db=self._db()) for digest, _ in items]
-
-            def one(i: int) -> Optional[Exception]:
+            for digest, nbytes in items:
                 try:
-                    self._check_blob(items[i][0], blobs[i], items[i][1])
+                    self._check_blob(digest, txn.get(digest, db=self._db()), nbytes)
+                    results.append(None)
                 except IntegrityError as exc:  # PayloadMissingError is one too
-                    return exc
-                return None
-
-            results: List[Optional[Exception]] = [None] * len(items)
-
-            def run(indices: Sequence[int]) -> None:
-                for i in indices:
-                    results[i] = one(i)
-
-            small = [i for i, blob in enumerate(blobs) if blob is not None and len(blob) < THREADS_FROM]
-            workers = min(threads, len(small))
-            if workers > 1:  # one job per thread, each a slice of the small values (few hand-offs)
-                with ThreadPoolExecutor(workers, thread_name_prefix="stepjournal-verify") as pool:
-                    list(pool.map(run, [small[k::workers] for k in range(workers)]))
-                small_set = set(small)
-                run([i for i in range(len(items)) if i not in small_set])
-            else:
-                run(range(len(items)))
+                    results.append(exc)
         return results
 
     def has(self, digest: bytes) -> bool:

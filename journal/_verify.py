@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import attrs
@@ -21,12 +20,9 @@ __all__ = ["VerifyProblem", "verify"]
 # Salvaging the step of an undecodable event reads at most this many field names, this long.
 _SALVAGE_FIELDS = 64
 _SALVAGE_STR = 256
-# Payloads checked per read transaction (at most this many, or about this many bytes), and the
-# threads that hash the small ones side by side (BLAKE3 releases the GIL; a large payload is spread
-# over cores by BLAKE3 itself).
+# Payloads checked per read transaction (at most this many, or about this many bytes).
 _BATCH = 256
 _BATCH_BYTES = 256 << 20
-_HASHERS = max(1, min(4, os.cpu_count() or 1))
 # Events between two progress reports.
 _PROGRESS_EVERY = 256
 _CALLS = (GenerationRecorded, ReplayServed, CallBypassed, CallRefused)
@@ -156,7 +152,7 @@ def verify(
         nonlocal done
         items = [(key, size_of_digest.get(hexd)) for _, key, hexd in batch]
         if check_many is not None:
-            outcomes = check_many(items, threads=_HASHERS)
+            outcomes = check_many(items)
         else:
             outcomes = []
             for key, nbytes in items:
