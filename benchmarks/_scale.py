@@ -28,8 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from ._cli_start import bench_cli_start
 from ._measure import disk_bytes, load_average, machine_facts, quiet_logs, stamped
@@ -257,6 +258,18 @@ def scale_goals(figures: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+@contextmanager
+def scale_workdir(prefix: str, args: argparse.Namespace) -> Iterator[Path]:
+    """A new work folder (inside ``--workdir`` when given), removed afterwards unless ``--keep``."""
+    quiet_logs()
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=args.workdir))
+    try:
+        yield workdir
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def add_place_arguments(p: argparse.ArgumentParser) -> None:
     """--workdir, --keep and --journal: where a scale run writes, and which journal it measures."""
     p.add_argument("--workdir", type=Path, help="where to write (default: the system temp dir)")
@@ -272,17 +285,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--skip-decisions", action="store_true", help="leave out the first-decision figures")
     p.add_argument("--skip-audit-json", action="store_true", help="leave out the two full audit --json passes")
     args = p.parse_args(argv)
-    quiet_logs()
     progress = stamped
     started = time.perf_counter()
-    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-", dir=args.workdir))
-    try:
+    with scale_workdir("stepjournal-scale-", args) as workdir:
         figures = bench_scale(workdir, args.events, progress, args.journal, decisions=not args.skip_decisions,
                               audit_json=not args.skip_audit_json)
         figures["cli_start"] = bench_cli_start()
-    finally:
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
     goals = scale_goals(figures)
     goals.update(figures["cli_start"]["goals"])
     report = {

@@ -22,13 +22,12 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ._measure import disk_bytes, load_average, machine_facts, quiet_logs, stamped
-from ._scale import POLICIES, _command, _first_screen, _python, add_place_arguments
+from ._measure import disk_bytes, load_average, machine_facts, stamped
+from ._scale import POLICIES, _command, _first_screen, _python, add_place_arguments, scale_workdir
 from ._workload import Workload, make_batch, mark, tensor_nbytes
 
 __all__ = ["build_big_journal", "bench_scale_big", "main"]
@@ -130,16 +129,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="the quick workload's small batch instead of the 86 MB one")
     p.add_argument("--trials", type=int, default=3, help="fresh processes per first-decision figure (default 3)")
     args = p.parse_args(argv)
-    quiet_logs()
-    progress = stamped
     started = time.perf_counter()
-    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-scale-big-", dir=args.workdir))
-    try:
-        figures = bench_scale_big(workdir, args.steps, progress, args.journal,
+    with scale_workdir("stepjournal-scale-big-", args) as workdir:
+        figures = bench_scale_big(workdir, args.steps, stamped, args.journal,
                                   workload=Workload.quick() if args.quick else Workload(), trials=args.trials)
-    finally:
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
     decision = max(figures["decisions"][p]["first_call_s"] for p in POLICIES)
     report = {
         "schema": 1,
