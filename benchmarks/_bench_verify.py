@@ -10,6 +10,8 @@ Each journal's page cache is warmed by one untimed verify, then ``python -m step
 JOURNAL`` runs in a fresh process `reps` times: wall time and the child's CPU time (user + system),
 and GB/s of payload bytes (the stored bytes verify hashes) per wall second, CLI start included.
 ``in_process_s`` is `Journal.verify` alone on a fresh read-only handle, warm (no interpreter start).
+``cold_*`` is the fresh process again with ``data.mdb`` first dropped from the page cache (as after a
+reboot, or on a journal larger than memory): what the disk and the map's readahead give.
 
 Run it alone with ``python -m benchmarks._bench_verify [--quick] [--steps N] [--small N]``;
 `bench_verify(ctx)` is the section for `benchmarks._cli`.
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from ._measure import load_average, quiet_logs, report_from_temp_dir
+from ._measure import evict_from_page_cache, load_average, quiet_logs, report_from_temp_dir
 from ._workload import Workload, make_batch, mark
 
 __all__ = ["GOAL_GB_S", "bench_verify", "main"]
@@ -89,9 +91,15 @@ def _measure(path: Path, payload_bytes: int, payloads: int, reps: int, say: Call
         say(f"verify: {path.name}, fresh process {rep + 1}/{reps}")
         runs.append(_cli_verify(path))
         inner.append(_in_process(path))  # alternated with the CLI runs: the same minute's load
+    cold: List[Dict[str, float]] = []
+    for rep in range(reps):
+        say(f"verify: {path.name}, fresh process, cold page cache {rep + 1}/{reps}")
+        evict_from_page_cache(str(path / "data.mdb"))
+        cold.append(_cli_verify(path))
     wall = statistics.median(r["wall_s"] for r in runs)
     cpu = statistics.median(r["cpu_s"] for r in runs)
     in_process = statistics.median(inner)
+    cold_wall = statistics.median(r["wall_s"] for r in cold)
     return {
         "payloads": payloads,
         "payload_bytes": payload_bytes,
@@ -102,6 +110,9 @@ def _measure(path: Path, payload_bytes: int, payloads: int, reps: int, say: Call
         "cli_gb_s": round(payload_bytes / wall / 1e9, 3),
         "in_process_s": round(in_process, 4),
         "in_process_gb_s": round(payload_bytes / in_process / 1e9, 3),
+        "cold_wall_s": round(cold_wall, 4),
+        "cold_cpu_s": round(statistics.median(r["cpu_s"] for r in cold), 4),
+        "cold_gb_s": round(payload_bytes / cold_wall / 1e9, 3),
     }
 
 

@@ -146,8 +146,11 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
         )
     # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
     lock = not readonly or _is_writable_location(key)
+    # Readahead stays on: py-lmdb touches every page of a value as it hands it out, so with it off a
+    # payload not in the page cache is read 4 KiB at a time (an 8 MB value 0.24 s against 2 ms; a cold
+    # `verify` 2.5x slower: docs/performance.md, "Cold page cache").
     options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
-                   readahead=False, max_readers=256, mode=0o600)
+                   readahead=True, max_readers=256, mode=0o600)
     check_room_to_create(path, key, data_file, lock)
     try:
         env = lmdb.open(key, map_size=map_size, **options)
