@@ -102,7 +102,7 @@ def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
     """(the body, how many bytes the server sent, counted up to one chunk past `size`), streamed.
 
     Chunks of the announced size: an honest body is the first chunk (one copy into Python bytes)
-    and the end; a longer one is stopped one chunk later, so memory stays under twice the size.
+    and the end; a longer one is stopped one chunk later (twice the size, plus one network read).
     The stream (and its connection) is let go of when this returns.
     """
     stream = result.stream(min_chunk_size=max(size, 1))

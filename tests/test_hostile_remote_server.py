@@ -247,7 +247,8 @@ def test_a_gzip_encoded_body_is_not_inflated_by_the_client_and_fails_its_digest(
         ObjectPayloadStore("s3://bkt").get(digest, nbytes=len(raw))
 
 
-def test_a_body_that_stalls_ends_with_a_remote_error_within_the_configured_timeout(serve):
+@pytest.mark.parametrize("setting", ["timeout", "read_timeout"])
+def test_a_body_that_stalls_ends_with_a_remote_error_within_the_configured_timeout(serve, setting):
     def reply(wire: Wire) -> None:
         wanted = wire.range  # the client's retries ask for the rest: answer them honestly, then stall again
         if wanted:
@@ -262,7 +263,7 @@ def test_a_body_that_stalls_ends_with_a_remote_error_within_the_configured_timeo
     server = serve(reply)
     started = time.monotonic()
     with pytest.raises(RemoteError, match=r"reading s3://bkt/obj failed"):
-        Remote("s3://bkt", options={"timeout": "1s"}).get("obj", limit=LIMIT)
+        Remote("s3://bkt", options={setting: "1s"}).get("obj", limit=LIMIT)  # plain HTTP still from the env
     elapsed = time.monotonic() - started
     assert 1 <= elapsed < 15  # three tries (max_retries=2) of 1 s each, and the client's back-off
     assert len(server.requests) == 3
