@@ -301,3 +301,19 @@ def test_a_setting_the_store_cannot_take_is_a_remote_error_not_a_rust_panic():
     # obstore panics (a BaseException) on a client setting spelled as the store's: "aws_timeout".
     with pytest.raises(RemoteError, match="cannot open the object store 's3://bkt'"):
         Remote("s3://bkt", options={"aws_timeout": "1s"})
+
+
+def test_a_listing_whose_reply_never_ends_is_a_remote_error_within_the_configured_timeout(serve):
+    # Not bounded in memory: obstore collects a LIST reply whole before parsing it (docs/reliability.md);
+    # only its timeout ends it. The server sends ~100 MiB/s here so the test stays small.
+    def reply(wire: Wire) -> None:
+        wire.send(b"HTTP/1.1 200 OK\r\n" + HEAD + b"Content-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n")
+        wire.chunk(b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>bkt</Name><Contents><Key>heads/')
+        while not wire.server.stopped.wait(0.01):
+            wire.chunk(PIECE)
+
+    serve(reply)
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match=r"listing s3://bkt/heads/ failed"):
+        Remote("s3://bkt", options={"timeout": "1s"}).keys("heads/")
+    assert time.monotonic() - started < 10
