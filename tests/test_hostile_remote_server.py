@@ -317,3 +317,17 @@ def test_a_listing_whose_reply_never_ends_is_a_remote_error_within_the_configure
     with pytest.raises(RemoteError, match=r"listing s3://bkt/heads/ failed"):
         Remote("s3://bkt", options={"timeout": "1s"}).keys("heads/")
     assert time.monotonic() - started < 10
+
+
+def test_an_error_reply_whose_body_never_ends_is_a_remote_error_within_the_configured_timeout(serve):
+    # Not bounded in memory either: obstore reads an error reply's body whole for its message.
+    def reply(wire: Wire) -> None:
+        wire.send(b"HTTP/1.1 403 Forbidden\r\n" + HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+        while not wire.server.stopped.wait(0.01):
+            wire.chunk(PIECE)
+
+    serve(reply)
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match=r"reading s3://bkt/obj failed"):
+        Remote("s3://bkt", options={"timeout": "1s"}).get("obj", limit=LIMIT)
+    assert time.monotonic() - started < 10
