@@ -7,6 +7,7 @@ What obstore 0.12.1 does, as these tests show: it holds a plain body to its ``Co
 a reply without one and two that disagree, and resumes a cut body with a ``Range`` request; but a
 ``Transfer-Encoding: chunked`` body beside a ``Content-Length`` is read to its last chunk (the chunks
 win, the header is reported as the size), so `Remote` streams and counts instead of trusting it.
+A LIST reply and an error reply's body are read whole by obstore: only the timeout ends those.
 """
 
 from __future__ import annotations
