@@ -15,8 +15,12 @@ The rules:
   LMDB store serves it (the journal's load path checks its digest while decoding). A `view` without
   a cache is unchecked, as every view is: the journal's load makes that check while it decodes, so
   a cold replay passes over the fetched bytes once, and a mismatch names the remote copy.
-- **Reads are one client call**: an object comes back in one buffer the client filled without the
-  GIL (no Python loop over chunks, no copy), bounded by the size it announced.
+- **Reads are bounded by the size announced**: an HTTP body may be longer than the size its headers
+  announce (a chunked body beside a ``Content-Length``: the client follows the chunks and reports the
+  header), and the client's one-call read collects all of it. So an object over HTTP is read as a
+  stream in chunks of the announced size: an honest body is one chunk (one copy, as the one-call
+  read makes), a longer one is refused after at most one more chunk. A local folder or memory store
+  has no framing to disagree with and keeps the one-call read (`Remote._read`).
 - **Credentials** come from the client's usual environment and config (``AWS_ACCESS_KEY_ID`` ...),
   never from stepjournal's files; every message this module raises or logs has the values of the
   usual credential variables scrubbed out, and the client's own exception is not chained.
@@ -72,6 +76,43 @@ def stored_bound(nbytes: Optional[int]) -> int:
     return limit + (limit >> 7) + 4096
 
 
+# The settings obstore takes as `client_options` (timeouts, plain HTTP ...), not as the store's `config`.
+_CLIENT_KEYS = frozenset("""allow_http allow_invalid_certificates connect_timeout default_content_type
+    default_headers http1_only http2_keep_alive_interval http2_keep_alive_timeout http2_keep_alive_while_idle
+    http2_only pool_idle_timeout pool_max_idle_per_host proxy_url proxy_ca_certificate proxy_excludes
+    root_certificate randomize_addresses read_timeout timeout user_agent""".split())
+
+
+def _store_kwargs(url: str, options: Mapping[str, Any]) -> dict:
+    """`from_url`'s keyword arguments for `options`: client settings apart from the store's config."""
+    config = {k: v for k, v in options.items() if k not in _CLIENT_KEYS}
+    client = {k: v for k, v in options.items() if k in _CLIENT_KEYS}
+    kwargs: dict = {"config": config} if config else {}
+    if client:
+        # Client settings given replace those the client reads from the environment: keep plain HTTP.
+        if url.startswith("s3://") and "allow_http" not in client and os.environ.get("AWS_ALLOW_HTTP"):
+            client["allow_http"] = os.environ["AWS_ALLOW_HTTP"].strip().lower() == "true"
+        kwargs["client_options"] = client
+    if url.startswith("file://"):
+        kwargs["mkdir"] = True
+    return kwargs
+
+
+def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
+    """(the body, how many bytes the server sent, counted up to one chunk past `size`), streamed.
+
+    Chunks of the announced size: an honest body is the first chunk (one copy into Python bytes)
+    and the end; a longer one is stopped one chunk later (twice the size, plus one network read).
+    The stream (and its connection) is let go of when this returns.
+    """
+    stream = result.stream(min_chunk_size=max(size, 1))
+    body = next(stream, b"")
+    sent = len(body)
+    if sent <= size:
+        sent += len(next(stream, b""))
+    return body, sent
+
+
 def _client_message(exc: BaseException) -> str:
     # obstore appends a multi-line debug dump of its error; the first line says what happened.
     return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
@@ -82,8 +123,9 @@ class Remote:
 
     Args:
         url: ``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///path`` or ``memory://``.
-        options: client settings passed to obstore as its ``config`` (endpoint, region ...), beside
-            what the environment gives; keep credentials in the environment.
+        options: client settings passed to obstore, beside what the environment gives: the store's
+            ``config`` (endpoint, region ...) and its HTTP client's (``timeout``, ``read_timeout``,
+            ``connect_timeout``, ``allow_http`` ...: `_CLIENT_KEYS`); keep credentials in the environment.
     """
 
     def __init__(self, url: str, *, options: Optional[Mapping[str, Any]] = None) -> None:
@@ -94,12 +136,14 @@ class Remote:
             raise RemoteError('object storage needs the s3 extra: pip install "stepjournal[s3]"') from None
         self._obstore = obstore
         self.url = public_url(url)
-        kwargs: dict = {"config": dict(options)} if options else {}
-        if url.startswith("file://"):
-            kwargs["mkdir"] = True
+        # No HTTP framing can disagree with the size a local file or a memory store announces.
+        self._one_call = url.startswith(("file://", "memory://"))
+        kwargs = _store_kwargs(url, options or {})
         try:
             self._store = from_url(url, retry_config={"max_retries": 2}, **kwargs)
-        except Exception as exc:  # obstore raises several unrelated types on a bad URL or config
+        except BaseException as exc:  # obstore raises several unrelated types on a bad URL or config
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise  # KeyboardInterrupt, SystemExit; a Rust panic (an unknown setting) is a bad config
             raise RemoteError(f"cannot open the object store {self.url!r}: {_client_message(exc)}") from None
 
     def _fail(self, what: str, key: str, exc: BaseException) -> RemoteError:
@@ -193,13 +237,16 @@ class Remote:
                     f"object {self.url}/{key} is {size} bytes, more than the {limit} it may hold; not read",
                     detail="oversized object",
                 )
-            # One read inside the client, into one buffer, without the GIL: a stream of Python chunks
-            # copied together cost twice the get (docs/performance.md). The HTTP framing holds the
-            # body to the size announced, which was checked above; the length is checked again.
-            body = result.bytes()
-            if len(body) > limit:
-                raise IntegrityError(f"object {self.url}/{key} sends more than the {limit} bytes it may hold",
+            # A local file is read in one call inside the client, into one buffer, without the GIL.
+            body, sent = _announced_body(result, size) if not self._one_call else (body := result.bytes(), len(body))
+            if sent > size:
+                raise IntegrityError(f"object {self.url}/{key} announced {size} bytes and sends more (refused after "
+                                     f"{sent}; at most {limit} allowed): the server's reply is broken or hostile, "
+                                     "nothing of it was kept; check the server or push the object again",
                                      detail="oversized object")
+            if sent < size:
+                raise IntegrityError(f"object {self.url}/{key} announced {size} bytes and sent {sent}: truncated "
+                                     "on the way; read it again, or check the server", detail="truncated object")
             return body, result.meta.get("e_tag")
         except (IntegrityError, RemoteError):
             raise
