@@ -11,6 +11,11 @@ steps, makes a new batch (not timed), then times, in an order that rotates each 
 - ``verl_save_to_disk``: verl's rollout-skip dump of the same batch (``DataProto.save_to_disk``, no
   fsync), when verl is installed.
 
+The child runs twice: with the process's allocator as it comes, and with glibc's allocator told to
+keep freed memory for reuse (`TUNED_MALLOC`, the setting docs/performance.md "Recording and the
+allocator" documents): LMDB copies each value into pages it mallocs per transaction, and by default
+glibc maps fresh memory for them, and unmaps it after, every step.
+
 Goal (issue 17): the journal at most 1.5x the plain write + fsync, and faster than verl's dump.
 Run it alone with ``python -m benchmarks._bench_record_growing [--steps N]``.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
 import shutil
 import statistics
@@ -34,10 +40,12 @@ from ._measure import disk_bytes, quiet_logs
 from ._report import _goal
 from ._workload import Workload, make_batch, tensor_items, tensor_nbytes, to_dataproto
 
-__all__ = ["bench_record_growing", "main"]
+__all__ = ["TUNED_MALLOC", "bench_record_growing", "main"]
 
 GOAL_VS_PLAIN = 1.5
 GOAL_VS_VERL = 1.0
+# glibc's allocator: allocations under 1 GiB from the heap, and up to 1 GiB of freed memory kept there.
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def _cpu() -> float:
@@ -115,12 +123,25 @@ def bench_record_growing(ctx: Any) -> Dict[str, Any]:
 
 
 def _run(workdir: Path, *, steps: int, quick: bool, progress: Callable[[str], None]) -> Dict[str, Any]:
+    out = _run_child(workdir, steps=steps, quick=quick, progress=progress, env={})
+    if platform.libc_ver()[0] == "glibc":
+        out["tuned_malloc"] = _run_child(workdir, steps=steps, quick=quick, progress=progress, env=TUNED_MALLOC)
+        out["tuned_malloc"]["env"] = TUNED_MALLOC
+        for name, goal in out["tuned_malloc"].pop("goals").items():
+            out["goals"][name.replace("record_growing", "record_growing_tuned_malloc", 1)] = goal
+    return out
+
+
+def _run_child(workdir: Path, *, steps: int, quick: bool, progress: Callable[[str], None],
+               env: Dict[str, str]) -> Dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
-    progress(f"record as a trainer records: {steps} steps, a fresh process and a fresh journal")
+    progress(f"record as a trainer records: {steps} steps, a fresh process and a fresh journal"
+             + (f", {' '.join(f'{k}={v}' for k, v in env.items())}" if env else ""))
     command = [sys.executable, "-m", "benchmarks._bench_record_growing", "--child", str(workdir), "--steps", str(steps)]
     if quick:
         command.append("--quick")
-    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+                          env={**os.environ, **env})
     shutil.rmtree(workdir, ignore_errors=True)
     if done.returncode != 0:
         raise RuntimeError(f"record-growing child failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -128,7 +149,8 @@ def _run(workdir: Path, *, steps: int, quick: bool, progress: Callable[[str], No
     wall = {name: _median(t) for name, t in raw["wall_s"].items()}
     cpu = {name: _median(t) for name, t in raw["cpu_s"].items()}
     out: Dict[str, Any] = {**raw, "median_wall_s": wall, "median_cpu_s": cpu}
-    basis = f"journaled(..., 'dump'), fresh process and journal, {steps} new batches, median wall"
+    basis = f"journaled(..., 'dump'), fresh process and journal, {steps} new batches, median wall" + (
+        ", glibc allocator keeping freed memory (" + " ".join(f"{k}={v}" for k, v in env.items()) + ")" if env else "")
     out["ratios"] = {"journal_vs_plain_write_fsync": wall["journal_dump"] / wall["plain_write_fsync"]}
     out["goals"] = {
         "record_growing_vs_plain_write_fsync": _goal(out["ratios"]["journal_vs_plain_write_fsync"], GOAL_VS_PLAIN,

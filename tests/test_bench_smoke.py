@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ GOALS = {
     "record_vs_verl_save",
     "record_growing_vs_plain_write_fsync",
     "record_growing_vs_verl_save",
+    "record_growing_tuned_malloc_vs_plain_write_fsync",  # glibc's allocator keeping freed memory (Linux)
+    "record_growing_tuned_malloc_vs_verl_save",
     "lookup_ms_per_decision",
     "lookup_speedup_vs_folder_scan",
     "passthrough_overhead_us",
@@ -80,6 +83,13 @@ def test_quick_run_records_as_a_trainer_records_a_new_batch_a_step_into_a_fresh_
     assert all(len(samples) == growing["steps"] == 3 for samples in growing["wall_s"].values())
     # Every step's batch was new, so the journal holds each one: nothing was deduplicated away.
     assert growing["journal_data_mdb"]["allocated"] >= growing["steps"] * growing["payload_tensor_bytes"]
+    # The same again in a child whose allocator keeps freed memory: the two variables, as typed in
+    # performance.md's "Recording and the allocator".
+    tuned = growing["tuned_malloc"]
+    documented = dict(re.findall(r"^export (MALLOC_\w+)=(\d+)", (ROOT / "docs" / "performance.md").read_text(), re.M))
+    assert tuned["env"] == documented == {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+    assert all(len(samples) == tuned["steps"] == 3 for samples in tuned["wall_s"].values())
+    assert tuned["journal_data_mdb"]["allocated"] >= tuned["steps"] * tuned["payload_tensor_bytes"]
 
 
 def test_quick_run_measures_push_pull_and_a_cold_replay_against_a_real_s3_server(quick_report):
