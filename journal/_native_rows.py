@@ -33,7 +33,7 @@ from ._audit import AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, iso_time
 from ._events import MAX_TS
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
-__all__ = ["Row", "row_of", "encode_rows", "as_row", "as_dicts"]
+__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "as_row", "as_dicts"]
 
 _Step = Annotated[int, Meta(ge=0, le=MAX_STEP)]
 _GenIndex = Annotated[int, Meta(ge=0, le=MAX_GEN_INDEX)]
@@ -203,9 +203,9 @@ def clock_text(ts: float) -> str:
     return f"{head}.{micros // 1000:03d}Z"
 
 
-def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True) -> Optional[Row]:
-    """The audit row of the call event stored as `raw`, or None when it is not one this decoder accepts exactly
-    (`keys`: an `_audit_rows.Keys`; `timed`: with the row's ``time``, else None there)."""
+def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
+    """``(event, stage, duration_s, imported_from)`` of the call event stored as `raw` when this decoder accepts
+    it exactly (the defaults filled in; duration None for a refusal), else None."""
     if len(raw) > _MAX_EVENT_BYTES:
         return None
     try:
@@ -220,9 +220,9 @@ def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True) -> Optional[R
     else:
         present += 1
     duration: Any = None
-    imported_from = source_run = source_step = source_gen_index = source_seq = out = input_digest = None
+    imported_from = None
     if cls is _Generated:
-        duration, out, input_digest, imported_from = event.duration_s, event.output, event.input_digest, event.imported_from
+        duration, imported_from = event.duration_s, event.imported_from
         if imported_from is UNSET:
             imported_from = None
         else:
@@ -233,30 +233,62 @@ def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True) -> Optional[R
             duration = 0.0
         else:
             present += 1
-        if cls is _Replayed:
-            out, input_digest, source_run = event.output, event.input_digest, event.source_run
-            source_step, source_gen_index, source_seq = event.source_step, event.source_gen_index, event.source_seq
-            if (source_run,) not in keys.passed and not keys.ok(source_run):
-                return None
+        if cls is _Replayed and (event.source_run,) not in keys.passed and not keys.ok(event.source_run):
+            return None
     if not _checksum_holds(raw, event.crc32, present):
         return None
-    run, mode = event.run, event.mode
-    if (run, mode, stage) not in keys.passed and not keys.ok(run, mode, stage):
+    if (event.run, event.mode, stage) not in keys.passed and not keys.ok(event.run, event.mode, stage):
         return None
-    ts = event.ts
+    return event, stage, duration, imported_from
+
+
+def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True) -> Optional[Row]:
+    """The audit row of the call event stored as `raw`, or None when it is not one this decoder accepts exactly
+    (`keys`: an `_audit_rows.Keys`; `timed`: with the row's ``time``, else None there)."""
+    found = _checked(raw, keys)
+    if found is None:
+        return None
+    event, stage, duration, imported_from = found
+    cls = type(event)
+    source_run = source_step = source_gen_index = source_seq = out = input_digest = None
+    if cls is _Generated:
+        out, input_digest = event.output, event.input_digest
+    elif cls is _Replayed:
+        out, input_digest, source_run = event.output, event.input_digest, event.source_run
+        source_step, source_gen_index, source_seq = event.source_step, event.source_gen_index, event.source_seq
     if duration is not None and duration and duration < 1e-4:
         duration = _float(duration)
     if out is None:
         nbytes = stored_nbytes = digest = None
     else:
         nbytes, stored_nbytes, digest = out.nbytes, out.stored_nbytes, out.digest
+    ts = event.ts
     return Row(
-        AUDIT_SCHEMA_VERSION, seq, event.session, run, mode, stage, event.step, event.gen_index, _ACTION[cls],
-        cls is _Generated and out is not None, source_run, source_step, source_gen_index, source_seq,
+        AUDIT_SCHEMA_VERSION, seq, event.session, event.run, event.mode, stage, event.step, event.gen_index,
+        _ACTION[cls], cls is _Generated and out is not None, source_run, source_step, source_gen_index, source_seq,
         event.policy, event.reason, nbytes, stored_nbytes, digest, input_digest,
         ts if ts >= 1e-4 or not ts else _float(ts), clock_text(ts) if timed else None, duration, imported_from,
         None, None, None,
     )
+
+
+def index_fields_of(raw: bytes, keys: Any) -> Optional[tuple]:
+    """What `reindex` projects of the call event stored as `raw` (its row's run, mode, stage, step, gen_index,
+    action, and stored output bytes or None when no output is stored), or None as `row_of`."""
+    found = _checked(raw, keys)
+    if found is None:
+        return None
+    event = found[0]
+    cls = type(event)
+    out = event.output if cls is _Generated else None
+    return (event.run, event.mode, found[1], event.step, event.gen_index, _ACTION[cls],
+            None if out is None else out.nbytes)
+
+
+def index_fields(row: Dict[str, Any]) -> tuple:
+    """`index_fields_of` of a dict row (the checked map path's)."""
+    return (row["run"], row["mode"], row["stage"], row["step"], row["gen_index"], row["action"],
+            row["nbytes"] if row["stored"] else None)
 
 
 def as_row(row: Dict[str, Any]) -> Row:
