@@ -11,6 +11,7 @@ takes the existing checked path (`checked_body`, `call_row`, `decode_event`), wh
 row or raises the same typed error. That is no silent fallback: every value this module does not
 accept exactly is decided by the code that decided it before, so output and errors stay the event
 path's, byte for byte (`tests/test_audit_rows.py` compares them, hostile events included).
+`index_fields_of` is the same decode for `reindex`: the fields the indexes need, no row.
 
 `encode_rows` writes a batch of rows as the indented JSON `print_json` writes, through msgspec's
 JSON encoder: its text of strings and ints is Python's; of floats too except under 1e-4 (Python

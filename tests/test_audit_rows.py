@@ -236,14 +236,14 @@ def test_rows_from_the_stored_maps_equal_the_event_paths_rows(journal_path, filt
         assert any(r["origin_journal"] for r in rows) and any(not r["stored"] for r in rows)
 
 
-def printed_both_ways(raw_events):
-    """`_print_json_rows` of the native rows, and `print_json` of the event path's list."""
-    streamed, printed = io.StringIO(), io.StringIO()
+def printed(given, reference):
+    """What `_print_json_rows` streams of `given` rows, and what `print_json` prints of the `reference` list."""
+    streamed, listed = io.StringIO(), io.StringIO()
     with redirect_stdout(streamed):
-        _print_json_rows(json_rows(raw_events(), native=True))
-    with redirect_stdout(printed):
-        print_json(list(json_rows(raw_events())))
-    return streamed.getvalue(), printed.getvalue()
+        _print_json_rows(iter(given))
+    with redirect_stdout(listed):
+        print_json(reference)
+    return streamed.getvalue(), listed.getvalue()
 
 
 def test_the_streamed_json_array_is_byte_identical_to_the_printed_list(journal_path):
@@ -251,50 +251,35 @@ def test_the_streamed_json_array_is_byte_identical_to_the_printed_list(journal_p
         rows = list(json_rows(journal.raw_events()))
         native = list(json_rows(journal.raw_events(), native=True))
     for selection, given in ((rows, native), (rows[:1], native[:1]), ([], []), (rows * 300, native * 300)):
-        streamed, printed = io.StringIO(), io.StringIO()
-        with redirect_stdout(streamed):
-            _print_json_rows(iter(given))
-        with redirect_stdout(printed):
-            print_json(selection)
-        assert streamed.getvalue() == printed.getvalue()
+        streamed, listed = printed(given, selection)
+        assert streamed == listed
 
 
 def test_a_batch_msgspec_cannot_write_as_python_does_is_written_by_the_standard_encoder():
     row = {key: None for key in AUDIT_FIELDS}
     rows = [{**row, "seq": 1, "reason": "fine"}, {**row, "seq": 1 << 70, "reason": "\u202e"}]  # past 64 bits
-    streamed, printed = io.StringIO(), io.StringIO()
-    with redirect_stdout(streamed):
-        _print_json_rows(iter(rows))
-    with redirect_stdout(printed):
-        print_json(rows)
-    assert streamed.getvalue() == printed.getvalue()
+    streamed, listed = printed(rows, rows)
+    assert streamed == listed
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
+def stored(name: str) -> bytes:
+    """The stored bytes of a `HOSTILE` event or a `RAW` layout."""
+    return packed(HOSTILE[name]) if name in HOSTILE else RAW[name]
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE) + sorted(RAW))
 def test_an_odd_or_hostile_event_gives_the_event_paths_row_or_its_error(journal_path, tmp_path, name):
     path = tmp_path / "j"
     shutil.copytree(journal_path, path)
     with Journal(str(path), session=False) as journal:
-        append_raw(journal, [packed(HOSTILE[name])])
+        append_raw(journal, [stored(name)])
     with Journal(str(path), readonly=True) as journal:
         fast = outcome(lambda: list(json_rows(journal.raw_events())))
         assert fast == outcome(lambda: event_path(journal))
         assert outcome(lambda: as_dicts(json_rows(journal.raw_events(), native=True))) == fast
         if fast[0] == "ok":
-            streamed, printed = printed_both_ways(journal.raw_events)
-            assert streamed == printed
-
-
-@pytest.mark.parametrize("name", sorted(RAW))
-def test_stored_bytes_of_another_layout_give_the_event_paths_row_or_its_error(journal_path, tmp_path, name):
-    path = tmp_path / "j"
-    shutil.copytree(journal_path, path)
-    with Journal(str(path), session=False) as journal:
-        append_raw(journal, [RAW[name]])
-    with Journal(str(path), readonly=True) as journal:
-        fast = outcome(lambda: list(json_rows(journal.raw_events())))
-        assert fast == outcome(lambda: event_path(journal))
-        assert outcome(lambda: as_dicts(json_rows(journal.raw_events(), native=True))) == fast
+            streamed, listed = printed(json_rows(journal.raw_events(), native=True), fast[1])
+            assert streamed == listed
 
 
 @pytest.mark.parametrize("damage", ["no checksum", "wrong checksum", "not msgpack", "a list"])
@@ -349,7 +334,7 @@ def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_err
         return result, journal.index_items(), journal.rank_items(), runs
 
     with Journal(str(path), session=False) as journal:
-        append_raw(journal, [packed(HOSTILE[name]) if name in HOSTILE else RAW[name]])
+        append_raw(journal, [stored(name)])
         fast = rebuilt(journal)
         monkeypatch.setattr(projections, "call_row", lambda *a, **k: None)
         assert fast == rebuilt(journal)  # the events msgspec does not take through decode_event
