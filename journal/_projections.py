@@ -278,8 +278,8 @@ class Projections:
         # ordered pass `_build_ranks_in` makes afterwards otherwise).
         steps = store.db("steps")
         ranks_inline, rank_prefix, ordinal, rank_last = steps is not None, b"", 0, -1
-        for key, body in txn.cursor(db=store.db("events")):
-            seq = seq_of(key)
+        for seq_bytes, body in txn.cursor(db=store.db("events")):
+            seq = seq_of(seq_bytes)
             # A call event msgspec decodes exactly, or whose map passes its class's rules, is projected
             # from its row's fields (no event object); anything else is decoded, which projects it or
             # raises the same error.
@@ -299,7 +299,7 @@ class Projections:
                         prefix = prefixes[group] = gen_prefix(*group)
                     key = prefix + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
                     if key > last:
-                        txn.put(key, seq_key(seq), db=gen, append=True)
+                        txn.put(key, seq_bytes if len(seq_bytes) == 8 else seq_key(seq), db=gen, append=True)
                         last = key
                         if ranks_inline and prefix != rank_prefix:
                             rank_prefix, ordinal, rank_last = prefix, 0, -1

@@ -72,7 +72,10 @@ def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int,
         row[1] = seq
     row[at] += 1
     if at != 5:  # a refused call did not happen at its step (see `summarize_runs`)
-        row[6], row[7] = min(row[6], step), max(row[7], step)
+        if step < row[6]:
+            row[6] = step
+        if step > row[7]:
+            row[7] = step
     row[8] += nbytes
     return row
 
