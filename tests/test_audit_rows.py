@@ -260,6 +260,9 @@ def test_a_batch_msgspec_cannot_write_as_python_does_is_written_by_the_standard_
     rows = [{**row, "seq": 1, "reason": "fine"}, {**row, "seq": 1 << 70, "reason": "\u202e"}]  # past 64 bits
     streamed, listed = printed(rows, rows)
     assert streamed == listed
+    rows = [{**row, "reason": "a\udc80b", "ts": 1e-05}]  # a lone surrogate: spelled as an escape
+    streamed, listed = printed(rows, rows)
+    assert streamed == listed and "\\udc80" in streamed
 
 
 def stored(name: str) -> bytes:
