@@ -134,7 +134,7 @@ elif what == "audit_json":
     from stepjournal.adapters.cli._audit import _print_json_rows
     sink = open(os.devnull, "w")
     sys.stdout, real = sink, sys.stdout
-    _print_json_rows(json_rows(journal.raw_events()))
+    _print_json_rows(json_rows(journal.raw_events(), native=True))  # as `stepjournal audit --json` reads them
     sys.stdout = real
     out["events"] = journal.last_seq()
 out["s"], out["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu

@@ -50,11 +50,11 @@ class Keys:
     """The run / mode / stage rule (`check_key` as the events' validators apply it), once per distinct value."""
 
     def __init__(self) -> None:
-        self._ok: set = set()
+        self.passed: set = set()  # the keys `ok` passed (a reader may test membership before calling it)
 
     def ok(self, *key: str) -> bool:
         """`run` alone (a source run: its validator's rule), or (run, mode, stage): all three validators' rules."""
-        if key in self._ok:
+        if key in self.passed:
             return True
         try:
             check_key(key[0], "train")
@@ -63,9 +63,9 @@ class Keys:
                 check_key(*key)
         except InvalidKeyError:
             return False
-        if len(self._ok) > 65536:  # hostile variety: keep memory bounded
-            self._ok.clear()
-        self._ok.add(key)
+        if len(self.passed) > 65536:  # hostile variety: keep memory bounded
+            self.passed.clear()
+        self.passed.add(key)
         return True
 
 
@@ -166,10 +166,13 @@ def json_rows(
     actions: Optional[Container[str]] = None,
     stage: Optional[str] = None,
     timed: bool = True,
-) -> Iterator[Dict[str, Any]]:
+    native: bool = False,
+) -> Iterator[Any]:
     """The ``audit --json`` rows (``AuditRecord.to_json()``, keys `AUDIT_FIELDS`) of ``(seq, stored bytes)``
     pairs in log order, filtered as `audit` filters (`actions`: empty or None keeps every action).
     Without `timed`, a call row's ``time`` (the clock text) may be None: for a reader that never shows it.
+    With `native`, a call event msgspec decodes exactly comes as a `_native_rows.Row` (``row[key]`` as for
+    a dict; `_native_rows.encode_rows` writes it): the same row, decoded in C.
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
@@ -177,9 +180,14 @@ def json_rows(
     keys = Keys()
     origin: Optional[EventsImported] = None
     origin_at = origin_end = 0
+    row_of = None
+    if native:
+        from ._native_rows import row_of  # msgspec: imported by the verbs that use it, not at import
     for seq, raw in raw_pairs:
-        found = checked_body(raw)
-        row = call_row(seq, found[0], found[1], keys, timed=timed) if found is not None else None
+        row = row_of(seq, raw, keys, timed=timed) if row_of is not None else None
+        if row is None:
+            found = checked_body(raw)
+            row = call_row(seq, found[0], found[1], keys, timed=timed) if found is not None else None
         if row is None:
             event = decode_event(raw, seq=seq)  # the event path: the same row, or the error
             if isinstance(event, EventsImported):

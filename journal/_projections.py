@@ -272,24 +272,44 @@ class Projections:
         # emptied table (no search, full pages) while it is above every key there; others are put.
         prefixes: dict = {}
         last = b""
-        for key, body in txn.cursor(db=store.db("events")):
-            seq = seq_of(key)
-            # A call event whose map passes its class's rules is projected from the map (no event
-            # object); anything else is decoded, which projects it or raises the same error.
-            found = checked_body(body)
-            row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
-            if row is not None:
-                if row["stored"]:
-                    group = (row["run"], row["mode"], row["stage"])
+        from ._native_rows import index_fields, index_fields_of  # msgspec: imported by the verbs that use it
+
+        # While every ``gen`` key is appended in order, the rank index is written beside it (the same
+        # ordered pass `_build_ranks_in` makes afterwards otherwise).
+        steps = store.db("steps")
+        ranks_inline, rank_prefix, ordinal, rank_last = steps is not None, b"", 0, -1
+        for seq_bytes, body in txn.cursor(db=store.db("events")):
+            seq = seq_of(seq_bytes)
+            # A call event msgspec decodes exactly, or whose map passes its class's rules, is projected
+            # from its row's fields (no event object); anything else is decoded, which projects it or
+            # raises the same error.
+            fields = index_fields_of(body, keys)
+            if fields is None:
+                found = checked_body(body)
+                row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
+                fields = index_fields(row) if row is not None else None
+            if fields is not None:
+                run, mode, stage, step, gen_index, action, stored = fields
+                if stored is not None:
+                    group = (run, mode, stage)
                     prefix = prefixes.get(group)
                     if prefix is None:
                         if len(prefixes) > 65536:  # hostile variety: keep memory bounded
                             prefixes.clear()
                         prefix = prefixes[group] = gen_prefix(*group)
-                    key = prefix + row["step"].to_bytes(8, "big") + row["gen_index"].to_bytes(4, "big")
-                    txn.put(key, seq_key(seq), db=gen, append=key > last)
-                    last = max(last, key)
-                runs.add_row(row)
+                    key = prefix + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+                    if key > last:
+                        txn.put(key, seq_bytes if len(seq_bytes) == 8 else seq_key(seq), db=gen, append=True)
+                        last = key
+                        if ranks_inline and prefix != rank_prefix:
+                            rank_prefix, ordinal, rank_last = prefix, 0, -1
+                        if ranks_inline and step != rank_last:
+                            txn.put(rank_key(prefix, ordinal), step.to_bytes(_STEP, "big"), db=steps, append=True)
+                            ordinal, rank_last = ordinal + 1, step
+                    else:
+                        txn.put(key, seq_key(seq), db=gen)
+                        ranks_inline = False
+                runs.add_call((run, stage, mode), seq, action, step, stored or 0)
                 count += 1
                 continue
             try:
@@ -303,6 +323,7 @@ class Projections:
             event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
             cls.apply_in(txn, store, seq, event, ranks=False, runs=False)
             if isinstance(event, (GenerationRecorded, PayloadsReleased)):
+                ranks_inline = False
                 cur = txn.cursor(db=gen)
                 last = bytes(cur.key()) if cur.last() else b""  # what was put (or deleted) there
             runs.add(seq, event)
@@ -311,7 +332,10 @@ class Projections:
         runs.write_in(txn, store)
         if store.db("sessions") is not None:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
-        cls._build_ranks_in(txn, store)
+        if ranks_inline:
+            txn.put(STEPS_FLAG, b"1", db=store.db("meta"))
+        else:
+            cls._build_ranks_in(txn, store)
         txn.put(META_LAYOUT, str(LAYOUT_VERSION).encode(), db=store.db("meta"))
         return count
 

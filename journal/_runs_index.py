@@ -72,7 +72,10 @@ def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int,
         row[1] = seq
     row[at] += 1
     if at != 5:  # a refused call did not happen at its step (see `summarize_runs`)
-        row[6], row[7] = min(row[6], step), max(row[7], step)
+        if step < row[6]:
+            row[6] = step
+        if step > row[7]:
+            row[7] = step
     row[8] += nbytes
     return row
 
@@ -104,13 +107,13 @@ class RunsFold:
                 self.groups[group] = _fold(self.groups.get(group), seq, event)
         self.last = max(self.last, seq)
 
-    def add_row(self, row: Dict[str, Any]) -> None:
-        """Fold in a call given as its audit row (`_audit_rows.call_row`: a reindex without event objects)."""
-        group = (row["run"], row["stage"], row["mode"])
-        at = _AT_OF_ACTION[row["action"]]
-        nbytes = row["nbytes"] if at == 2 and row["stored"] else 0
-        self.groups[group] = _fold_call(self.groups.get(group), row["seq"], at, row["step"], nbytes)
-        self.last = max(self.last, row["seq"])
+    def add_call(self, group: Group, seq: int, action: str, step: int, nbytes: int) -> None:
+        """Fold in a call given by its audit row's values (`_native_rows.Row`: a reindex without event objects;
+        `nbytes`: its stored output bytes, 0 when not stored)."""
+        at = _AT_OF_ACTION[action]
+        self.groups[group] = _fold_call(self.groups.get(group), seq, at, step, nbytes if at == 2 else 0)
+        if seq > self.last:
+            self.last = seq
 
     def add_all(self, pairs: Iterable[Tuple[int, Event]]) -> "RunsFold":
         for seq, event in pairs:

@@ -1,4 +1,5 @@
-"""``audit --json`` rows straight from the stored maps equal the event path's, byte for byte, errors included."""
+"""``audit --json`` rows straight from the stored maps, or decoded natively (msgspec), equal the event path's,
+byte for byte, errors included."""
 
 from __future__ import annotations
 
@@ -47,6 +48,33 @@ def packed(body: dict, *, crc: bool = True) -> bytes:
     if crc:
         body = {**body, "crc32": zlib.crc32(msgpack.packb(body, use_bin_type=True))}
     return msgpack.packb(body, use_bin_type=True)
+
+
+class Packed(bytes):
+    """A value's msgpack bytes, put into `raw_map` as they are."""
+
+
+def raw_map(entries, *, crc_entries=None, header=None) -> bytes:
+    """A msgpack map of `entries` (pairs, a key may come twice) ending in the ``crc32`` entry that
+    `checked_body` accepts: the CRC of the map header for the distinct keys and the entries' bytes."""
+    distinct = len(dict(entries)) if crc_entries is None else crc_entries
+    body = b"".join(msgpack.packb(k) + (v if isinstance(v, Packed) else msgpack.packb(v, use_bin_type=True))
+                    for k, v in entries)
+    crc_header = bytes([0x80 | distinct]) if distinct < 16 else b"\xde" + distinct.to_bytes(2, "big")
+    checksum = zlib.crc32(body, zlib.crc32(crc_header))
+    count = len(entries) + 1
+    head = header if header is not None else (bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big"))
+    return head + body + msgpack.packb("crc32") + msgpack.packb(checksum)
+
+
+def small_checksum(body: dict, below: int) -> bytes:
+    """`body` packed with a checksum under `below` (its reason varied until the CRC falls there)."""
+    for n in range(1 << 22):
+        candidate = {**body, "reason": f"r{n}"}
+        checksum = zlib.crc32(msgpack.packb(candidate, use_bin_type=True))
+        if checksum < below:
+            return msgpack.packb({**candidate, "crc32": checksum}, use_bin_type=True)
+    raise AssertionError("no checksum found")
 
 
 def append_raw(journal: Journal, bodies) -> None:
@@ -128,6 +156,47 @@ HOSTILE = {
     "bool version": {**call, "v": True},
     "session with a bad pid": {"type": "session_opened", "v": 1, "session": "s", "run": "exp", "fingerprint": {},
                                "library_version": "x", "host": "h", "pid": -1, "ts": 1.0},
+    # What the native decoder (msgspec) might take differently: each must give the event path's row or error.
+    "tiny floats": {**call, "ts": 5e-05, "duration_s": 1e-07},
+    "negative zero ts": {**call, "ts": -0.0, "duration_s": -0.0},
+    "largest ts": {**call, "ts": 253402300799.0},
+    "ts a hair past the largest": {**call, "ts": 253402300799.00003},
+    "bool ts": {**call, "ts": True},
+    "string ts": {**call, "ts": "1.5"},
+    "stage None": {**call, "stage": None},
+    "type last": {**{k: v for k, v in call.items() if k != "type"}, "type": "call_bypassed"},
+    "record with a digest and a newline": {**record, "output": {**ref, "digest": "ab" * 31 + "a\n"}},
+    "record with upper-case hex": {**record, "output": {**ref, "digest": "AB" * 32}},
+    "record with compression absent": {**record, "output": {k: v for k, v in ref.items() if k != "compression"}},
+    "record with a float nbytes": {**record, "output": {**ref, "nbytes": 3.0}},
+    "record with nbytes 2**63": {**record, "output": {**ref, "nbytes": 1 << 63}},
+    "record with an input ref": {**record, "input": ref, "input_digest": "abc"},
+    "record with a stage and an imported_from": {**record, "stage": "reward", "imported_from": None},
+    "record without a stage": {k: v for k, v in record.items() if k != "stage"},
+    "record with a bin session": {**record, "session": b"s"},
+    "served from seq 2**64 - 1": {**served, "source_seq": (1 << 64) - 1},
+    "served with an imported_from": {**served, "imported_from": None},
+    "served from a run with NUL": {**served, "source_run": "a\x00"},
+    "served with a duration and no stage": {k: v for k, v in {**served, "duration_s": 2}.items() if k != "stage"},
+    "bypassed with C1 and bidi text": {**call, "reason": "a\x9b31m \u202egnp.exe \x7f \u2066", "policy": "\x85"},
+    "refused without a stage": {k: v for k, v in refused.items() if k != "stage"},
+    "crc32 not an int": {**call, "crc32": "x"},
+}
+# Stored bytes msgpack's own packer would not write: a key twice, another header, crc32 not last.
+RAW = {
+    "a key twice, the checksum over the distinct keys": raw_map([*call.items(), ("reason", "second")]),
+    "a key twice, the checksum over every entry": raw_map([*call.items(), ("reason", "second")],
+                                                          crc_entries=len(call) + 1),
+    "crc32 first": msgpack.packb({"crc32": zlib.crc32(msgpack.packb(call)), **call}),
+    "a 16-bit map header for a small map": raw_map(list(call.items()), header=b"\xde\x00" + bytes([len(call) + 1])),
+    "a 32-bit map header": raw_map(list(call.items()), header=b"\xdf\x00\x00\x00" + bytes([len(call) + 1])),
+    "a checksum under 2**16": small_checksum(call, 1 << 16),
+    "a checksum packed as uint64": packed(call)[:-5] + b"\xcf\x00\x00\x00\x00" + packed(call)[-4:],
+    "a float32 ts": packed(call).replace(msgpack.packb(1.5), b"\xca" + __import__("struct").pack(">f", 1.5)),
+    "trailing bytes": packed(call) + b"\x00",
+    "a record's output map with a key twice": raw_map([(k, Packed(b"\x85" + b"".join(
+        msgpack.packb(rk) + msgpack.packb(rv) for rk, rv in [*ref.items(), ("nbytes", 4)])) if k == "output" else v)
+        for k, v in record.items()]),
 }
 
 
@@ -145,38 +214,75 @@ FILTERS = [
 ]
 
 
+def as_dicts(rows):
+    """Native rows as dicts (a small float given back as the float it carries as text)."""
+    from stepjournal._native_rows import Row, as_dicts as row_dicts
+
+    return [row_dicts([row])[0] if isinstance(row, Row) else row for row in rows]
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["maps", "native"])
 @pytest.mark.parametrize("filters", FILTERS, ids=[str(sorted(f)) for f in FILTERS])
-def test_rows_from_the_stored_maps_equal_the_event_paths_rows(journal_path, filters):
+def test_rows_from_the_stored_maps_equal_the_event_paths_rows(journal_path, filters, native):
     with Journal(journal_path, readonly=True) as journal:
-        rows = list(json_rows(journal.raw_events(), **filters))
+        given = list(json_rows(journal.raw_events(), native=native, **filters))
+        rows = as_dicts(given)
         assert rows == event_path(journal, **filters)
         assert all(tuple(row) == AUDIT_FIELDS for row in rows)
+        if native and not filters:  # the call events came through msgspec, the others through the maps
+            assert sum(not isinstance(row, dict) for row in given) > len(given) // 2
     if not filters:
         assert {r["action"] for r in rows} == {"generated", "replayed", "bypassed", "refused", "released"}
         assert any(r["origin_journal"] for r in rows) and any(not r["stored"] for r in rows)
 
 
+def printed(given, reference):
+    """What `_print_json_rows` streams of `given` rows, and what `print_json` prints of the `reference` list."""
+    streamed, listed = io.StringIO(), io.StringIO()
+    with redirect_stdout(streamed):
+        _print_json_rows(iter(given))
+    with redirect_stdout(listed):
+        print_json(reference)
+    return streamed.getvalue(), listed.getvalue()
+
+
 def test_the_streamed_json_array_is_byte_identical_to_the_printed_list(journal_path):
     with Journal(journal_path, readonly=True) as journal:
         rows = list(json_rows(journal.raw_events()))
-    for selection in (rows, rows[:1], []):
-        streamed, printed = io.StringIO(), io.StringIO()
-        with redirect_stdout(streamed):
-            _print_json_rows(iter(selection))
-        with redirect_stdout(printed):
-            print_json(selection)
-        assert streamed.getvalue() == printed.getvalue()
+        native = list(json_rows(journal.raw_events(), native=True))
+    for selection, given in ((rows, native), (rows[:1], native[:1]), ([], []), (rows * 300, native * 300)):
+        streamed, listed = printed(given, selection)
+        assert streamed == listed
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_batch_msgspec_cannot_write_as_python_does_is_written_by_the_standard_encoder():
+    row = {key: None for key in AUDIT_FIELDS}
+    rows = [{**row, "seq": 1, "reason": "fine"}, {**row, "seq": 1 << 70, "reason": "\u202e"}]  # past 64 bits
+    streamed, listed = printed(rows, rows)
+    assert streamed == listed
+    rows = [{**row, "reason": "a\udc80b", "ts": 1e-05}]  # a lone surrogate: spelled as an escape
+    streamed, listed = printed(rows, rows)
+    assert streamed == listed and "\\udc80" in streamed
+
+
+def stored(name: str) -> bytes:
+    """The stored bytes of a `HOSTILE` event or a `RAW` layout."""
+    return packed(HOSTILE[name]) if name in HOSTILE else RAW[name]
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE) + sorted(RAW))
 def test_an_odd_or_hostile_event_gives_the_event_paths_row_or_its_error(journal_path, tmp_path, name):
     path = tmp_path / "j"
     shutil.copytree(journal_path, path)
     with Journal(str(path), session=False) as journal:
-        append_raw(journal, [packed(HOSTILE[name])])
+        append_raw(journal, [stored(name)])
     with Journal(str(path), readonly=True) as journal:
         fast = outcome(lambda: list(json_rows(journal.raw_events())))
         assert fast == outcome(lambda: event_path(journal))
+        assert outcome(lambda: as_dicts(json_rows(journal.raw_events(), native=True))) == fast
+        if fast[0] == "ok":
+            streamed, listed = printed(json_rows(journal.raw_events(), native=True), fast[1])
+            assert streamed == listed
 
 
 @pytest.mark.parametrize("damage", ["no checksum", "wrong checksum", "not msgpack", "a list"])
@@ -189,6 +295,8 @@ def test_a_damaged_event_raises_the_event_paths_error(journal_path, tmp_path, da
         append_raw(journal, [bodies[damage]])
     with Journal(str(path), readonly=True) as journal:
         assert outcome(lambda: list(json_rows(journal.raw_events()))) == outcome(lambda: event_path(journal))
+        assert outcome(lambda: as_dicts(json_rows(journal.raw_events(), native=True))) == outcome(
+            lambda: event_path(journal))
 
 
 def test_the_release_journal_gives_the_event_paths_rows(tmp_path):
@@ -197,7 +305,7 @@ def test_the_release_journal_gives_the_event_paths_rows(tmp_path):
     shutil.copy2(DATA / "journal-0.1.0" / "data.mdb", target / "data.mdb")
     with Journal(str(target), readonly=True) as journal:
         rows = list(json_rows(journal.raw_events()))
-        assert rows and rows == event_path(journal)
+        assert rows and rows == event_path(journal) == as_dicts(json_rows(journal.raw_events(), native=True))
 
 
 def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
@@ -212,9 +320,10 @@ def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
                 check_key(*bad)
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
+@pytest.mark.parametrize("name", sorted(HOSTILE) + sorted(RAW))
 def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_error(journal_path, tmp_path, name,
                                                                                     monkeypatch):
+    import stepjournal._native_rows as native_rows
     import stepjournal._projections as projections
 
     path = tmp_path / "j"
@@ -228,7 +337,9 @@ def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_err
         return result, journal.index_items(), journal.rank_items(), runs
 
     with Journal(str(path), session=False) as journal:
-        append_raw(journal, [packed(HOSTILE[name])])
+        append_raw(journal, [stored(name)])
         fast = rebuilt(journal)
-        monkeypatch.setattr(projections, "call_row", lambda *a, **k: None)  # every event through decode_event
+        monkeypatch.setattr(projections, "call_row", lambda *a, **k: None)
+        assert fast == rebuilt(journal)  # the events msgspec does not take through decode_event
+        monkeypatch.setattr(native_rows, "row_of", lambda *a, **k: None)  # every event through decode_event
         assert fast == rebuilt(journal)

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with open_readonly(args.journal, check="as-read") as journal:
         # Rows straight from the stored maps, no event objects: the same rows as the event path, faster.
         records: Iterator[Any] = json_rows(journal.raw_events(), run=args.run, steps=steps, mode=args.mode,
-                                           actions=set(args.action or ()), stage=args.stage)
+                                           actions=set(args.action or ()), stage=args.stage, native=args.json)
         if not (args.json or args.csv):
             records = (AuditRecord(**{k: v for k, v in row.items() if k not in _NOT_FIELDS}) for row in records)
         first = next(records, None)
@@ -59,27 +59,48 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
-def _print_json_rows(rows: Iterable[Dict[str, Any]]) -> None:
+def _print_json_rows(rows: Iterable[Any]) -> None:
     """The rows as one JSON array, written as they come: what ``print_json(list(rows))`` prints, byte for byte.
 
-    Each row is a flat object of scalars, so the C encoder with the indented layout's separators
-    gives each line of it; the array's brackets and indents are written here.
+    Rows come in batches of 512 through msgspec's JSON encoder (`_native_rows.encode_rows`: the
+    indented layout, Python's text of every value); a batch it cannot write as Python would goes
+    through the C encoder of the standard library, row by row.
     """
-    encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",\n    ", ": "))
+    from stepjournal._native_rows import Row, as_dicts, as_row, encode_rows
+
     write, pending, first = sys.stdout.write, [], True
-    for row in rows:
-        text = encoder.encode(row)
-        if _SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
-            text = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-        if _JSON_RAW.search(text):  # C1 controls and bidi overrides: escaped, as `print_json` does
+
+    def flush() -> None:
+        nonlocal first
+        batch = [row if type(row) is Row else as_row(row) for row in pending]
+        text = encode_rows(batch)
+        if text is None:
+            text = ",\n".join(_json_row(row) for row in as_dicts(batch))
+        elif (not text.isascii() or "\x7f" in text) and _JSON_RAW.search(text):
+            # C1 controls and bidi overrides: escaped, as `print_json` does (a regex over the batch
+            # costs more than its encoding: asked only when the text is not plain ASCII or holds DEL)
             text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-        pending.append(("[\n  {\n    " if first else ",\n  {\n    ") + text[1:-1] + "\n  }")
+        write(("[\n" if first else ",\n") + text)
         first = False
+        pending.clear()
+
+    for row in rows:
+        pending.append(row)
         if len(pending) >= 512:
-            write("".join(pending))
-            pending.clear()
-    pending.append("[]\n" if first else "\n]\n")
-    write("".join(pending))
+            flush()
+    if pending:
+        flush()
+    write("[]\n" if first else "\n]\n")
+
+
+def _json_row(row: Dict[str, Any]) -> str:
+    """One row as ``json.dumps([row], indent=2)`` lays it out inside the array (``  {...}``)."""
+    text = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
+    if _SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
+        text = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
+    if _JSON_RAW.search(text):
+        text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return "  {\n    " + text[1:-1] + "\n  }"
 
 
 # The keys of a JSON row that are no `AuditRecord` field.
