@@ -34,7 +34,7 @@ from ._audit import AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, iso_time
 from ._events import MAX_TS
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
-__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "as_row", "as_dicts"]
+__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "as_row", "as_dicts", "plain_row"]
 
 _Step = Annotated[int, Meta(ge=0, le=MAX_STEP)]
 _GenIndex = Annotated[int, Meta(ge=0, le=MAX_GEN_INDEX)]
@@ -312,6 +312,19 @@ def encode_rows(rows: List[Row]) -> Optional[str]:
     except (TypeError, ValueError, OverflowError, UnicodeError, msgspec.EncodeError):
         return None
     return data[2:-2].decode()
+
+
+def plain_row(row: Any) -> Dict[str, Any]:
+    """A `Row` as the dict row the event path yields (a dict row as it is), for a reader that computes
+    with its fields rather than writing JSON: a `Row` carries a small float as its JSON text."""
+    if type(row) is not Row:
+        return row
+    found = msgspec.structs.asdict(row)
+    if type(found["ts"]) is Raw:
+        found["ts"] = _unraw(found["ts"])
+    if type(found["duration_s"]) is Raw:
+        found["duration_s"] = _unraw(found["duration_s"])
+    return found
 
 
 def as_dicts(rows: List[Row]) -> List[Dict[str, Any]]:

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from stepjournal import Journal
 from stepjournal._audit_rows import json_rows
+from stepjournal._native_rows import plain_row
 
 from ._common import open_readonly, parse_steps
 from ._render import Failure, UsageError, clean, progress_bar
@@ -54,6 +55,14 @@ def _clean_or_none(text: Optional[str]) -> Optional[str]:
 _TEXT_FIELDS = ("run", "mode", "policy", "reason")
 
 
+class _Cleaned(dict):
+    """Each distinct journal text made safe (`clean`) once: ``safe[text]``."""
+
+    def __missing__(self, text: str) -> str:
+        found = self[text] = clean(text)
+        return found
+
+
 def read_rows(journal: Journal) -> List[Row]:
     """Every call of the journal as an audit row (what `Journal.audit` gives, as rows straight from the
     stored maps: `stepjournal._audit_rows`), with its journal text (run, mode, policy, reason, source
@@ -61,25 +70,18 @@ def read_rows(journal: Journal) -> List[Row]:
     a journal's control characters."""
     released: Dict[int, int] = {}
     rows: List[Row] = []
-    for row in json_rows(journal.raw_events(), timed=False):
+    for row in json_rows(journal.raw_events(), timed=False, native=True):  # call events decoded in C (msgspec)
         if row["action"] == "released":  # retention released a record's payloads: no call of its own
             if row["origin_journal"] is None:
                 released[row["source_seq"]] = row["seq"]
             continue
-        rows.append(row)
-    cleaned: Dict[str, str] = {}
-
-    def safe(text: str) -> str:
-        found = cleaned.get(text)
-        if found is None:
-            found = cleaned[text] = clean(text)
-        return found
-
+        rows.append(plain_row(row))
+    safe = _Cleaned()
     for row in rows:
         for field in _TEXT_FIELDS:
-            row[field] = safe(row[field])
+            row[field] = safe[row[field]]
         if row["source_run"] is not None:
-            row["source_run"] = safe(row["source_run"])
+            row["source_run"] = safe[row["source_run"]]
         if released and row["action"] == "generated" and row["seq"] in released:
             row["released_by"] = released[row["seq"]]
     return rows
