@@ -11,7 +11,6 @@ faults them back in. Nothing is written, so the journal cannot be harmed by it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import sys
 import threading
@@ -30,7 +29,7 @@ def _load_madvise():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them (no ldconfig run)
         madvise = libc.madvise
     except (OSError, AttributeError):
         return None
@@ -103,11 +102,34 @@ class MappedFile:
         _release_span(base, 0, nbytes)
 
 
-def _address(mv: memoryview) -> int:
-    """Where the buffer's bytes start in memory (numpy is imported here, on the first large payload)."""
-    import numpy as np
+class _PyBuffer(ctypes.Structure):
+    # CPython's Py_buffer (part of the stable ABI since 3.11).
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p)]
 
-    return np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+def _address(mv: memoryview) -> int:
+    """Where the buffer's bytes start in memory (a read-only buffer: ctypes' ``from_buffer`` refuses it).
+
+    What it returns is only ever used once `_mapping_of` has found it inside the file's mapping.
+    """
+    view = _PyBuffer()
+    if _get_buffer(mv, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE; a failure raises BufferError
+        raise BufferError("no buffer")
+    try:
+        return view.buf or 0
+    finally:
+        _release_buffer(ctypes.byref(view))
 
 
 def releaser(view, path: str) -> Optional[Callable[[int, int], None]]:
