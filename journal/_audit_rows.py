@@ -15,7 +15,7 @@ import math
 from typing import Any, Container, Dict, Iterable, Iterator, Optional, Tuple
 
 from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, AuditRecord, iso_time
-from ._convert import checked_body, decode_event
+from ._convert import checked_body, event_of
 from ._errors import InvalidKeyError
 from ._events import MAX_TS, CallBypassed, CallRefused, EventsImported, GenerationRecorded, ReplayServed
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
@@ -188,15 +188,15 @@ def json_rows(
         if row is None:
             found = checked_body(raw)
             row = call_row(seq, found[0], found[1], keys, timed=timed) if found is not None else None
-        if row is None:
-            event = decode_event(raw, seq=seq)  # the event path: the same row, or the error
-            if isinstance(event, EventsImported):
-                origin, origin_at = event, seq
-                origin_end = seq + event.source_last - event.source_first + 1
-                continue
-            if not isinstance(event, AUDIT_EVENT_TYPES):
-                continue
-            row = AuditRecord.from_event(seq, event).to_json()
+            if row is None:
+                event = event_of(raw, found, seq=seq)  # the event path: the same row, or the error
+                if isinstance(event, EventsImported):
+                    origin, origin_at = event, seq
+                    origin_end = seq + event.source_last - event.source_first + 1
+                    continue
+                if not isinstance(event, AUDIT_EVENT_TYPES):
+                    continue
+                row = AuditRecord.from_event(seq, event).to_json()
         if origin is not None and origin_at < seq <= origin_end:
             row["origin_journal"], row["origin_seq"] = origin.source, origin.source_first + seq - origin_at - 1
         if (run is not None and row["run"] != run) or (steps is not None and row["step"] not in steps):

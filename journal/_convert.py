@@ -24,10 +24,11 @@ from cattrs.preconf.msgpack import make_converter
 from ._errors import EventDecodeError, StepJournalError, UnknownEventTypeError, UnsupportedSchemaVersionError
 from ._events import EVENT_TYPES, Event, PayloadRef
 
-__all__ = ["converter", "encode_event", "decode_event", "event_tag", "checked_body"]
+__all__ = ["converter", "encode_event", "decode_event", "event_of", "event_tag", "checked_body", "checksum_holds",
+           "MAX_EVENT_BYTES"]
 
 # An event body is small (no payload bytes); anything larger is not an event.
-_MAX_EVENT_BYTES = 1 << 20
+MAX_EVENT_BYTES = 1 << 20
 _CHECKSUM_KEY = "crc32"
 
 _TAG_TO_TYPE: Dict[str, Tuple[type, int]] = {tag: (cls, ver) for cls, (tag, ver) in EVENT_TYPES.items()}
@@ -109,6 +110,43 @@ _Plan = List[Tuple[str, Any, bool, bool]]
 _CHECKSUM_TAIL = msgpack.packb(_CHECKSUM_KEY)
 
 
+def _map_header(count: int) -> bytes:
+    """msgpack's header of a map of `count` entries (fixmap or map 16: an event has no more)."""
+    return bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big")
+
+
+_HEADER_CRC = [zlib.crc32(_map_header(count)) for count in range(64)]  # the counts events have
+
+
+def checksum_holds(raw: bytes, checksum: int, entries: int) -> bool:
+    """Whether the stored event `raw` (a msgpack map, fixmap or map 16) ends with ``crc32: checksum`` in
+    msgpack's shortest form, and `checksum` is the CRC-32 of the map without that entry: its header
+    rewritten for `entries` entries, every other byte as stored (the bytes the writer checksummed,
+    without packing the body again). The one checksum rule of every reader."""
+    if not 0 <= checksum <= 0xFFFFFFFF:  # a CRC-32 is neither negative nor wider
+        return False
+    first = raw[0]
+    if 0x80 <= first <= 0x8F:
+        start = 1
+    elif first == 0xDE:
+        start = 3
+    else:
+        return False
+    if checksum < 0x80:
+        packed = bytes([checksum])
+    elif checksum < 0x100:
+        packed = b"\xcc" + bytes([checksum])
+    elif checksum < 0x10000:
+        packed = b"\xcd" + checksum.to_bytes(2, "big")
+    else:
+        packed = b"\xce" + checksum.to_bytes(4, "big")
+    end = len(raw) - len(_CHECKSUM_TAIL) - len(packed)
+    if end < start or raw[end:] != _CHECKSUM_TAIL + packed:
+        return False
+    header = _HEADER_CRC[entries] if 0 <= entries < 64 else zlib.crc32(_map_header(entries))
+    return zlib.crc32(raw[start:end], header) == checksum
+
+
 def _plan_of(cls: type) -> Optional[_Plan]:
     """How to build `cls` straight from a msgpack map, or None when a field needs the converter."""
     hints = typing.get_type_hints(cls)
@@ -165,18 +203,30 @@ def _build(body: Dict[str, Any], cls: type) -> Any:
     return cls(**kwargs)
 
 
+def _built(found: Optional[Tuple[type, Dict[str, Any]]]) -> Optional[Event]:
+    """The event of a `checked_body` result when `_build` builds it and the class's validators pass, else None."""
+    if found is None:
+        return None
+    try:
+        return _build(found[1], found[0])
+    except Exception:  # a validator refused a value: the checked path names it
+        return None
+
+
 def _decode_fast(raw: bytes) -> Optional[Event]:
     """The event in `raw` when it is a well-formed, checksummed event of a known version; else None.
 
     Whatever is unusual returns None, and `decode_event` takes the checked path, which says what is wrong.
     """
-    found = checked_body(raw)
-    if found is None:
-        return None
-    try:
-        return _build(found[1], found[0])
-    except Exception:  # a validator refused a value: the checked path below names it
-        return None
+    return _built(checked_body(raw))
+
+
+def event_of(raw: bytes, found: Optional[Tuple[type, Dict[str, Any]]], *, seq: int | None = None) -> Event:
+    """`decode_event` of `raw` for a reader that already has ``found = checked_body(raw)``: the map is
+    built without being unpacked and checksummed again; anything it does not build takes the checked
+    path, which raises the same typed errors."""
+    event = _built(found)
+    return event if event is not None else decode_event(raw, seq=seq)
 
 
 def checked_body(raw: bytes) -> Optional[Tuple[type, Dict[str, Any]]]:
@@ -188,27 +238,14 @@ def checked_body(raw: bytes) -> Optional[Tuple[type, Dict[str, Any]]]:
     the body again. Anything unusual (no checksum, another map layout, an unknown tag or version)
     returns None: `decode_event` then says what is wrong.
     """
-    if len(raw) > _MAX_EVENT_BYTES:
+    if len(raw) > MAX_EVENT_BYTES:
         return None
     try:
         body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
         if type(body) is not dict:
             return None
         checksum = body.pop(_CHECKSUM_KEY)
-        if type(checksum) is not int:
-            return None
-        tail = _CHECKSUM_TAIL + msgpack.packb(checksum)
-        if not raw.endswith(tail):
-            return None
-        first, count = raw[0], len(body)
-        if first == 0xDE:
-            start = 3
-        elif 0x80 <= first <= 0x8F:
-            start = 1
-        else:
-            return None
-        header = bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big")
-        if zlib.crc32(raw[start : len(raw) - len(tail)], zlib.crc32(header)) != checksum:
+        if type(checksum) is not int or not checksum_holds(raw, checksum, len(body)):
             return None
         tag = body.pop("type")
         found = _TAG_TO_TYPE.get(tag)
@@ -239,12 +276,12 @@ def decode_event(data: Any, *, seq: int | None = None) -> Event:
         EventDecodeError: the bytes are not a well-formed event.
     """
     raw = bytes(data)
-    if len(raw) <= _MAX_EVENT_BYTES:
+    if len(raw) <= MAX_EVENT_BYTES:
         event = _decode_fast(raw)
         if event is not None:
             return event
     where = f"event #{seq}" if seq is not None else "event"
-    if len(raw) > _MAX_EVENT_BYTES:
+    if len(raw) > MAX_EVENT_BYTES:
         raise EventDecodeError(f"{where} is {len(raw)} bytes, larger than any event; the journal is damaged")
     try:
         body = msgpack.unpackb(raw, raw=False, strict_map_key=True)

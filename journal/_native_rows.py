@@ -4,8 +4,8 @@
 types and ranges are the event classes' (exact types, no coercion but an int where a float is due;
 the digest's 64 hex digits; unknown and missing keys refused; the tag and the current schema
 version), all checked in C; then, in Python, what msgspec cannot say: no key twice, the CRC-32 over
-the stored bytes exactly as `_convert.checked_body` computes it, and the run / mode / stage key
-rule (`_audit_rows.Keys`, once per distinct value). It returns the `Row` that
+the stored bytes (`_convert.checksum_holds`, the rule `checked_body` applies), and the run / mode /
+stage key rule (`_audit_rows.Keys`, once per distinct value). It returns the `Row` that
 `_audit_rows.call_row` would build from the same bytes, or None for anything else: then the caller
 takes the existing checked path (`checked_body`, `call_row`, `decode_event`), which builds the same
 row or raises the same typed error. That is no silent fallback: every value this module does not
@@ -24,13 +24,13 @@ msgspec is imported with this module, which the verbs that need it import when t
 from __future__ import annotations
 
 import math
-import zlib
 from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
 from ._audit import AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, iso_time
+from ._convert import MAX_EVENT_BYTES, checksum_holds
 from ._events import MAX_TS
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
@@ -97,8 +97,6 @@ class _Refused(_Call, tag="call_refused"):
 _KEYS = {_Generated: 15, _Replayed: 17, _Bypassed: 11, _Refused: 11}
 _ACTION = {_Generated: "generated", _Replayed: "replayed", _Bypassed: "bypassed", _Refused: "refused"}
 _DECODER = msgspec.msgpack.Decoder(Union[_Generated, _Replayed, _Bypassed, _Refused])
-_TAIL = b"\xa5crc32"
-_MAX_EVENT_BYTES = 1 << 20  # as `_convert`: anything larger is not an event
 
 
 class Row(msgspec.Struct):
@@ -151,37 +149,17 @@ def _unraw(value: Any) -> Any:
     return float(bytes(value)) if isinstance(value, Raw) else value
 
 
-# The CRC of each map header `checked_body` puts before the entries (one entry fewer: no crc32).
-_HEADER_CRC = [zlib.crc32(bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")) for n in range(64)]
-
-
 def _checksum_holds(raw: bytes, checksum: int, keys: int) -> bool:
-    """`checked_body`'s test: ``crc32`` is the last entry, in msgpack's shortest form, and is the CRC of
-    the map without it; the header's count must be `keys` (a key twice would be decoded once)."""
+    """`checksum_holds` of a map whose header counts `keys` entries, the number the decoded class has:
+    a key twice, which msgspec decodes once (the last wins), is not passed."""
     first = raw[0]
     if 0x80 <= first <= 0x8F:
-        count, start = first & 0x0F, 1
+        count = first & 0x0F
     elif first == 0xDE:
-        count, start = (raw[1] << 8) | raw[2], 3
+        count = (raw[1] << 8) | raw[2]
     else:
         return False
-    if count != keys:
-        return False
-    if checksum >= 0x10000:  # all but one checksum in 65 536
-        end = len(raw) - 11
-        if raw[end:] != _TAIL + b"\xce" + checksum.to_bytes(4, "big"):
-            return False
-    else:
-        if checksum < 0x80:
-            packed = bytes([checksum])
-        elif checksum < 0x100:
-            packed = b"\xcc" + bytes([checksum])
-        else:
-            packed = b"\xcd" + checksum.to_bytes(2, "big")
-        end = len(raw) - len(packed) - 6
-        if raw[end:] != _TAIL + packed:
-            return False
-    return zlib.crc32(raw[start:end], _HEADER_CRC[count - 1]) == checksum
+    return count == keys and checksum_holds(raw, checksum, keys - 1)
 
 
 _SECONDS: Dict[int, str] = {}  # whole second -> its ISO text up to the seconds
@@ -207,7 +185,7 @@ def clock_text(ts: float) -> str:
 def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
     """``(event, stage, duration_s, imported_from)`` of the call event stored as `raw` when this decoder accepts
     it exactly (the defaults filled in; duration None for a refusal), else None."""
-    if len(raw) > _MAX_EVENT_BYTES:
+    if len(raw) > MAX_EVENT_BYTES:
         return None
     try:
         event = _DECODER.decode(raw)

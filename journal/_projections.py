@@ -32,7 +32,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 import attrs
 
 from ._audit_rows import Keys, call_row
-from ._convert import checked_body, decode_event
+from ._convert import checked_body, decode_event, event_of
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index
 from ._eventlog import EventLog
@@ -313,7 +313,7 @@ class Projections:
                 count += 1
                 continue
             try:
-                event = decode_event(body, seq=seq)
+                event = event_of(body, found, seq=seq)  # `found`: the map checked above, not unpacked again
             except EventDecodeError:
                 if not skip_damaged:
                     raise
