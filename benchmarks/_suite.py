@@ -13,10 +13,9 @@ import shutil
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 import attrs
-import numpy as np
 
 from ._child import replay_in_child
 from ._measure import disk_bytes, settle, summarize, timed

@@ -124,8 +124,7 @@ def _address(mv: memoryview) -> int:
     What it returns is only ever used once `_mapping_of` has found it inside the file's mapping.
     """
     view = _PyBuffer()
-    if _get_buffer(mv, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE; a failure raises BufferError
-        raise BufferError("no buffer")
+    _get_buffer(mv, ctypes.byref(view), 0)  # PyBUF_SIMPLE; through `pythonapi`, a failure raises its error
     try:
         return view.buf or 0
     finally:

@@ -15,7 +15,6 @@ import signal
 import stat
 
 import pytest
-import torch
 
 from stepjournal import (
     CallRefused,
