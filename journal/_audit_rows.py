@@ -167,12 +167,14 @@ def json_rows(
     stage: Optional[str] = None,
     timed: bool = True,
     native: bool = False,
+    plain: bool = False,
 ) -> Iterator[Any]:
     """The ``audit --json`` rows (``AuditRecord.to_json()``, keys `AUDIT_FIELDS`) of ``(seq, stored bytes)``
     pairs in log order, filtered as `audit` filters (`actions`: empty or None keeps every action).
     Without `timed`, a call row's ``time`` (the clock text) may be None: for a reader that never shows it.
     With `native`, a call event msgspec decodes exactly comes as a `_native_rows.Row` (``row[key]`` as for
-    a dict; `_native_rows.encode_rows` writes it): the same row, decoded in C.
+    a dict; `_native_rows.encode_rows` writes it): the same row, decoded in C; with `plain` too, as the
+    dict row, for a reader that computes with the fields rather than writing JSON.
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
@@ -184,7 +186,7 @@ def json_rows(
     if native:
         from ._native_rows import row_of  # msgspec: imported by the verbs that use it, not at import
     for seq, raw in raw_pairs:
-        row = row_of(seq, raw, keys, timed=timed) if row_of is not None else None
+        row = row_of(seq, raw, keys, timed=timed, plain=plain) if row_of is not None else None
         if row is None:
             found = checked_body(raw)
             row = call_row(seq, found[0], found[1], keys, timed=timed) if found is not None else None

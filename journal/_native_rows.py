@@ -34,7 +34,7 @@ from ._convert import MAX_EVENT_BYTES, checksum_holds
 from ._events import MAX_TS
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
-__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "as_row", "as_dicts", "plain_row"]
+__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "as_row", "as_dicts"]
 
 _Step = Annotated[int, Meta(ge=0, le=MAX_STEP)]
 _GenIndex = Annotated[int, Meta(ge=0, le=MAX_GEN_INDEX)]
@@ -221,9 +221,11 @@ def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
     return event, stage, duration, imported_from
 
 
-def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True) -> Optional[Row]:
+def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True, plain: bool = False) -> Any:
     """The audit row of the call event stored as `raw`, or None when it is not one this decoder accepts exactly
-    (`keys`: an `_audit_rows.Keys`; `timed`: with the row's ``time``, else None there)."""
+    (`keys`: an `_audit_rows.Keys`; `timed`: with the row's ``time``, else None there). A `Row` for
+    `encode_rows` (a small float carried as Python's text of it); with `plain`, the dict row the event
+    path yields, for a reader that computes with its fields."""
     found = _checked(raw, keys)
     if found is None:
         return None
@@ -235,20 +237,22 @@ def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True) -> Optional[R
     elif cls is _Replayed:
         out, input_digest, source_run = event.output, event.input_digest, event.source_run
         source_step, source_gen_index, source_seq = event.source_step, event.source_gen_index, event.source_seq
-    if duration is not None and duration and duration < 1e-4:
-        duration = _float(duration)
     if out is None:
         nbytes = stored_nbytes = digest = None
     else:
         nbytes, stored_nbytes, digest = out.nbytes, out.stored_nbytes, out.digest
     ts = event.ts
-    return Row(
+    if not plain:
+        if duration is not None and duration and duration < 1e-4:
+            duration = _float(duration)
+        ts = ts if ts >= 1e-4 or not ts else _float(ts)
+    values = (
         AUDIT_SCHEMA_VERSION, seq, event.session, event.run, event.mode, stage, event.step, event.gen_index,
         _ACTION[cls], cls is _Generated and out is not None, source_run, source_step, source_gen_index, source_seq,
         event.policy, event.reason, nbytes, stored_nbytes, digest, input_digest,
-        ts if ts >= 1e-4 or not ts else _float(ts), clock_text(ts) if timed else None, duration, imported_from,
-        None, None, None,
+        ts, clock_text(event.ts) if timed else None, duration, imported_from, None, None, None,
     )
+    return dict(zip(AUDIT_FIELDS, values)) if plain else Row(*values)
 
 
 def index_fields_of(raw: bytes, keys: Any) -> Optional[tuple]:
@@ -290,19 +294,6 @@ def encode_rows(rows: List[Row]) -> Optional[str]:
     except (TypeError, ValueError, OverflowError, UnicodeError, msgspec.EncodeError):
         return None
     return data[2:-2].decode()
-
-
-def plain_row(row: Any) -> Dict[str, Any]:
-    """A `Row` as the dict row the event path yields (a dict row as it is), for a reader that computes
-    with its fields rather than writing JSON: a `Row` carries a small float as its JSON text."""
-    if type(row) is not Row:
-        return row
-    found = msgspec.structs.asdict(row)
-    if type(found["ts"]) is Raw:
-        found["ts"] = _unraw(found["ts"])
-    if type(found["duration_s"]) is Raw:
-        found["duration_s"] = _unraw(found["duration_s"])
-    return found
 
 
 def as_dicts(rows: List[Row]) -> List[Dict[str, Any]]:

@@ -221,15 +221,17 @@ def as_dicts(rows):
     return [row_dicts([row])[0] if isinstance(row, Row) else row for row in rows]
 
 
-@pytest.mark.parametrize("native", [False, True], ids=["maps", "native"])
+@pytest.mark.parametrize("native, plain", [(False, False), (True, False), (True, True)], ids=["maps", "native", "plain"])
 @pytest.mark.parametrize("filters", FILTERS, ids=[str(sorted(f)) for f in FILTERS])
-def test_rows_from_the_stored_maps_equal_the_event_paths_rows(journal_path, filters, native):
+def test_rows_from_the_stored_maps_equal_the_event_paths_rows(journal_path, filters, native, plain):
     with Journal(journal_path, readonly=True) as journal:
-        given = list(json_rows(journal.raw_events(), native=native, **filters))
-        rows = as_dicts(given)
+        given = list(json_rows(journal.raw_events(), native=native, plain=plain, **filters))
+        rows = given if plain else as_dicts(given)
         assert rows == event_path(journal, **filters)
         assert all(tuple(row) == AUDIT_FIELDS for row in rows)
-        if native and not filters:  # the call events came through msgspec, the others through the maps
+        if plain:  # dicts as the event path's, their floats floats
+            assert all(type(row) is dict and type(row["ts"]) is float for row in given)
+        elif native and not filters:  # the call events came through msgspec, the others through the maps
             assert sum(not isinstance(row, dict) for row in given) > len(given) // 2
     if not filters:
         assert {r["action"] for r in rows} == {"generated", "replayed", "bypassed", "refused", "released"}

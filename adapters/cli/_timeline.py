@@ -18,7 +18,6 @@ from rich.markup import escape
 
 from stepjournal import Journal
 from stepjournal._audit_rows import json_rows
-from stepjournal._native_rows import plain_row
 
 from ._common import open_readonly, parse_steps
 from ._render import Failure, UsageError, clean, progress_bar
@@ -70,12 +69,12 @@ def read_rows(journal: Journal) -> List[Row]:
     a journal's control characters."""
     released: Dict[int, int] = {}
     rows: List[Row] = []
-    for row in json_rows(journal.raw_events(), timed=False, native=True):  # call events decoded in C (msgspec)
+    for row in json_rows(journal.raw_events(), timed=False, native=True, plain=True):  # call events decoded in C
         if row["action"] == "released":  # retention released a record's payloads: no call of its own
             if row["origin_journal"] is None:
                 released[row["source_seq"]] = row["seq"]
             continue
-        rows.append(plain_row(row))
+        rows.append(row)
     safe = _Cleaned()
     for row in rows:
         for field in _TEXT_FIELDS:
