@@ -18,6 +18,7 @@ Every store must pass the shared conformance suite in ``tests/payload_store_conf
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
 
@@ -37,6 +38,9 @@ Release = Callable[[int, int], None]
 WriteEvents = Callable[[Optional[Callable[[Any], None]]], T]
 # Digests per read transaction of `digests()`.
 _DIGEST_BATCH = 4096
+# `check_many` checks values of this size on average, or more, on up to `_CHECKERS` threads.
+_PARALLEL_FROM = 1 << 20
+_CHECKERS = 4
 
 
 @runtime_checkable
@@ -193,15 +197,23 @@ class LmdbPayloadStore:
         """
         for digest, _ in items:
             _check_digest(digest)
-        results: List[Optional[Exception]] = []
         with self._store.read(buffers=True) as txn:
-            for digest, nbytes in items:
+            blobs = [txn.get(digest, db=self._db()) for digest, _ in items]  # views, valid while txn is open
+
+            def check(at: int) -> Optional[Exception]:
                 try:
-                    self._check_blob(digest, txn.get(digest, db=self._db()), nbytes)
-                    results.append(None)
+                    self._check_blob(items[at][0], blobs[at], items[at][1])
+                    return None
                 except IntegrityError as exc:  # PayloadMissingError is one too
-                    results.append(exc)
-        return results
+                    return exc
+
+            # Decompressing and hashing release the GIL: large values are checked side by side, one
+            # per core (up to `_CHECKERS`); small ones cost Python time, which threads would not share.
+            workers = min(_CHECKERS, os.cpu_count() or 1, len(items))
+            if workers > 1 and sum(len(blob) for blob in blobs if blob is not None) >= _PARALLEL_FROM * len(items):
+                with ThreadPoolExecutor(workers, thread_name_prefix="stepjournal-check") as pool:
+                    return list(pool.map(check, range(len(items))))  # in order; any other error raised here
+            return [check(at) for at in range(len(items))]
 
     def has(self, digest: bytes) -> bool:
         with self._store.read(buffers=True) as txn:

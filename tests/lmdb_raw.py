@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 import lmdb
+
+
+def _room(path: str) -> int:
+    """A map size with room to rewrite a value of the journal at `path` (LMDB's default is 10 MiB)."""
+    return os.path.getsize(os.path.join(path, "data.mdb")) + (64 << 20)
 
 
 def flip_byte(path: str, db_name: str, key: bytes | None = None, offset: int = -1) -> bytes:
     """Flip one byte of a value in a named database (the first key when `key` is None); return the key."""
-    env = lmdb.open(path, max_dbs=8, subdir=True)
+    env = lmdb.open(path, max_dbs=8, subdir=True, map_size=_room(path))
     try:
         db = env.open_db(db_name.encode())
         with env.begin(write=True, db=db) as txn:
@@ -25,7 +32,7 @@ def flip_byte(path: str, db_name: str, key: bytes | None = None, offset: int = -
 
 def put_raw(path: str, db_name: str, key: bytes, value: bytes) -> None:
     """Overwrite one value in a named database with raw bytes."""
-    env = lmdb.open(path, max_dbs=8, subdir=True)
+    env = lmdb.open(path, max_dbs=8, subdir=True, map_size=_room(path))
     try:
         db = env.open_db(db_name.encode())
         with env.begin(write=True, db=db) as txn:

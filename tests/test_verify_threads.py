@@ -1,0 +1,48 @@
+"""`verify` checks large payloads side by side on threads, and finds exactly what it finds one at a time.
+
+Decompressing and hashing release the GIL, so `LmdbPayloadStore.check_many` checks a batch of values
+of a MiB or more on up to four threads. What it reports must not depend on that: the damaged
+payloads, in digest order, with their steps, and nothing for the whole ones.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import stepjournal._payload_store as payload_store
+from stepjournal import Journal
+
+from lmdb_raw import flip_byte
+
+
+def _batch(step: int) -> dict:
+    generator = torch.Generator().manual_seed(step)
+    return {"logits": torch.randn(600_000, generator=generator), "ids": torch.arange(step, step + 1000)}
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_damaged_large_payloads_are_found_in_digest_order_when_checked_on_threads(tmp_path, monkeypatch, compression):
+    path = str(tmp_path / "journal")
+    with Journal(path, compression=compression) as journal:
+        for step in range(1, 9):
+            journal.record(step, _batch(step))
+        digests = {journal.lookup(step).event.output.digest: step for step in range(1, 9)}
+    damaged = sorted(digests)[1::3]  # three of the eight, spread over the digest order
+    for digest in damaged:
+        flip_byte(path, "payloads", key=bytes.fromhex(digest), offset=4096)
+
+    threads = set()
+    real = payload_store.stored_digest
+
+    def spied(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(payload_store, "stored_digest", spied)
+    with Journal(path, readonly=True) as journal:
+        problems = journal.verify()
+    assert [(p.kind, p.where, p.steps) for p in problems] == [("payload", d, (digests[d],)) for d in damaged]
+    assert all(name.startswith("stepjournal-check") for name in threads) and len(threads) >= 2
