@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import ray
 import torch
 from ray.cluster_utils import Cluster
 
+import sharing_docs
 from s3_server import client_env, make_bucket, s3_server  # noqa: F401  (fixture)
 from stepjournal import Journal, journaled
 from stepjournal.adapters.verl import dataproto_diff
@@ -34,28 +34,18 @@ from test_verl_support import answer_token
 from verl_ray_support import RUN_KEY, Rollouter, SeededSampler, reward, rollout_config, shell
 
 TESTS = Path(__file__).resolve().parent
-SHARING = TESTS.parent / "docs" / "sharing.md"
 FEED = list(range(10))  # feed indices: the steps of the fully-async rollouter
 HOOK = "stepjournal.adapters.verl.install_fully_async"
-NODE_MARK = re.compile(r"\s+# on (?P<node>the rollout node|the trainer node|machine C)$")
 
 
 def topology_commands() -> list:
-    """(node, line) of each command line of the console blocks in docs/sharing.md's Topologies section."""
-    text = SHARING.read_text(encoding="utf-8")
-    section = text.split("### Topologies", 1)[1].split("\n## ", 1)[0]
-    lines = []
-    for block in re.findall(r"^```console\n(.*?)^```", section, re.S | re.M):
-        for line in block.splitlines():
-            match = NODE_MARK.search(line)
-            assert match, f"docs/sharing.md Topologies: {line!r} does not say where it runs"
-            lines.append((match["node"], line[: match.start()].strip()))
-    return lines
+    """(node, line) of each command line of docs/sharing.md's Topologies section written for verl's nodes."""
+    return sharing_docs.topology_commands({"the rollout node", "the trainer node", "machine C"})
 
 
 def refusal_excerpts() -> list:
     """The error texts quoted in the refusal table of docs/sharing.md's Topologies section."""
-    section = SHARING.read_text(encoding="utf-8").split("### Topologies", 1)[1].split("\n## ", 1)[0]
+    section = sharing_docs.topology_section()
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "Error` |" in line]
     assert len(rows) == 3, rows
     return [row[2].strip().strip("`") for row in rows]
