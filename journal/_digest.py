@@ -18,16 +18,17 @@ _THREADS_FROM = 1 << 22
 _CHUNK = 1 << 24
 
 
-def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = None) -> bytes:
+def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = None, one_thread: bool = False) -> bytes:
     """Return the 32-byte BLAKE3 digest of a bytes-like object (no copy is made).
 
     Args:
         data: the bytes.
         after_chunk: called as ``after_chunk(start, stop)`` once each 16 MiB piece has been hashed, in
             order; the journal uses it to unmap the pages of an LMDB value as soon as they are hashed.
+        one_thread: hash on the calling thread only, for a caller that already hashes one value per core.
     """
     view = memoryview(data)
-    threads = blake3.blake3.AUTO if view.nbytes >= _THREADS_FROM else 1
+    threads = blake3.blake3.AUTO if view.nbytes >= _THREADS_FROM and not one_thread else 1
     if after_chunk is None:
         return blake3.blake3(view, max_threads=threads).digest()
     view = view.cast("B")

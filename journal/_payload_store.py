@@ -174,14 +174,16 @@ class LmdbPayloadStore:
         with self._store.read(buffers=True) as txn:
             self._check_blob(digest, txn.get(digest, db=self._db()), nbytes)
 
-    def _check_blob(self, digest: bytes, blob: Any, nbytes: Optional[int]) -> None:
-        """`check` of a value read in a ``buffers=True`` transaction still open (None: missing)."""
+    def _check_blob(self, digest: bytes, blob: Any, nbytes: Optional[int], one_thread: bool = False) -> None:
+        """`check` of a value read in a ``buffers=True`` transaction still open (None: missing);
+        `one_thread`: hashed on this thread only (`check_many` runs one check per core)."""
         if blob is None:
             raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
         # Pages are let go of as they are hashed, as `load` does: verifying a journal does not
         # leave all of it mapped into this process.
         try:
-            found = stored_digest(blob, digest.hex(), None, nbytes, releaser(blob, self._data_file))
+            found = stored_digest(blob, digest.hex(), None, nbytes, releaser(blob, self._data_file),
+                                  one_thread=one_thread)
         finally:
             self._mapped.release(blob)
         if found != digest:
@@ -200,17 +202,20 @@ class LmdbPayloadStore:
         with self._store.read(buffers=True) as txn:
             blobs = [txn.get(digest, db=self._db()) for digest, _ in items]  # views, valid while txn is open
 
+            # Decompressing and hashing release the GIL: large values are checked side by side, one
+            # per core (up to `_CHECKERS`), each hashed on its own thread (BLAKE3's threads on top of
+            # them slowed it down); small ones cost Python time, which threads would not share.
+            workers = min(_CHECKERS, os.cpu_count() or 1, len(items))
+            side_by_side = workers > 1 and sum(len(b) for b in blobs if b is not None) >= _PARALLEL_FROM * len(items)
+
             def check(at: int) -> Optional[Exception]:
                 try:
-                    self._check_blob(items[at][0], blobs[at], items[at][1])
+                    self._check_blob(items[at][0], blobs[at], items[at][1], one_thread=side_by_side)
                     return None
                 except IntegrityError as exc:  # PayloadMissingError is one too
                     return exc
 
-            # Decompressing and hashing release the GIL: large values are checked side by side, one
-            # per core (up to `_CHECKERS`); small ones cost Python time, which threads would not share.
-            workers = min(_CHECKERS, os.cpu_count() or 1, len(items))
-            if workers > 1 and sum(len(blob) for blob in blobs if blob is not None) >= _PARALLEL_FROM * len(items):
+            if side_by_side:
                 with ThreadPoolExecutor(workers, thread_name_prefix="stepjournal-check") as pool:
                     return list(pool.map(check, range(len(items))))  # in order; any other error raised here
             return [check(at) for at in range(len(items))]

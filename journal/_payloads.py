@@ -202,9 +202,11 @@ def unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) -
 
 
 def stored_digest(
-    blob: Any, digest: str, step: Optional[int], nbytes: Optional[int], release: Optional[Callable[[int, int], None]] = None
+    blob: Any, digest: str, step: Optional[int], nbytes: Optional[int], release: Optional[Callable[[int, int], None]] = None,
+    *, one_thread: bool = False,
 ) -> bytes:
-    """The digest of what a stored blob unwraps to, in bounded memory (a zstd frame is streamed).
+    """The digest of what a stored blob unwraps to, in bounded memory (a zstd frame is streamed);
+    `one_thread`: BLAKE3 on the calling thread only (see `digest_bytes`).
 
     Raises:
         IntegrityError: the blob is neither form, or its frame claims more than `unwrap` allows.
@@ -213,9 +215,9 @@ def stored_digest(
     if head != ZSTD_MAGIC:
         if head != PAYLOAD_MAGIC[:4]:
             raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame", step=step)
-        return digest_bytes(blob, after_chunk=release)
+        return digest_bytes(blob, after_chunk=release, one_thread=one_thread)
     claimed = _zstd_claim(blob, digest, step, _limit(nbytes))
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    hasher = blake3.blake3(max_threads=1 if one_thread else blake3.blake3.AUTO)
     for chunk in _zstd_chunks(blob, digest, step, claimed):
         hasher.update(chunk)
     return hasher.digest()
