@@ -118,19 +118,23 @@ def _map_header(count: int) -> bytes:
 _HEADER_CRC = [zlib.crc32(_map_header(count)) for count in range(64)]  # the counts events have
 
 
-def checksum_holds(raw: bytes, checksum: int, entries: int) -> bool:
+def checksum_holds(raw: bytes, checksum: int, entries: int, *, counted: bool = False) -> bool:
     """Whether the stored event `raw` (a msgpack map, fixmap or map 16) ends with ``crc32: checksum`` in
     msgpack's shortest form, and `checksum` is the CRC-32 of the map without that entry: its header
     rewritten for `entries` entries, every other byte as stored (the bytes the writer checksummed,
-    without packing the body again). The one checksum rule of every reader."""
+    without packing the body again). The one checksum rule of every reader. With `counted`, the
+    header must also count `entries` + 1 entries: a key twice, which a decoder keeping the last value
+    reads once, is not passed."""
     if not 0 <= checksum <= 0xFFFFFFFF:  # a CRC-32 is neither negative nor wider
         return False
     first = raw[0]
     if 0x80 <= first <= 0x8F:
-        start = 1
+        start, count = 1, first & 0x0F
     elif first == 0xDE:
-        start = 3
+        start, count = 3, (raw[1] << 8) | raw[2]
     else:
+        return False
+    if counted and count != entries + 1:
         return False
     if checksum < 0x80:
         packed = bytes([checksum])

@@ -149,19 +149,6 @@ def _unraw(value: Any) -> Any:
     return float(bytes(value)) if isinstance(value, Raw) else value
 
 
-def _checksum_holds(raw: bytes, checksum: int, keys: int) -> bool:
-    """`checksum_holds` of a map whose header counts `keys` entries, the number the decoded class has:
-    a key twice, which msgspec decodes once (the last wins), is not passed."""
-    first = raw[0]
-    if 0x80 <= first <= 0x8F:
-        count = first & 0x0F
-    elif first == 0xDE:
-        count = (raw[1] << 8) | raw[2]
-    else:
-        return False
-    return count == keys and checksum_holds(raw, checksum, keys - 1)
-
-
 _SECONDS: Dict[int, str] = {}  # whole second -> its ISO text up to the seconds
 
 
@@ -214,7 +201,7 @@ def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
             present += 1
         if cls is _Replayed and (event.source_run,) not in keys.passed and not keys.ok(event.source_run):
             return None
-    if not _checksum_holds(raw, event.crc32, present):
+    if not checksum_holds(raw, event.crc32, present - 1, counted=True):  # a key twice is not passed
         return None
     if (event.run, event.mode, stage) not in keys.passed and not keys.ok(event.run, event.mode, stage):
         return None
