@@ -33,6 +33,7 @@ class _Reader:
         data: bytes | bytearray | memoryview,
         registry: CodecRegistry,
         release: Callable[[int, int], None] | None = None,
+        adopt: bool = False,
     ) -> None:
         self.release = release
         try:
@@ -41,6 +42,9 @@ class _Reader:
             raise TypeError(
                 f"payload must be bytes, bytearray or a contiguous memoryview, got {type(data).__name__}"
             ) from exc
+        if adopt and view.readonly:
+            raise TypeError("only a writable payload buffer can be adopted (tensors would alias read-only memory)")
+        self.adopt = adopt
         total = len(view)
         if total < _PREFIX.size:
             raise _bad(f"{total} bytes is shorter than the {_PREFIX.size}-byte prefix")
@@ -191,6 +195,9 @@ class _Reader:
             # against ~8 ms). The tensor owns the array; its storage is just not resizable.
             if not nbytes:
                 return torch.empty(0, dtype=torch.uint8).view(dtype).reshape(shape)
+            if self.adopt:  # a view of the handed-over buffer: no copy, the buffer lives with it
+                return torch.from_numpy(np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)).view(
+                    dtype).reshape(shape)
             array = np.empty(nbytes, dtype=np.uint8)
             array[:] = np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)
             if self.release is not None:
@@ -198,6 +205,8 @@ class _Reader:
             return torch.from_numpy(array).view(dtype).reshape(shape)
         if tag == _NDARRAY:
             dtype, shape, start, nbytes = self.buffer_spec(node)
+            if self.adopt and nbytes:
+                return np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start).view(dtype).reshape(shape)
             array = np.empty(shape, dtype=dtype)
             if nbytes:
                 source = np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start)
@@ -327,8 +336,9 @@ def _read(
     registry: CodecRegistry | None,
     walk: Callable[[_Reader], Any],
     release: Callable[[int, int], None] | None = None,
+    adopt: bool = False,
 ) -> Any:
-    reader = _Reader(data, default_registry if registry is None else registry, release)
+    reader = _Reader(data, default_registry if registry is None else registry, release, adopt)
     try:
         return walk(reader)
     except PayloadDecodeError:
@@ -360,11 +370,16 @@ def decode_payload(data: bytes | bytearray | memoryview, *, registry: CodecRegis
 
 
 def decode_payload_releasing(
-    data: memoryview, *, registry: CodecRegistry | None = None, release: Callable[[int, int], None] | None
+    data: memoryview, *, registry: CodecRegistry | None = None, release: Callable[[int, int], None] | None,
+    adopt: bool = False,
 ) -> Any:
     """`decode_payload`, calling ``release(start, stop)`` on each tensor's or array's bytes of `data`
-    right after they are copied out, so the journal can unmap an LMDB value's pages as it goes."""
-    return _read(data, registry, lambda reader: reader.decode(reader.root, 0), release)
+    right after they are copied out, so the journal can unmap an LMDB value's pages as it goes.
+
+    With `adopt`, `data` (writable, handed over by its store for keeps) is not copied: tensors and
+    arrays are views of it, and keep it alive.
+    """
+    return _read(data, registry, lambda reader: reader.decode(reader.root, 0), release, adopt)
 
 
 def describe_payload(

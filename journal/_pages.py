@@ -1,4 +1,9 @@
-"""Let go of the memory-mapped pages of an LMDB value once they have been read (Linux).
+"""The memory behind a payload view: what its reader may do with it once read.
+
+An LMDB value's mapped pages are let go of as soon as they have been read (Linux, below). A buffer a
+store fetched for one read (an object from a remote) is handed over instead: the reader keeps it,
+and the decoder makes tensors that are views of it rather than copies (`owned_buffer`,
+`HandedOver`).
 
 A value read with ``buffers=True`` is a view into LMDB's read-only, shared file mapping. Every page
 the digest and the decoder touch stays mapped, and counted in this process's RSS, until the
@@ -14,15 +19,50 @@ import ctypes
 import mmap
 import sys
 import threading
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 
-__all__ = ["MappedFile", "ReleaseBehind", "releaser"]
+__all__ = ["HANDED_OVER", "HandedOver", "MappedFile", "ReleaseBehind", "owned_buffer", "releaser"]
 
 _MADV_DONTNEED = 4  # Linux; other systems give MADV_DONTNEED other meanings, so they get no releaser
 _PAGE = mmap.PAGESIZE
 # Below this a value's pages are not worth a system call.
 _MIN_BYTES = 1 << 20
+# Owned buffers from this size up are their own anonymous mapping (page-aligned), smaller ones bytearrays.
+_OWNED_MAP_FROM = 1 << 20
+
+
+class HandedOver:
+    """The ``release`` of a view whose bytes are the reader's to keep.
+
+    A store yields it beside a writable buffer it made for this one read and holds no reference to
+    (`owned_buffer`), so the decoder may make tensors and arrays that are views of that buffer
+    instead of copying them out (the buffer lives as long as any of them). Called as a release, it
+    does nothing: there is no mapping to let go of.
+    """
+
+    def __call__(self, start: int, stop: int) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "HANDED_OVER"
+
+
+HANDED_OVER = HandedOver()
+
+
+def owned_buffer(nbytes: int) -> Any:
+    """A new writable buffer of `nbytes` bytes: a ``bytearray``, or from a MiB up an anonymous mapping.
+
+    A large one is a private anonymous mapping of its own (``mmap``, page-aligned): not zero-filled
+    by us first as a ``bytearray`` is, given back to the system as soon as the last view of it goes,
+    and left to the system's huge-page setting. numpy's large arrays ask for transparent huge pages,
+    whose faults were erratic on this project's VM once its memory had churned (a cold replay of
+    86 MB from a remote took 0.17-0.51 s in them, 0.17-0.22 s in 4 KiB pages: docs/performance.md).
+    """
+    if nbytes < _OWNED_MAP_FROM:
+        return bytearray(nbytes)
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
 
 
 def _load_madvise():

@@ -71,6 +71,8 @@ class PayloadStore(Protocol):
     def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> ContextManager[Tuple[Any, Optional[Release]]]:
         """A context manager giving ``(encoded bytes, release or None)``, unchecked and possibly a
         zero-copy view valid only inside it (the journal's load path checks the digest while decoding).
+        A store that made a writable buffer for this read alone may give ``_pages.HANDED_OVER`` as
+        the release: the load then keeps that buffer, its tensors views of it, instead of copying.
 
         Raises:
             PayloadMissingError: nothing is stored under `digest`.

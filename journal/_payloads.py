@@ -19,7 +19,7 @@ import zstandard
 from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
 from ._errors import IntegrityError, JournalError, PayloadDecodeError
 from ._events import PayloadRef
-from ._pages import ReleaseBehind
+from ._pages import HandedOver, ReleaseBehind
 from ._payload_magic import PAYLOAD_MAGIC
 
 if TYPE_CHECKING:  # the codec imports torch: a verb that reads no payload never loads it
@@ -250,10 +250,14 @@ def decode_verified(
     """Decode encoded payload bytes, returning nothing unless their digest is `key`.
 
     `release(start, stop)` (from the store) is told which bytes both the digest and the decoder are
-    done with, so a memory-mapped store can let go of those pages during the read.
+    done with, so a memory-mapped store can let go of those pages during the read. A `HandedOver`
+    release means `raw` is the reader's to keep: tensors are views of it, not copies.
     """
     from ._codec import decode_payload_releasing
 
+    adopt = isinstance(release, HandedOver)
+    if adopt:
+        release = None
     digest = key.hex()
     mismatch = IntegrityError(
         f"payload {digest[:16]}…{where} does not match its digest: the journal is damaged",
@@ -264,15 +268,16 @@ def decode_verified(
         if len(raw) < _HASH_BESIDE_DECODE_FROM:
             if digest_bytes(raw, after_chunk=release) != key:
                 raise mismatch
-            # Decoding copies every tensor out of the store's buffer before it goes away.
-            return decode_payload_releasing(raw, registry=registry, release=release)
+            # Decoding copies every tensor out of the store's buffer before it goes away (unless handed over).
+            return decode_payload_releasing(raw, registry=registry, release=release, adopt=adopt)
         # A large payload is hashed on a worker thread while this one decodes (copies) it: the two
         # took about as long as each other, one after the other. Nothing decoded is returned unless
         # the digest matches, and a damaged payload reports the mismatch first.
         behind = ReleaseBehind(release, 2) if release is not None else None
         hashing = DigestInBackground(raw, after_chunk=behind.reader(0) if behind else None)
         try:
-            value = decode_payload_releasing(raw, registry=registry, release=behind.reader(1) if behind else None)
+            value = decode_payload_releasing(raw, registry=registry, release=behind.reader(1) if behind else None,
+                                             adopt=adopt)
         except BaseException:
             if hashing.result() != key:
                 raise mismatch from None

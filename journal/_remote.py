@@ -38,7 +38,8 @@ from ._events import EventsImported, PayloadsReleased
 from ._journal import Journal
 from ._keys import META_CREATED
 from ._log import get_logger
-from ._object_store import ObjectPayloadStore, Remote
+from ._object_client import Remote
+from ._object_store import ObjectPayloadStore
 from ._payload_store import LmdbPayloadStore
 from ._payloads import blob_intact
 from ._projections import Projections

@@ -21,12 +21,14 @@ from stepjournal._codec import (
     PAYLOAD_MAGIC,
     CodecRegistry,
     decode_payload,
+    decode_payload_releasing,
     default_registry,
     describe_payload,
     encode_payload,
     register_codec,
 )
 from stepjournal._errors import PayloadDecodeError, UnknownCodecError, UnsupportedValueError
+from stepjournal._pages import owned_buffer
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -289,8 +291,37 @@ def test_object_array_of_nested_values_round_trips():
     assert_same(array, round_trip(array))
 
 
+@SETTINGS
+@given(values)
+def test_any_supported_value_decodes_the_same_from_a_buffer_handed_over(value):
+    handed = owned_buffer(len(encoded := encode_payload(value)))
+    handed[:] = encoded
+    assert_same(value, decode_payload_releasing(handed, release=None, adopt=True))
+
+
 # ---------------------------------------------------------------------------------------------
-# Memory: decoded values own their bytes
+# Memory: decoded values own their bytes, unless their buffer was handed over
+
+
+def test_tensors_and_arrays_decoded_from_a_buffer_handed_over_are_views_of_it():
+    encoded = encode_payload({"t": torch.arange(1000, dtype=torch.int64), "a": np.arange(1000.0)})
+    handed = owned_buffer(len(encoded))
+    handed[:] = encoded
+    decoded = decode_payload_releasing(handed, release=None, adopt=True)
+    decoded["t"][0] = 7  # writable, and written into the buffer itself: nothing was copied
+    decoded["a"][0] = 7.0
+    start = np.frombuffer(handed, dtype=np.uint8).ctypes.data
+    assert start <= decoded["t"].data_ptr() < decoded["a"].ctypes.data < start + len(handed)
+    assert np.frombuffer(handed, dtype=np.int64, count=1, offset=decoded["t"].data_ptr() - start)[0] == 7
+    del handed
+    assert decoded["t"][:3].tolist() == [7, 1, 2]  # the buffer lives as long as a view of it
+
+
+def test_a_read_only_buffer_is_never_adopted():
+    with pytest.raises(TypeError, match="only a writable payload buffer can be adopted"):
+        decode_payload_releasing(bytes(encode_payload({"t": torch.ones(2)})), release=None, adopt=True)
+
+
 
 
 def test_decoded_tensors_and_arrays_do_not_share_memory_with_input():

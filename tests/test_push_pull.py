@@ -16,7 +16,7 @@ from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadSto
                          RemoteFormatError, Retention, clone, compact, journaled, prune, pull, push)
 from stepjournal import _remote as remote_module
 from stepjournal._events import EventsImported
-from stepjournal._object_store import Remote
+from stepjournal._object_client import Remote
 from stepjournal._remote import Released, journal_id
 from stepjournal._remote_layout import call_refs
 from stepjournal.adapters.cli import main as cli

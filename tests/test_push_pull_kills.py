@@ -18,7 +18,7 @@ import torch
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import Journal, clone, pull, push
 from stepjournal._events import EventsImported
-from stepjournal._object_store import Remote
+from stepjournal._object_client import Remote
 from stepjournal._remote import journal_id
 
 STEPS = 150  # + the session: 151 events

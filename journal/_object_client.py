@@ -1,0 +1,269 @@
+"""`Remote`: a prefix of an object store through obstore, with bounded reads, typed errors, no credentials shown.
+
+``s3://bucket/prefix`` (and ``gs://``, ``az://``, ``file:///path``, ``memory://``) through obstore, the
+client chosen by measurement (docs/sharing.md). Both the payload store (`_object_store`) and push /
+pull (`_remote`) talk to object storage only through it.
+
+- **Reads are bounded by the size announced**: an HTTP body may be longer than the size its headers
+  announce (a chunked body beside a ``Content-Length``: the client follows the chunks and reports the
+  header), and the client's one-call read collects all of it. So an object over HTTP is read as a
+  stream, in pieces copied into a new buffer of the announced size (`owned_buffer`, the caller's to
+  keep), and a longer body is refused at the first piece past the end. A local folder or memory
+  store has no framing to disagree with and keeps the one-call read (`Remote._read`).
+- **Credentials** come from the client's usual environment and config (``AWS_ACCESS_KEY_ID`` ...),
+  never from stepjournal's files; every message this module raises has the values of the usual
+  credential variables scrubbed out, and the client's own exception is not chained.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
+
+from ._errors import IntegrityError, RemoteConflictError, RemoteError
+from ._pages import owned_buffer
+
+__all__ = ["Remote", "public_url", "scrub"]
+
+# Values of these variables never appear in a message of ours (the clients' usual credential names).
+_SECRET_VARIABLES = re.compile(r"(SECRET|TOKEN|PASSWORD|ACCOUNT_KEY|ACCESS_KEY|CREDENTIAL|SAS|SERVICE_ACCOUNT)", re.I)
+
+
+def scrub(text: str) -> str:
+    """`text` without the value of any credential variable of the environment (replaced by ``***``)."""
+    for name, value in os.environ.items():
+        if value and len(value) >= 4 and _SECRET_VARIABLES.search(name) and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+def public_url(url: str) -> str:
+    """The URL without user info, query or fragment (what messages and events may show)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+# Pieces an object is read in over HTTP: each one copied into the object's buffer while it is still in
+# the CPU's cache (one object-sized piece from the client was slower: a second pass over cold memory).
+_READ_PIECE = 1 << 20
+
+# The settings obstore takes as `client_options` (timeouts, plain HTTP ...), not as the store's `config`.
+_CLIENT_KEYS = frozenset("""allow_http allow_invalid_certificates connect_timeout default_content_type
+    default_headers http1_only http2_keep_alive_interval http2_keep_alive_timeout http2_keep_alive_while_idle
+    http2_only pool_idle_timeout pool_max_idle_per_host proxy_url proxy_ca_certificate proxy_excludes
+    root_certificate randomize_addresses read_timeout timeout user_agent""".split())
+
+
+def _store_kwargs(url: str, options: Mapping[str, Any]) -> dict:
+    """`from_url`'s keyword arguments for `options`: client settings apart from the store's config."""
+    config = {k: v for k, v in options.items() if k not in _CLIENT_KEYS}
+    client = {k: v for k, v in options.items() if k in _CLIENT_KEYS}
+    kwargs: dict = {"config": config} if config else {}
+    if client:
+        # Client settings given replace those the client reads from the environment: keep plain HTTP.
+        if url.startswith("s3://") and "allow_http" not in client and os.environ.get("AWS_ALLOW_HTTP"):
+            client["allow_http"] = os.environ["AWS_ALLOW_HTTP"].strip().lower() == "true"
+        kwargs["client_options"] = client
+    if url.startswith("file://"):
+        kwargs["mkdir"] = True
+    return kwargs
+
+
+def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
+    """(the body in a new buffer of its own, how many bytes the server sent), streamed and counted.
+
+    The buffer (`owned_buffer`: writable, the caller's to keep) has the announced size and is filled
+    piece by piece as the pieces arrive; a piece that would pass the end stops the read there, so a
+    longer body costs at most one more piece (memory: the size plus a piece). The stream (and its
+    connection) is let go of when this returns.
+    """
+    body = owned_buffer(size)
+    into = memoryview(body)
+    sent = 0
+    for piece in result.stream(min_chunk_size=_READ_PIECE):
+        ends = sent + len(piece)
+        if ends > size:
+            return body, ends
+        into[sent:ends] = piece
+        sent = ends
+    return body, sent
+
+
+def _client_message(exc: BaseException) -> str:
+    # obstore appends a multi-line debug dump of its error; the first line says what happened.
+    return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
+
+
+class Remote:
+    """A prefix of an object store, through obstore: bounded reads, typed errors, no credentials shown.
+
+    Args:
+        url: ``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///path`` or ``memory://``.
+        options: client settings passed to obstore, beside what the environment gives: the store's
+            ``config`` (endpoint, region ...) and its HTTP client's (``timeout``, ``read_timeout``,
+            ``connect_timeout``, ``allow_http`` ...: `_CLIENT_KEYS`); keep credentials in the environment.
+    """
+
+    def __init__(self, url: str, *, options: Optional[Mapping[str, Any]] = None) -> None:
+        try:
+            import obstore
+            from obstore.store import from_url
+        except ImportError:
+            raise RemoteError('object storage needs the s3 extra: pip install "stepjournal[s3]"') from None
+        self._obstore = obstore
+        self.url = public_url(url)
+        # No HTTP framing can disagree with the size a local file or a memory store announces.
+        self._one_call = url.startswith(("file://", "memory://"))
+        kwargs = _store_kwargs(url, options or {})
+        try:
+            self._store = from_url(url, retry_config={"max_retries": 2}, **kwargs)
+        except BaseException as exc:  # obstore raises several unrelated types on a bad URL or config
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise  # KeyboardInterrupt, SystemExit; a Rust panic (an unknown setting) is a bad config
+            raise RemoteError(f"cannot open the object store {self.url!r}: {_client_message(exc)}") from None
+
+    def _fail(self, what: str, key: str, exc: BaseException) -> RemoteError:
+        return RemoteError(f"{what} {self.url}/{key} failed: {_client_message(exc)}")
+
+    def put(self, key: str, data: Any, *, create: bool = False) -> bool:
+        """Write one object in one PUT; with `create`, only when absent (returns False when it was there)."""
+        mode = "create" if create else "overwrite"
+        try:
+            self._obstore.put(self._store, key, memoryview(data).cast("B") if not isinstance(data, bytes) else data,
+                              mode=mode, use_multipart=False)
+            return True
+        except self._obstore.exceptions.AlreadyExistsError:
+            return False
+        except Exception as exc:
+            if create and type(exc).__name__ in ("PreconditionError", "FileExistsError"):
+                return False
+            raise self._fail("writing", key, exc) from None
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the store refuses a write whose expected version is stale (object stores do; a local
+        folder does not, so pushes to ``file://`` take a lock file instead: `push_lock`)."""
+        return not self.url.startswith("file://")
+
+    @contextmanager
+    def push_lock(self, name: str) -> Iterator[None]:
+        """An exclusive, non-blocking lock on ``<folder>/<name>`` for a ``file://`` remote (a no-op elsewhere).
+
+        Raises:
+            RemoteConflictError: another process (or handle) holds it.
+        """
+        if self.conditional:
+            yield
+            return
+        import fcntl
+
+        path = os.path.join(urllib.parse.unquote(urllib.parse.urlsplit(self.url).path), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RemoteConflictError(f"another push holds {self.url}/{name}; run this push again when it ends") from None
+            yield
+        finally:
+            os.close(fd)
+
+    def put_if(self, key: str, data: bytes, *, etag: Optional[str]) -> Optional[str]:
+        """Write `key` only if it is still at version `etag` (None: only if absent); return its new version.
+
+        On a store that is not `conditional` the write is plain (the caller holds `push_lock`).
+
+        Raises:
+            RemoteConflictError: the object changed (or appeared) since `etag` was read.
+        """
+        if not self.conditional:
+            self.put(key, data)
+            return None
+        mode: Any = "create" if etag is None else {"e_tag": etag}
+        try:
+            result = self._obstore.put(self._store, key, data, mode=mode, use_multipart=False)
+        except Exception as exc:
+            if type(exc).__name__ in ("PreconditionError", "AlreadyExistsError", "FileExistsError"):
+                raise RemoteConflictError(f"{self.url}/{key} changed since it was read: another push ran "
+                                          "meanwhile; run this push again") from None
+            raise self._fail("writing", key, exc) from None
+        return result.get("e_tag")
+
+    def get_tagged(self, key: str, *, limit: int) -> Tuple[Optional[bytes], Optional[str]]:
+        """(bytes, version) of the object, or (None, None) when there is none (bounded as `get`)."""
+        found, tag = self._read(key, limit)
+        return (None if found is None else bytes(found)), tag
+
+    def get(self, key: str, *, limit: int) -> Optional[bytes]:
+        """The object's bytes, or None when there is none; more than `limit` bytes raise `IntegrityError`."""
+        found = self._read(key, limit)[0]
+        return None if found is None else bytes(found)
+
+    def get_buffer(self, key: str, *, limit: int) -> Optional[Any]:
+        """`get`, as the read-only buffer the client received into (no copy of a payload's bytes)."""
+        return self._read(key, limit)[0]
+
+    def _read(self, key: str, limit: int) -> Tuple[Optional[Any], Optional[str]]:
+        try:
+            result = self._obstore.get(self._store, key)
+            size = int(result.meta["size"])
+            if size > limit:
+                raise IntegrityError(
+                    f"object {self.url}/{key} is {size} bytes, more than the {limit} it may hold; not read",
+                    detail="oversized object",
+                )
+            # A local file is read in one call inside the client, into one buffer, without the GIL.
+            body, sent = _announced_body(result, size) if not self._one_call else (body := result.bytes(), len(body))
+            if sent > size:
+                raise IntegrityError(f"object {self.url}/{key} announced {size} bytes and sends more (refused after "
+                                     f"{sent}; at most {limit} allowed): the server's reply is broken or hostile, "
+                                     "nothing of it was kept; check the server or push the object again",
+                                     detail="oversized object")
+            if sent < size:
+                raise IntegrityError(f"object {self.url}/{key} announced {size} bytes and sent {sent}: truncated "
+                                     "on the way; read it again, or check the server", detail="truncated object")
+            return body, result.meta.get("e_tag")
+        except (IntegrityError, RemoteError):
+            raise
+        except FileNotFoundError:
+            return None, None
+        except Exception as exc:
+            if isinstance(exc, self._obstore.exceptions.NotFoundError):
+                return None, None
+            raise self._fail("reading", key, exc) from None
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._obstore.head(self._store, key)
+            return True
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            if isinstance(exc, self._obstore.exceptions.NotFoundError):
+                return False
+            raise self._fail("looking up", key, exc) from None
+
+    def delete(self, key: str) -> None:
+        try:
+            self._obstore.delete(self._store, key)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise self._fail("deleting", key, exc) from None
+
+    def keys(self, prefix: str) -> List[str]:
+        """Every key under `prefix` (relative to the remote's own prefix), sorted."""
+        try:
+            found = [meta["path"] for batch in self._obstore.list(self._store, prefix) for meta in batch]
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise self._fail("listing", prefix, exc) from None
+        return sorted(found)
