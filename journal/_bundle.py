@@ -136,7 +136,8 @@ class _Reader:
     def exists(self, key: str) -> bool:
         return key in self._infos
 
-    def keys(self, prefix: str) -> List[str]:
+    def keys(self, prefix: str, *, most: Optional[int] = None) -> List[str]:
+        """The bundle's entries under `prefix`, sorted (every one was read with the file: `most` is moot)."""
         return sorted(k for k in self._infos if k.startswith(prefix))
 
     def close(self) -> None:

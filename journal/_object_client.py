@@ -10,6 +10,7 @@ pull (`_remote`) talk to object storage only through it.
   stream, in pieces copied into a new buffer of the announced size (`owned_buffer`, the caller's to
   keep), and a longer body is refused at the first piece past the end. A local folder or memory
   store has no framing to disagree with and keeps the one-call read (`Remote._read`).
+- **Listings are bounded in count** where the caller says how many names it will read (`keys`).
 - **Credentials** come from the client's usual environment and config (``AWS_ACCESS_KEY_ID`` ...),
   never from stepjournal's files; every message this module raises has the values of the usual
   credential variables scrubbed out, and the client's own exception is not chained.
@@ -258,10 +259,22 @@ class Remote:
         except Exception as exc:
             raise self._fail("deleting", key, exc) from None
 
-    def keys(self, prefix: str) -> List[str]:
-        """Every key under `prefix` (relative to the remote's own prefix), sorted."""
+    def keys(self, prefix: str, *, most: Optional[int] = None) -> List[str]:
+        """Every key under `prefix` (relative to the remote's own prefix), sorted.
+
+        Raises:
+            RemoteError: the listing failed, or names more than `most` keys (the pages past that are
+                not read: a remote someone filled with keys costs no more memory than `most` of them).
+        """
+        found: List[str] = []
         try:
-            found = [meta["path"] for batch in self._obstore.list(self._store, prefix) for meta in batch]
+            for batch in self._obstore.list(self._store, prefix):
+                found.extend(meta["path"] for meta in batch)
+                if most is not None and len(found) > most:
+                    raise RemoteError(f"{self.url}/{prefix} lists more than {most} objects, more than stepjournal "
+                                      "reads there: not a remote it wrote, or one to split into several URLs")
+        except RemoteError:
+            raise
         except FileNotFoundError:
             return []
         except Exception as exc:

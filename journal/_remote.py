@@ -58,6 +58,8 @@ _BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pushed segment
 # Payload bytes per pulled transaction: the next run is fetched while one commits, so a pull holds
 # two of these (each may pass it by one payload); smaller runs overlap better, each costs a sync.
 _PULL_RUN_BYTES = 1 << 26
+# The most journals a pull reads the heads of: more is a remote to split (or not one stepjournal wrote).
+_MAX_SOURCES = 100_000
 Progress = Optional[Callable[[str, int, int], None]]
 
 
@@ -188,7 +190,10 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     total = journal.last_seq()
     if head["last_seq"] >= total:
         return PushReport(source, 0, 0, 0, 0, head["last_seq"])
-    known: Set[str] = {k[len("payloads/"):] for k in remote.keys("payloads/")}
+    # Payloads already on the remote (another journal's, or written through an ObjectPayloadStore) are
+    # found by a HEAD of each one this push would send, not by listing them all: a push costs what it
+    # sends, however many payloads the remote holds.
+    known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
     lmdb_payloads = journal._live()
 
@@ -201,9 +206,17 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
             for ref in call_refs(event):
                 if ref.digest not in known:
                     wanted.setdefault(ref.digest, (ref, seq, event.step))
-        # The next payload is read and checked against its digest while this one is sent (one ahead).
-        read = lambda item: local_payload(lmdb_payloads, item[0])  # noqa: E731
+        # The next payload is looked up on the remote, and read and checked against its digest when
+        # it is not there, while this one is sent (one ahead).
+        def read(item: Tuple[Any, int, int]) -> Tuple[Optional[bytes], Optional[str]]:
+            if remote.exists(f"payloads/{item[0].digest}"):
+                return None, "there"
+            return local_payload(lmdb_payloads, item[0])
+
         for (ref, seq, step), (blob, problem) in one_ahead(wanted.values(), read):
+            if problem == "there":
+                known.add(ref.digest)
+                continue
             if problem == "missing" and ref.digest in released:
                 skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
                 continue
@@ -386,7 +399,8 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
     own = journal_id(journal) if journal.last_seq() else None
     done = _pulled_through(journal)
     imports = ImportMap.of(journal.events(types=[EventsImported]))
-    sources = sorted(k[len("heads/"):-len(".json")] for k in remote.keys("heads/") if k.endswith(".json"))
+    listed = remote.keys("heads/", most=_MAX_SOURCES)
+    sources = sorted(k[len("heads/"):-len(".json")] for k in listed if k.endswith(".json"))
     sources = [s for s in sources if s != own]
     counts = {"events": 0, "payloads": 0, "bytes": 0}
     fetch = lambda run: _fetch_run(objects, run)  # noqa: E731

@@ -130,6 +130,33 @@ def test_two_journals_pushed_to_one_remote_merge_and_the_audit_shows_where_each_
         assert jb.recorded_steps(run="bob") == [1, 2, 3]
 
 
+def test_a_push_looks_up_only_the_payloads_it_sends_and_never_lists_those_of_the_remote(tmp_path):
+    remote = (tmp_path / "remote").as_uri()
+    record_steps(tmp_path / "a", [1, 2])
+    record_steps(tmp_path / "b", [1, 2, 3])  # steps 1 and 2 hold a's payloads, step 3 two of its own
+    assert push(str(tmp_path / "a"), remote).payloads_sent == 4
+    # An object under payloads/ that no listing can read (a name that is not UTF-8): listing fails.
+    (tmp_path / "remote" / "payloads" / "\udcff").touch()
+    with pytest.raises(RemoteError, match="listing"):
+        Remote(remote).keys("payloads/")
+    report = push(str(tmp_path / "b"), remote)
+    assert report.payloads_sent == 2  # a's four were found there by name, step 3's two were sent
+    assert clone(remote, str(tmp_path / "c")).payloads_fetched == 6
+
+
+def test_a_remote_listing_more_journals_than_a_pull_reads_is_refused_before_any_head_is_read(
+        tmp_path, s3_env, monkeypatch):
+    for name in ("one", "two", "three"):
+        record_steps(tmp_path / name, [1], run=name)
+        push(str(tmp_path / name), s3_env)
+    monkeypatch.setattr(remote_module, "_MAX_SOURCES", 2)
+    read, reader = [], Remote._read
+    monkeypatch.setattr(Remote, "_read", lambda self, key, limit: read.append(key) or reader(self, key, limit))
+    with pytest.raises(RemoteError, match=r"heads/ lists more than 2 objects"):
+        clone(s3_env, str(tmp_path / "b"))
+    assert read == ["stepjournal-remote.json"]  # the manifest, and no head
+
+
 def test_a_journal_does_not_pull_back_its_own_events_nor_push_what_it_pulled(tmp_path, s3_env):
     a, b = tmp_path / "a", tmp_path / "b"
     record_steps(a, [1])
