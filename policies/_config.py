@@ -42,6 +42,16 @@ def _spec_valid(instance: Any, attribute: Any, value: Any) -> None:
         raise ConfigError(f"policy={value!r} is not a valid policy spec: {exc}") from None
 
 
+def _url_valid(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or "://" not in value or value.startswith("://"):
+        raise ConfigError(
+            f"payload_store={value!r} is not an object storage URL: give one such as 's3://bucket/prefix', "
+            "'gs://bucket/prefix', 'az://container/prefix' or 'file:///shared/folder' (or leave it unset)"
+        )
+
+
 @attrs.frozen(init=False)
 class EngineConfig:
     """Where the journal is, which policy decides each generate call, and the engine's options.
@@ -57,6 +67,10 @@ class EngineConfig:
         max_size: cap on the journal's size in bytes (None: no cap).
         retention: retention rules applied while recording, as a mapping of `stepjournal.Retention`'s
             arguments (``{"keep_last": 50, "pin": "1-5", "max_bytes": "10G"}``); None: keep everything.
+        payload_store: a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///path``) where the
+            journal writes its payloads as objects, keeping the events and a verified copy locally
+            (`Journal`'s ``payload_store=``; the same objects `stepjournal push` to that URL writes);
+            None: payloads stay in the journal folder only.
         options: the `EngineOptions`. As before they existed, each option may also be given as its own
             keyword (``EngineConfig(path, verify_input=True)``, not together with ``options=``) and
             read as an attribute (``config.verify_input``).
@@ -73,6 +87,7 @@ class EngineConfig:
     retention: Optional[Dict[str, Scalar]] = attrs.field(
         default=None, validator=lambda _i, _a, value: retention_from_mapping(value)
     )
+    payload_store: Optional[str] = attrs.field(default=None, validator=lambda _i, _a, value: _url_valid(value))
     options: EngineOptions = attrs.field(factory=EngineOptions)
 
     def __init__(self, *args: Any, options: Optional[EngineOptions] = None, **keywords: Any) -> None:
@@ -205,5 +220,6 @@ def open_engine(config: EngineConfig | Any) -> Engine:
         compression=config.compression,
         max_size=config.max_size,
         retention=retention_from_mapping(config.retention),
+        payload_store=config.payload_store,
     )
     return Engine(journal, parse_stages(config.policy), options=config.options)

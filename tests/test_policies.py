@@ -633,11 +633,24 @@ def test_config_from_dict_yaml_and_omegaconf_builds_the_same_engine(tmp_path):
         ({"policy": "cache"}, "config.path"),
         ({"path": "j", "on_input_mismatch": "ignore"}, "on_input_mismatch.*'ignore'"),
         (["path"], "must be a mapping"),
+        ({"path": "j", "payload_store": "my-bucket"}, "payload_store='my-bucket' is not an object storage URL.*s3://"),
     ],
 )
 def test_config_errors_name_the_bad_key_and_value(data, message):
     with pytest.raises(ConfigError, match=message):
         load_config(data)
+
+
+def test_a_configs_payload_store_writes_each_payload_as_an_object_there_before_its_event(tmp_path):
+    remote = tmp_path / "remote"
+    engine = open_engine(load_config({"path": str(tmp_path / "j"), "policy": "cache",
+                                      "payload_store": remote.as_uri()}))
+    try:
+        assert engine.journal.payload_store.url == remote.as_uri()
+        recorded = engine.journal.record(1, {"ids": torch.arange(8)})
+    finally:
+        engine.journal.close()
+    assert (remote / "payloads" / recorded.event.output.digest).is_file()
 
 
 def test_engine_takes_a_spec_string_and_rejects_what_is_not_a_policy(jpath):

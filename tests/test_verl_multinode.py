@@ -29,6 +29,7 @@ from ray.cluster_utils import Cluster
 import sharing_docs
 from s3_server import client_env, make_bucket, s3_server  # noqa: F401  (fixture)
 from stepjournal import Journal, journaled
+from stepjournal._object_client import Remote
 from stepjournal.adapters.verl import dataproto_diff
 from test_verl_support import answer_token
 from verl_ray_support import RUN_KEY, Rollouter, SeededSampler, reward, rollout_config, shell
@@ -178,6 +179,70 @@ def test_a_rollouter_on_another_ray_node_and_the_trainer_push_to_one_remote_that
     replays = [r for r in rows if r["action"] == "replayed" and r["run"] == RUN_KEY]
     assert sorted((r["stage"], r["step"], r["source_step"]) for r in replays) == sorted(
         [("generate", i, i) for i in FEED] + [("reward", i, i) for i in FEED])
+
+
+def test_nodes_writing_payloads_straight_to_the_remote_push_events_only_and_the_clone_replays_exactly(
+        tmp_path, two_nodes, s3_server, monkeypatch):  # noqa: F811
+    cluster, rollout_node = two_nodes
+    for var, value in runtime_env(s3_server)["env_vars"].items():
+        monkeypatch.setenv(var, value)
+    bucket = f"s3://{make_bucket(s3_server)}"
+    url = f"{bucket}/runs/exp2"
+    nodes = {"the rollout node (payloads on S3)", "the trainer node (payloads on S3)", "machine D"}
+    lines = [(node, line.replace("s3://bucket", bucket)) for node, line in sharing_docs.topology_commands(nodes)]
+    assert [node for node, _ in lines] == ["the rollout node (payloads on S3)", "the trainer node (payloads on S3)",
+                                           "machine D"]
+    assert all(url in line for _, line in lines)
+    feed = FEED[:4]
+
+    # -- record: the rollouter (second node) and the trainer (head node) write payloads to the remote --
+    pin_rollout = {"resources": {"rollout": 0.01}}
+    workers = [SeededSampler.options(**pin_rollout).remote() for _ in range(2)]
+    config = rollout_config(str(tmp_path / "rollout"), policy="cache", payload_store=url)
+    rollouter = Rollouter.options(**pin_rollout).remote(config, workers)
+    assert ray.get(rollouter.where.remote())["node"] == rollout_node != cluster.head_node.node_id
+    recorded = ray.get(rollouter.roll.remote(feed))
+    ray.get(rollouter.close.remote())
+    truths = {i: torch.tensor([answer_token(rm["ground_truth"]) for rm in recorded[i].non_tensor_batch["reward_model"]])
+              for i in feed}
+    with Journal(str(tmp_path / "trainer"), run=RUN_KEY, payload_store=url) as journal:
+        score = journaled(reward, journal, "cache", stage="reward")
+        rewards = {i: score(recorded[i].batch["responses"], truths[i], step=i) for i in feed}
+    ray.shutdown()
+    cluster.shutdown()
+
+    # Every payload of both journals is on the remote before anything is pushed.
+    on_remote = {key[len("payloads/"):] for key in Remote(url).keys("payloads/")}
+    for folder, distinct in (("rollout/stepjournal", len(feed)), ("trainer", None)):  # equal rewards are one object
+        with Journal(str(tmp_path / folder), readonly=True) as journal:
+            digests = {r.digest for r in journal.audit() if r.action == "generated"}
+        assert digests and digests <= on_remote and len(digests) == (distinct or len(digests)), folder
+
+    # -- push: events only; clone on machine D ---------------------------------------------------------
+    for node in ("the rollout node (payloads on S3)", "the trainer node (payloads on S3)"):
+        (printed,) = [_local(line, str(tmp_path)) for where, line in lines if where == node]
+        assert printed["rc"] == 0, printed["stderr"]
+        report = json.loads(printed["stdout"])
+        assert report["events_sent"] > len(feed) and report["payloads_sent"] == 0, report
+    on_node(lines, "machine D", _local, str(tmp_path))
+
+    # -- replay on machine D from the clone alone: one worker that must not be called -----------------
+    ray.init(num_cpus=2, runtime_env=runtime_env(s3_server), log_to_driver=False, include_dashboard=False,
+             object_store_memory=80 << 20)
+    try:
+        failing = SeededSampler.remote(fail=True)
+        rollouter = Rollouter.remote(rollout_config(str(tmp_path / "machine-d"), policy="replay"), [failing])
+        replayed = ray.get(rollouter.roll.remote(feed))
+        assert ray.get(failing.calls.remote()) == 0
+        for index in feed:
+            assert dataproto_diff(replayed[index], recorded[index]) == [], index
+        ray.get(rollouter.close.remote())
+    finally:
+        ray.shutdown()
+    with Journal(str(tmp_path / "machine-d" / "stepjournal"), run=RUN_KEY) as journal:
+        score = journaled(reward, journal, "replay", stage="reward")
+        for index in feed:
+            assert torch.equal(score(replayed[index].batch["responses"], truths[index], step=index), rewards[index])
 
 
 def _local(line: str, cwd: str) -> dict:

@@ -87,6 +87,8 @@ def test_a_documented_verl_command_line_composes_and_configures_stepjournal(expe
         assert check_verl_stages(found.policy).stages == tuple(wanted["stages"].split(","))
     if "step_source" in wanted:
         assert found.step_source == wanted["step_source"]
+    if "payload_store" in wanted:
+        assert found.engine.payload_store == wanted["payload_store"]
     if "manager" in wanted:
         fqn = config.actor_rollout_ref.rollout.agent.agent_loop_manager_class
         assert load_class_from_fqn(fqn, "AgentLoopManager") is make_journaled_agent_loop_manager()

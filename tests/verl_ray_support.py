@@ -21,15 +21,18 @@ from test_verl_support import FakeGenerator, make_rows
 RUN_KEY = "exp_proj"  # verl_run_key of test_verl_support.verl_config: {experiment}_{project}
 
 
-def rollout_config(dump_dir: str, *, n: int = 2, experiment: str = "exp", policy: str = "") -> Dict[str, Any]:
+def rollout_config(dump_dir: str, *, n: int = 2, experiment: str = "exp", policy: str = "",
+                   payload_store: str = "") -> Dict[str, Any]:
     """A fully-async rollouter's config: one prompt per feed index, `n` responses each.
 
     Without `policy` it enables verl's own ``skip.async_rollout`` form (action cache, as docs/verl.md's
-    command line); with one, a ``stepjournal`` section (``step_source: feed_index``) instead.
+    command line); with one, a ``stepjournal`` section (``step_source: feed_index``) instead, whose
+    ``payload_store`` is `payload_store` when given.
     """
     from test_verl_support import verl_config
 
-    cfg = verl_config(dump_dir, policy=policy, step_source="feed_index") if policy else verl_config(dump_dir)
+    stores = {"payload_store": payload_store} if payload_store else {}
+    cfg = verl_config(dump_dir, policy=policy, step_source="feed_index", **stores) if policy else verl_config(dump_dir)
     cfg["trainer"]["experiment_name"] = experiment
     cfg["data"].update(train_batch_size=0, gen_batch_size=1)
     cfg["actor_rollout_ref"]["rollout"].update(n=n, multi_turn={"enable": False})

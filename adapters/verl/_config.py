@@ -56,6 +56,7 @@ _NATIVE_KEYS = {
     "compression": "compression",
     "max_size": "max_size",
     "retention": "retention",  # stepjournal.Retention's arguments, applied while recording
+    "payload_store": "payload_store",  # payloads written as objects under this URL (docs/sharing.md)
     "step_source": None,
     "fingerprint_ignore": None,
     **{name: name for name in EngineOptions.names()},  # every engine option, on_corrupt included
