@@ -7,6 +7,8 @@ ratios compare stepjournal and its client (obstore) on the same server, bytes an
   ``steps`` benchmark batches, one object each (what push and pull move, minus the events).
 - ``push``: `stepjournal.push` of that journal to a new prefix (payloads, segments, head).
 - ``pull``: `stepjournal.clone` of that prefix into a new folder (every payload digest-checked).
+- ``raw_get_durable``: obstore's get of each blob written to a file of its own and fsynced: the get
+  plus the durable write a pull cannot skip (beside the goal's figure, not instead of it).
 - ``cold_replay`` / ``raw_get_one``: one recorded step served through a journal whose payloads live
   only on the remote (no local cache: each load fetches, checks the digest and decodes) vs obstore's
   get of that one object.
@@ -89,7 +91,7 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
                 refs = [journal.lookup(step).event.output for step in range(1, steps + 1)]
                 blobs = [journal.payload_bytes(ref.digest) for ref in refs]
             nbytes = sum(len(b) for b in blobs)
-            names = ("raw_put", "raw_get", "push", "pull", "raw_get_one", "cold_replay", "push_cli")
+            names = ("raw_put", "raw_get", "push", "pull", "raw_get_durable", "raw_get_one", "cold_replay", "push_cli")
             times: Dict[str, List[float]] = {k: [] for k in names}
             cpu: Dict[str, List[float]] = {k: [] for k in names}
             for rep in range(reps):
@@ -104,15 +106,26 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
                     for i in range(len(blobs)):
                         obstore.get(store, f"raw-{prefix}/{i}").bytes()
 
+                durable = root / f"durable{rep}"
+
+                def raw_get_durable() -> None:
+                    durable.mkdir()
+                    for i in range(len(blobs)):
+                        with open(durable / str(i), "wb") as out:
+                            out.write(obstore.get(store, f"raw-{prefix}/{i}").bytes())
+                            out.flush()
+                            os.fsync(out.fileno())
+
                 # Alternated, so neither side always meets the server first.
                 order = [("raw_put", raw_put), ("push", lambda: push(str(source), url))]
                 for name, fn in (order if rep % 2 == 0 else order[::-1]):
                     times[name].append(_timed(fn, cpu[name]))
                 target = root / f"clone{rep}"
-                order = [("raw_get", raw_get), ("pull", lambda: clone(url, str(target)))]
+                order = [("raw_get", raw_get), ("pull", lambda: clone(url, str(target))), ("raw_get_durable", raw_get_durable)]
                 for name, fn in (order if rep % 2 == 0 else order[::-1]):
                     times[name].append(_timed(fn, cpu[name]))
                 shutil.rmtree(target)
+                shutil.rmtree(durable)
                 times["raw_get_one"].append(_timed(lambda: obstore.get(store, f"raw-{prefix}/0").bytes(), cpu["raw_get_one"]))
                 remote_only = ObjectPayloadStore(url)  # no cache: every load goes to the server
                 with Journal(source, readonly=True, run="bench", payload_store=remote_only) as journal:
@@ -135,6 +148,7 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
     ratios = {
         "push_vs_client_put_throughput": med["raw_put"] / med["push"],
         "pull_vs_client_get_throughput": med["raw_get"] / med["pull"],
+        "pull_vs_client_get_and_durable_write": med["raw_get_durable"] / med["pull"],
         "cold_replay_vs_client_get": med["cold_replay"] / med["raw_get_one"],
     }
     basis = f"moto S3 server on 127.0.0.1, {steps} steps, {mib:.1f} MiB of stored payloads, median of {reps}"
@@ -146,7 +160,7 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
         "median_s": {k: round(v, 4) for k, v in med.items()},
         "median_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "mib_s": {k: round(mib / med[k], 1) for k in ("raw_put", "raw_get", "push", "pull", "push_cli")},
+        "mib_s": {k: round(mib / med[k], 1) for k in ("raw_put", "raw_get", "push", "pull", "raw_get_durable", "push_cli")},
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
         "goals": {
             "push_vs_client_put": _goal(ratios["push_vs_client_put_throughput"], 0.8, ">=", "x", basis + "; in-process API"),

@@ -95,7 +95,8 @@ def test_quick_run_records_as_a_trainer_records_a_new_batch_a_step_into_a_fresh_
 def test_quick_run_measures_push_pull_and_a_cold_replay_against_a_real_s3_server(quick_report):
     remote = quick_report["figures"]["remote"]
     assert remote["steps"] == 2 and remote["payload_bytes"] > 0
-    assert set(remote["median_s"]) == {"raw_put", "raw_get", "push", "pull", "raw_get_one", "cold_replay", "push_cli"}
+    assert set(remote["median_s"]) == {"raw_put", "raw_get", "push", "pull", "raw_get_durable", "raw_get_one", "cold_replay",
+                                       "push_cli"}
     assert all(value > 0 for value in remote["median_s"].values())
 
 
