@@ -50,8 +50,8 @@ def public_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-# Pieces an object is read in over HTTP: each one copied into the object's buffer while it is still in
-# the CPU's cache (one object-sized piece from the client was slower: a second pass over cold memory).
+# Pieces an object is read in over HTTP, each copied into the object's buffer while it is still in the
+# CPU's cache: 256 KiB and 1 MiB read alike; 4 MiB, 16 MiB and one object-sized piece were slower.
 _READ_PIECE = 1 << 20
 
 # The settings obstore takes as `client_options` (timeouts, plain HTTP ...), not as the store's `config`.
@@ -208,7 +208,9 @@ class Remote:
         return None if found is None else bytes(found)
 
     def get_buffer(self, key: str, *, limit: int) -> Optional[Any]:
-        """`get`, as the read-only buffer the client received into (no copy of a payload's bytes)."""
+        """`get`, as the buffer the object was read into (no copy of a payload's bytes): over HTTP a
+        writable one of its own (`owned_buffer`), the caller's to keep; from a local folder or memory
+        the client's read-only one."""
         return self._read(key, limit)[0]
 
     def _read(self, key: str, limit: int) -> Tuple[Optional[Any], Optional[str]]:

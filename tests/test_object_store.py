@@ -128,24 +128,25 @@ def test_a_replay_served_from_the_remote_without_a_cache_checks_the_digest_once_
             journal.load_output(journal.lookup(4))
 
 
+@pytest.mark.parametrize("n", [1000, 200_000], ids=["16 KB", "3.2 MB"])  # a bytearray, an anonymous mapping
 @pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cached"])
-def test_a_payload_fetched_from_the_remote_is_decoded_in_place_and_each_load_has_its_own(tmp_path, s3_env, cached):
+def test_a_payload_fetched_from_the_remote_is_decoded_in_place_and_each_load_has_its_own(tmp_path, s3_env, cached, n):
     with Journal(str(tmp_path / "j"), payload_store=s3_env) as journal:
-        journal.record(4, {"a": torch.arange(1000), "b": torch.arange(1000) * 2})
+        journal.record(4, {"a": torch.arange(n), "b": torch.arange(n) * 2})
     with Journal(str(tmp_path / "j")) as journal:
         journal.payload_store.delete(bytes.fromhex(journal.lookup(4).event.output.digest))  # not cached
     with Journal(str(tmp_path / "j"), payload_store=s3_env if cached else ObjectPayloadStore(s3_env)) as journal:
         first = journal.load_output(journal.lookup(4))
-        # Views of the one buffer the object was read into, 8 000 bytes apart as in the payload: no copy.
-        assert first["b"].data_ptr() - first["a"].data_ptr() == 1000 * 8
+        # Views of the one buffer the object was read into, n * 8 bytes apart as in the payload: no copy.
+        assert first["b"].data_ptr() - first["a"].data_ptr() == n * 8
         first["a"][0] = -1
         again = journal.load_output(journal.lookup(4))
-        assert again["a"][0] == 0 and torch.equal(again["b"], torch.arange(1000) * 2)
+        assert again["a"][0] == 0 and torch.equal(again["b"], torch.arange(n) * 2)
         digest = bytes.fromhex(journal.lookup(4).event.output.digest)
     with Journal(str(tmp_path / "j"), readonly=True) as journal:
         assert journal.payload_store.has(digest) == cached
         if cached:  # the copy the first load cached is the object's, not written to through its tensors
-            assert torch.equal(journal.load(journal.lookup(4).event.output)["a"], torch.arange(1000))
+            assert torch.equal(journal.load(journal.lookup(4).event.output)["a"], torch.arange(n))
 
 
 def test_a_truncated_remote_object_is_refused(tmp_path, s3_env):

@@ -63,6 +63,16 @@ def test_a_clone_holds_every_event_bit_identical_and_every_payload(tmp_path, s3_
                 ja.lookup(step).event.output.digest)
 
 
+def test_a_payload_of_megabytes_comes_through_a_clone_bit_for_bit(tmp_path, s3_env):
+    values = torch.randn(3 << 18, generator=torch.Generator().manual_seed(5))  # 3 MiB: read into a mapping of its own
+    with Journal(str(tmp_path / "a"), run="exp") as journal:
+        journal.record(1, {"values": values})
+    push(str(tmp_path / "a"), s3_env)
+    assert clone(s3_env, str(tmp_path / "b")).bytes_fetched > 3 << 20
+    with Journal(str(tmp_path / "b"), readonly=True, run="exp") as journal:
+        assert torch.equal(journal.load_output(journal.lookup(1))["values"], values)
+
+
 def test_a_second_push_sends_nothing_and_a_second_pull_fetches_nothing(tmp_path, s3_env):
     a, b = tmp_path / "a", tmp_path / "b"
     record_steps(a, [1, 2])
