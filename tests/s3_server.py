@@ -20,10 +20,15 @@ import pytest
 SECRET = "sEcReT-4f1c9a7e-never-shown"
 
 
-def start_moto() -> tuple:
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def start_moto() -> tuple:
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

@@ -15,22 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 
 import sharing_docs
-from s3_server import client_env, make_bucket, s3_server  # noqa: F401  (fixture)
+from s3_server import client_env, free_port, make_bucket, s3_server  # noqa: F401  (fixture)
 from test_trl_accelerate import BIN, DRIVER, launch, ranks
 
 from stepjournal import Journal
 from stepjournal._remote import journal_id
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _shell(command: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -52,7 +45,7 @@ def test_two_nodes_record_apart_push_to_one_remote_and_one_machine_with_two_proc
         tmp_path, s3_server):  # noqa: F811
     env = {**os.environ, **client_env(s3_server), "PATH": f"{BIN}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "",
            "OMP_NUM_THREADS": "1"}
-    port = _free_port()
+    port = free_port()
     node = {rank: tmp_path / f"node{rank}" / "journal" for rank in (0, 1)}
     nodes = [
         subprocess.Popen(["bash", "-c",
