@@ -265,7 +265,8 @@ def decode_verified(
         detail="digest mismatch",
     )
     try:
-        if len(raw) < _HASH_BESIDE_DECODE_FROM:
+        # A handed-over buffer is decoded into views, not copied: there is no copy to hash beside.
+        if adopt or len(raw) < _HASH_BESIDE_DECODE_FROM:
             if digest_bytes(raw, after_chunk=release) != key:
                 raise mismatch
             # Decoding copies every tensor out of the store's buffer before it goes away (unless handed over).
@@ -276,8 +277,7 @@ def decode_verified(
         behind = ReleaseBehind(release, 2) if release is not None else None
         hashing = DigestInBackground(raw, after_chunk=behind.reader(0) if behind else None)
         try:
-            value = decode_payload_releasing(raw, registry=registry, release=behind.reader(1) if behind else None,
-                                             adopt=adopt)
+            value = decode_payload_releasing(raw, registry=registry, release=behind.reader(1) if behind else None)
         except BaseException:
             if hashing.result() != key:
                 raise mismatch from None

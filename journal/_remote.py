@@ -207,16 +207,15 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
                 if ref.digest not in known:
                     wanted.setdefault(ref.digest, (ref, seq, event.step))
         # The next payload is looked up on the remote, and read and checked against its digest when
-        # it is not there, while this one is sent (one ahead).
-        def read(item: Tuple[Any, int, int]) -> Tuple[Optional[bytes], Optional[str]]:
-            if remote.exists(f"payloads/{item[0].digest}"):
-                return None, "there"
-            return local_payload(lmdb_payloads, item[0])
+        # it is not there (None when it is), while this one is sent (one ahead).
+        def read(item: Tuple[Any, int, int]) -> Optional[Tuple[Optional[bytes], Optional[str]]]:
+            return None if remote.exists(f"payloads/{item[0].digest}") else local_payload(lmdb_payloads, item[0])
 
-        for (ref, seq, step), (blob, problem) in one_ahead(wanted.values(), read):
-            if problem == "there":
+        for (ref, seq, step), found in one_ahead(wanted.values(), read):
+            if found is None:
                 known.add(ref.digest)
                 continue
+            blob, problem = found
             if problem == "missing" and ref.digest in released:
                 skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
                 continue

@@ -73,6 +73,19 @@ def two_nodes(s3_server):  # noqa: F811
         ray.shutdown()
         cluster.shutdown()
 
+def answer_tokens(rolled: list) -> dict:
+    """Feed index -> the answer token of each of its samples (`rolled` holds feed indices 0, 1 ... in order,
+    as `Rollouter.roll(FEED)` returns them)."""
+    return {i: torch.tensor([answer_token(rm["ground_truth"]) for rm in rolled[i].non_tensor_batch["reward_model"]])
+            for i in range(len(rolled))}
+
+
+def scored(journal: Journal, policy: str, rolled: list, truths: dict) -> dict:
+    """The trainer side: feed index -> the reward of its responses, journaled as the ``reward`` stage."""
+    score = journaled(reward, journal, policy, stage="reward")
+    return {i: score(rolled[i].batch["responses"], truths[i], step=i) for i in truths}
+
+
 def on_node(lines, node, run, cwd):
     for where, line in lines:
         if where == node:
@@ -106,11 +119,9 @@ def test_a_rollouter_on_another_ray_node_and_the_trainer_push_to_one_remote_that
     assert sum(calls) == len(FEED) and min(calls) > 0  # verl's round robin over both workers
     # The trainer side is this process (a Ray driver runs on the head node): it scores each sample and
     # journals that reward stage in its own folder, under the same run key.
-    truths = {i: torch.tensor([answer_token(rm["ground_truth"]) for rm in recorded[i].non_tensor_batch["reward_model"]])
-              for i in FEED}
+    truths = answer_tokens(recorded)
     with Journal(str(tmp_path / "trainer"), run=RUN_KEY) as journal:
-        score = journaled(reward, journal, "cache", stage="reward")
-        rewards = {i: score(recorded[i].batch["responses"], truths[i], step=i) for i in FEED}
+        rewards = scored(journal, "cache", recorded, truths)
     assert ray.get(rollouter.journal_path.remote()) == str(tmp_path / "rollout" / "stepjournal")
     ray.get(rollouter.close.remote())
 
@@ -162,9 +173,7 @@ def test_a_rollouter_on_another_ray_node_and_the_trainer_push_to_one_remote_that
 
     # The trainer side replays its reward stage there too, on the replayed responses.
     with Journal(str(tmp_path / "machine-c" / "stepjournal"), run=RUN_KEY) as journal:
-        score = journaled(reward, journal, "replay", stage="reward")
-        for index in FEED:
-            assert torch.equal(score(replayed[index].batch["responses"], truths[index], step=index), rewards[index])
+        assert all(torch.equal(got, rewards[i]) for i, got in scored(journal, "replay", replayed, truths).items())
 
     # -- machine C: the audit shows where each call came from ------------------------------------------
     (_, audit_line), = [(n, line) for n, line in lines if "audit" in line]
@@ -203,11 +212,9 @@ def test_nodes_writing_payloads_straight_to_the_remote_push_events_only_and_the_
     assert ray.get(rollouter.where.remote())["node"] == rollout_node != cluster.head_node.node_id
     recorded = ray.get(rollouter.roll.remote(feed))
     ray.get(rollouter.close.remote())
-    truths = {i: torch.tensor([answer_token(rm["ground_truth"]) for rm in recorded[i].non_tensor_batch["reward_model"]])
-              for i in feed}
+    truths = answer_tokens(recorded)
     with Journal(str(tmp_path / "trainer"), run=RUN_KEY, payload_store=url) as journal:
-        score = journaled(reward, journal, "cache", stage="reward")
-        rewards = {i: score(recorded[i].batch["responses"], truths[i], step=i) for i in feed}
+        rewards = scored(journal, "cache", recorded, truths)
     ray.shutdown()
     cluster.shutdown()
 
@@ -240,9 +247,7 @@ def test_nodes_writing_payloads_straight_to_the_remote_push_events_only_and_the_
     finally:
         ray.shutdown()
     with Journal(str(tmp_path / "machine-d" / "stepjournal"), run=RUN_KEY) as journal:
-        score = journaled(reward, journal, "replay", stage="reward")
-        for index in feed:
-            assert torch.equal(score(replayed[index].batch["responses"], truths[index], step=index), rewards[index])
+        assert all(torch.equal(got, rewards[i]) for i, got in scored(journal, "replay", replayed, truths).items())
 
 
 def _local(line: str, cwd: str) -> dict:
