@@ -2,6 +2,7 @@
 
 The codec's face; its rooms are `_codec_format` (the byte layout, node tags, dtype allow-lists and
 limits: read its docstring for the format), `_codec_registry` (custom types by name),
+`_codec_plugins` (the codecs installed distributions declare, loaded on a registry's miss),
 `_codec_encode` and `_codec_decode` (also `describe_payload`).
 """
 

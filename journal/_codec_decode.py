@@ -233,7 +233,8 @@ class _Reader:
             if codec is None:
                 raise UnknownCodecError(
                     f"payload holds a value of custom codec {_r(name)}, which is not registered in this "
-                    f"process; import the adapter that registers it, or call "
+                    f"process and no installed codec plugin provides it; import the adapter that registers "
+                    f"it, or call "
                     f"stepjournal.register_codec(<type>, {_r(name)}, encode=..., decode=...) first",
                     detail=f"unknown codec {_r(name)}",
                 )
@@ -362,7 +363,10 @@ def decode_payload(data: bytes | bytearray | memoryview, *, registry: CodecRegis
         The stored value, tensors on the CPU.
 
     Raises:
-        UnknownCodecError: the payload holds a custom type whose codec is not registered.
+        UnknownCodecError: the payload holds a custom type whose codec is not registered (and no
+            installed codec plugin provides it).
+        CodecPluginError: the codec plugin installed for a codec name failed to load (an
+            `UnknownCodecError` too); the message names the entry point.
         PayloadDecodeError: the bytes are not a well-formed payload, or a codec failed on them.
         TypeError: `data` is not bytes-like.
     """

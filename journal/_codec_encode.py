@@ -48,7 +48,7 @@ def _render_path(path: _Path) -> str:
     return out
 
 
-def _unsupported(path: _Path, value: object, why: str = "") -> UnsupportedValueError:
+def _unsupported(path: _Path, value: object, why: str = "", base: tuple[type, Any] | None = None) -> UnsupportedValueError:
     type_ = type(value)
     hint = storing_hint(value)
     if not why:
@@ -58,6 +58,11 @@ def _unsupported(path: _Path, value: object, why: str = "") -> UnsupportedValueE
         )
         if isinstance(value, (dict, list, tuple)):
             why += "; subclasses (namedtuples too) are not turned into their base class silently"
+        if base is not None:
+            why += (
+                f"; its base class {_type_name(base[0])} has the codec {_r(base[1].name)}, but a subclass is "
+                "not stored as its base (it would come back as one)"
+            )
     return UnsupportedValueError(f"cannot store {_type_name(type_)} at {_render_path(path)}: {why}. {hint}")
 
 
@@ -132,7 +137,8 @@ class _Encoder:
             inner = self.node(codec.encode(value), path, depth + 1)
             self.active.discard(id(value))
             return [_EXT, codec.name, inner]
-        raise _unsupported(path, value)
+        bases = ((base, self.codec_for(base)) for base in type_.__mro__[1:-1])
+        raise _unsupported(path, value, base=next(((b, c) for b, c in bases if c is not None), None))
 
     def key(self, key: Any, path: _Path, depth: int) -> Any:
         type_ = type(key)
@@ -200,6 +206,8 @@ def encode_payload(value: Any, *, registry: CodecRegistry | None = None) -> byte
     Raises:
         UnsupportedValueError: some part of `value` cannot be stored; the message names its path.
             Errors raised by a registered encode function pass through unchanged.
+        CodecPluginError: the codec plugin installed for a value's type failed to load (an
+            `UnsupportedValueError` too); the message names the entry point.
     """
     return _encode(value, registry, bytearray)
 

@@ -15,6 +15,7 @@ __all__ = [
     "UnsupportedSchemaVersionError",
     "PayloadDecodeError",
     "UnknownCodecError",
+    "CodecPluginError",
     "UnsupportedValueError",
     "InvalidKeyError",
     "UnsafePathError",
@@ -99,6 +100,42 @@ class UnknownCodecError(PayloadDecodeError):
 
 class UnsupportedValueError(StepJournalError, TypeError):
     """A value cannot be stored in a payload; the message names its path and how to register a codec."""
+
+
+class CodecPluginError(UnknownCodecError, UnsupportedValueError):
+    """A codec plugin (an entry point in ``stepjournal.codecs`` or ``stepjournal.codec_names``) failed.
+
+    Raised where its codec was needed: encoding a value of its type (so it is also an
+    `UnsupportedValueError`) or decoding a payload of its codec name (so it is also an
+    `UnknownCodecError`). The message names the entry point, its target and its distribution; install
+    what the plugin needs, reinstall its distribution, or register the codec with `register_codec`.
+
+    Attributes:
+        group: the entry-point group (``"stepjournal.codecs"`` or ``"stepjournal.codec_names"``).
+        entry_point: the entry point's name: a type's qualified name, or a codec name.
+        target: what it points at, ``module:function``.
+        distribution, version: the distribution that declares it (None when unknown).
+        error: what went wrong, e.g. ``"ModuleNotFoundError: No module named 'x'"``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        group: str,
+        entry_point: str,
+        target: str,
+        distribution: str | None,
+        version: str | None,
+        error: str,
+    ) -> None:
+        super().__init__(message, detail=error)
+        self.group = group
+        self.entry_point = entry_point
+        self.target = target
+        self.distribution = distribution
+        self.version = version
+        self.error = error
 
 
 class DiffError(StepJournalError, ValueError):

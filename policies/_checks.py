@@ -17,11 +17,15 @@ from stepjournal._events import check_fingerprint
 from stepjournal._keys import DEFAULT_STAGE
 from stepjournal._log import get_logger
 
-from ._base import CallContext, Decision, GenerateCall, ServeRecorded
+from ._base import CallContext, Decision, GenerateCall, JournalView, Policy, RefuseCall, ServeRecorded
 from ._errors import FingerprintMismatchError, InputMismatchError, StageInputMismatchError
 from ._options import EngineOptions
+from ._without_record import WithoutRecord
 
-__all__ = ["ReplayChecks", "stage_input_digest"]
+__all__ = ["ReplayChecks", "stage_input_digest", "PROMPTS_DIFFER"]
+
+# How a same-step refusal for other prompts names its cause (`EngineOptions.check_prompts`).
+PROMPTS_DIFFER = "the prompts differ from the ones recorded"
 
 log = get_logger("stepjournal.policies._engine")
 
@@ -45,9 +49,10 @@ def stage_input_digest(input_digest: Optional[str], weights_version: Any = None)
 
 
 class ReplayChecks:
-    """The checks of `Engine`; the engine provides `journal` and `options`."""
+    """The checks of `Engine`; the engine provides `journal`, `policy` and `options`."""
 
     journal: Journal
+    policy: Policy
     options: EngineOptions
 
     def _damaged(self, ctx: CallContext, policy: str, exc: IntegrityError) -> GenerateCall:
@@ -66,13 +71,52 @@ class ReplayChecks:
         return GenerateCall(reason=f"the record to replay at {where} is damaged ({exc}); regenerated", policy=policy)
 
     def _check_replay(self, ctx: CallContext, decision: ServeRecorded, policy: str) -> Decision:
+        """Check a replay in order: the fingerprint first, then the input (stage input, same-step prompts, digest).
+
+        The configuration is checked first so that a changed setting is what a refusal names, not the
+        prompts that changed because of it.
+        """
+        decision = self._check_fingerprint(ctx, decision, policy)
+        source = decision.source
+        if ctx.stage != DEFAULT_STAGE:
+            return self._check_stage_input(ctx, decision, policy)
+        if (
+            self.options.check_prompts == "same_step"
+            and (source.step, source.gen_index) == (ctx.step, ctx.gen_index)
+            and source.event.input_digest is not None
+            and ctx.input_digest is not None
+            and source.event.input_digest != ctx.input_digest
+        ):
+            return self._same_step_prompts_differ(ctx, decision, policy)
+        if self.options.verify_input and ctx.input_digest != source.event.input_digest:
+            why = (
+                f"input digest {str(ctx.input_digest)[:16]} differs from the one recorded at step {source.step} "
+                f"index {source.gen_index} ({str(source.event.input_digest)[:16]})"
+            )
+            if self.options.on_input_mismatch == "error":
+                reason = f"refused to replay: {why}"
+                self.journal.record_refusal(
+                    ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy, reason=reason
+                )
+                raise InputMismatchError(reason, step=ctx.step, gen_index=ctx.gen_index)
+            return GenerateCall(reason=f"{why}; regenerated", policy=policy)
+        return decision
+
+    def _check_fingerprint(self, ctx: CallContext, decision: ServeRecorded, policy: str) -> ServeRecorded:
+        """Refuse (or, when allowed, note) a replay whose record was made under another fingerprint.
+
+        A record imported from another tool (``imported_from``) carries only the keys that tool's
+        dumps spell; a key it lacks is unknown, not different: it is not compared, and the replay's
+        reason lists it.
+        """
         source = decision.source
         recorded_fp = self.journal.session_fingerprint(source.event.session)
         current_fp = self.journal.fingerprint
+        unknown = sorted(set(current_fp) - set(recorded_fp)) if source.event.imported_from else []
         differences = {
             key: (recorded_fp.get(key), current_fp.get(key))
             for key in sorted(set(recorded_fp) | set(current_fp))
-            if recorded_fp.get(key) != current_fp.get(key)
+            if key not in unknown and recorded_fp.get(key) != current_fp.get(key)
         }
         if differences:
             listed = ", ".join(f"{k}: recorded {a!r}, now {b!r}" for k, (a, b) in differences.items())
@@ -89,21 +133,41 @@ class ReplayChecks:
                     reason, step=ctx.step, gen_index=ctx.gen_index, differences=differences
                 )
             decision = attrs.evolve(decision, reason=f"{decision.reason}; fingerprint differs ({listed}), allowed")
-        if ctx.stage != DEFAULT_STAGE:
-            return self._check_stage_input(ctx, decision, policy)
-        if self.options.verify_input and ctx.input_digest != source.event.input_digest:
-            why = (
-                f"input digest {str(ctx.input_digest)[:16]} differs from the one recorded at step {source.step} "
-                f"index {source.gen_index} ({str(source.event.input_digest)[:16]})"
+        if unknown:
+            log.info("replay_fingerprint_unknown", step=ctx.step, source_step=source.step, keys=unknown,
+                     imported_from=source.event.imported_from)
+            decision = attrs.evolve(
+                decision,
+                reason=f"{decision.reason}; not checked, unknown to the imported record: {', '.join(unknown)}",
             )
-            if self.options.on_input_mismatch == "error":
-                reason = f"refused to replay: {why}"
-                self.journal.record_refusal(
-                    ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=policy, reason=reason
-                )
-                raise InputMismatchError(reason, step=ctx.step, gen_index=ctx.gen_index)
-            return GenerateCall(reason=f"{why}; regenerated", policy=policy)
         return decision
+
+    def _same_step_prompts_differ(self, ctx: CallContext, decision: ServeRecorded, policy: str) -> Decision:
+        """The call's own record was made for other prompts: decide the call as if it were not recorded."""
+        source = decision.source
+        why = (
+            f"{PROMPTS_DIFFER} at step {ctx.step} index {ctx.gen_index} (input digest {str(ctx.input_digest)[:16]}, "
+            f"recorded {str(source.event.input_digest)[:16]})"
+        )
+        view = WithoutRecord(JournalView(self.journal, mode=ctx.mode, stage=ctx.stage), ctx.step, ctx.gen_index)
+        again = self.policy.decide(ctx, view)
+        if isinstance(again, ServeRecorded):  # another step's record (repeat, nearest ...): its own checks
+            return self._check_replay(ctx, again, again.policy or policy)
+        if isinstance(again, GenerateCall):
+            return GenerateCall(reason=f"{why}; generated instead", store=again.store, policy=again.policy or policy)
+        if isinstance(again, RefuseCall):
+            reason = (
+                f"refused to replay step {ctx.step} index {ctx.gen_index}: {why}, and policy {again.policy or policy!r} "
+                "does not generate in their place; replay into a trainer with the recorded dataset and order, "
+                "or pass check_prompts='off' to serve the record anyway"
+            )
+            self.journal.record_refusal(
+                ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=again.policy or policy, reason=reason,
+                stage=ctx.stage,
+            )
+            log.warning("replay_refused_prompts", step=ctx.step, gen_index=ctx.gen_index)
+            raise InputMismatchError(reason, step=ctx.step, gen_index=ctx.gen_index)
+        return again
 
     def _check_stage_input(self, ctx: CallContext, decision: ServeRecorded, policy: str) -> Decision:
         """A stage's record replays only onto the input (and weights version) it was computed on."""

@@ -63,6 +63,12 @@ class EngineOptions:
             ``"error"`` (default) raises `StageInputMismatchError` when the recorded input digest differs
             from the call's, ``"generate"`` computes and stores the call again; either way the reason
             is journaled. This check is always on for those stages (`verify_input` is not needed).
+        check_prompts: ``"same_step"``: a replay of the call's own (step, index) is served only when
+            the call's input digest equals the recorded one; otherwise the policy is asked again as if
+            that record did not exist (``cache`` generates and stores the call, ``replay`` refuses with
+            `InputMismatchError`). Checked after the fingerprint, so a changed setting is named as
+            such. ``"off"`` (default): no such check (`verify_input` checks every replay). The TRL
+            adapter turns it on by default (its prompt ids are the input).
         bypass_modes: modes whose calls skip the policy: they run and are journaled as bypassed,
             nothing stored (default ``("validate",)``). Keeps validation out of record and replay.
         on_corrupt: what to do when the record a replay needs is damaged (its event or payload fails
@@ -80,6 +86,7 @@ class EngineOptions:
     verify_input: bool = attrs.field(default=False, validator=_bool)
     on_input_mismatch: str = attrs.field(default="generate", validator=_one_of("generate", "error"))
     on_stage_input_mismatch: str = attrs.field(default="error", validator=_one_of("error", "generate"))
+    check_prompts: str = attrs.field(default="off", validator=_one_of("off", "same_step"))
     bypass_modes: Tuple[str, ...] = attrs.field(default=("validate",), converter=_as_modes, validator=_modes)
     on_corrupt: str = attrs.field(default="error", validator=_one_of("error", "regenerate"))
 

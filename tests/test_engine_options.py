@@ -32,6 +32,7 @@ CHANGED = dict(
     verify_input=True,
     on_input_mismatch="error",
     on_stage_input_mismatch="generate",
+    check_prompts="same_step",
     bypass_modes=("validate", "eval"),
     on_corrupt="regenerate",
 )
@@ -56,6 +57,7 @@ def test_the_default_options_are_the_engines_old_defaults():
         allow_fingerprint_mismatch=False,
         verify_input=False,
         on_input_mismatch="generate",
+        check_prompts="off",
         bypass_modes=("validate",),
         on_corrupt="error",
     )
@@ -69,6 +71,7 @@ def test_the_default_options_are_the_engines_old_defaults():
         ("verify_input", 1, "True or False"),
         ("on_input_mismatch", "ignore", "'generate' or 'error'"),
         ("on_corrupt", "skip", "'error' or 'regenerate'"),
+        ("check_prompts", "always", "'off' or 'same_step'"),
         ("bypass_modes", "validate", "a list of mode names"),
         ("bypass_modes", ("validate", 3), "a list of mode names"),
     ],

@@ -660,3 +660,33 @@ def test_engine_takes_a_spec_string_and_rejects_what_is_not_a_policy(jpath):
             Engine(j, object())
         with pytest.raises(SpecError, match="unknown policy"):
             Engine(j, "cachee")
+
+
+# -- imported records: a fingerprint key they never had is unknown, not different ---------------------------
+def _record_then_replay(tmp_path, recorded_fp, current_fp, *, imported_from):
+    path = tmp_path / "j"
+    with Journal(path, run="r", fingerprint=recorded_fp) as journal:
+        journal.record(1, {"x": 1}, imported_from=imported_from)
+    with Journal(path, run="r", fingerprint=current_fp) as journal:
+        outcome = Engine(journal, parse("replay")).call(1, lambda: {"x": 2})
+        return outcome, [r.reason for r in journal.audit() if r.action == "replayed"]
+
+
+def test_a_key_an_imported_record_lacks_is_not_compared_and_the_reason_lists_it(tmp_path):
+    outcome, reasons = _record_then_replay(tmp_path, {"n": 2}, {"n": 2, "model": "m", "temperature": 1.0},
+                                           imported_from="verl-skip_manager:exp/1")
+    assert outcome.action == "replayed" and outcome.value == {"x": 1}
+    assert reasons[0].endswith("not checked, unknown to the imported record: model, temperature")
+
+
+def test_a_key_an_imported_record_has_is_still_compared(tmp_path):
+    with pytest.raises(FingerprintMismatchError) as caught:
+        _record_then_replay(tmp_path, {"n": 2}, {"n": 4, "model": "m"}, imported_from="verl-skip_manager:exp/1")
+    assert caught.value.differences == {"n": (2, 4)}
+
+
+def test_a_key_a_recorded_call_lacks_still_differs(tmp_path):
+    """Only imported records have keys they could not know: a journal's own record is compared key for key."""
+    with pytest.raises(FingerprintMismatchError) as caught:
+        _record_then_replay(tmp_path, {"n": 2}, {"n": 2, "model": "m"}, imported_from=None)
+    assert caught.value.differences == {"model": (None, "m")}

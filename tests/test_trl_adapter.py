@@ -260,12 +260,13 @@ def test_attach_takes_every_engine_option_as_a_keyword_or_as_one_options_object(
     trainer = grpo(tokenizer, tmp_path / "out")
     with Journal(tmp_path / "journal") as journal:
         handle = attach(trainer, journal, on_corrupt="regenerate", verify_input=True)
-        assert handle.engine.options == EngineOptions(on_corrupt="regenerate", verify_input=True, bypass_modes=("eval",))
+        assert handle.engine.options == EngineOptions(on_corrupt="regenerate", verify_input=True, bypass_modes=("eval",),
+                                                      check_prompts="same_step")
         handle.detach()
         options = EngineOptions(allow_fingerprint_mismatch=True, on_input_mismatch="error")
         handle = attach(trainer, journal, options=options, bypass_eval=False)
         assert handle.engine.options == EngineOptions(allow_fingerprint_mismatch=True, on_input_mismatch="error",
-                                                      bypass_modes=())
+                                                      bypass_modes=(), check_prompts="same_step")
         handle.detach()
         with pytest.raises(TypeError, match="did you mean 'on_corrupt'"):
             attach(trainer, journal, on_corupt="regenerate")
@@ -458,6 +459,60 @@ def test_a_replay_after_changing_a_sampling_setting_is_refused(tokenizer, tmp_pa
         attach(trainer, journal, "replay")
         with pytest.raises(FingerprintMismatchError, match="top_p: recorded 1.0, now 0.5"):
             trainer.train()
+
+
+@pytest.fixture(scope="module")
+def grpo_recorded_with_fingerprint(tokenizer, tmp_path_factory):
+    """A one-step GRPO run recorded under its trainer's fingerprint: its journal folder (copy it before writing)."""
+    folder = tmp_path_factory.mktemp("grpo_fingerprint")
+    recorded = grpo(tokenizer, folder / "out", max_steps=1)
+    with Journal(folder / "journal", fingerprint=trainer_fingerprint(recorded)) as journal:
+        attach(recorded, journal, "dump")
+        recorded.train()
+    return folder / "journal"
+
+
+@pytest.mark.parametrize(
+    "setting, recorded_value, value",
+    [
+        ("num_generations", 4, 2),
+        ("per_device_train_batch_size", 4, 8),
+        ("steps_per_generation", 2, 1),
+        ("num_iterations", 1, 2),
+        ("seed", 7, 8),
+        ("temperature", 1.0, 0.7),
+        ("top_k", 0, 3),
+        ("max_completion_length", 8, 6),
+    ],
+)
+def test_a_replay_with_one_fingerprinted_setting_changed_names_that_setting(
+    tokenizer, grpo_recorded_with_fingerprint, tmp_path, monkeypatch, setting, recorded_value, value
+):
+    """The configuration is checked before the prompts: the refusal names the setting, and only what is true."""
+    trainer = grpo(tokenizer, tmp_path / "out", max_steps=1, config={setting: value})
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(grpo_recorded_with_fingerprint, tmp_path), fingerprint=trainer_fingerprint(trainer)) as journal:
+        attach(trainer, journal, "replay")
+        with pytest.raises(FingerprintMismatchError) as caught:
+            trainer.train()
+        rows = generate_rows(journal)
+    assert caught.value.differences[setting] == (recorded_value, value)
+    assert f"{setting}: recorded {recorded_value!r}, now {value!r}" in str(caught.value)
+    message = str(caught.value)
+    assert "prompts differ" not in message and "nothing recorded" not in message
+    assert [(r.step, r.action) for r in rows] == [(0, "refused")] and rows[0].reason == message
+
+
+def test_a_replay_with_other_prompts_says_only_that_the_prompts_differ(tokenizer, grpo_recorded, tmp_path, monkeypatch):
+    trainer = grpo(tokenizer, tmp_path / "out", prompts=OTHER_PROMPTS)
+    forbid_generation(trainer, monkeypatch)
+    with Journal(copy_journal(grpo_recorded[0], tmp_path)) as journal:
+        attach(trainer, journal, "replay")
+        with pytest.raises(InputMismatchError) as caught:
+            trainer.train()
+    message = str(caught.value)
+    assert "prompts differ from the ones recorded at step 0 index 0" in message
+    assert "nothing recorded" not in message and "check_prompts='off'" in message
 
 
 def test_supported_trl_range_is_the_one_the_extra_declares():

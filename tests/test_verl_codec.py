@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.protocol import DataProto
 
-from stepjournal import Journal, PayloadDecodeError, UnsupportedValueError, decode_payload, encode_payload
+from stepjournal import CodecRegistry, Journal, PayloadDecodeError, UnknownCodecError, UnsupportedValueError, decode_payload, encode_payload
 from stepjournal.adapters.verl import dataproto_diff, decode_dataproto
 from stepjournal.policies import Engine, parse
 
@@ -115,19 +115,29 @@ def test_a_newer_schema_asks_for_an_upgrade():
         decode_dataproto({"v": 99})
 
 
-def test_reading_without_the_adapter_imported_names_the_codec(tmp_path):
+def test_reading_without_the_adapter_imported_loads_its_codec_plugin(tmp_path):
     path = str(tmp_path / "journal")
     with Journal(path, run="r") as journal:
         journal.record(1, realistic_dataproto(rows=2))
     code = (
         "import stepjournal, sys\n"
         f"j = stepjournal.Journal({path!r}, readonly=True, run='r')\n"
-        "try:\n    j.load_output(j.lookup(1))\n"
-        "except stepjournal.UnknownCodecError as e:\n    print(e); sys.exit(3)\n"
+        "assert 'stepjournal.adapters.verl' not in sys.modules\n"
+        "print(type(j.load_output(j.lookup(1))).__name__)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 3, done.stderr
-    assert "'verl.DataProto'" in done.stdout and "import the adapter" in done.stdout
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "DataProto"
+
+
+def test_reading_through_a_registry_without_autoload_names_the_codec(tmp_path):
+    path = str(tmp_path / "journal")
+    with Journal(path, run="r") as journal:
+        journal.record(1, realistic_dataproto(rows=2))
+    with Journal(path, readonly=True, run="r", registry=CodecRegistry(autoload=False)) as journal:
+        with pytest.raises(UnknownCodecError, match="'verl.DataProto'") as info:
+            journal.load_output(journal.lookup(1))
+    assert "import the adapter" in str(info.value)
 
 
 # -- property: any DataProto of supported parts round-trips exactly ------------------------------------------

@@ -208,11 +208,11 @@ def test_every_engine_option_is_a_key_of_the_stepjournal_section():
     """on_corrupt (promised in configs by docs/reliability.md) and every other engine option are read."""
     section = {"policy": "cache", "path": "/data/j", "on_corrupt": "regenerate", "verify_input": True,
                "on_input_mismatch": "error", "allow_fingerprint_mismatch": True, "bypass_modes": ["validate", "eval"],
-               "on_stage_input_mismatch": "generate"}
+               "on_stage_input_mismatch": "generate", "check_prompts": "same_step"}
     found = read_verl_config(verl_cfg({"stepjournal": section}))
     assert found.engine.options == EngineOptions(on_corrupt="regenerate", verify_input=True, on_input_mismatch="error",
                                                  allow_fingerprint_mismatch=True, bypass_modes=("validate", "eval"),
-                                                 on_stage_input_mismatch="generate")
+                                                 on_stage_input_mismatch="generate", check_prompts="same_step")
     assert set(EngineOptions.names()) <= {key.split(".", 1)[1] for key in found.keys}
     with pytest.raises(ConfigError, match="on_corrupt=.ignore. is not valid"):
         read_verl_config(verl_cfg({"stepjournal": {"policy": "cache", "path": "/data/j", "on_corrupt": "ignore"}}))

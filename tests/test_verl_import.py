@@ -62,6 +62,11 @@ def skip_manager_dumps(tmp_path):
     cfg = verl_config(str(tmp_path))
     cfg["skip"] = {"rollout": {"enable": True, "dump_dir": dump_dir, "steps": [1, 2, 3], "action": "cache"}}
     config = OmegaConf.create(cfg)
+    return config, dump_dir, run_under_skip_manager(config, (1, 2, 3, 4))
+
+
+def run_under_skip_manager(config, steps) -> dict:
+    """verl 0.9.1's own SkipManager decorating a generator, run at `steps` (it dumps per `config`): the outputs."""
     SkipManager.init(config)
 
     class Manager:
@@ -73,10 +78,10 @@ def skip_manager_dumps(tmp_path):
             return self.generator.generate_sequences(prompts)
 
     manager, outputs = Manager(), {}
-    for step in (1, 2, 3, 4):
+    for step in steps:
         SkipManager.set_step(step)
         outputs[step] = manager.generate_sequences(gen_batch(step))
-    return config, dump_dir, outputs
+    return outputs
 
 
 def test_dumps_written_by_verls_skip_manager_import_and_replay(tmp_path):
@@ -208,3 +213,72 @@ def test_cli_import_verl_refuses_then_imports_with_trust_pickle(tmp_path):
     audit = subprocess.run([sys.executable, "-m", "stepjournal", "audit", journal, "--json"],
                            capture_output=True, text=True, timeout=300)
     assert [row["imported_from"].split(":")[0] for row in json.loads(audit.stdout)] == ["verl-skip_manager"] * 3
+
+
+# -- dumps of verl's own SkipManager, replayed under the Hydra config that wrote them -----------------------
+def hydra_skip_config(dump_dir: str, *extra: str):
+    """verl 0.9.1's own legacy trainer config, composed by Hydra, with its rollout skip on (steps 1-3, cache)."""
+    from test_verl_v1_commands import compose
+
+    return compose("verl.trainer.main_ppo", [
+        "trainer.use_v1=false", "trainer.experiment_name=exp", "trainer.project_name=proj",
+        f"data.train_batch_size={GBS}", "data.max_prompt_length=6", "data.max_response_length=5",
+        f"actor_rollout_ref.rollout.n={N}", "actor_rollout_ref.model.path=/models/qwen2.5-0.5b",
+        "skip.rollout.enable=true", f"skip.rollout.dump_dir={dump_dir}", "skip.rollout.steps=[1,2,3]",
+        "skip.rollout.action=cache", *extra,
+    ])
+
+
+def dumps_of_verls_skip_manager(config) -> dict:
+    outputs = run_under_skip_manager(config, (1, 2, 3))
+    SkipManager.skip_instances = {}
+    return outputs
+
+
+@pytest.mark.parametrize("with_config", [False, True])
+def test_dumps_of_verls_skip_manager_replay_under_the_same_hydra_config(tmp_path, with_config):
+    """What the dumps could not know is unknown, not different: the same config replays them, and says so."""
+    dump_dir = str(tmp_path / "dumps")
+    config = hydra_skip_config(dump_dir)
+    outputs = dumps_of_verls_skip_manager(config)
+    found = read_verl_config(config)
+    assert {"verl.model_path", "verl.temperature", "verl.do_sample", "verl.train_files"} <= set(found.fingerprint)
+    report = import_verl_dumps(dump_dir, found.path, trust_pickle=True, config=config if with_config else None)
+    assert report.ok and [r.step for r in report.imported] == [1, 2, 3]
+
+    rollout = rollout_from_config(found, FakeGenerator(fail=True).generate_sequences)
+    try:
+        for step in (1, 2, 3):
+            assert dataproto_diff(rollout(gen_batch(step)), outputs[step]) == [], step
+            assert rollout.last_outcome.action == "replayed"
+    finally:
+        rollout.close()
+    with Journal(found.path, readonly=True, run=found.run) as journal:
+        reasons = [r.reason for r in journal.audit() if r.action == "replayed"]
+    assert len(reasons) == 3
+    for reason in reasons:
+        if with_config:  # the import recorded the config's keys: all of them were checked
+            assert "unknown" not in reason
+        else:
+            unknown = reason.split("not checked, unknown to the imported record: ")[1].split(", ")
+            assert {"verl.model_path", "verl.temperature", "verl.do_sample", "verl.train_files"} <= set(unknown)
+            assert "verl.rollout_n" not in unknown and "verl.gen_batch_size" not in unknown
+
+
+def test_a_known_setting_of_an_imported_dump_still_refuses_its_replay(tmp_path):
+    """The keys the dump folder spells are known: another rollout.n is refused, naming it, with nothing waived."""
+    from stepjournal.policies import FingerprintMismatchError
+
+    dump_dir = str(tmp_path / "dumps")
+    dumps_of_verls_skip_manager(hydra_skip_config(dump_dir))
+    other = read_verl_config(hydra_skip_config(dump_dir, "actor_rollout_ref.rollout.max_model_len=64",
+                                               "data.max_response_length=7"))
+    import_verl_dumps(dump_dir, other.path, trust_pickle=True)
+    rollout = rollout_from_config(other, FakeGenerator(fail=True).generate_sequences)
+    try:
+        with pytest.raises(FingerprintMismatchError) as caught:
+            rollout(gen_batch(1))
+    finally:
+        rollout.close()
+    assert set(caught.value.differences) == {"verl.max_response_length"}
+    assert "verl.max_response_length: recorded 5, now 7" in str(caught.value)

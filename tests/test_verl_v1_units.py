@@ -209,7 +209,9 @@ def test_v1_dumps_are_refused_without_trust_pickle_and_none_is_read(tmp_path):
 
     dumps, _ = find_verl_dumps(tmp_path)
     assert [(d.form, d.order, d.run) for d in dumps] == [("rollout_tq", 1, "e_p")]
-    with pytest.raises(PickleRefusedError, match="refusing to import 1 verl dump"):
+    with pytest.raises(PickleRefusedError, match="refusing to import 1 verl dump") as caught:
         import_verl_dumps(tmp_path, tmp_path / "j")
+    assert "dump files (tq_batch.pt (torch.save)) are Python pickles" in str(caught.value)
+    assert ".dp" not in str(caught.value) and ".pkl" not in str(caught.value)  # it names the files it found
     report = import_verl_dumps(tmp_path, tmp_path / "j", trust_pickle=True)
     assert report.imported == () and len(report.failed) == 1  # an unreadable file is reported, not imported

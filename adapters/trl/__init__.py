@@ -8,8 +8,8 @@ and docs/trl.md.
 
 The package has the inner shape of every adapter (docs/adapters.md): ``_config`` (the TRL surface it
 was written against, modes, the trainer fingerprint), ``_codec`` (the stored payload and the
-random-number state), ``_hooks`` (the interception and `attach`), ``_errors``, and ``_prompts``
-(the same-step prompt check `attach` puts around the policy). The errors,
+random-number state), ``_hooks`` (the interception and `attach`, which turns on the engine's
+same-step prompt check, `EngineOptions.check_prompts`) and ``_errors``. The errors,
 `SUPPORTED_TRL` and `PAYLOAD_FORMAT` import without TRL; the other names raise `ImportError`
 naming the ``stepjournal[trl]`` extra.
 """

@@ -38,7 +38,6 @@ from stepjournal.policies import (
     CallHooks,
     Engine,
     EngineOptions,
-    InputMismatchError,
     Outcome,
     Policy,
     ReplayMissError,
@@ -48,7 +47,6 @@ from stepjournal.policies import (
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of, topology_hint
 from ._errors import TrlAdapterError
-from ._prompts import PROMPTS_DIFFER, SamePromptsAtSameStep
 from ._stage_spec import GENERATE, declared_stages, stage_policies
 from ._stages import StageHooks
 
@@ -166,8 +164,6 @@ class TrlRecorder:
         try:
             outcome = self.engine.call(step, generate, mode=mode, hooks=hooks)
         except ReplayMissError as exc:
-            if str(exc).startswith(PROMPTS_DIFFER):
-                raise InputMismatchError(str(exc), step=exc.step, gen_index=exc.gen_index) from None
             hint = topology_hint(self.journal, trainer, mode)
             if hint is None:
                 raise
@@ -284,11 +280,12 @@ def attach(
         raise TrlAdapterError(f"attach(check_prompts={check_prompts!r}): use 'same_step' (the default) or 'off'")
     eval_mode = mode_name(trainer, "eval")
     policies = stage_policies(trainer, policy)
-    if check_prompts == "same_step" and GENERATE in policies.policies:
-        wrapped = {**policies.policies, GENERATE: SamePromptsAtSameStep(policies.policies[GENERATE])}
-        policies = StagePolicies(wrapped, name=policies.name)
     engine = Engine(
-        journal, policies, options=attrs.evolve(options, bypass_modes=(eval_mode,) if bypass_eval else ()),
+        journal,
+        policies,
+        options=attrs.evolve(
+            options, bypass_modes=(eval_mode,) if bypass_eval else (), check_prompts=check_prompts
+        ),
         stages=declared_stages(trainer),
     )
     handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)

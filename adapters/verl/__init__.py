@@ -1,8 +1,9 @@
 """stepjournal for verl: journal ``generate_sequences``, read verl's skip configs, import its dumps.
 
-Importing this module registers the ``verl.DataProto`` payload codec, so journals holding DataProtos
-can be written and read. A process that reads such a journal without importing it gets
-`stepjournal.UnknownCodecError`: ``import stepjournal.adapters.verl`` first.
+Importing this module registers the ``verl.DataProto`` and ``verl.TQBatch`` payload codecs, so
+journals holding them can be written and read. A process that never imports it loads them on first
+sight all the same: `register_dataproto_codec` and `register_tq_codec` are codec plugins (pyproject's
+``stepjournal.codecs`` and ``stepjournal.codec_names`` entry points).
 
 Three ways in (docs/verl.md shows each):
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._config import VerlJournalConfig, read_verl_config, verl_fingerprint, verl_run_key
-from ._errors import MissingInputError, PickleRefusedError, VerlAdapterError, VerlDumpError, VerlStepError
+from ._errors import MissingInputError, NoOutcomeError, PickleRefusedError, VerlAdapterError, VerlDumpError, VerlStepError
 
 # verl and the modules its import needs (the `verl` extra).
 _VERL_MODULES = frozenset({"verl", "tensordict", "ray", "cachetools", "fastapi", "uvicorn"})
@@ -46,7 +47,8 @@ try:
         wrap_generate_sequences,
     )
     from ._codec import CODEC_NAME, dataproto_diff, decode_dataproto, encode_dataproto, register_dataproto_codec
-    from ._hooks import JournaledRollout, align_batch, feed_index_step, meta_step, validate_mode
+    from ._calls import feed_index_step, meta_step, validate_mode
+    from ._hooks import JournaledRollout, align_batch
     from ._import import ImportedRecord, ImportReport, SkippedDump, VerlDump, find_verl_dumps, import_verl_dumps
     from ._v1_codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
     from ._v1_hooks import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
@@ -78,12 +80,15 @@ __all__ = [
     "encode_dataproto",
     "decode_dataproto",
     "CODEC_NAME",
+    "register_dataproto_codec",
+    "register_tq_codec",
     "meta_step",
     "feed_index_step",
     "validate_mode",
     "VerlAdapterError",
     "VerlStepError",
     "MissingInputError",
+    "NoOutcomeError",
     "PickleRefusedError",
     "VerlDumpError",
     "V1Journal",

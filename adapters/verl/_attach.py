@@ -19,7 +19,8 @@ from stepjournal.policies import ConfigError, Engine, ReplayMissError, open_engi
 from ._config import VerlJournalConfig, read_verl_config
 from ._nodes import _select
 from ._errors import VerlAdapterError, VerlStepError
-from ._hooks import JournaledRollout, feed_index_step, meta_step, undecorated
+from ._calls import feed_index_step, meta_step, undecorated
+from ._hooks import JournaledRollout
 
 __all__ = [
     "attach",
@@ -213,10 +214,11 @@ def make_journaled_agent_loop_manager() -> type:
                 return await undecorated(AgentLoopManager.generate_sequences)(self, prompts)
 
             # verl's own calling convention for this method: awaiting callers get a coroutine,
-            # synchronous ones the DataProto.
+            # synchronous ones the DataProto. A plain function returning `acall`'s coroutine, so the
+            # call's outcome reaches the caller's context (`last_outcome`) however auto_await runs it.
             @auto_await
-            async def generate_sequences(self, prompts: DataProto) -> DataProto:
-                return await self.stepjournal.acall(prompts)
+            def generate_sequences(self, prompts: DataProto) -> Any:
+                return self.stepjournal.acall(prompts)
 
         JournaledAgentLoopManager.__module__ = "stepjournal.adapters.verl"
         JournaledAgentLoopManager.__qualname__ = "JournaledAgentLoopManager"

@@ -19,14 +19,14 @@ the CPU; a TensorDict recorded on another device comes back without a device.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
 from verl.protocol import DataProto
 
-from stepjournal import PayloadDecodeError, UnsupportedValueError, register_codec
+from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
 
 __all__ = ["CODEC_NAME", "encode_dataproto", "decode_dataproto", "dataproto_diff", "register_dataproto_codec"]
 
@@ -118,9 +118,15 @@ def decode_dataproto(node: Any) -> DataProto:
     return DataProto(batch=batch, non_tensor_batch=node["non_tensor_batch"], meta_info=node["meta_info"])
 
 
-def register_dataproto_codec() -> None:
-    """Register the DataProto codec in the default registry (done when `stepjournal.adapters.verl` is imported)."""
-    register_codec(DataProto, CODEC_NAME, encode=encode_dataproto, decode=decode_dataproto)
+def register_dataproto_codec(registry: Optional[CodecRegistry] = None) -> None:
+    """Register the DataProto codec in `registry` (`default_registry` when None).
+
+    Importing `stepjournal.adapters.verl` does it for the default registry; it is also the codec plugin
+    that pyproject's ``stepjournal.codecs`` / ``stepjournal.codec_names`` entry points name, so a
+    process that never imported the adapter finds the codec on its first DataProto.
+    """
+    target = default_registry if registry is None else registry
+    target.register(DataProto, CODEC_NAME, encode=encode_dataproto, decode=decode_dataproto)
 
 
 # -- exact comparison ---------------------------------------------------------------------------------

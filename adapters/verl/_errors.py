@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from stepjournal import StepJournalError
 
-__all__ = ["VerlAdapterError", "VerlStepError", "MissingInputError", "PickleRefusedError", "VerlDumpError"]
+__all__ = ["VerlAdapterError", "VerlStepError", "MissingInputError", "NoOutcomeError", "PickleRefusedError",
+           "VerlDumpError"]
 
 
 class VerlAdapterError(StepJournalError):
@@ -20,6 +21,16 @@ class MissingInputError(VerlAdapterError):
 
     Records imported from verl's SkipManager dumps have no input; pass ``missing="keep"`` to
     `JournaledRollout.matching_batch` to keep the current batch anyway.
+    """
+
+
+class NoOutcomeError(VerlAdapterError):
+    """`matching_batch` / `matching_input` cannot know whether the latest call was replayed.
+
+    No generate call went through the journaled rollout in the calling thread or asyncio task, or
+    the latest one has not finished. Rather than return the batch unchanged (right only when the
+    call ran), it raises: call it after the generate call returns, where it was made, or pass the
+    call's `Outcome` as ``outcome=``.
     """
 
 

@@ -1,7 +1,7 @@
 """The verl hook point: `JournaledRollout` wraps a ``generate_sequences`` the way verl's rollout skip did.
 
-This module finds each call's step and mode, hands the call to the `Engine`, and gives the trainer
-the input batch that belongs to a replayed output; the ways of installing it on a trainer, a manager
+This module hands each call (its step and mode read by ``_calls``) to the `Engine`, and gives the
+trainer the input batch that belongs to a replayed output; the ways of installing it on a trainer, a manager
 class or the fully-async rollouter live in `_attach`. Decisions are the policies'.
 
 A call has two entry points, chosen by the caller, never guessed: ``rollout(prompts)`` from
@@ -14,11 +14,9 @@ verl's own method gives it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import inspect
 import itertools
-import os
 import threading
 from typing import Any, Callable, Optional, Tuple
 
@@ -30,131 +28,41 @@ from stepjournal._log import get_logger
 from stepjournal import Journal
 from stepjournal.policies import CallHooks, Engine, Outcome
 
+from ._calls import is_async, prompts_of, run_blocking, validate_mode
 from ._config import VerlJournalConfig
-from ._errors import MissingInputError, VerlAdapterError, VerlStepError
+from ._errors import MissingInputError, NoOutcomeError, VerlAdapterError, VerlStepError
 
-__all__ = [
-    "JournaledRollout",
-    "align_batch",
-    "undecorated",
-    "validate_mode",
-    "meta_step",
-    "feed_index_step",
-]
+__all__ = ["JournaledRollout", "align_batch", "journaled_by"]
 
 log = get_logger(__name__)
 
 _IDS = itertools.count()
 
 
-# -- what a call is: its prompts, step and mode -------------------------------------------------------
-
-
-def _prompts_of(args: tuple, kwargs: dict) -> Any:
-    if "prompts" in kwargs:
-        return kwargs["prompts"]
-    if "batch" in kwargs:
-        return kwargs["batch"]
-    if args:
-        return args[0]
-    raise TypeError("generate_sequences was called without a batch; pass the DataProto as its first argument")
-
-
-def validate_mode(prompts: Any) -> str:
-    """``"validate"`` for calls whose ``meta_info["validate"]`` is true (verl's validation), else ``"train"``."""
-    meta = getattr(prompts, "meta_info", None) or {}
-    return "validate" if bool(meta.get("validate", False)) else "train"
-
-
-def meta_step(prompts: Any) -> int:
-    """The step verl's trainer writes into ``meta_info["global_steps"]`` of every generation batch."""
-    meta = getattr(prompts, "meta_info", None) or {}
-    if "global_steps" not in meta:
-        raise VerlStepError(
-            "the generation batch has no meta_info['global_steps']: verl's RayPPOTrainer sets it; in your own "
-            "loop set gen_batch.meta_info['global_steps'] = step, or use stepjournal.adapters.verl.attach(trainer)"
-        )
-    return meta["global_steps"]
-
-
-def parse_feed_index(uid: str) -> int:
-    """The feed index in ``uid_sample_{epoch}_{index}`` / ``sample_{epoch}_{index}`` (fully-async rollouter)."""
-    text = uid[4:] if uid.startswith("uid_") else uid
-    parts = text.split("_")
-    if len(parts) != 3 or parts[0] != "sample" or not parts[1].isdigit() or not parts[2].isdigit():
-        raise VerlStepError(
-            f"uid {uid!r} is not sample_<epoch>_<feed index>: the fully-async rollouter names samples so; "
-            "use step_source='global_steps' for other trainers"
-        )
-    return int(parts[2])
-
-
-def feed_index_step(prompts: Any) -> int:
-    """The fully-async rollouter's step: the feed index parsed from ``non_tensor_batch["uid"][0]``."""
-    uids = (getattr(prompts, "non_tensor_batch", None) or {}).get("uid")
-    if uids is None or len(uids) == 0:
-        raise VerlStepError("the batch has no non_tensor_batch['uid'] to read the fully-async feed index from")
-    return parse_feed_index(str(uids[0]))
-
-
-# -- undoing verl's SkipManager decorator -------------------------------------------------------------
-
-
-def _skip_manager_file() -> Optional[str]:
-    try:
-        import verl.utils.skip.skip_manager as module
-    except ImportError:  # pragma: no cover - verl without SkipManager
-        return None
-    return os.path.realpath(module.__file__)
-
-
-def undecorated(fn: Any) -> Any:
-    """`fn` without verl's `SkipManager.annotate` (and the layers around it), so only stepjournal decides.
-
-    verl's SkipManager reads the same config keys a user migrates from; left in place it would dump and
-    serve its own pickles under ours.
-    """
-    skip_file = _skip_manager_file()
-    func = getattr(fn, "__func__", fn)
-    layers = []
-    while func is not None and len(layers) < 32:
-        layers.append(func)
-        func = getattr(func, "__wrapped__", None)
-    decorated = any(
-        os.path.realpath(getattr(getattr(layer, "__code__", None), "co_filename", "") or "") == skip_file
-        for layer in layers
-    )
-    if not decorated:
-        return fn
-    inner = layers[-1]
-    owner = getattr(fn, "__self__", None)
-    return inner.__get__(owner) if owner is not None else inner
-
-
-def _is_async(fn: Any) -> bool:
-    if inspect.iscoroutinefunction(fn):
-        return True
-    func = getattr(fn, "__func__", fn)
-    return inspect.iscoroutinefunction(inspect.unwrap(func))
-
-
-def _run_blocking(coro: Any) -> Any:
-    """Run a coroutine to its end from synchronous code (as verl's `auto_await` does)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        in_loop = False
-    else:
-        in_loop = True
-    # Outside the `except`: an error of the call itself must not carry "no running event loop" as its context.
-    if not in_loop:
-        return asyncio.run(coro)
-    # A loop runs in this thread: blocking it would deadlock, so run in a helper thread.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 # -- the wrapper ------------------------------------------------------------------------------------------
+
+
+class _Slot:
+    """Where one call's `Outcome` lands: made in the caller's context before the call runs.
+
+    verl's ``auto_await`` runs a coroutine with ``asyncio.run`` (or on a helper thread), each in a copy
+    of the caller's context, so a context variable set inside the call never reaches the caller. The
+    slot is created and put in the caller's context first; the call fills it wherever it runs.
+    """
+
+    __slots__ = ("outcome", "done")
+
+    def __init__(self) -> None:
+        self.outcome: Optional[Outcome] = None
+        self.done = False
+
+    def fill(self, outcome: Optional[Outcome]) -> None:
+        self.outcome, self.done = outcome, True
+
+
+# Which call `last_outcome` answers for, when it cannot answer (`NoOutcomeError`'s message).
+_NO_CALL = "no generate call went through this JournaledRollout in this thread or asyncio task"
+_UNFINISHED = "the latest generate call in this thread or asyncio task has not finished (or it raised)"
 
 
 class JournaledRollout:
@@ -207,8 +115,8 @@ class JournaledRollout:
         self.rollout_n = rollout_n
         self.config = config
         self.calls = 0
-        self._async = _is_async(generate)
-        self._last: contextvars.ContextVar[Optional[Outcome]] = contextvars.ContextVar(
+        self._async = is_async(generate)
+        self._last: contextvars.ContextVar[Optional[_Slot]] = contextvars.ContextVar(
             f"stepjournal_verl_last_{next(_IDS)}", default=None
         )
         self._count_lock = threading.Lock()
@@ -222,8 +130,9 @@ class JournaledRollout:
     # -- calling: one entry point for synchronous callers, one for coroutines ------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The call, from synchronous code: the DataProto (an async `generate` is run to its end)."""
+        slot = self._new_slot()
         if self._async:
-            outcome, value = _run_blocking(self._call_async(args, kwargs))
+            outcome, value = run_blocking(self._call_async(args, kwargs))
         elif self.engine is None:  # not journaling: no outcome
             self._count_call()
             outcome, value = None, self.generate(*args, **kwargs)
@@ -231,14 +140,26 @@ class JournaledRollout:
             step, mode, hooks = self._call_of(args, kwargs)
             outcome = self.engine.call(step, lambda: self.generate(*args, **kwargs), mode=mode, hooks=hooks)
             value = outcome.value
-        self._last.set(outcome)
+        slot.fill(outcome)
         return value
 
-    async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        """The call, awaited (for asyncio callers such as the fully-async rollouter)."""
+    def acall(self, *args: Any, **kwargs: Any) -> Any:
+        """The call, to await (for asyncio callers such as the fully-async rollouter): a coroutine.
+
+        A plain function that returns the coroutine, so that the call's outcome slot is made in the
+        caller's context however the coroutine is then run (awaited, ``asyncio.run``, another thread).
+        """
+        return self._filled(self._new_slot(), args, kwargs)
+
+    async def _filled(self, slot: _Slot, args: tuple, kwargs: dict) -> Any:
         outcome, value = await self._call_async(args, kwargs)
-        self._last.set(outcome)
+        slot.fill(outcome)
         return value
+
+    def _new_slot(self) -> _Slot:
+        slot = _Slot()
+        self._last.set(slot)
+        return slot
 
     async def _call_async(self, args: tuple, kwargs: dict) -> Tuple[Optional[Outcome], Any]:
         if self.engine is None:  # not journaling: no outcome
@@ -256,7 +177,7 @@ class JournaledRollout:
     def _call_of(self, args: tuple, kwargs: dict) -> Tuple[int, str, CallHooks]:
         """A call's step and mode, and how its input batch is stored."""
         self._count_call()
-        prompts = _prompts_of(args, kwargs)
+        prompts = prompts_of(args, kwargs)
         # The input is prepared before the generator runs (verl's manager adds keys, e.g. priority, to
         # it); `acall` runs journal I/O in a thread so other rollout tasks keep going meanwhile.
         hooks = CallHooks(prepare_input=lambda: self._prepare(prompts), run_blocking=asyncio.to_thread)
@@ -291,8 +212,26 @@ class JournaledRollout:
     # -- what the trainer asks afterwards ----------------------------------------------------------------
     @property
     def last_outcome(self) -> Optional[Outcome]:
-        """The `Outcome` of the last call made from this thread or asyncio task (None before any)."""
-        return self._last.get()
+        """The `Outcome` of the latest call made from this thread or asyncio task.
+
+        It reaches the caller however verl dispatched the call: directly, awaited, or through
+        ``auto_await`` (``asyncio.run``, or a helper thread when a loop is running). None before any
+        call, or when the latest call was not journaled (no engine).
+        """
+        slot = self._last.get()
+        return slot.outcome if slot is not None else None
+
+    def _latest(self) -> Optional[Outcome]:
+        """The latest call's outcome for `matching_input`; raises `NoOutcomeError` when it is not known."""
+        slot = self._last.get()
+        if slot is None:
+            raise NoOutcomeError(
+                f"{_NO_CALL}, so which batch matches its responses is not known: call matching_batch in the "
+                "thread (or task) that called generate_sequences, after it returned, or pass outcome="
+            )
+        if not slot.done:
+            raise NoOutcomeError(f"{_UNFINISHED}: its responses are not known yet, so neither is their batch")
+        return slot.outcome
 
     def matching_input(self, outcome: Optional[Outcome] = None) -> Optional[DataProto]:
         """The recorded input batch of a replayed call: the prompts its output was generated from.
@@ -305,8 +244,10 @@ class JournaledRollout:
 
         Raises:
             MissingInputError: the record that was served stored no input (e.g. imported SkipManager dumps).
+            NoOutcomeError: no `outcome` was given and the latest call's is not known (no call in this
+                thread or task, or it has not finished): never a silent "the call ran".
         """
-        outcome = outcome if outcome is not None else self.last_outcome
+        outcome = outcome if outcome is not None else self._latest()
         if outcome is None or outcome.action != "replayed" or outcome.source is None:
             return None
         if outcome.source.event.input is None:
@@ -336,6 +277,10 @@ class JournaledRollout:
 
         Returns:
             A new DataProto (or `batch` itself when nothing needs replacing).
+
+        Raises:
+            MissingInputError: the served record stored no input (and `missing` is ``"error"``).
+            NoOutcomeError: no `outcome` was given and the latest call's is not known.
         """
         if missing not in ("error", "keep"):
             raise ValueError(f"missing={missing!r}: use 'error' or 'keep'")

@@ -44,10 +44,23 @@ log = get_logger(__name__)
 _GENSTEP_DIR = re.compile(r"^genstep_(?P<n>[0-9]+)$")
 _GENSTEP_PKL = re.compile(r"^genstep_(?P<n>[0-9]+)\.pkl$")
 _STEP_DIR = re.compile(r"^(?P<n>[0-9]+)$")
-_PICKLE_WHY = (
-    "verl's dump files (.dp, .pkl) are Python pickles: loading one runs any code it was made to run, "
-    "so a dump folder that someone else could write to can take over this process"
-)
+# The pickle files each dump form holds, as its refusal names them.
+_PICKLE_FILES = {
+    "rollout_tq": "tq_batch.pt (torch.save)",
+    "skip_manager": "gen_batch.dp",
+    "rollout_skip_v2": "gen_batch.dp, new_batch.dp",
+    "rollout_skip_v2_pre": "genstep_NNNNNN.pkl",
+    "rollout_skip_v1": "the v1 dump file",
+}
+
+
+def _pickle_why(dumps: "List[VerlDump]") -> str:
+    """Why the dumps found are refused, naming the files they are."""
+    files = ", ".join(dict.fromkeys(_PICKLE_FILES.get(d.form, d.form) for d in dumps))
+    return (
+        f"these dump files ({files}) are Python pickles: loading one runs any code it was made to run, "
+        "so a dump folder that someone else could write to can take over this process"
+    )
 
 
 @attrs.frozen
@@ -333,7 +346,7 @@ def import_verl_dumps(
         )
     if trust_pickle is not True:
         raise PickleRefusedError(
-            f"refusing to import {len(dumps)} verl dump(s) from {os.fspath(dump_dir)!r}: {_PICKLE_WHY}. "
+            f"refusing to import {len(dumps)} verl dump(s) from {os.fspath(dump_dir)!r}: {_pickle_why(dumps)}. "
             "Nothing was read. If you made these dumps yourself and nobody else can write to that folder, "
             "run again with trust_pickle=True (CLI: --trust-pickle)"
         )

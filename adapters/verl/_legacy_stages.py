@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Tuple
 from stepjournal._log import get_logger
 from stepjournal.policies import Engine, Outcome
 
-from ._hooks import validate_mode
+from ._calls import validate_mode
 from ._v1_stages import _METHODS, named_downstream, stage_weights_version
 
 __all__ = ["LegacyStages", "LEGACY_STAGE_READS"]

@@ -29,7 +29,7 @@ import attrs
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from stepjournal import PayloadDecodeError, UnsupportedValueError, register_codec
+from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
 
 from ._codec import _value_diff as _codec_value_diff  # one exact comparison for both codecs
 
@@ -140,9 +140,14 @@ def decode_tq_batch(node: Any) -> TQBatch:
     return TQBatch(fields=_decode_td(node["fields"], "fields"), keys=keys, tags=tags, partition_id=node.get("partition_id"))
 
 
-def register_tq_codec() -> None:
-    """Register the `TQBatch` codec (done when `stepjournal.adapters.verl` is imported)."""
-    register_codec(TQBatch, TQ_CODEC_NAME, encode=encode_tq_batch, decode=decode_tq_batch)
+def register_tq_codec(registry: Optional[CodecRegistry] = None) -> None:
+    """Register the `TQBatch` codec in `registry` (`default_registry` when None).
+
+    Importing `stepjournal.adapters.verl` does it for the default registry; it is also the codec plugin
+    that pyproject's ``stepjournal.codecs`` / ``stepjournal.codec_names`` entry points name.
+    """
+    target = default_registry if registry is None else registry
+    target.register(TQBatch, TQ_CODEC_NAME, encode=encode_tq_batch, decode=decode_tq_batch)
 
 
 # -- exact comparison -----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, 
 
 from ._config import VerlJournalConfig, read_verl_config
 from ._errors import VerlAdapterError
-from ._hooks import undecorated as _undecorated
+from ._calls import undecorated as _undecorated
 from ._v1_codec import TQBatch
 from ._v1_stages import V1Stages, check_verl_stages
 

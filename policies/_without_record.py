@@ -1,0 +1,66 @@
+"""`WithoutRecord`: a journal view in which one recorded call reads as never recorded.
+
+The engine's same-step prompt check (`EngineOptions.check_prompts`) asks the policy again through
+this view when the call's own record was made for other prompts, so the policy's own rule for an
+unrecorded call applies (``cache`` generates and stores it, ``replay`` refuses).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import List, Optional
+
+from stepjournal import RecordedGeneration
+
+from ._base import JournalView
+from ._ranges import StepRanges
+
+__all__ = ["WithoutRecord"]
+
+
+class WithoutRecord(JournalView):
+    """`view` with the record at (step, gen_index) hidden (and its step, when that was its only call).
+
+    Built only when a same-step replay met other prompts, so reading the step list here is rare.
+    """
+
+    __slots__ = ("_hidden", "_left")
+
+    def __init__(self, view: JournalView, step: int, gen_index: int) -> None:
+        super().__init__(view._journal, run=view.run, mode=view.mode, stage=view.stage)
+        self.scope = view.scope
+        self._hidden = (step, gen_index)
+        self._left: Optional[List[int]] = None
+
+    def restricted(self, scope: StepRanges) -> JournalView:
+        return WithoutRecord(super().restricted(scope), *self._hidden)
+
+    def lookup(self, step: int, gen_index: int = 0) -> Optional[RecordedGeneration]:
+        if (step, gen_index) == self._hidden:
+            return None
+        return super().lookup(step, gen_index)
+
+    def recorded_indices(self, step: int) -> List[int]:
+        return [i for i in super().recorded_indices(step) if (step, i) != self._hidden]
+
+    def recorded_steps(self) -> List[int]:
+        if self._left is None:
+            step = self._hidden[0]
+            self._left = [s for s in super().recorded_steps() if s != step or self.recorded_indices(step)]
+        return list(self._left)
+
+    def step_count(self) -> int:
+        return len(self.recorded_steps())
+
+    def nth_step(self, n: int) -> int:
+        return self.recorded_steps()[n]
+
+    def nearest_below(self, step: int) -> Optional[int]:
+        steps = self.recorded_steps()
+        i = bisect.bisect_left(steps, step)
+        return steps[i - 1] if i > 0 else None
+
+    def nearest_above(self, step: int) -> Optional[int]:
+        steps = self.recorded_steps()
+        i = bisect.bisect_right(steps, step)
+        return steps[i] if i < len(steps) else None
