@@ -10,9 +10,10 @@ import asyncio
 import os
 import sys
 import threading
-import time
-from typing import List
+from contextlib import nullcontext
+from typing import Any, List, Optional
 
+from kill_points import Lockstep
 from reliability_support import SIZES, expected_output, same_output
 
 
@@ -20,8 +21,9 @@ def _line(fd: int, text: str) -> None:
     os.write(fd, (text + "\n").encode())
 
 
-# -- crash: a writer that is killed at a random moment -------------------------------------------------
-def crash_writer(path: str, ack_path: str, run: str = "crash", stop_after: int = 0) -> None:
+# -- crash: a writer that is killed at a seeded point of its work --------------------------------------
+def crash_writer(path: str, ack_path: str, run: str = "crash", stop_after: int = 0,
+                 lockstep: Optional[Any] = None) -> None:
     """Resume the run the way a restarted training loop does, and record until killed.
 
     Protocol (one line each, written after the fact it states):
@@ -31,52 +33,63 @@ def crash_writer(path: str, ack_path: str, run: str = "crash", stop_after: int =
         ``R<step>``  the call was served from the journal, and the value equals what generating gives
         ``X<step>``  a replayed value differs from the generated one (the parent fails the test)
         ``E``        `stop_after` calls made; exiting normally
+
+    With `lockstep` (the child's end of a `kill_points` pipe) each line is also a point the writer
+    waits at, and so is each write into LMDB and each commit (the journal's open included).
     """
     from stepjournal import Journal
     from stepjournal.adapters import journaled
 
+    points = Lockstep(lockstep) if lockstep is not None else None
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with Journal(path, run=run) as journal:
-        recorded = journal.recorded_steps()
-        start = max(1, recorded[-1] - 1) if recorded else 1
-        _line(fd, f"O{start}")
-        rollout = journaled(lambda step: expected_output(step), journal, "cache", input_of=None)
-        step, made = start, 0
-        while not stop_after or made < stop_after:
-            _line(fd, f"B{step}")
-            value = rollout(step=step)
-            if rollout.last_outcome.action == "replayed":
-                _line(fd, f"{'R' if same_output(value, expected_output(step)) else 'X'}{step}")
-            else:
-                _line(fd, f"A{step}")
-            step += 1
-            made += 1
+
+    def say(text: str) -> None:
+        _line(fd, text)
+        if points is not None:
+            points.point(text)
+
+    with points.lmdb_writes() if points is not None else nullcontext():
+        with Journal(path, run=run) as journal:
+            recorded = journal.recorded_steps()
+            start = max(1, recorded[-1] - 1) if recorded else 1
+            say(f"O{start}")
+            rollout = journaled(lambda step: expected_output(step), journal, "cache", input_of=None)
+            step, made = start, 0
+            while not stop_after or made < stop_after:
+                say(f"B{step}")
+                value = rollout(step=step)
+                if rollout.last_outcome.action == "replayed":
+                    say(f"{'R' if same_output(value, expected_output(step)) else 'X'}{step}")
+                else:
+                    say(f"A{step}")
+                step += 1
+                made += 1
     _line(fd, "E")
     os.close(fd)
 
 
-def hold_reader(path: str, flag: str) -> None:
-    """Open the journal read-only, stay inside a read transaction, say so, and wait to be killed."""
+def hold_reader(path: str, lockstep: Any) -> None:
+    """Open the journal read-only, stay inside a read transaction, and say so (a `kill_points` point:
+    the parent kills it while it waits there)."""
     from stepjournal import Journal
 
     journal = Journal(path, readonly=True)
     events = journal.raw_events()
     next(events)
-    open(flag, "w").close()
-    time.sleep(600)
+    Lockstep(lockstep).point("reading")
 
 
-def locked_writer(path: str, flag: str, nbytes: int) -> None:
-    """Record huge payloads in a loop (each commit is long), announcing each start; killed by the parent."""
+def locked_writer(path: str, nbytes: int, lockstep: Any) -> None:
+    """Record huge payloads in a loop (each commit is long), waiting at each write into LMDB and each
+    commit (`kill_points` points); killed by the parent."""
     import torch
 
     from stepjournal import Journal
 
-    with Journal(path, run="killed-writer") as journal:
+    with Lockstep(lockstep).lmdb_writes(), Journal(path, run="killed-writer") as journal:
         step = 0
         while True:
             step += 1
-            open(flag, "w").close()
             journal.record(step, {"x": torch.full((nbytes // 8,), step, dtype=torch.int64)})
 
 

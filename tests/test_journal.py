@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import signal
+import random
 import stat
 import sys
-import time
 
 import msgpack
 import pytest
@@ -28,6 +27,7 @@ from stepjournal import (
 )
 from stepjournal._convert import decode_event, encode_event
 
+from kill_points import Lockstep, nth_after, start_process
 from lmdb_raw import flip_byte, items, put_raw
 
 
@@ -290,28 +290,27 @@ def test_a_second_process_sees_what_the_first_committed(jpath):
         assert_rollout_equal(j.load_output(j.lookup(2)), rollout(2))
 
 
-def _child_records_forever(path: str, ready) -> None:
-    with Journal(path, run="k") as j:
+def _child_records_forever(path: str, lockstep) -> None:
+    """Record until killed, waiting at each write into LMDB, each commit and after each record."""
+    points = Lockstep(lockstep)
+    with points.lmdb_writes(), Journal(path, run="k") as j:
         step = 0
         while True:
             step += 1
             j.record(step, {"x": torch.full((200_000,), step, dtype=torch.int64), "s": str(step)})
-            if step == 3:
-                ready.set()
+            points.point(f"recorded {step}")
 
 
 def test_sigkill_during_appends_leaves_a_whole_journal(jpath):
-    ctx = mp.get_context("spawn")
-    ready = ctx.Event()
-    proc = ctx.Process(target=_child_records_forever, args=(jpath, ready))
-    proc.start()
-    assert ready.wait(120)
-    time.sleep(0.3)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join()
+    """Killed at a seeded point of its appends after three records (inside a record's transaction, its
+    commit, or between records), the journal holds each record that returned and at most one more."""
+    rng = random.Random(11)
+    child = start_process(mp.get_context("spawn"), _child_records_forever, jpath)
+    said = child.run_to(nth_after("recorded 3", rng.randint(1, 27)), release=rng.random() < 0.5)
+    returned = max(int(label.split()[1]) for label in said if label.startswith("recorded "))
     with Journal(jpath, run="k") as j:
         steps = j.recorded_steps()
-        assert len(steps) >= 3 and steps == list(range(1, len(steps) + 1))
+        assert returned <= len(steps) <= returned + 1 and steps == list(range(1, len(steps) + 1))
         assert j.verify() == []
         for step in steps:
             out = j.load_output(j.lookup(step))

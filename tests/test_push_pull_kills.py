@@ -1,20 +1,21 @@
-"""push and pull killed with SIGKILL at random moments against a real S3 server (moto on 127.0.0.1):
-each resumes with nothing lost and nothing duplicated. A few kills each in the suite; `make soak` runs
-fifty of each."""
+"""push and pull killed with SIGKILL at seeded points of their work against a real S3 server (moto on
+127.0.0.1): each resumes with nothing lost and nothing duplicated. A few kills each in the suite;
+`make soak` runs fifty of each.
+
+The child stops at each `progress` callback (after each segment pushed, each run pulled) and waits
+for the parent (tests/kill_points.py), which kills it there or right after letting it go on (the kill
+then lands inside the next segment's uploads or the next run's commit): never after a delay.
+"""
 
 from __future__ import annotations
 
 import json
 import random
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import pytest
 import torch
 
+from kill_points import kill_plan, start_script
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import Journal, clone, pull, push
 from stepjournal._events import EventsImported
@@ -22,17 +23,18 @@ from stepjournal._object_client import Remote
 from stepjournal._remote import journal_id
 
 STEPS = 150  # + the session: 151 events
+SEGMENT = 2  # events a segment holds: a push's progress points, and a pull's (one run a segment)
 
-CHILD = textwrap.dedent("""
-    import sys
-    from stepjournal import pull, push
-    import stepjournal._remote  # loaded before the parent is told we started
-    print("started", flush=True)
-    if sys.argv[1] == "push":
-        push(sys.argv[2], sys.argv[3], segment_events=2)
-    else:
-        pull(sys.argv[3], sys.argv[2])
-""")
+CHILD = """
+import sys
+from kill_points import Lockstep
+from stepjournal import pull, push
+lockstep = Lockstep.inherited()
+if sys.argv[1] == "push":
+    push(sys.argv[2], sys.argv[3], segment_events=int(sys.argv[4]), progress=lockstep.progress)
+else:
+    pull(sys.argv[3], sys.argv[2], progress=lockstep.progress)
+"""
 
 
 def recorded(path):
@@ -54,19 +56,34 @@ def imported(path):
     return out
 
 
-def kill_children(verb, journal, url, server, kills, seed, observe):
-    """Start `verb` in a child `kills` times, SIGKILL it at a random moment; `observe()` after each kill."""
-    rng = random.Random(seed)
+def done_of(label: str, total: int) -> int:
+    """The events of all `total` a progress point says are done: push counts from the journal's start
+    (``"push 24/151"``), pull from where this pull started (``"pull 1d48c715 4/131"``: 20 + 4)."""
+    done, of = map(int, label.rsplit(" ", 1)[1].split("/"))
+    return total - of + done
+
+
+def kill_children(verb, journal, url, server, total, kills, seed, observe):
+    """Start `verb` in a child `kills` times and SIGKILL it at the progress point `kill_plan` chose.
+
+    Point p is the one after p segments (p * SEGMENT events); points 1 .. (total - 1) // SEGMENT are
+    mid-operation (the last point, all `total` events, is not). After each kill `observe()` must say
+    exactly how far the work got: to the point (killed there), or to the next (killed on the way).
+    """
+    points = (total - 1) // SEGMENT
     env = subprocess_env(server)
     seen = []
-    for _ in range(kills):
-        child = subprocess.Popen([sys.executable, "-c", CHILD, verb, str(journal), url], env=env, stdout=subprocess.PIPE)
-        assert child.stdout.readline() == b"started\n"
-        time.sleep(rng.uniform(0.05, 0.6))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
-        seen.append(observe())
+    for at, release in kill_plan(random.Random(seed), points, kills):
+        child = start_script(CHILD, verb, str(journal), url, str(SEGMENT), env=env)
+        said = child.run_to(lambda label: done_of(label, total) >= at * SEGMENT, release=release)
+        got = observe()
+        reached = done_of(said[-1], total)
+        assert 0 < got < total, (at, release, said[-3:], got)  # the kill landed mid-operation
+        if release and reached == at * SEGMENT:
+            assert got in (at * SEGMENT, (at + 1) * SEGMENT), (at, said[-3:], got)
+        else:  # killed while it waited at the point it said last
+            assert got == reached == (at + release) * SEGMENT, (at, release, said[-3:], got)
+        seen.append(got)
     return seen
 
 
@@ -79,9 +96,9 @@ def push_kill_loop(tmp_path, url, server, kills, seed):
         head = Remote(url).get(head_key, limit=1 << 20)
         return json.loads(head)["last_seq"] if head else 0
 
-    seen = kill_children("push", a, url, server, kills, seed, pushed_through)
-    assert any(0 < seq < len(events) for seq in seen), seen  # kills landed mid-push
-    final = push(str(a), url, segment_events=2)
+    seen = kill_children("push", a, url, server, len(events), kills, seed, pushed_through)
+    assert len(seen) == kills and seen == sorted(seen), seen
+    final = push(str(a), url, segment_events=SEGMENT)
     assert final.last_seq == len(events) and push(str(a), url).events_sent == 0
     clone(url, str(b))
     assert imported(b) == [((source, seq), raw) for seq, raw in events]  # each once, in order, bit-identical
@@ -90,14 +107,14 @@ def push_kill_loop(tmp_path, url, server, kills, seed):
 def pull_kill_loop(tmp_path, url, server, kills, seed):
     a, b = tmp_path / "a", tmp_path / "b"
     source, events = recorded(a)
-    push(str(a), url, segment_events=2)
+    push(str(a), url, segment_events=SEGMENT)
     Journal(str(b), session=False).close()
 
     def pulled_so_far():
         return len(imported(b))
 
-    seen = kill_children("pull", b, url, server, kills, seed, pulled_so_far)
-    assert any(0 < n < len(events) for n in seen), seen  # kills landed mid-pull
+    seen = kill_children("pull", b, url, server, len(events), kills, seed, pulled_so_far)
+    assert len(seen) == kills and seen == sorted(seen), seen
     pull(url, str(b))
     assert pull(url, str(b)).events_pulled == 0
     assert imported(b) == [((source, seq), raw) for seq, raw in events]  # each once, in order, bit-identical
@@ -105,11 +122,11 @@ def pull_kill_loop(tmp_path, url, server, kills, seed):
         assert journal.recorded_steps() == list(range(1, STEPS + 1)) and journal.verify() == []
 
 
-def test_a_push_killed_at_random_moments_resumes_with_nothing_lost_or_duplicated(tmp_path, s3_env, s3_server):
+def test_a_push_killed_at_random_points_resumes_with_nothing_lost_or_duplicated(tmp_path, s3_env, s3_server):
     push_kill_loop(tmp_path, s3_env, s3_server, kills=4, seed=19)
 
 
-def test_a_pull_killed_at_random_moments_resumes_with_nothing_lost_or_duplicated(tmp_path, s3_env, s3_server):
+def test_a_pull_killed_at_random_points_resumes_with_nothing_lost_or_duplicated(tmp_path, s3_env, s3_server):
     pull_kill_loop(tmp_path, s3_env, s3_server, kills=4, seed=23)
 
 

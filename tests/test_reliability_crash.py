@@ -1,9 +1,14 @@
-"""Crash safety: writers SIGKILLed at random moments leave a journal that opens, verifies and resumes.
+"""Crash safety: writers SIGKILLed at seeded points of their work leave a journal that opens, verifies
+and resumes.
 
 After every kill: the journal opens, `verify` finds nothing, the recorded steps are exactly the
 steps the writers had been told were committed, plus at most the one call that was in flight, each
 step is recorded once, every new step holds the bytes the writer generated, and the next writer
 (a restarted training loop with the ``cache`` policy) replays what is there and generates the rest.
+
+The writers stop at each point of their work (each line they acknowledge, each write into LMDB, each
+commit) and wait for the parent (tests/kill_points.py), which kills them at one of those points or
+right after letting them go on from there (inside the commit and its fsync): never after a delay.
 """
 
 from __future__ import annotations
@@ -11,15 +16,14 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import threading
-import time
 
 import pytest
 import torch
 
 from stepjournal import GenerationRecorded, Journal
 
+from kill_points import start_process
 from reliability_support import expected_output, report, same_output, worker_context
 from reliability_workers import crash_writer, hold_reader, locked_writer
 
@@ -49,23 +53,23 @@ def _check_journal_after_kill(path: str, acked_max: int, in_flight: int | None, 
     return count
 
 
-def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 8, max_delay: float = 0.4) -> dict:
-    """Start a resuming writer `kills` times and SIGKILL it after a random delay; check after each."""
+def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 8, reach: int = 120) -> dict:
+    """Start a resuming writer `kills` times and SIGKILL it at a seeded one of its first `reach` points
+    (its open and two replays take about 20, a call about 10); check after each."""
     rng = random.Random(seed)
     ctx = worker_context(context)
     path = str(tmp_path / "journal")
     Journal(path, run="crash").close()
     acked_max = recorded = 0
-    figures = {"kills": 0, "kills_in_flight": 0, "in_flight_committed": 0, "replayed": 0, "generated": 0}
+    figures = {"kills": 0, "kills_in_flight": 0, "in_flight_committed": 0, "kills_in_a_write": 0,
+               "replayed": 0, "generated": 0}
     os.makedirs(tmp_path, exist_ok=True)
     for k in range(kills):
         ack = str(tmp_path / f"ack{k}")
-        proc = ctx.Process(target=crash_writer, args=(path, ack))
-        proc.start()
-        time.sleep(rng.uniform(0.0, max_delay))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join(60)
-        assert proc.exitcode == -signal.SIGKILL
+        release = rng.random() < 0.5
+        said = start_process(ctx, crash_writer, path, ack, "crash", 0).kill_at(rng.randint(1, reach), release=release)
+        # Waiting inside a write transaction, or inside one (or its commit) on the way to the next point.
+        figures["kills_in_a_write"] += said[-1].startswith("lmdb ") and said[-1] != "lmdb committed"
         lines = _read_lines(ack)
         assert not [line for line in lines if line.startswith("X")], f"kill {k}: a replay differed: {lines}"
         done = [int(line[1:]) for line in lines if line[0] in "AR"]
@@ -105,9 +109,10 @@ def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 
 
 
 def test_fifty_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_path):
-    """≥ 50 kills at random moments, large payloads, a resuming `cache` writer each time."""
+    """≥ 50 kills at seeded points, large payloads, a resuming `cache` writer each time."""
     figures = kill_loop(tmp_path, 50)
     assert figures["kills"] == 50 and figures["kills_in_flight"] > 0
+    assert figures["in_flight_committed"] > 0 and figures["kills_in_a_write"] > 0
     report("crash", **figures, context="forkserver")
 
 
@@ -121,9 +126,10 @@ def test_five_hundred_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_p
             totals[key] = merge(totals.get(key, 0), value)
 
     for round_ in range(10):  # a fresh journal every 50 kills keeps verify-after-each-kill affordable
-        add(kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, max_delay=0.6))
-    add(kill_loop(tmp_path / "spawned", 20, context="spawn", seed=7, max_delay=2.5))
-    assert totals["kills"] == 520
+        add(kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, reach=300))
+    add(kill_loop(tmp_path / "spawned", 20, context="spawn", seed=7))
+    assert totals["kills"] == 520 and totals["kills_in_flight"] > 0
+    assert totals["in_flight_committed"] > 0 and totals["kills_in_a_write"] > 0
     report("crash_soak", **totals, context="forkserver (500) + spawn (20)")
 
 
@@ -139,15 +145,7 @@ def test_stale_reader_slots_of_killed_processes_are_reclaimed(tmp_path):
     with Journal(path, run="main") as journal:
         journal.record(1, {"a": 1})
         for k in range(kills):
-            flag = str(tmp_path / f"flag{k}")
-            proc = ctx.Process(target=hold_reader, args=(path, flag))
-            proc.start()
-            deadline = time.monotonic() + 60
-            while not os.path.exists(flag):
-                assert time.monotonic() < deadline and proc.is_alive()
-                time.sleep(0.002)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.join()
+            assert start_process(ctx, hold_reader, path).kill_at(1)[-1] == "reading"  # killed inside its read
             journal.record(k + 2, {"a": k})
             assert journal.last_seq() == k + 3
         assert journal.verify() == []
@@ -168,24 +166,36 @@ def _record_in_thread(path: str, step: int, timeout: float) -> bool:
     return result == [[]]
 
 
+class _NthWrite:
+    """A `run_to` stop at the `n`-th point inside a write transaction (a write, or the start of a commit)."""
+
+    def __init__(self, n: int) -> None:
+        self.left, self.label = n, ""
+
+    def __call__(self, label: str) -> bool:
+        if label == "lmdb committed":
+            return False
+        self.left -= 1
+        self.label = label
+        return self.left == 0
+
+
 def test_writer_killed_inside_its_transaction_does_not_block_the_next_writer(tmp_path):
     """LMDB's writer mutex is robust: the next writer recovers it instead of waiting forever."""
     ctx = worker_context()
     path = str(tmp_path / "journal")
     Journal(path).close()
     rng = random.Random(3)
+    inside = 0
     for k in range(8):
-        flag = str(tmp_path / f"flag{k}")
-        proc = ctx.Process(target=locked_writer, args=(path, flag, 48 << 20))
-        proc.start()
-        deadline = time.monotonic() + 60
-        while not os.path.exists(flag):
-            assert time.monotonic() < deadline and proc.is_alive()
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0.05, 0.3))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join()
+        # At a write of its open's transaction or of its first two records' (48 MB each), or at the
+        # start of a commit; released, the kill lands on the way from there (into the commit).
+        release, stop = rng.random() < 0.5, _NthWrite(rng.randint(1, 16))
+        start_process(ctx, locked_writer, path, 48 << 20).run_to(stop, release=release)
+        # Killed waiting inside the transaction, or on the way to its next write or commit: inside it.
+        inside += not (release and stop.label == "lmdb commit")
         assert _record_in_thread(path, k, timeout=60), f"the writer after kill {k} could not record"
+    assert inside >= 4, inside  # the rest were released into a commit: inside it, or just past it
     with Journal(path, readonly=True) as journal:
         assert journal.verify() == []
         assert journal.recorded_steps(run="after-kill") == list(range(8))

@@ -1,35 +1,45 @@
-"""SIGKILL during prune and during compact, at random moments: the journal verifies, no kept record is
-lost, no event is half-written, and a second run finishes the job. A few kills here; `make soak` runs 50
-of each."""
+"""SIGKILL during prune and during compact, at seeded points of their work: the journal verifies, no
+kept record is lost, no event is half-written, and a second run finishes the job. A few kills here;
+`make soak` runs 50 of each.
+
+The child stops before each write into LMDB and around its commit (prune: one transaction), or
+before each filesystem step in the journal's folder (compact), and waits for the parent
+(tests/kill_points.py), which kills it at one of those points or right after letting it go on from
+there (inside the commit, the copy, an fsync): never after a delay.
+"""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 
+from kill_points import kill_plan, start_script
 from stepjournal import Journal, PayloadsReleased, Retention, compact, prune
 
 STEPS = 300
 RULES = dict(keep_last=20, pin={1, 2})
 KEPT = [1, 2, *range(STEPS - 19, STEPS + 1)]
 
-_PRUNE = (
-    "import sys\nfrom stepjournal import Journal, Retention, prune\n"
-    "journal = Journal(sys.argv[1], session=False)\nprint('ready', flush=True)\n"
-    f"prune(journal, Retention(**{RULES!r}))\nprint('done', flush=True)\n"
-)
-_COMPACT = (
-    "import sys\nfrom stepjournal import compact\nprint('ready', flush=True)\n"
-    "compact(sys.argv[1])\nprint('done', flush=True)\n"
-)
+_PRUNE = f"""
+import sys
+from kill_points import Lockstep
+from stepjournal import Journal, Retention, prune
+lockstep = Lockstep.inherited()
+journal = Journal(sys.argv[1], session=False)
+with lockstep.lmdb_writes():
+    prune(journal, Retention(**{RULES!r}))
+"""
+_COMPACT = """
+import sys
+from kill_points import Lockstep
+from stepjournal import compact
+watch = Lockstep.inherited().filesystem(sys.argv[1])
+watch(True)
+compact(sys.argv[1])
+"""
 
 
 def _value(step: int) -> dict:
@@ -51,28 +61,15 @@ def template(tmp_path_factory):
     return whole, pruned
 
 
-def _kill_at_random(script: str, path: str, rng: random.Random, window: float) -> bool:
-    """Run `script` on `path` in a new process and SIGKILL it at a random moment; True when it finished first."""
-    child = subprocess.Popen([sys.executable, "-c", script, path], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline() == "ready\n"
-        time.sleep(rng.uniform(0, window))
-        child.send_signal(signal.SIGKILL)
-        out = child.communicate(timeout=60)[0]
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    return "done" in out
-
-
-def _check_whole(path: str, *, pruned: bool) -> None:
+def _check_whole(path: str, *, pruned: bool, committed: bool | None = None) -> None:
+    """`pruned`: the copy was pruned already; `committed`: whether the killed prune committed (None: either)."""
     with Journal(path, session=False) as journal:
         assert journal.verify() == []
         for step in KEPT:
             assert torch.equal(journal.load_output(journal.lookup(step))["x"], _value(step)["x"])
         releases = [e for _, e in journal.events(types=[PayloadsReleased])]
-        assert len(releases) in ((STEPS - len(KEPT),) if pruned else (0, STEPS - len(KEPT)))  # all or none
+        everything = STEPS - len(KEPT)  # all or none are released
+        assert len(releases) in {True: (everything,), False: (0,), None: (0, everything)}[pruned or committed]
         # A second run finishes the job.
         prune(journal, Retention(**RULES))
         assert journal.recorded_steps() == KEPT and journal.verify() == []
@@ -81,38 +78,34 @@ def _check_whole(path: str, *, pruned: bool) -> None:
         assert journal.recorded_steps() == KEPT and journal.verify() == []
 
 
-def _window(script: str, path: str) -> float:
-    """How long the work takes once the child is ready (what the kills are spread over)."""
-    child = subprocess.Popen([sys.executable, "-c", script, path], stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "ready\n"
-    started = time.perf_counter()
-    assert child.stdout.readline() == "done\n"
-    took = time.perf_counter() - started
-    child.wait()
-    return took
-
-
 def _trials(template, tmp_path, trials: int, seed: int) -> None:
     whole, pruned = template
     rng = random.Random(seed)
-    windows = {}
     for kind, script, source in (("prune", _PRUNE, whole), ("compact", _COMPACT, pruned)):
         probe = str(tmp_path / f"probe-{kind}")
         shutil.copytree(source, probe)
-        windows[kind] = _window(script, probe)
-    finished = 0
-    for trial in range(trials):
-        for kind, script, source in (("prune", _PRUNE, whole), ("compact", _COMPACT, pruned)):
+        points = start_script(script, probe).finish()  # the points the work has, all answered
+        assert len(points) > 3, points
+        # One kill in each of `trials` stretches of the points (early, middle and late); with more
+        # trials than points, every point, again and again.
+        plan: list = []
+        while len(plan) < trials:
+            plan += kill_plan(rng, len(points), min(len(points), trials - len(plan)))
+        if kind == "prune":  # and where all or none is decided: inside the commit (released), after it
+            assert points[-2:] == ["lmdb commit", "lmdb committed"], points[-3:]
+            plan += [(len(points) - 1, True), (len(points), False)]
+        for trial, (at, release) in enumerate(plan):
             path = str(tmp_path / f"{kind}-{trial}")
             shutil.copytree(source, path)
-            finished += _kill_at_random(script, path, rng, 0.8 * windows[kind])
-            _check_whole(path, pruned=kind == "compact")
+            said = start_script(script, path).kill_at(at, release=release)
+            assert said[:at] == points[:at]  # the same work, killed at its `at`-th point
+            committed = "lmdb committed" in said or (None if release else False)
+            _check_whole(path, pruned=kind == "compact", committed=committed if kind == "prune" else None)
             shutil.rmtree(path)
-    assert finished < 2 * trials, windows  # some kills landed while the work ran
 
 
 def test_a_few_kills_during_prune_and_compact_leave_a_whole_journal_that_a_second_run_finishes(template, tmp_path):
-    _trials(template, tmp_path, trials=2, seed=18)
+    _trials(template, tmp_path, trials=3, seed=18)
 
 
 @pytest.mark.soak

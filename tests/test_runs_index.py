@@ -8,10 +8,8 @@ process killed while it appends, and on the 0.1.0 release journal.
 from __future__ import annotations
 
 import os
+import random
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +21,8 @@ from stepjournal._eventlog import EventLog
 from stepjournal._convert import encode_event
 from stepjournal._events import CallBypassed
 from stepjournal._projections import Projections
+
+from kill_points import nth_after, start_script
 
 DATA = Path(__file__).parent / "data"
 STAGES = (None, "generate", "reward", "score")
@@ -164,34 +164,28 @@ def test_events_a_writer_without_the_index_appended_are_folded_in_by_readers_and
 
 _WRITER = r"""
 import sys
+from kill_points import Lockstep
 from stepjournal import Journal
-with Journal(sys.argv[1], run="killed", sync=False) as journal:
+points = Lockstep.inherited()
+with points.lmdb_writes(), Journal(sys.argv[1], run="killed", sync=False) as journal:
     step = 0
     while True:
         step += 1
         journal.record(step, b"x" * 64, stage="generate" if step % 3 else "reward")
         if step % 5 == 0:
             journal.record_bypass(step, reason="validation")
-        if step == 30:
-            open(sys.argv[2], "w").close()
+        points.point(f"step {step}")
 """
 
 
 def test_a_process_killed_while_it_appends_leaves_the_index_equal_to_the_log(tmp_path):
-    path, ready = str(tmp_path / "j"), tmp_path / "ready"
+    """Killed at a seeded point of its appends past step 30 (a write, a commit, between records)."""
+    path = str(tmp_path / "j")
     with Journal(path, run="before", sync=False) as journal:
         journal.record(1, b"x")
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, path, str(ready)])
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and writer.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), "the writer did not get going"
-        time.sleep(0.2)  # well inside its appends
-    finally:
-        writer.send_signal(signal.SIGKILL)
-        writer.wait(timeout=30)
-    assert writer.returncode == -signal.SIGKILL
+    rng = random.Random(30)
+    said = start_script(_WRITER, path).run_to(nth_after("step 30", rng.randint(1, 40)), release=rng.random() < 0.5)
+    assert "step 30" in said
     assert_index_is_the_scan(path)
     with Journal(path, run="after", sync=False) as journal:
         journal.record(99, b"x")
