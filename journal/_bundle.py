@@ -23,12 +23,15 @@ from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tu
 import attrs
 
 from ._convert import decode_event
-from ._errors import IntegrityError, JournalError, PayloadMissingError, StepJournalError
+from ._errors import ImportClaimError, IntegrityError, JournalError, PayloadMissingError, StepJournalError
 from ._events import EventsImported, SessionOpened
+from ._import_checks import IncomingChecks, Renames, check_options
+from ._import_map import ImportMap
 from ._journal import Journal
 from ._log import get_logger
 from ._object_store import ObjectPayloadStore
-from ._remote import PullReport, Released, journal_id, local_payload, pull_from
+from ._pull import PullReport, pull_from
+from ._remote import Released, journal_id, local_payload
 from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
                              manifest_bytes, new_head)
 from ._verify import VerifyProblem
@@ -268,27 +271,38 @@ def _json_bytes(value: Dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
 
-def import_bundle(path: Any, journal: Any, *, progress: Progress = None) -> PullReport:
+def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: Renames = None,
+                  keep: Optional[str] = None) -> PullReport:
     """Bring a bundle's events and payloads into `journal` (a path, created when absent, or a `Journal`).
 
-    A pull from the bundle: each run of consecutive events is checked (segment and payload digests,
-    decoding) before it is committed with its payloads; an event already imported (from this bundle,
-    a remote or another bundle of the same journal) is not imported again. A journal's events come in
-    in seq order: import bundles of one journal's selections oldest first (an event older than one
-    already imported from that journal is taken as known).
+    A pull from the bundle, with its checks: every event it would take is checked (segment digests,
+    decoding, what the events claim, the calls they record) before the first run is committed with
+    its payloads (docs/sharing.md, "What an import checks"). An event already imported (from this
+    bundle, a remote or another bundle of the same journal) is known by its journal and seq, so the
+    bundles of one journal's selections can be imported in any order, or twice.
+
+    Args:
+        runs: import under other run keys: a run key for every incoming run, or ``{old: new}``.
+        keep: ``"ours"``: an incoming record of a call the journal already serves (other bytes, another
+            journal) is imported for the audit, and the journal's record stays served.
 
     Raises:
         IntegrityError: the bundle is damaged (names what and, for payloads, the steps); the events
             that need it were not imported.
+        ImportClaimError: a segment claims provenance or a release its journal's log does not prove.
+        ImportConflictError: incoming records would change what the journal replays (keep is None).
         RemoteFormatError: the bundle was written by a newer stepjournal.
     """
+    check_options(runs, keep)
     reader = _Reader(os.path.abspath(os.fspath(path)))  # a file that is not a bundle creates no journal
     try:
         if isinstance(journal, Journal):
-            report = pull_from(reader, ObjectPayloadStore._over(reader), journal, progress=progress)
+            report = pull_from(reader, ObjectPayloadStore._over(reader), journal, progress=progress, runs=runs,
+                               keep=keep)
         else:
             with Journal(journal, session=False) as opened:
-                report = pull_from(reader, ObjectPayloadStore._over(reader), opened, progress=progress)
+                report = pull_from(reader, ObjectPayloadStore._over(reader), opened, progress=progress, runs=runs,
+                                   keep=keep)
     finally:
         reader.close()
     log.info("bundle_imported", path=reader.url, events=report.events_pulled)
@@ -314,6 +328,7 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
             raise IntegrityError(f"{reader.url} is not a stepjournal bundle ({MANIFEST} is missing)")
         _check_format(reader, MANIFEST, found)
         objects = ObjectPayloadStore._over(reader)
+        claims = IncomingChecks(None, ImportMap(), None, None, lambda d: reader.exists(f"payloads/{d}"), several=False)
         checked: Dict[str, Optional[str]] = {}
         for key in reader.keys("heads/"):
             source = key[len("heads/"):-len(".json")]
@@ -329,6 +344,10 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
                     problems.append(VerifyProblem("segment", seg["name"], (), str(exc)))
                     continue
                 events += len(listed)
+                try:
+                    claims.segment(source, seg["name"], listed, released)
+                except ImportClaimError as exc:
+                    problems.append(VerifyProblem("claim", seg["name"], (), str(exc)))
                 for _seq, _raw, event in listed:
                     for ref in call_refs(event):
                         if ref.digest in released and not reader.exists(f"payloads/{ref.digest}"):
@@ -338,6 +357,10 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
                         if checked[ref.digest] is not None:
                             kind = "missing_payload" if checked[ref.digest] == "missing" else "payload"
                             problems.append(VerifyProblem(kind, ref.digest, (event.step,), checked[ref.digest]))
+        try:
+            claims.finish()
+        except ImportClaimError as exc:
+            problems.append(VerifyProblem("claim", exc.segment, (), str(exc)))
     finally:
         reader.close()
     return events, _merged(problems)

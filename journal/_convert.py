@@ -43,8 +43,15 @@ def _stage_generate(body: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # (tag, old version) -> function lifting a body dict by one version.
+def _no_renames(body: Dict[str, Any]) -> Dict[str, Any]:
+    if "runs" in body:
+        raise ValueError("a v1 events_imported body has no 'runs' field; this one has, so it was not written by stepjournal")
+    return {**body, "runs": {}}
+
+
 _UPGRADES: Dict[Tuple[str, int], Callable[[Dict[str, Any]], Dict[str, Any]]] = {
-    (tag, 1): _stage_generate for tag in ("generation_recorded", "replay_served", "call_bypassed", "call_refused")
+    **{(tag, 1): _stage_generate for tag in ("generation_recorded", "replay_served", "call_bypassed", "call_refused")},
+    ("events_imported", 1): _no_renames,
 }
 
 
@@ -78,6 +85,9 @@ converter: cattrs.Converter = _make_converter()
 # cattrs writes each class's hooks as Python source and compiles it on first use. Build them all now,
 # at import: decoding a journal (someone else's, perhaps) then compiles nothing, and the first event
 # read costs what the others cost.
+# A mapping's hook is made and registered on first use, which clears the dispatch cache: those first.
+converter.get_structure_hook(Dict[str, str])
+converter.get_unstructure_hook(Dict[str, str])
 for _cls in (*EVENT_TYPES, PayloadRef):
     converter.get_structure_hook(_cls)
     converter.get_unstructure_hook(_cls)

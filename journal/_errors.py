@@ -155,3 +155,37 @@ class RemoteFormatError(RemoteError):
 class RemoteConflictError(RemoteError):
     """Another push of the same journal to the same remote ran meanwhile (its head moved, or it holds
     the remote's push lock): nothing was lost; run the push again, it continues where that one left off."""
+
+
+class ImportClaimError(IntegrityError):
+    """A bundle or remote claims something about a journal that the journal's own log there does not
+    prove (a provenance marker inside a segment, a payload listed as released with no release of it):
+    nothing of that import was committed.
+
+    Attributes:
+        segment: the segment that carries the claim.
+        claim: what it claims, in words.
+    """
+
+    def __init__(self, message: str, *, segment: str = "", claim: str = "") -> None:
+        super().__init__(message, detail="unproven claim")
+        self.segment = segment
+        self.claim = claim
+
+
+class ImportConflictError(JournalError):
+    """An import would change what the journal already replays: an incoming record has the run, mode,
+    stage, step and index of a record the journal holds, with other bytes. Nothing was imported.
+
+    Import under another run key (``--as RUN``, ``runs={"old": "new"}``) or keep the journal's records
+    (``--keep ours``, ``keep="ours"``: the incoming ones are imported and audited, not served).
+
+    Attributes:
+        conflicts: (run, mode, stage, step, index) of each conflicting call (the first 100).
+        count: how many conflict in all.
+    """
+
+    def __init__(self, message: str, *, conflicts: tuple = (), count: int = 0) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts
+        self.count = count

@@ -301,6 +301,14 @@ class PayloadsReleased:
     stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
 
 
+def _renames(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, dict):
+        _refuse(attribute.name, value, "use a dict of run keys to run keys")
+    for old, new in value.items():
+        check_key(old, "train")
+        check_key(new, "train")
+
+
 @attrs.frozen
 class EventsImported:
     """The next ``source_last - source_first + 1`` events were pulled from another journal, unchanged.
@@ -308,7 +316,9 @@ class EventsImported:
     Written by `stepjournal.pull` in the write transaction that appends them: the event right after
     this one is event `source_first` of journal `source`, the next one `source_first + 1`, and so on.
     It is their provenance (the audit shows it); the imported events keep their own bytes, so a
-    `ReplayServed` among them names its source by the source journal's seq.
+    `ReplayServed` among them names its source by the source journal's seq. `runs` names the run keys
+    the import renamed (``{"exp": "exp-alice"}``, an import ``--as``): those events were stored with
+    the new key, every other field as the source wrote it.
     """
 
     source: str = attrs.field(validator=_text)
@@ -316,6 +326,7 @@ class EventsImported:
     source_first: int = attrs.field(validator=_SEQ)
     source_last: int = attrs.field(validator=_SEQ)
     ts: float = attrs.field(validator=_TS)
+    runs: Dict[str, str] = attrs.field(factory=dict, validator=_renames)
 
     def __attrs_post_init__(self) -> None:
         if self.source_last < self.source_first:
@@ -333,5 +344,6 @@ EVENT_TYPES: Dict[type, tuple[str, int]] = {
     CallBypassed: ("call_bypassed", 2),
     CallRefused: ("call_refused", 2),
     PayloadsReleased: ("payloads_released", 1),
-    EventsImported: ("events_imported", 1),
+    # v2: `runs`, the run keys an import renamed; a v1 body renamed none (see `_convert._UPGRADES`).
+    EventsImported: ("events_imported", 2),
 }

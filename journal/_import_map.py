@@ -52,6 +52,42 @@ class ImportMap:
             return None
         return self._blocks[i][2]
 
+    def origin(self, seq: int) -> Optional[Tuple[str, int]]:
+        """(source journal, seq there) of a local event that was pulled, or None (recorded here)."""
+        i = bisect.bisect_right(self._starts, seq) - 1
+        if i < 0 or seq > self._blocks[i][1]:
+            return None
+        first, _last, source, source_first = self._blocks[i]
+        return source, source_first + seq - first
+
+    def replaces(self, seq: int, held: Optional[int]) -> bool:
+        """Whether the record at local `seq` takes its call's index entry from the record at `held`.
+
+        The one rule of the step index: a record this journal made always does (None: the entry is
+        empty). A pulled record does only where the entry is empty or holds an earlier record of the
+        same source journal (that journal's own history, followed): an import never changes what
+        this journal already replays, whatever the order selections were imported in.
+        """
+        if held is None or not self._starts:
+            return True
+        mine = self.origin(seq)
+        if mine is None:
+            return True
+        theirs = self.origin(held)
+        return theirs is not None and theirs[0] == mine[0] and theirs[1] < mine[1]
+
+    def covers(self, source: str, first: int, last: int) -> bool:
+        """Whether every event `first`..`last` of `source` was pulled already."""
+        rows = self._by_source.get(source, [])
+        i = bisect.bisect_right(rows, (first, float("inf"), 0)) - 1
+        at = first
+        while 0 <= i < len(rows) and rows[i][0] <= at:
+            at = max(at, rows[i][1] + 1)
+            if at > last:
+                return True
+            i += 1
+        return False
+
     def local(self, source: str, source_seq: int) -> Optional[int]:
         """The local seq of event `source_seq` of `source`, or None when it was not pulled."""
         rows = self._by_source.get(source, [])

@@ -28,7 +28,8 @@ from ._audit import AUDIT_EVENT_TYPES, audit as _audit
 from ._convert import decode_event, encode_event
 from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
 from ._eventlog import EventLog
-from ._events import Event, PayloadRef, SessionOpened, check_fingerprint
+from ._events import Event, EventsImported, PayloadRef, SessionOpened, check_fingerprint
+from ._import_map import ImportMap
 from ._keys import META_CREATED, META_FORMAT
 from ._keys import check_key as _check_key
 from ._log import get_logger
@@ -293,6 +294,11 @@ class Journal(Recording, Queries):
     def event(self, seq: int) -> Event:
         """Return the event with sequence number `seq`."""
         return self._log.event(seq)
+
+    def as_read_here(self, seq: int, event: Event) -> Event:
+        """`event` (at `seq`) as this journal reads it: a pulled release or replay names its record by
+        this journal's seq (the seq it had where it was recorded is the audit's ``origin_seq``)."""
+        return ImportMap.of(self.events(types=[EventsImported])).translate(seq, event)
 
     def sessions(self, *, run: Optional[str] = None) -> List[Tuple[int, SessionOpened]]:
         """Every `SessionOpened` event (optionally of one run), in order."""

@@ -211,9 +211,11 @@ class Projections:
 
     # -- inside write transactions ---------------------------------------------------------------
     @staticmethod
-    def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True, runs: bool = True) -> None:
+    def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True, runs: bool = True,
+                 imports: Optional[ImportMap] = None) -> None:
         """Project one appended event, in the transaction that appends it (`ranks`: the rank index
-        too; `runs`: the runs index too)."""
+        too; `runs`: the runs index too; `imports`: the journal's pulled blocks, which decide whether
+        a pulled record takes its call's entry, `ImportMap.replaces`)."""
         if runs:
             runs_index.apply_in(txn, store, seq, event)
         if isinstance(event, GenerationRecorded):
@@ -221,9 +223,14 @@ class Projections:
                 gen = store.db("gen")
                 new_step = False
                 prefix = gen_prefix(event.run, event.mode, event.stage)
+                key = gen_key(event.run, event.mode, event.step, event.gen_index, event.stage)
+                if imports is not None:
+                    held = txn.get(key, db=gen)
+                    if not imports.replaces(seq, seq_of(held) if held is not None else None):
+                        return
                 if ranks and store.db("steps") is not None:
                     new_step = not _has_step_in(txn, gen, prefix, event.step)
-                txn.put(gen_key(event.run, event.mode, event.step, event.gen_index, event.stage), seq_key(seq), db=gen)
+                txn.put(key, seq_key(seq), db=gen)
                 if new_step:
                     r = _Ranks(txn, store, prefix)
                     if r.db is not None:
@@ -307,7 +314,9 @@ class Projections:
                             txn.put(rank_key(prefix, ordinal), step.to_bytes(_STEP, "big"), db=steps, append=True)
                             ordinal, rank_last = ordinal + 1, step
                     else:
-                        txn.put(key, seq_key(seq), db=gen)
+                        held = txn.get(key, db=gen)
+                        if imports.replaces(seq, seq_of(held) if held is not None else None):
+                            txn.put(key, seq_key(seq), db=gen)
                         ranks_inline = False
                 runs.add_call((run, stage, mode), seq, action, step, stored or 0)
                 count += 1
@@ -321,7 +330,7 @@ class Projections:
             if isinstance(event, EventsImported):
                 imports.marker(seq, event)
             event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
-            cls.apply_in(txn, store, seq, event, ranks=False, runs=False)
+            cls.apply_in(txn, store, seq, event, ranks=False, runs=False, imports=imports)
             if isinstance(event, (GenerationRecorded, PayloadsReleased)):
                 ranks_inline = False
                 cur = txn.cursor(db=gen)

@@ -28,14 +28,14 @@ from ._projections import Projections
 from ._retention import Retention, RetentionConflictError, RetentionError, RetentionPlan, RetentionState, group_of
 from ._store import Store
 
-__all__ = ["prune", "find_release", "Retainer"]
+__all__ = ["prune", "find_release", "Retainer", "catch_up_in"]
 
 log = get_logger("stepjournal._journal")
 
 Rules = Union[Retention, Sequence[Retention]]
 
 
-def _catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[int] = None) -> None:
+def catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[int] = None) -> None:
     """Fold every event after ``state.last_seq`` (and before seq `before`) into `state`, as `txn` sees the log."""
     cur = txn.cursor(db=store.db("events"))
     if not cur.set_range(seq_key(state.last_seq + 1)):
@@ -82,11 +82,13 @@ def _stored(txn: Any, store: Store, payloads: PayloadStore, digest: str) -> bool
     return payloads.has(bytes.fromhex(digest))
 
 
-def prune(journal: Any, rules: Rules, *, dry_run: bool = False) -> RetentionPlan:
+def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> RetentionPlan:
     """Apply retention `rules` to a journal opened for writing; return the plan (carried out unless `dry_run`).
 
     One write transaction reads the log, plans and releases, so a record another process commits
-    meanwhile is either planned with or recorded after.
+    meanwhile is either planned with or recorded after. With `rules` None nothing new is released:
+    only the bytes earlier releases named that no live record uses are deleted (what an interrupted
+    prune with an object store left behind, `RetentionPlan.leftover`).
 
     Raises:
         RetentionError: a rule would release every step of a group (see `Retention.allow_release_all`).
@@ -98,8 +100,8 @@ def prune(journal: Any, rules: Rules, *, dry_run: bool = False) -> RetentionPlan
 
     def plan_in(txn: Any) -> RetentionPlan:
         state = RetentionState()
-        _catch_up_in(txn, store, state)
-        plan = state.plan(rules)
+        catch_up_in(txn, store, state)
+        plan = state.plan(rules) if rules is not None else state.leftover_plan()
         if plan.warnings:
             raise RetentionConflictError("; ".join(plan.warnings))
         # Only what is really still stored is left over (a release deletes in its own transaction).
@@ -144,6 +146,8 @@ def find_release(
             found = (seq, event)
         elif event.output is not None and found is not None and seq > found[0]:
             found = None
+    if found is not None:
+        found = (found[0], journal.as_read_here(*found))  # a pulled release names its record by the seq here
     return found
 
 
@@ -174,7 +178,7 @@ class Retainer:
         if self._state is None or self._dirty:
             self._state = RetentionState()  # an aborted transaction's folds are not the log's
         self._dirty = True
-        _catch_up_in(txn, store, self._state, before=seqs[0])  # what other processes appended
+        catch_up_in(txn, store, self._state, before=seqs[0])  # what other processes appended
         for seq, event in zip(seqs, events):  # and these, without decoding them again
             self._state.apply(seq, event)
         try:

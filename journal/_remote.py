@@ -1,4 +1,4 @@
-"""`push`, `pull` and `clone`: a journal's events and payloads replicated to object storage and back.
+"""`push`: a journal's events and payloads replicated to object storage (`_pull` brings them back).
 
 The remote layout (under the URL's prefix; docs/sharing.md says more):
 
@@ -13,40 +13,31 @@ The remote layout (under the URL's prefix; docs/sharing.md says more):
 
 A push writes the payloads a segment references, then the segment, then the head that lists it: a
 push killed anywhere leaves objects no head names yet, which the next push writes again (same
-names); nothing is listed before what it needs exists. A pull trusts nothing it reads: sizes are
-bounded, every segment and payload is checked against its digest, every event decodes through the
-journal's one converter, and the events of a run come in with their payloads and an `EventsImported`
-(their provenance) in one write transaction. A second push or pull sends or fetches nothing.
+names); nothing is listed before what it needs exists. A second push sends nothing. Also here, for
+`_pull` and `_bundle`: a journal's id on a remote, the payloads retention released, and reading
+one item ahead on a worker thread.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar
 
 import attrs
 
-from ._convert import decode_event, encode_event
+from ._convert import decode_event
 from ._digest import digest_bytes
-from ._errors import IntegrityError, JournalError, PayloadMissingError, RemoteError
-from ._eventlog import EventLog
-from ._import_map import ImportMap
+from ._errors import IntegrityError, JournalError, RemoteError
 from ._events import EventsImported, PayloadsReleased
 from ._journal import Journal
 from ._keys import META_CREATED
 from ._log import get_logger
 from ._object_client import Remote
-from ._object_store import ObjectPayloadStore
-from ._payload_store import LmdbPayloadStore
 from ._payloads import blob_intact
-from ._projections import Projections
-from ._remote_layout import (_MAX_HEAD, REMOTE_FORMAT, _head, _head_of, _manifest, _segment_events, call_refs,
-                             encode_segment, new_head)
+from ._remote_layout import _MAX_HEAD, REMOTE_FORMAT, _head_of, _manifest, call_refs, encode_segment, new_head
 
-__all__ = ["REMOTE_FORMAT", "PushReport", "PullReport", "push", "pull", "clone", "journal_id"]
+__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "local_payload", "one_ahead"]
 
 log = get_logger(__name__)
 
@@ -55,11 +46,6 @@ R = TypeVar("R")
 
 _SEGMENT_EVENTS = 4096
 _BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pushed segment
-# Payload bytes per pulled transaction: the next run is fetched while one commits, so a pull holds
-# two of these (each may pass it by one payload); smaller runs overlap better, each costs a sync.
-_PULL_RUN_BYTES = 1 << 26
-# The most journals a pull reads the heads of: more is a remote to split (or not one stepjournal wrote).
-_MAX_SOURCES = 100_000
 Progress = Optional[Callable[[str, int, int], None]]
 
 
@@ -73,16 +59,6 @@ class PushReport:
     payloads_sent: int
     bytes_sent: int
     last_seq: int
-
-
-@attrs.frozen
-class PullReport:
-    """What one `pull` (or `clone`) brought in: events, payloads and their bytes, from which journals."""
-
-    events_pulled: int
-    payloads_fetched: int
-    bytes_fetched: int
-    sources: Tuple[str, ...]
 
 
 def journal_id(journal: Journal) -> str:
@@ -263,165 +239,3 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     report = PushReport(source, sent["events"], sent["segments"], sent["payloads"], sent["bytes"], head["last_seq"])
     log.info("journal_pushed", url=remote.url, source=source, events=report.events_sent, payloads=report.payloads_sent)
     return report
-
-
-# -- pull ------------------------------------------------------------------------------------------
-def _pulled_through(journal: Journal) -> Dict[str, int]:
-    done: Dict[str, int] = {}
-    for _seq, event in journal.events(types=[EventsImported]):
-        done[event.source] = max(done.get(event.source, 0), event.source_last)
-    return done
-
-
-def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, bytes, Any]]]:
-    """Contiguous runs of source seqs (one `EventsImported` each), at most `_PULL_RUN_BYTES` of payloads."""
-    run: List[Tuple[int, bytes, Any]] = []
-    size = 0
-    for item in events:
-        extra = sum(r.stored_nbytes for r in call_refs(item[2]))
-        if run and (item[0] != run[-1][0] + 1 or size + extra > _PULL_RUN_BYTES):
-            yield run
-            run, size = [], 0
-        run.append(item)
-        size += extra
-    if run:
-        yield run
-
-
-@attrs.frozen
-class _Run:
-    """One pulled transaction to be: a journal's contiguous events and the payloads still to fetch."""
-
-    source: str
-    total: int  # events of this source this pull brings (for progress)
-    events: List[Tuple[int, bytes, Any]]
-    released: Set[str]
-    wanted: Dict[str, Tuple[Any, List[int]]]  # digest -> (ref, the steps naming it)
-
-
-def _fetch_run(objects: Any, run: _Run) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
-    """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only."""
-    blobs: Dict[bytes, Any] = {}
-    bad: Dict[str, Set[int]] = {}
-    for digest, (ref, steps) in run.wanted.items():
-        key = bytes.fromhex(digest)
-        try:
-            blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
-        except PayloadMissingError:
-            if digest not in run.released:  # retention released it before the push: not sent, not damage
-                bad.setdefault(f"{digest[:16]}… (PayloadMissingError)", set()).update(steps)
-        except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
-            bad.setdefault(f"{digest[:16]}… ({type(exc).__name__})", set()).update(steps)
-    return blobs, bad
-
-
-def _commit_run(journal: Journal, remote: Any, run: _Run, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
-                imports: ImportMap) -> Tuple[int, int]:
-    events_in = run.events
-    if bad:
-        steps = sorted({s for found in bad.values() for s in found})
-        raise IntegrityError(
-            f"{len(bad)} payload(s) of journal {run.source} in {remote.url} are missing or damaged: "
-            f"{', '.join(sorted(bad))}; affected steps {steps}; events {events_in[0][0]}-{events_in[-1][0]} "
-            "were not pulled", step=steps[0], detail="remote payload")
-    store = journal._live()
-    local = LmdbPayloadStore(store)
-    marker = EventsImported(source=run.source, origin=remote.url, source_first=events_in[0][0],
-                            source_last=events_in[-1][0], ts=time.time())
-    bodies = [encode_event(marker)] + [raw for _s, raw, _e in events_in]
-    events = [marker] + [e for _s, _r, e in events_in]
-    items = list(blobs.items())
-
-    def fn(txn: Any) -> None:
-        local.put_in(txn, items)
-        for seq, event in zip(EventLog.append_in(txn, store, bodies), events):
-            if isinstance(event, EventsImported):
-                imports.marker(seq, event)
-            Projections.apply_in(txn, store, seq, imports.translate(seq, event))
-
-    with journal._lock:
-        store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)
-    return len(items), sum(len(b) for _k, b in items)
-
-
-def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None) -> PullReport:
-    """Bring every journal's events pushed to `url` (and their payloads) into `journal` (a path or a `Journal`).
-
-    Events already pulled are not fetched again; a pull that was killed resumes after the last run it
-    committed. The journal's own events (pushed from it) are not pulled back.
-
-    Raises:
-        RemoteError: the remote failed, is not a stepjournal remote, or misses a segment.
-        RemoteFormatError: the remote was written by a newer stepjournal.
-        IntegrityError: a segment or payload is damaged or missing (names the affected steps); the
-            events that need it were not pulled.
-    """
-    if not isinstance(journal, Journal):
-        with Journal(journal, session=False) as opened:
-            return pull(url, opened, progress=progress, options=options)
-    remote = Remote(url, options=options)
-    return pull_from(remote, ObjectPayloadStore(url, options=options), journal, progress=progress)
-
-
-def _planned(remote: Any, journal: Journal, sources: List[str], done: Dict[str, int]) -> Iterator[_Run]:
-    """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
-    caller's thread). A payload an earlier run fetches is not fetched again."""
-    local = LmdbPayloadStore(journal._live())
-    scheduled: Set[str] = set()
-    for source in sources:
-        head = _head(remote, source)
-        if head is None:
-            continue
-        segments = [s for s in head["segments"] if s["last"] > done.get(source, 0)]
-        total = sum(s.get("count", 0) for s in segments)
-        for seg in segments:
-            listed, released = _segment_events(remote, source, seg)
-            for events in _runs([e for e in listed if e[0] > done.get(source, 0)]):
-                wanted: Dict[str, Tuple[Any, List[int]]] = {}
-                for _seq, _raw, event in events:
-                    for ref in call_refs(event):
-                        if ref.digest in wanted:
-                            wanted[ref.digest][1].append(event.step)
-                        elif ref.digest not in scheduled and not local.has(bytes.fromhex(ref.digest)):
-                            wanted[ref.digest] = (ref, [event.step])
-                scheduled.update(wanted)
-                yield _Run(source, total, events, released, wanted)
-
-
-def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None) -> PullReport:
-    """`pull` from a remote-shaped source (`Remote`, or a bundle's reader) and its payload objects.
-
-    The payloads of the next run are fetched and checked on a worker thread while this one commits
-    (its durable write releases the GIL): two runs in memory at most.
-    """
-    _manifest(remote, create=False)
-    own = journal_id(journal) if journal.last_seq() else None
-    done = _pulled_through(journal)
-    imports = ImportMap.of(journal.events(types=[EventsImported]))
-    listed = remote.keys("heads/", most=_MAX_SOURCES)
-    sources = sorted(k[len("heads/"):-len(".json")] for k in listed if k.endswith(".json"))
-    sources = [s for s in sources if s != own]
-    counts = {"events": 0, "payloads": 0, "bytes": 0}
-    fetch = lambda run: _fetch_run(objects, run)  # noqa: E731
-    for run, (blobs, bad) in one_ahead(_planned(remote, journal, sources, done), fetch):
-        fetched, nbytes = _commit_run(journal, remote, run, blobs, bad, imports)
-        counts["events"] += len(run.events)
-        counts["payloads"] += fetched
-        counts["bytes"] += nbytes
-        if progress is not None:
-            progress(f"pull {run.source[:8]}", counts["events"], run.total)
-    report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(sources))
-    log.info("journal_pulled", url=remote.url, events=report.events_pulled, payloads=report.payloads_fetched)
-    return report
-
-
-def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None) -> PullReport:
-    """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
-
-    Raises:
-        JournalError: `path` already holds something.
-    """
-    path = os.fspath(path)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-        raise JournalError(f"cannot clone into {path!r}: it exists and is not an empty folder; use pull")
-    return pull(url, path, progress=progress, options=options)

@@ -100,7 +100,9 @@ def verify(
                     uses(seq, record["step"], ref["digest"], ref["nbytes"], ref["stored_nbytes"])
             if record["output"] is not None:
                 prefix = gen_prefix(record["run"], record["mode"], record["stage"], layout=layout)
-                expected[prefix + record["step"].to_bytes(8, "big") + record["gen_index"].to_bytes(4, "big")] = seq
+                key = prefix + record["step"].to_bytes(8, "big") + record["gen_index"].to_bytes(4, "big")
+                if imports.replaces(seq, expected.get(key)):
+                    expected[key] = seq
             continue
         try:
             event = decode_event(body, seq=seq)
@@ -116,7 +118,9 @@ def verify(
                     uses(seq, event.step, ref.digest, ref.nbytes, ref.stored_nbytes)
             if event.output is not None:
                 prefix = gen_prefix(event.run, event.mode, event.stage, layout=layout)
-                expected[prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")] = seq
+                key = prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")
+                if imports.replaces(seq, expected.get(key)):
+                    expected[key] = seq
         elif isinstance(event, PayloadsReleased):
             released_records.add(event.record_seq)
             released_by.update(dict.fromkeys(event.released, seq))
@@ -182,7 +186,8 @@ def verify(
         if hexd in released_by and hexd not in live:
             stored.append((place, VerifyProblem(
                 "released_payload", hexd, tuple(sorted(set(steps_of_digest.get(hexd, ())))),
-                f"released by event #{released_by[hexd]} but still stored; run `stepjournal prune` again to delete it",
+                f"released by event #{released_by[hexd]} but still stored; `stepjournal prune JOURNAL` (no rule: it "
+                "releases nothing new) deletes it",
             )))
             continue
         batch.append((place, key, hexd))

@@ -14,7 +14,7 @@ import torch
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteConflictError, RemoteError,
                          RemoteFormatError, Retention, clone, compact, journaled, prune, pull, push)
-from stepjournal import _remote as remote_module
+from stepjournal import _pull as pull_module, _remote as remote_module
 from stepjournal._events import EventsImported
 from stepjournal._object_client import Remote
 from stepjournal._remote import Released, journal_id
@@ -159,7 +159,7 @@ def test_a_remote_listing_more_journals_than_a_pull_reads_is_refused_before_any_
     for name in ("one", "two", "three"):
         record_steps(tmp_path / name, [1], run=name)
         push(str(tmp_path / name), s3_env)
-    monkeypatch.setattr(remote_module, "_MAX_SOURCES", 2)
+    monkeypatch.setattr(pull_module, "_MAX_SOURCES", 2)
     read, reader = [], Remote._read
     monkeypatch.setattr(Remote, "_read", lambda self, key, limit: read.append(key) or reader(self, key, limit))
     with pytest.raises(RemoteError, match=r"heads/ lists more than 2 objects"):

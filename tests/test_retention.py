@@ -271,9 +271,28 @@ def test_verify_reports_a_released_payload_still_stored_and_the_next_prune_delet
         journal.payload_store.put(bytes.fromhex(digest), journal.prepare(_value(1)).blob)
         problems = journal.verify()
         assert [(p.kind, p.where) for p in problems] == [("released_payload", digest)]
-        assert "run `stepjournal prune` again" in problems[0].detail
+        assert "`stepjournal prune JOURNAL` (no rule: it releases nothing new) deletes it" in problems[0].detail
         assert prune(journal, Retention(keep_last=2)).leftover == (digest,)
         assert journal.verify() == []
+
+
+def test_the_command_verify_names_for_a_released_payload_still_stored_works_as_typed(jpath):
+    _recorded(jpath, range(1, 6))
+    with Journal(jpath, session=False) as journal:
+        digest = prune(journal, Retention(keep_last=2)).releases[0].released[0]
+        journal.payload_store.put(bytes.fromhex(digest), journal.prepare(_value(1)).blob)
+        steps = journal.recorded_steps()
+    sj = os.path.join(os.path.dirname(sys.executable), "stepjournal")
+    checked = subprocess.run(f"{sj} verify {jpath}", shell=True, capture_output=True, text=True)
+    assert checked.returncode == 1 and "`stepjournal prune JOURNAL`" in checked.stdout + checked.stderr
+    done = subprocess.run(f"{sj} prune {jpath}", shell=True, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "released 0 records" in done.stdout and "1 payloads an earlier prune released were still stored" in done.stdout
+    assert subprocess.run(f"{sj} verify {jpath}", shell=True, capture_output=True).returncode == 0
+    with Journal(jpath, readonly=True) as journal:
+        assert journal.recorded_steps() == steps  # nothing new was released
+    bare = subprocess.run(f"{sj} prune {jpath} --pin 1-3", shell=True, capture_output=True, text=True)
+    assert bare.returncode == 2 and "--pin needs --keep-last N and/or --max-bytes SIZE" in bare.stderr
 
 
 def test_verify_still_reports_a_kept_payload_that_is_gone(jpath):

@@ -51,6 +51,14 @@ def _verb(module: str) -> Callable[..., int]:
 
 
 # -- parser and entry point --------------------------------------------------------------------------
+def _merge_options(p: argparse.ArgumentParser) -> None:
+    """The ways out of an import conflict (docs/sharing.md, "When records conflict")."""
+    p.add_argument("--as", dest="runs_as", action="append", metavar="NEW|OLD=NEW",
+                   help="import under another run key: NEW for every incoming run, or OLD=NEW (repeat for several)")
+    p.add_argument("--keep", choices=["ours"], help="ours: where an incoming record differs from one this journal "
+                   "serves, import it for the audit and keep serving this journal's")
+
+
 def _parser() -> _Parser:
     parser = _Parser(
         prog="stepjournal",
@@ -126,6 +134,7 @@ def _parser() -> _Parser:
     p.add_argument("bundle", metavar="FILE", help="a bundle written by `stepjournal export --bundle`")
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder (created when missing)")
     p.add_argument("--json", action="store_true", help="print the import report as JSON")
+    _merge_options(p)
 
     p = command("timeline", _verb("timeline"), "draw the run: a column per step, replays linked to their source")
     p.add_argument("--out", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.html")
@@ -176,6 +185,7 @@ def _parser() -> _Parser:
         p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path")
         p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
         p.add_argument("--json", action="store_true", help="print the pull report as JSON")
+        _merge_options(p)
 
     p = command("plugins", _verb("plugins"), "the installed policy plugins and whether each loads", journal=False)
     p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")

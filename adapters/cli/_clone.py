@@ -8,10 +8,11 @@ from rich.console import Console
 
 from stepjournal import clone
 
-from ._pull import pulled
+from ._pull import merge_options, pulled
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    return pulled(args, out, err, lambda progress: clone(args.url, args.journal, progress=progress))
+    options = merge_options(args)
+    return pulled(args, out, err, lambda progress: clone(args.url, args.journal, progress=progress, **options))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Optional
 
 from rich.console import Console
 
@@ -19,8 +20,17 @@ from ._render import Failure, UsageError, cell, clean, human_size, print_json
 __all__ = ["run", "rules_from_args"]
 
 
-def rules_from_args(args: argparse.Namespace) -> Retention:
-    """The `Retention` the command line asks for; a bad value is a usage error naming it."""
+def rules_from_args(args: argparse.Namespace) -> Optional[Retention]:
+    """The `Retention` the command line asks for (None: no rule, only leftovers); a bad value is a usage
+    error naming it."""
+    if args.keep_last is None and args.max_bytes is None:
+        given = [flag for flag, value in (("--pin", args.pin), ("--run", args.run), ("--mode", args.mode),
+                                          ("--stage", args.stage), ("--all", args.all),
+                                          ("--no-keep-replayed", args.no_keep_replayed)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} needs --keep-last N and/or --max-bytes SIZE; without a rule, "
+                             "prune releases nothing and deletes only bytes earlier releases left stored")
+        return None
     try:
         pin = StepRanges.parse(args.pin) if args.pin else None
     except StepJournalError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from typing import Any, Callable, Dict
 
 import attrs
 from rich.console import Console
@@ -11,9 +11,9 @@ from rich.console import Console
 from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
 from ._push import progress_to
-from ._render import cell, print_json, progress_bar
+from ._render import UsageError, cell, print_json, progress_bar
 
-__all__ = ["run", "show", "pulled"]
+__all__ = ["run", "show", "pulled", "merge_options"]
 
 
 def show(args: argparse.Namespace, out: Console, report: object) -> None:
@@ -22,6 +22,25 @@ def show(args: argparse.Namespace, out: Console, report: object) -> None:
     else:
         out.print(f"pulled {report.events_pulled} events, {report.payloads_fetched} payloads "
                   f"({report.bytes_fetched} bytes) from {len(report.sources)} journal(s) into {cell(args.journal)}")
+        if report.kept:
+            out.print(f"kept this journal's records of {report.kept} call(s) served; the incoming ones are in the "
+                      "audit only (--keep ours)")
+
+
+def merge_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """``runs=`` and ``keep=`` of `pull`, `clone` and `import_bundle` from ``--as`` and ``--keep``.
+
+    Raises:
+        UsageError: ``--as NEW`` given with other ``--as`` values.
+    """
+    given = args.runs_as or []
+    if len(given) == 1 and "=" not in given[0]:
+        runs: Any = given[0]
+    elif any("=" not in g for g in given):
+        raise UsageError("--as takes NEW (every incoming run under one key) once, or OLD=NEW for each run to rename")
+    else:
+        runs = dict(g.split("=", 1) for g in given) or None
+    return {"runs": runs, "keep": args.keep}
 
 
 def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object]) -> int:
@@ -33,4 +52,5 @@ def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    return pulled(args, out, err, lambda progress: pull(args.url, args.journal, progress=progress))
+    options = merge_options(args)
+    return pulled(args, out, err, lambda progress: pull(args.url, args.journal, progress=progress, **options))

@@ -173,6 +173,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         record = AuditRecord.from_event(seq, event)
         what = "input" if args.input else "output"
         if isinstance(event, PayloadsReleased):
+            event = journal.as_read_here(seq, event)  # a pulled release names its record by the seq here
             raise Failure(
                 f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was recorded "
                 f"(event #{event.record_seq}); its payloads were pruned by event #{seq} at {short_time(event.ts)} UTC: "
