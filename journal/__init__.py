@@ -26,6 +26,7 @@ _MODULE_OF_NAMES = {
     "_payload_store": ("LmdbPayloadStore", "PayloadStore"),
     "_remote": ("PullReport", "PushReport", "clone", "pull", "push"),
     "_bundle": ("BundleReport", "export_bundle", "import_bundle", "verify_bundle"),
+    "_secrets": ("redact",),
     "_tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
 }
 _MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
@@ -49,6 +50,7 @@ __all__ = [
     "import_bundle",
     "verify_bundle",
     "BundleReport",
+    "redact",
     "EventsImported",
     "RemoteError",
     "RemoteFormatError",

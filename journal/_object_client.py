@@ -12,42 +12,22 @@ pull (`_remote`) talk to object storage only through it.
   store has no framing to disagree with and keeps the one-call read (`Remote._read`).
 - **Listings are bounded in count** where the caller says how many names it will read (`keys`).
 - **Credentials** come from the client's usual environment and config (``AWS_ACCESS_KEY_ID`` ...),
-  never from stepjournal's files; every message this module raises has the values of the usual
-  credential variables scrubbed out, and the client's own exception is not chained.
+  never from stepjournal's files; every message this module raises passes `redact` (no user info of a
+  URL, no credential variable's value), and the client's own exception is not chained.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import urllib.parse
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 from ._errors import IntegrityError, RemoteConflictError, RemoteError
 from ._pages import owned_buffer
+from ._secrets import public_url, redact
 
-__all__ = ["Remote", "public_url", "scrub"]
-
-# Values of these variables never appear in a message of ours (the clients' usual credential names).
-_SECRET_VARIABLES = re.compile(r"(SECRET|TOKEN|PASSWORD|ACCOUNT_KEY|ACCESS_KEY|CREDENTIAL|SAS|SERVICE_ACCOUNT)", re.I)
-
-
-def scrub(text: str) -> str:
-    """`text` without the value of any credential variable of the environment (replaced by ``***``)."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 4 and _SECRET_VARIABLES.search(name) and value in text:
-            text = text.replace(value, "***")
-    return text
-
-
-def public_url(url: str) -> str:
-    """The URL without user info, query or fragment (what messages and events may show)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+__all__ = ["Remote"]
 
 
 # Pieces an object is read in over HTTP, each copied into the object's buffer while it is still in the
@@ -98,7 +78,7 @@ def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
 
 def _client_message(exc: BaseException) -> str:
     # obstore appends a multi-line debug dump of its error; the first line says what happened.
-    return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
+    return redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
 
 
 class Remote:
