@@ -31,6 +31,7 @@ from ._object_store import ObjectPayloadStore
 from ._remote import PullReport, Released, journal_id, local_payload, pull_from
 from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
                              manifest_bytes, new_head)
+from ._undo import undone_on_failure
 from ._verify import VerifyProblem
 
 __all__ = ["BundleReport", "export_bundle", "import_bundle", "verify_bundle"]
@@ -277,6 +278,9 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None) -> Pull
     in seq order: import bundles of one journal's selections oldest first (an event older than one
     already imported from that journal is taken as known).
 
+    An import that fails into a journal folder it created removes that folder (`undone_on_failure`),
+    even when runs before the damage were committed; an existing journal keeps those runs.
+
     Raises:
         IntegrityError: the bundle is damaged (names what and, for payloads, the steps); the events
             that need it were not imported.
@@ -287,7 +291,7 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None) -> Pull
         if isinstance(journal, Journal):
             report = pull_from(reader, ObjectPayloadStore._over(reader), journal, progress=progress)
         else:
-            with Journal(journal, session=False) as opened:
+            with undone_on_failure(journal), Journal(journal, session=False) as opened:
                 report = pull_from(reader, ObjectPayloadStore._over(reader), opened, progress=progress)
     finally:
         reader.close()

@@ -41,8 +41,9 @@ _CLIENT_KEYS = frozenset("""allow_http allow_invalid_certificates connect_timeou
     root_certificate randomize_addresses read_timeout timeout user_agent""".split())
 
 
-def _store_kwargs(url: str, options: Mapping[str, Any]) -> dict:
-    """`from_url`'s keyword arguments for `options`: client settings apart from the store's config."""
+def _store_kwargs(url: str, options: Mapping[str, Any], *, create: bool = True) -> dict:
+    """`from_url`'s keyword arguments for `options`: client settings apart from the store's config;
+    with `create`, a ``file://`` folder that is missing is made."""
     config = {k: v for k, v in options.items() if k not in _CLIENT_KEYS}
     client = {k: v for k, v in options.items() if k in _CLIENT_KEYS}
     kwargs: dict = {"config": config} if config else {}
@@ -51,9 +52,14 @@ def _store_kwargs(url: str, options: Mapping[str, Any]) -> dict:
         if url.startswith("s3://") and "allow_http" not in client and os.environ.get("AWS_ALLOW_HTTP"):
             client["allow_http"] = os.environ["AWS_ALLOW_HTTP"].strip().lower() == "true"
         kwargs["client_options"] = client
-    if url.startswith("file://"):
+    if url.startswith("file://") and create:
         kwargs["mkdir"] = True
     return kwargs
+
+
+def _local_folder(url: str) -> str:
+    """The folder a ``file://`` URL names."""
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).path)
 
 
 def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
@@ -89,9 +95,11 @@ class Remote:
         options: client settings passed to obstore, beside what the environment gives: the store's
             ``config`` (endpoint, region ...) and its HTTP client's (``timeout``, ``read_timeout``,
             ``connect_timeout``, ``allow_http`` ...: `_CLIENT_KEYS`); keep credentials in the environment.
+        create: whether a ``file://`` folder that is missing is made (a writer's remote). A reader
+            passes False: it never creates anything on the remote, and a missing folder is a `RemoteError`.
     """
 
-    def __init__(self, url: str, *, options: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, url: str, *, options: Optional[Mapping[str, Any]] = None, create: bool = True) -> None:
         try:
             import obstore
             from obstore.store import from_url
@@ -101,7 +109,10 @@ class Remote:
         self.url = public_url(url)
         # No HTTP framing can disagree with the size a local file or a memory store announces.
         self._one_call = url.startswith(("file://", "memory://"))
-        kwargs = _store_kwargs(url, options or {})
+        kwargs = _store_kwargs(url, options or {}, create=create)
+        if not create and url.startswith("file://") and not os.path.isdir(_local_folder(url)):
+            raise RemoteError(f"no stepjournal remote at {self.url}: that folder does not exist; check the URL "
+                              "(a pull or clone creates nothing there), or push to it first")
         try:
             self._store = from_url(url, retry_config={"max_retries": 2}, **kwargs)
         except BaseException as exc:  # obstore raises several unrelated types on a bad URL or config
@@ -144,7 +155,7 @@ class Remote:
             return
         import fcntl
 
-        path = os.path.join(urllib.parse.unquote(urllib.parse.urlsplit(self.url).path), name)
+        path = os.path.join(_local_folder(self.url), name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:

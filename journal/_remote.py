@@ -45,6 +45,7 @@ from ._payloads import blob_intact
 from ._projections import Projections
 from ._remote_layout import (_MAX_HEAD, REMOTE_FORMAT, _head, _head_of, _manifest, _segment_events, call_refs,
                              encode_segment, new_head)
+from ._undo import undone_on_failure
 
 __all__ = ["REMOTE_FORMAT", "PushReport", "PullReport", "push", "pull", "clone", "journal_id"]
 
@@ -350,6 +351,10 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
     Events already pulled are not fetched again; a pull that was killed resumes after the last run it
     committed. The journal's own events (pushed from it) are not pulled back.
 
+    A pull creates nothing on the remote (not even a missing ``file://`` folder). A pull that fails
+    into a journal it created removes it (`undone_on_failure`); an existing journal keeps the runs
+    committed before the failure.
+
     Raises:
         RemoteError: the remote failed, is not a stepjournal remote, or misses a segment.
         RemoteFormatError: the remote was written by a newer stepjournal.
@@ -357,10 +362,10 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
             events that need it were not pulled.
     """
     if not isinstance(journal, Journal):
-        with Journal(journal, session=False) as opened:
+        with undone_on_failure(journal), Journal(journal, session=False) as opened:
             return pull(url, opened, progress=progress, options=options)
-    remote = Remote(url, options=options)
-    return pull_from(remote, ObjectPayloadStore(url, options=options), journal, progress=progress)
+    remote = Remote(url, options=options, create=False)
+    return pull_from(remote, ObjectPayloadStore._over(remote), journal, progress=progress)
 
 
 def _planned(remote: Any, journal: Journal, sources: List[str], done: Dict[str, int]) -> Iterator[_Run]:
@@ -417,6 +422,9 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
 
 def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None) -> PullReport:
     """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
+
+    A clone that fails leaves nothing: the folder it created is removed (an empty folder given stays
+    empty), so the corrected clone can run into the same path.
 
     Raises:
         JournalError: `path` already holds something.
