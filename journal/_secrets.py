@@ -26,7 +26,9 @@ __all__ = ["redact", "public_url"]
 # Values of these variables never appear in a message of ours (the clients' usual credential names).
 _SECRET_VARIABLES = re.compile(r"(SECRET|TOKEN|PASSWORD|ACCOUNT_KEY|ACCESS_KEY|CREDENTIAL|SAS|SERVICE_ACCOUNT)", re.I)
 # ``scheme://`` then user info up to the last ``@`` of the authority (a password may hold a raw ``@``).
-_USER_INFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#\\]*@")
+# The scheme's length is bounded so that a long run of letters (a server's error body) costs linear
+# time, not a scan from each of its characters.
+_USER_INFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\\]*@")
 # Shorter values would be found inside ordinary words: these are not secrets worth the damage.
 _SHORTEST = 4
 
