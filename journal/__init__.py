@@ -27,6 +27,7 @@ _MODULE_OF_NAMES = {
     "_remote": ("PushReport", "push"),
     "_pull": ("PullReport", "clone", "pull"),
     "_bundle": ("BundleReport", "export_bundle", "import_bundle", "verify_bundle"),
+    "_secrets": ("redact",),
     "_tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
 }
 _MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
@@ -50,6 +51,7 @@ __all__ = [
     "import_bundle",
     "verify_bundle",
     "BundleReport",
+    "redact",
     "EventsImported",
     "RemoteError",
     "RemoteFormatError",

@@ -34,6 +34,7 @@ from ._pull import PullReport, pull_from
 from ._remote import Released, journal_id, local_payload
 from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
                              manifest_bytes, new_head)
+from ._undo import undone_on_failure
 from ._verify import VerifyProblem
 
 __all__ = ["BundleReport", "export_bundle", "import_bundle", "verify_bundle"]
@@ -281,6 +282,9 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: R
     bundle, a remote or another bundle of the same journal) is known by its journal and seq, so the
     bundles of one journal's selections can be imported in any order, or twice.
 
+    An import that fails into a journal folder it created removes that folder (`undone_on_failure`),
+    even when runs before the damage were committed; an existing journal keeps those runs.
+
     Args:
         runs: import under other run keys: a run key for every incoming run, or ``{old: new}``.
         keep: ``"ours"``: an incoming record of a call the journal already serves (other bytes, another
@@ -300,7 +304,7 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: R
             report = pull_from(reader, ObjectPayloadStore._over(reader), journal, progress=progress, runs=runs,
                                keep=keep)
         else:
-            with Journal(journal, session=False) as opened:
+            with undone_on_failure(journal), Journal(journal, session=False) as opened:
                 report = pull_from(reader, ObjectPayloadStore._over(reader), opened, progress=progress, runs=runs,
                                    keep=keep)
     finally:

@@ -7,7 +7,8 @@ that configures nothing sees only warnings and errors (stdlib's last-resort hand
 ``logging.getLogger("stepjournal").setLevel(...)`` works as for any library.
 
 A record's message is ``event key=value ...``; the fields also travel as the record's ``stepjournal``
-attribute (a dict with ``event``), for JSON formatters and structlog's ``ProcessorFormatter``.
+attribute (a dict with ``event``), for JSON formatters and structlog's ``ProcessorFormatter``. Both
+pass `redact` (docs/sharing.md, "Secrets").
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import logging
 import sys
 from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
 
+from ._secrets import redact
+
 __all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging"]
 
 LOGGER_NAME = "stepjournal"
@@ -24,9 +27,10 @@ RECORD_ATTRIBUTE = "stepjournal"
 
 
 def _to_stdlib(_logger: Any, _method: str, event_dict: Dict[str, Any]) -> Tuple[Tuple[str], Dict[str, Any]]:
-    fields = dict(event_dict)
+    # Every record passes `redact` here, at the one door out: no URL's user info, no credential value.
+    fields = {key: redact(value) if isinstance(value, str) else value for key, value in event_dict.items()}
     event = str(fields.pop("event", ""))
-    text = " ".join([event, *(f"{key}={value!r}" for key, value in fields.items())])
+    text = redact(" ".join([event, *(f"{key}={value!r}" for key, value in fields.items())]))
     return (text,), {"extra": {RECORD_ATTRIBUTE: {"event": event, **fields}}}
 
 

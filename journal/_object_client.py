@@ -12,42 +12,22 @@ pull (`_remote`) talk to object storage only through it.
   store has no framing to disagree with and keeps the one-call read (`Remote._read`).
 - **Listings are bounded in count** where the caller says how many names it will read (`keys`).
 - **Credentials** come from the client's usual environment and config (``AWS_ACCESS_KEY_ID`` ...),
-  never from stepjournal's files; every message this module raises has the values of the usual
-  credential variables scrubbed out, and the client's own exception is not chained.
+  never from stepjournal's files; every message this module raises passes `redact` (no user info of a
+  URL, no credential variable's value), and the client's own exception is not chained.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import urllib.parse
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 from ._errors import IntegrityError, RemoteConflictError, RemoteError
 from ._pages import owned_buffer
+from ._secrets import public_url, redact
 
-__all__ = ["Remote", "public_url", "scrub"]
-
-# Values of these variables never appear in a message of ours (the clients' usual credential names).
-_SECRET_VARIABLES = re.compile(r"(SECRET|TOKEN|PASSWORD|ACCOUNT_KEY|ACCESS_KEY|CREDENTIAL|SAS|SERVICE_ACCOUNT)", re.I)
-
-
-def scrub(text: str) -> str:
-    """`text` without the value of any credential variable of the environment (replaced by ``***``)."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 4 and _SECRET_VARIABLES.search(name) and value in text:
-            text = text.replace(value, "***")
-    return text
-
-
-def public_url(url: str) -> str:
-    """The URL without user info, query or fragment (what messages and events may show)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+__all__ = ["Remote"]
 
 
 # Pieces an object is read in over HTTP, each copied into the object's buffer while it is still in the
@@ -61,8 +41,9 @@ _CLIENT_KEYS = frozenset("""allow_http allow_invalid_certificates connect_timeou
     root_certificate randomize_addresses read_timeout timeout user_agent""".split())
 
 
-def _store_kwargs(url: str, options: Mapping[str, Any]) -> dict:
-    """`from_url`'s keyword arguments for `options`: client settings apart from the store's config."""
+def _store_kwargs(url: str, options: Mapping[str, Any], *, create: bool = True) -> dict:
+    """`from_url`'s keyword arguments for `options`: client settings apart from the store's config;
+    with `create`, a ``file://`` folder that is missing is made."""
     config = {k: v for k, v in options.items() if k not in _CLIENT_KEYS}
     client = {k: v for k, v in options.items() if k in _CLIENT_KEYS}
     kwargs: dict = {"config": config} if config else {}
@@ -71,9 +52,14 @@ def _store_kwargs(url: str, options: Mapping[str, Any]) -> dict:
         if url.startswith("s3://") and "allow_http" not in client and os.environ.get("AWS_ALLOW_HTTP"):
             client["allow_http"] = os.environ["AWS_ALLOW_HTTP"].strip().lower() == "true"
         kwargs["client_options"] = client
-    if url.startswith("file://"):
+    if url.startswith("file://") and create:
         kwargs["mkdir"] = True
     return kwargs
+
+
+def _local_folder(url: str) -> str:
+    """The folder a ``file://`` URL names."""
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).path)
 
 
 def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
@@ -98,7 +84,7 @@ def _announced_body(result: Any, size: int) -> Tuple[Any, int]:
 
 def _client_message(exc: BaseException) -> str:
     # obstore appends a multi-line debug dump of its error; the first line says what happened.
-    return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
+    return redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
 
 
 class Remote:
@@ -109,9 +95,11 @@ class Remote:
         options: client settings passed to obstore, beside what the environment gives: the store's
             ``config`` (endpoint, region ...) and its HTTP client's (``timeout``, ``read_timeout``,
             ``connect_timeout``, ``allow_http`` ...: `_CLIENT_KEYS`); keep credentials in the environment.
+        create: whether a ``file://`` folder that is missing is made (a writer's remote). A reader
+            passes False: it never creates anything on the remote, and a missing folder is a `RemoteError`.
     """
 
-    def __init__(self, url: str, *, options: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, url: str, *, options: Optional[Mapping[str, Any]] = None, create: bool = True) -> None:
         try:
             import obstore
             from obstore.store import from_url
@@ -121,7 +109,10 @@ class Remote:
         self.url = public_url(url)
         # No HTTP framing can disagree with the size a local file or a memory store announces.
         self._one_call = url.startswith(("file://", "memory://"))
-        kwargs = _store_kwargs(url, options or {})
+        kwargs = _store_kwargs(url, options or {}, create=create)
+        if not create and url.startswith("file://") and not os.path.isdir(_local_folder(url)):
+            raise RemoteError(f"no stepjournal remote at {self.url}: that folder does not exist; check the URL "
+                              "(a pull or clone creates nothing there), or push to it first")
         try:
             self._store = from_url(url, retry_config={"max_retries": 2}, **kwargs)
         except BaseException as exc:  # obstore raises several unrelated types on a bad URL or config
@@ -164,7 +155,7 @@ class Remote:
             return
         import fcntl
 
-        path = os.path.join(urllib.parse.unquote(urllib.parse.urlsplit(self.url).path), name)
+        path = os.path.join(_local_folder(self.url), name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:

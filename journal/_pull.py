@@ -33,6 +33,7 @@ from ._prune import catch_up_in
 from ._remote import journal_id, one_ahead
 from ._remote_layout import _head, _manifest, _segment_events, call_refs
 from ._retention import RetentionState
+from ._undo import undone_on_failure
 
 __all__ = ["PullReport", "pull", "pull_from", "clone"]
 
@@ -172,6 +173,10 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
     not pulled back. Every event it would take is checked before the first is committed
     (docs/sharing.md, "What an import checks").
 
+    A pull creates nothing on the remote (not even a missing ``file://`` folder). A pull that fails
+    into a journal it created removes it (`undone_on_failure`); an existing journal keeps the runs
+    committed before the failure.
+
     Args:
         runs: import under other run keys: a run key for every incoming run, or ``{old: new}``.
         keep: ``"ours"``: an incoming record of a call this journal already serves (other bytes, another
@@ -187,10 +192,10 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
     """
     check_options(runs, keep)
     if not isinstance(journal, Journal):
-        with Journal(journal, session=False) as opened:
+        with undone_on_failure(journal), Journal(journal, session=False) as opened:
             return pull(url, opened, progress=progress, options=options, runs=runs, keep=keep)
-    remote = Remote(url, options=options)
-    return pull_from(remote, ObjectPayloadStore(url, options=options), journal, progress=progress, runs=runs, keep=keep)
+    remote = Remote(url, options=options, create=False)
+    return pull_from(remote, ObjectPayloadStore._over(remote), journal, progress=progress, runs=runs, keep=keep)
 
 
 _CACHED_SEGMENT_BYTES = 1 << 25  # segments the checks read are kept for the pull up to this many bytes
@@ -296,6 +301,9 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
 def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
           runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
+
+    A clone that fails leaves nothing: the folder it created is removed (an empty folder given stays
+    empty), so the corrected clone can run into the same path.
 
     Raises:
         JournalError: `path` already holds something.

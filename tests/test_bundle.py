@@ -141,6 +141,10 @@ def test_a_damaged_payload_is_found_by_verify_with_its_step_and_refused_by_impor
     assert "bundle is damaged; affected steps: 3" in capsys.readouterr().out
     with pytest.raises(IntegrityError, match=r"affected steps \[3\]"):
         import_bundle(bundle, str(tmp_path / "b"))
+    assert not (tmp_path / "b").exists()  # a failed import into a new folder leaves nothing
+    Journal(str(tmp_path / "b")).close()
+    with pytest.raises(IntegrityError, match=r"affected steps \[3\]"):
+        import_bundle(bundle, str(tmp_path / "b"))
     with Journal(str(tmp_path / "b"), readonly=True) as jb:
         assert jb.audit() == []  # the call that needs the damaged payload did not come in
 

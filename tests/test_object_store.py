@@ -13,8 +13,9 @@ from log_capture import captured_events
 from payload_store_conformance import PayloadStoreConformance, payload
 from s3_server import SECRET, s3_env, s3_server  # noqa: F401  (fixtures)
 from stepjournal import IntegrityError, Journal, ObjectPayloadStore, PayloadMissingError, RemoteError
-from stepjournal._object_client import Remote, public_url, scrub
+from stepjournal._object_client import Remote
 from stepjournal._object_store import stored_bound
+from stepjournal._secrets import public_url, redact
 from test_payload_store_lmdb import TestLmdbPayloadStore
 
 
@@ -192,7 +193,7 @@ def test_a_secret_key_in_the_environment_appears_in_no_error_and_no_log_line(tmp
 
 def test_a_message_that_would_carry_a_credential_shows_stars_instead(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    assert scrub(f"signature for {SECRET} refused") == "signature for *** refused"
+    assert redact(f"signature for {SECRET} refused") == "signature for *** refused"
 
 
 def test_a_url_with_user_info_is_shown_without_it(tmp_path):

@@ -251,8 +251,10 @@ def _main(argv: Optional[List[str]]) -> int:
         print(f"stepjournal: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except IntegrityError as exc:
-        hint = "" if args.command == "verify" or journal is None else (
-            f"; run `stepjournal verify {one_line(journal)}` for the full picture")
+        # An import's damage is in its bundle; a journal a failed verb created is gone (nothing to verify).
+        checked = args.bundle if args.command == "import" else journal
+        hint = "" if args.command == "verify" or checked is None or not os.path.exists(checked) else (
+            f"; run `stepjournal verify {one_line(checked)}` for the full picture")
         print(f"stepjournal: error: {one_line(exc)}{hint}", file=sys.stderr)
         return 1
     except (Failure, StepJournalError, OSError) as exc:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, push
+from stepjournal import AUDIT_SCHEMA_VERSION, push, redact
 
 from ._render import Failure, cell, clean, print_json, progress_bar
 
@@ -33,11 +33,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
     with progress_bar(err) as progress:
         report = push(args.journal, args.url, progress=progress_to(progress))
+    shown = cell(redact(args.url))
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     elif report.events_sent or report.payloads_sent:
         out.print(f"pushed {report.events_sent} events, {report.payloads_sent} payloads ({report.bytes_sent} bytes) "
-                  f"of journal {report.source} to {cell(args.url)}")
+                  f"of journal {report.source} to {shown}")
     else:
-        out.print(f"{cell(args.url)} is up to date with journal {report.source} (nothing sent)")
+        out.print(f"{shown} is up to date with journal {report.source} (nothing sent)")
     return 0

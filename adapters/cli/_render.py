@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 from rich.console import Console
 from rich.markup import escape
 
+from stepjournal import redact
 from stepjournal._audit import iso_time
 
 __all__ = [
@@ -129,8 +130,8 @@ def int_text(value: int) -> str:
 
 
 def one_line(message: object) -> str:
-    """A message on one line, made safe to print (`clean`)."""
-    return clean(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+    """A message on one line, made safe to print (`clean`) and without secrets (`stepjournal.redact`)."""
+    return clean(redact(" ".join(line.strip() for line in str(message).splitlines() if line.strip())))
 
 
 def json_text(value: Any) -> str:
