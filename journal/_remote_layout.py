@@ -83,17 +83,37 @@ def _head_of(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[s
     if head is None:
         return None
     _check_format(remote, key, head)
-    segments = head.get("segments")
-    ok = _JOURNAL_ID.fullmatch(source) and head.get("source") == source and isinstance(segments, list) and all(
-        isinstance(s, dict) and isinstance(s.get("digest"), str)
-        and all(isinstance(s.get(f), int) and not isinstance(s.get(f), bool) and s.get(f) >= 0
-                for f in ("first", "last", "nbytes")) and s["first"] <= s["last"]
-        and s.get("name") == segment_name(source, s["first"], s["last"])  # never a key of another's choosing
-        for s in segments
-    ) and isinstance(head.get("last_seq"), int)
-    if not ok:
-        raise IntegrityError(f"{remote.url}/{key} is not a valid head; the remote is damaged")
+    problem = _head_problem(source, head)
+    if problem:
+        raise IntegrityError(f"{remote.url}/{key} is not a valid head ({problem}); the remote is damaged: "
+                             "push the journal again", detail="bad head")
     return head
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _head_problem(source: str, head: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with a head's shape (None when nothing): the fields a pull or a push relies on."""
+    if not _JOURNAL_ID.fullmatch(source) or head.get("source") != source:
+        return f"its source is not the journal id {source[:40]!r} it is named after"
+    if not _count(head.get("last_seq")) or not isinstance(head.get("last_digest", ""), (str, type(None))):
+        return "last_seq or last_digest is not valid"
+    segments = head.get("segments")
+    if not isinstance(segments, list):
+        return "segments is not a list"
+    previous = -1
+    for i, s in enumerate(segments):
+        if not (isinstance(s, dict) and isinstance(s.get("digest"), str) and all(
+                _count(s.get(f)) for f in ("first", "last", "nbytes")) and _count(s.get("count", 0))):
+            return f"segment {i} lacks a name, digest, first, last or nbytes of the right type"
+        if not previous < s["first"] <= s["last"]:
+            return f"segment {i} (events {s['first']}-{s['last']}) is out of order or overlaps the one before"
+        if s.get("name") != segment_name(source, s["first"], s["last"]):  # never a key of another's choosing
+            return f"segment {i} is not named {segment_name(source, s['first'], s['last'])}"
+        previous = s["last"]
+    return None
 
 
 def new_head(source: str) -> Dict[str, Any]:
