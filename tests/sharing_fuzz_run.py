@@ -143,8 +143,15 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (size + extra, size + extra))
 
 
+def _status(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(field + ":"))
+
+
 def _max_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak RSS: ``VmHWM``, not ``ru_maxrss`` (which a spawned child inherits from the
+    parent it was forked from before its exec: the pytest process, with torch loaded)."""
+    return _status("VmHWM")
 
 
 def run_cases(bundle: str, seed: int, first: int, cases: int, work: str, out: str) -> None:
@@ -189,3 +196,27 @@ def run_cases(bundle: str, seed: int, first: int, cases: int, work: str, out: st
               "rss_growth_mb": worst >> 20, "rss_allowed_mb": rss_allowed(largest) >> 20, "largest_object": largest}
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(result, fh)
+
+
+def measure_child(kind: str, where: str, journal: str, out: str) -> None:
+    """Process target (spawn; this module imports no torch): peak RSS over the RSS before one
+    `verify_bundle`, `import_bundle` or `pull` of `where`, and how it ended, as JSON to `out`."""
+    from stepjournal import Journal, StepJournalError, import_bundle, pull, verify_bundle
+
+    opened = Journal(journal, session=False, sync=False)
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+        fh.write("5")  # the peak RSS starts again from the RSS now
+    before = _status("VmRSS")
+    try:
+        if kind == "verify":
+            outcome = f"{len(verify_bundle(where)[1])} problems"
+        elif kind == "import":
+            outcome = f"{import_bundle(where, opened).events_pulled} events"
+        else:
+            outcome = f"{pull(where, opened).events_pulled} events"
+    except StepJournalError as exc:
+        outcome = type(exc).__name__
+    growth = _max_rss() - before
+    opened.close()
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump({"growth": growth, "outcome": outcome}, fh)
