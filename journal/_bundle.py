@@ -17,6 +17,7 @@ import json
 import os
 import re
 import stat
+import struct
 import zipfile
 from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tuple
 
@@ -48,6 +49,11 @@ _ENTRY = re.compile(
     r"|payloads/[0-9a-f]{64})$"
 )
 Progress = Optional[Callable[[str, int, int], None]]
+# What `zipfile` raises on a damaged archive, besides its own BadZipFile: a header naming an unknown
+# method or flag (NotImplementedError), a name that is not UTF-8 (UnicodeDecodeError, a ValueError),
+# sizes and offsets past the file (EOFError, OSError on a negative seek), short headers (struct.error).
+_ZIP_DAMAGE = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, EOFError, OSError,
+               struct.error, KeyError, IndexError, OverflowError)
 
 
 @attrs.frozen
@@ -88,8 +94,8 @@ class _Reader:
     """A bundle read as a remote (`get`, `keys`, `exists`): every read bounded, nothing extracted.
 
     Raises:
-        IntegrityError: the file is not a ZIP archive, or an entry is compressed, duplicated or
-            named outside the remote layout.
+        IntegrityError: the file is not a ZIP archive (any damage `zipfile` finds in its headers), or
+            an entry is compressed, duplicated or named outside the remote layout.
     """
 
     def __init__(self, path: str) -> None:
@@ -107,8 +113,10 @@ class _Reader:
         try:
             try:
                 self._zip = zipfile.ZipFile(self._file)
-            except (zipfile.BadZipFile, ValueError, EOFError) as exc:
-                raise IntegrityError(f"{path!r} is not a stepjournal bundle (not a ZIP archive: {exc})") from None
+            except _ZIP_DAMAGE as exc:
+                raise IntegrityError(f"{path!r} is not a stepjournal bundle (not a readable ZIP archive: "
+                                     f"{type(exc).__name__}: {str(exc)[:200]}); export it again",
+                                     detail="damaged archive") from None
             self._infos: Dict[str, zipfile.ZipInfo] = {}
             for info in self._zip.infolist():
                 if not _ENTRY.match(info.filename) or info.filename in self._infos:
@@ -131,8 +139,9 @@ class _Reader:
         try:
             with self._zip.open(info) as entry:
                 data = entry.read(limit + 1)
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise IntegrityError(f"object {self.url}/{key} cannot be read: {exc}", detail="damaged entry") from None
+        except _ZIP_DAMAGE as exc:  # its local header disagrees with the directory, its CRC is wrong ...
+            raise IntegrityError(f"object {self.url}/{key} cannot be read ({type(exc).__name__}: {str(exc)[:200]}): "
+                                 "the bundle is damaged; export it again", detail="damaged entry") from None
         if len(data) != info.file_size:
             raise IntegrityError(f"object {self.url}/{key} is truncated", detail="damaged entry")
         return data

@@ -202,22 +202,13 @@ _CACHED_SEGMENT_BYTES = 1 << 25  # segments the checks read are kept for the pul
 
 
 def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[Tuple[str, List[Dict[str, Any]]]]:
-    """Per source, the segments of its head holding an event not pulled yet (in seq order).
-
-    Raises:
-        IntegrityError: a head lists segments out of order or overlapping.
-    """
+    """Per source, the segments of its head holding an event not pulled yet (in seq order: a head
+    listing them otherwise is refused when read, `_remote_layout`)."""
     out = []
     for source in sources:
         head = _head(remote, source)
         if head is None:
             continue
-        previous = 0
-        for seg in head["segments"]:
-            if seg["first"] <= previous:
-                raise IntegrityError(f"{remote.url}/heads/{source}.json lists segment {seg['name'][:120]} out of "
-                                     "order or overlapping another; the remote is damaged; nothing was pulled")
-            previous = seg["last"]
         segments = [s for s in head["segments"] if not imports.covers(source, s["first"], s["last"])]
         if segments:
             out.append((source, segments))

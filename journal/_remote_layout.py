@@ -9,22 +9,25 @@ and events decode through the journal's one converter.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import msgpack
 
+from ._bounded_parse import json_document, segment_body
 from ._convert import decode_event
 from ._digest import digest_bytes
-from ._errors import IntegrityError, RemoteError, RemoteFormatError
+from ._errors import EventDecodeError, IntegrityError, RemoteError, RemoteFormatError
 from ._events import GenerationRecorded, ReplayServed
 
-__all__ = ["REMOTE_FORMAT", "MANIFEST", "call_refs", "encode_segment", "manifest_bytes", "new_head"]
+__all__ = ["REMOTE_FORMAT", "MANIFEST", "call_refs", "encode_segment", "manifest_bytes", "new_head", "segment_name"]
 
 REMOTE_FORMAT = 1
 MANIFEST = "stepjournal-remote.json"
 _MAX_MANIFEST = 1 << 16
 _MAX_HEAD = 1 << 26
 _MAX_SEGMENT = 1 << 28
+_JOURNAL_ID = re.compile(r"[0-9a-f]{32}")
 
 
 # -- the remote's small JSON objects ---------------------------------------------------------------
@@ -36,9 +39,10 @@ def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, 
     if data is None:
         return None
     try:
-        value = json.loads(data)
-    except ValueError:
-        raise IntegrityError(f"{remote.url}/{key} is not JSON; the remote is damaged") from None
+        value = json_document(data)
+    except ValueError as exc:  # UnicodeDecodeError too
+        raise IntegrityError(f"{remote.url}/{key} is not a JSON document of the layout ({str(exc)[:200]}); "
+                             "the remote is damaged: push it again from the journal", detail="bad document") from None
     if not isinstance(value, dict):
         raise IntegrityError(f"{remote.url}/{key} is not a JSON object; the remote is damaged")
     return value
@@ -79,16 +83,37 @@ def _head_of(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[s
     if head is None:
         return None
     _check_format(remote, key, head)
-    segments = head.get("segments")
-    ok = head.get("source") == source and isinstance(segments, list) and all(
-        isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), str)
-        and all(isinstance(s.get(f), int) and not isinstance(s.get(f), bool) and s.get(f) >= 0
-                for f in ("first", "last", "nbytes")) and s["first"] <= s["last"]
-        for s in segments
-    ) and isinstance(head.get("last_seq"), int)
-    if not ok:
-        raise IntegrityError(f"{remote.url}/{key} is not a valid head; the remote is damaged")
+    problem = _head_problem(source, head)
+    if problem:
+        raise IntegrityError(f"{remote.url}/{key} is not a valid head ({problem}); the remote is damaged: "
+                             "push the journal again", detail="bad head")
     return head
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _head_problem(source: str, head: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with a head's shape (None when nothing): the fields a pull or a push relies on."""
+    if not _JOURNAL_ID.fullmatch(source) or head.get("source") != source:
+        return f"its source is not the journal id {source[:40]!r} it is named after"
+    if not _count(head.get("last_seq")) or not isinstance(head.get("last_digest", ""), (str, type(None))):
+        return "last_seq or last_digest is not valid"
+    segments = head.get("segments")
+    if not isinstance(segments, list):
+        return "segments is not a list"
+    previous = -1
+    for i, s in enumerate(segments):
+        if not (isinstance(s, dict) and isinstance(s.get("digest"), str) and all(
+                _count(s.get(f)) for f in ("first", "last", "nbytes")) and _count(s.get("count", 0))):
+            return f"segment {i} lacks a name, digest, first, last or nbytes of the right type"
+        if not previous < s["first"] <= s["last"]:
+            return f"segment {i} (events {s['first']}-{s['last']}) is out of order or overlaps the one before"
+        if s.get("name") != segment_name(source, s["first"], s["last"]):  # never a key of another's choosing
+            return f"segment {i} is not named {segment_name(source, s['first'], s['last'])}"
+        previous = s["last"]
+    return None
 
 
 def new_head(source: str) -> Dict[str, Any]:
@@ -108,9 +133,14 @@ def encode_segment(source: str, events: List[Tuple[int, bytes]],
     if released:
         data["released"] = sorted(released)
     body = msgpack.packb(data, use_bin_type=True)
-    name = f"segments/{source}/{first:020d}-{last:020d}.msgpack"
+    name = segment_name(source, first, last)
     return name, body, {"name": name, "first": first, "last": last, "count": len(events),
                         "nbytes": len(body), "digest": digest_bytes(body).hex()}
+
+
+def segment_name(source: str, first: int, last: int) -> str:
+    """The object name of journal `source`'s segment holding its events `first` to `last`."""
+    return f"segments/{source}/{first:020d}-{last:020d}.msgpack"
 
 
 def call_refs(event: Any) -> List[Any]:
@@ -132,22 +162,22 @@ def _segment_events(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List
         raise IntegrityError(f"{where} in {remote.url} does not match its digest: the remote is damaged; "
                              "nothing of it was pulled", detail="digest mismatch")
     try:
-        data = msgpack.unpackb(body, raw=False, strict_map_key=True)
-        pairs = data["events"]
-        released = data.get("released", [])
-        if not isinstance(pairs, list) or not isinstance(released, list) or not all(
-                isinstance(d, str) and len(d) == 64 for d in released):
-            raise TypeError
-    except Exception:
-        raise IntegrityError(f"{where} is not a segment; the remote is damaged") from None
+        pairs, released = segment_body(body, source, REMOTE_FORMAT)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise IntegrityError(f"{where} in {remote.url} is not a segment ({str(exc)[:200]}): the remote is damaged; "
+                             "nothing of it was pulled", detail="bad segment") from None
     out: List[Tuple[int, bytes, Any]] = []
     previous = seg["first"] - 1
-    for pair in pairs:
-        if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], int)
-                or not isinstance(pair[1], bytes) or not previous < pair[0] <= seg["last"]):
-            raise IntegrityError(f"{where} lists an event out of order or malformed; the remote is damaged")
-        previous = pair[0]
-        out.append((pair[0], pair[1], decode_event(pair[1], seq=pair[0])))
+    for seq, raw in pairs:
+        if not previous < seq <= seg["last"]:
+            raise IntegrityError(f"{where} in {remote.url} lists event {seq} after {previous}, out of order or "
+                                 "outside its range: the remote is damaged; nothing of it was pulled",
+                                 detail="bad segment")
+        previous = seq
+        try:
+            out.append((seq, raw, decode_event(raw, seq=seq)))
+        except EventDecodeError as exc:
+            raise type(exc)(f"{where} in {remote.url}: {exc}", step=exc.step, detail=exc.detail) from None
     return out, set(released)
 
 
