@@ -14,6 +14,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
+from ._import_map import ImportMap
 from ._events import (CallBypassed, CallRefused, Event, EventsImported, GenerationRecorded, PayloadsReleased,
                       ReplayServed, SessionOpened)
 
@@ -83,7 +84,8 @@ class AuditRecord:
             record, its reason says why and under which rule; it is no call).
         stored: whether this call stored an output payload (only generated calls do).
         source_run, source_step, source_gen_index, source_seq: where a replay was served from (None
-            unless replayed).
+            unless replayed); `source_seq` is this journal's seq of that record, also for a pulled
+            replay (None when the record itself was not pulled).
         policy, reason: which policy decided, and why.
         nbytes, stored_nbytes, digest: the output payload this call produced or was served (None
             when there is none).
@@ -239,7 +241,7 @@ def audit(
     records = []
     released: Dict[int, int] = {}
     for record in call_records(_pairs(source, types=AUDIT_EVENT_TYPES)):
-        if record.action == RELEASED and record.origin_journal is None:
+        if record.action == RELEASED and record.source_seq is not None:
             released[record.source_seq] = record.seq
         if (run is not None and record.run != run) or (steps is not None and record.step not in steps):
             continue
@@ -253,25 +255,48 @@ def audit(
     return records
 
 
+class Provenance:
+    """Where pulled rows came from, folded from the `EventsImported` markers met in log order.
+
+    A pulled event keeps its bytes, so a pulled replay or release names its record by the seq it had
+    where it was recorded; a row says that journal and seq as ``origin_journal`` / ``origin_seq``,
+    and its ``source_seq`` is this journal's seq of that record (None when it was not pulled).
+    """
+
+    def __init__(self) -> None:
+        self._imports = ImportMap()
+
+    def marker(self, seq: int, event: EventsImported) -> None:
+        """Fold the marker at `seq`."""
+        self._imports.marker(seq, event)
+
+    def of(self, seq: int, source_seq: Optional[int]) -> Optional[Tuple[str, int, Optional[int]]]:
+        """(origin journal, origin seq, `source_seq` as this journal's seq) of the row at `seq`, or
+        None for a row this journal recorded."""
+        origin = self._imports.origin(seq)
+        if origin is None:
+            return None
+        return origin[0], origin[1], self._imports.local(origin[0], source_seq) if source_seq is not None else None
+
+
 def call_records(pairs: Iterable[Tuple[int, Event]]) -> Iterable[AuditRecord]:
     """An `AuditRecord` per call event and per `PayloadsReleased` of `pairs` (log order), with the
     provenance of pulled calls.
 
     An `EventsImported` says which source seqs the events right after it carry; read with it (types
-    `AUDIT_EVENT_TYPES`), each pulled call's record names its origin journal and seq.
+    `AUDIT_EVENT_TYPES`), each pulled call's record names its origin journal and seq (`Provenance`).
     """
-    origin: Optional[EventsImported] = None
-    origin_at = 0
+    provenance = Provenance()
     for seq, event in pairs:
         if isinstance(event, EventsImported):
-            origin, origin_at = event, seq
+            provenance.marker(seq, event)
             continue
         if type(event) not in _ACTION_OF and not isinstance(event, PayloadsReleased):
             continue
         record = AuditRecord.from_event(seq, event)
-        if origin is not None and origin_at < seq <= origin_at + origin.source_last - origin.source_first + 1:
-            record = attrs.evolve(record, origin_journal=origin.source,
-                                  origin_seq=origin.source_first + seq - origin_at - 1)
+        found = provenance.of(seq, record.source_seq)
+        if found is not None:
+            record = attrs.evolve(record, origin_journal=found[0], origin_seq=found[1], source_seq=found[2])
         yield record
 
 

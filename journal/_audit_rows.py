@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Container, Dict, Iterable, Iterator, Optional, Tuple
 
-from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, AuditRecord, iso_time
+from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, AuditRecord, Provenance, iso_time
 from ._convert import checked_body, event_of
 from ._errors import InvalidKeyError
 from ._events import MAX_TS, CallBypassed, CallRefused, EventsImported, GenerationRecorded, ReplayServed
@@ -180,8 +180,8 @@ def json_rows(
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
     keys = Keys()
-    origin: Optional[EventsImported] = None
-    origin_at = origin_end = 0
+    provenance = Provenance()
+    pulled = False
     row_of = None
     if native:
         from ._native_rows import row_of  # msgspec: imported by the verbs that use it, not at import
@@ -193,14 +193,15 @@ def json_rows(
             if row is None:
                 event = event_of(raw, found, seq=seq)  # the event path: the same row, or the error
                 if isinstance(event, EventsImported):
-                    origin, origin_at = event, seq
-                    origin_end = seq + event.source_last - event.source_first + 1
+                    provenance.marker(seq, event)
+                    pulled = True
                     continue
                 if not isinstance(event, AUDIT_EVENT_TYPES):
                     continue
                 row = AuditRecord.from_event(seq, event).to_json()
-        if origin is not None and origin_at < seq <= origin_end:
-            row["origin_journal"], row["origin_seq"] = origin.source, origin.source_first + seq - origin_at - 1
+        found = provenance.of(seq, row["source_seq"]) if pulled else None
+        if found is not None:
+            row["origin_journal"], row["origin_seq"], row["source_seq"] = found
         if (run is not None and row["run"] != run) or (steps is not None and row["step"] not in steps):
             continue
         if (mode is not None and row["mode"] != mode) or (stage is not None and row["stage"] != stage):

@@ -371,12 +371,24 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
                             kind = "missing_payload" if checked[ref.digest] == "missing" else "payload"
                             problems.append(VerifyProblem(kind, ref.digest, (event.step,), checked[ref.digest]))
         try:
-            claims.finish()
+            claims.finish(lambda source, seq: _bundled_record(reader, source, seq))
         except ImportClaimError as exc:
             problems.append(VerifyProblem("claim", exc.segment, (), str(exc)))
     finally:
         reader.close()
     return events, _merged(problems)
+
+
+def _bundled_record(reader: _Reader, source: str, seq: int) -> Any:
+    """Event `seq` of journal `source` as the bundle holds it, or None (a release's record, checked)."""
+    try:
+        head = _head(reader, source)
+        for seg in head["segments"] if head else ():
+            if seg["first"] <= seq <= seg["last"]:
+                return next((e for s, _r, e in _segment_events(reader, source, seg)[0] if s == seq), None)
+    except StepJournalError:
+        pass  # the damaged head or segment is a problem of its own; the release's record is not there
+    return None
 
 
 def _payload_problem(objects: ObjectPayloadStore, ref: Any) -> Optional[str]:

@@ -113,6 +113,7 @@ class IncomingChecks:
         self._exists = exists
         self._empty = journal is None or journal.last_seq() == 0
         self._claims: Dict[str, List[_Claim]] = {}
+        self._releases: Dict[str, List[Tuple[str, int, PayloadsReleased]]] = {}
         self._released: Dict[str, Set[Tuple[int, str]]] = {}  # source -> (record seq, digest) released there
         self._incoming: Dict[Key, Tuple[str, str, Optional[str]]] = {}  # key -> (source, output digest, input digest)
         self._several = several
@@ -137,6 +138,12 @@ class IncomingChecks:
                     segment=name, claim=f"EventsImported at #{seq}")
             self.seen_runs.add(event.run)
             if isinstance(event, PayloadsReleased):
+                if event.record_seq >= seq:
+                    raise ImportClaimError(
+                        f"{name} of journal {source} holds a release (event #{seq}) of event #{event.record_seq}, "
+                        "which does not come before it: a release follows its record; nothing was imported",
+                        segment=name, claim=f"PayloadsReleased at #{seq}")
+                self._releases.setdefault(source, []).append((name, seq, event))
                 self._released.setdefault(source, set()).update((event.record_seq, d) for d in event.released)
             refs = []
             if isinstance(event, GenerationRecorded):
@@ -176,14 +183,22 @@ class IncomingChecks:
             self._conflict_keys.append(key)
         self._count += 1
 
-    def finish(self) -> None:
+    def finish(self, record: Any = None) -> None:
         """Raise what the events fed in do not allow; return when the import may go ahead.
+
+        Args:
+            record: ``record(source, seq)``: the event `seq` of journal `source`, from the import or the
+                journal (None when neither holds it), to check each release against the record it names.
 
         Raises:
             ImportClaimError: a released payload no release of that journal names (the first one).
             ImportConflictError: incoming records would change what the target replays (and keep is None).
             JournalError: one new run key was given for an import that holds several runs.
         """
+        if record is not None:
+            for source, releases in self._releases.items():
+                for name, seq, event in releases:
+                    self._check_release(source, name, seq, event, record(source, event.record_seq))
         if self._claims:
             known = self._released_here()
             for source, claims in self._claims.items():
@@ -209,6 +224,25 @@ class IncomingChecks:
                 "Nothing was imported. Import them under another run key (--as NEW or --as OLD=NEW; runs= in "
                 "Python), or keep this journal's records served and import the others for the audit only "
                 "(--keep ours; keep='ours')", conflicts=tuple(self._conflict_keys), count=count)
+
+    @staticmethod
+    def _check_release(source: str, name: str, seq: int, event: PayloadsReleased, named: Any) -> None:
+        """A release names a record of its journal, of its own call, and only that record's payloads."""
+        problem = None
+        if not isinstance(named, GenerationRecorded):
+            problem = "which is not a recorded call there" if named is not None else "which neither holds"
+        elif (named.run, named.mode, named.stage, named.step, named.gen_index) != (
+                event.run, event.mode, event.stage, event.step, event.gen_index):
+            problem = f"a record of another call (step {named.step} index {named.gen_index})"
+        else:
+            refs = {r.digest for r in (named.output, named.input) if r is not None}
+            if not refs.issuperset(event.released) or not refs.issuperset(event.retained):
+                problem = "whose payloads are not the ones it lists"
+        if problem:
+            raise ImportClaimError(
+                f"{name} of journal {source} holds a release (event #{seq}, step {event.step}) of event "
+                f"#{event.record_seq}, {problem}: the release would delete or hide what it does not own; "
+                "nothing was imported", segment=name, claim=f"PayloadsReleased at #{seq}")
 
     def _released_here(self) -> Dict[str, Set[Tuple[int, str]]]:
         """(source record seq, digest) of every release the target already pulled, by source journal."""

@@ -230,8 +230,28 @@ def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[st
             if held + seg["nbytes"] <= _CACHED_SEGMENT_BYTES:
                 cache[seg["name"]] = (listed, released)
                 held += seg["nbytes"]
-    checks.finish()
+    checks.finish(_record_reader(remote, journal, wanted, imports, cache))
     return checks, cache
+
+
+def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+                   imports: ImportMap, cache: Dict[str, Any]) -> Callable[[str, int], Any]:
+    """``record(source, seq)``: event `seq` of journal `source`, from the journal when it was pulled
+    already, else from the segment of the import that holds it (kept, or read again); None when
+    neither has it. Releases are few: each names one record."""
+    segments = {source: segs for source, segs in wanted}
+
+    def record(source: str, seq: int) -> Any:
+        local = imports.local(source, seq)
+        if local is not None:
+            return journal.event(local)
+        for seg in segments.get(source, ()):
+            if seg["first"] <= seq <= seg["last"]:
+                listed, _released = cache.get(seg["name"]) or _segment_events(remote, source, seg)
+                return next((e for s, _r, e in listed if s == seq), None)
+        return None
+
+    return record
 
 
 def _planned(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,

@@ -148,6 +148,35 @@ def test_a_released_list_no_release_proves_is_refused_and_verify_says_the_bundle
     assert not (tmp_path / "target").exists()  # the refused import into a new folder left nothing
 
 
+@pytest.mark.parametrize("forged", ["another call's record", "a record after it", "payloads not its record's"])
+def test_a_release_that_does_not_match_the_record_it_names_is_refused(tmp_path, forged):
+    """A pulled release deletes bytes: one naming a record of another call (its own call's entry left
+    served, the named record's bytes gone), coming before its record, or listing payloads its record does
+    not have would delete or hide what it does not own."""
+    source = tmp_path / "source"
+    record(source, [1, 2, 3], run="theirs")
+    export_bundle(str(source), tmp_path / "x.bundle")
+    with Journal(str(source), readonly=True) as journal:
+        two, three = journal.lookup(2, run="theirs"), journal.lookup(3, run="theirs")
+
+    def release(_source, events, _segment):
+        named = {"another call's record": two.seq, "a record after it": events[-1][0] + 5,
+                 "payloads not its record's": three.seq}[forged]
+        digest = two.event.output.digest  # step 2's bytes, whatever the release claims to be
+        fake = PayloadsReleased(run="theirs", step=3, gen_index=0, mode="train", record_seq=named,
+                                released=[digest], retained=[], rule="keep_last=1", reason="forged", ts=1.0)
+        events.append([events[-1][0] + 1, encode_event(fake)])
+
+    craft(tmp_path / "x.bundle", release)
+    with pytest.raises(ImportClaimError, match="holds a release .* nothing was imported"):
+        import_bundle(tmp_path / "x.bundle", str(tmp_path / "target"))
+    assert [p.kind for p in verify_bundle(tmp_path / "x.bundle")[1]] == ["claim"]
+    mine = record(tmp_path / "target", [1], run="mine")
+    with pytest.raises(ImportClaimError):
+        import_bundle(tmp_path / "x.bundle", str(tmp_path / "target"))
+    own_intact(tmp_path / "target", mine, f"file://{tmp_path}/remote/r")
+
+
 def test_a_release_the_source_did_make_is_accepted_and_the_import_serves_only_what_was_kept(tmp_path):
     source = tmp_path / "source"
     recorded = record(source, [1, 2, 3, 4], run="theirs")
@@ -322,6 +351,19 @@ def test_a_refused_replay_and_show_name_the_record_and_its_release_by_this_journ
     with pytest.raises(ReplayMissError) as refused:
         replay(b, [1], run="exp")
     assert f"its record (event #{record_seq}) was pruned by event #{release_seq}" in str(refused.value)
+    # the audit names the record by the seq here too (the source's seq only as the origin), both readers
+    listed = subprocess.run([os.path.join(BIN, "stepjournal"), "audit", str(b), "--json"], capture_output=True,
+                            text=True)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    with Journal(str(b), readonly=True) as journal:
+        records = [r.to_json() for r in journal.audit()]
+    for found in (rows, records):
+        release = next(r for r in found if r["seq"] == release_seq)
+        assert (release["action"], release["source_seq"]) == ("released", record_seq)
+        assert release["origin_seq"] is not None and release["origin_seq"] != release_seq
+        assert next(r for r in found if r["seq"] == record_seq)["origin_seq"] == source_seq
+    assert next(r for r in records if r["seq"] == record_seq)["released_by"] == release_seq
 
 
 # -- any order, any repetition: the journal the union gives ------------------------------------------------------

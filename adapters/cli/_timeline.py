@@ -71,7 +71,7 @@ def read_rows(journal: Journal) -> List[Row]:
     rows: List[Row] = []
     for row in json_rows(journal.raw_events(), timed=False, native=True, plain=True):  # call events decoded in C
         if row["action"] == "released":  # retention released a record's payloads: no call of its own
-            if row["origin_journal"] is None:
+            if row["source_seq"] is not None:  # this journal's seq of the record, pulled or not
                 released[row["source_seq"]] = row["seq"]
             continue
         rows.append(row)
