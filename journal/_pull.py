@@ -198,7 +198,7 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
     return pull_from(remote, ObjectPayloadStore._over(remote), journal, progress=progress, runs=runs, keep=keep)
 
 
-_CACHED_SEGMENT_BYTES = 1 << 25  # segments the checks read are kept for the pull up to this many bytes
+_CACHED_SEGMENT_BYTES = 1 << 23  # segments the checks read are kept (decoded) for the pull up to this many bytes
 
 
 def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[Tuple[str, List[Dict[str, Any]]]]:
