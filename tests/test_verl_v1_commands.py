@@ -45,7 +45,7 @@ def shell_argv(tmp_path: Path, body: str) -> list:
     fake.chmod(0o755)
     argv_file = tmp_path / "argv"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "ARGV_FILE": str(argv_file)}
-    result = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True, timeout=600)  # a hang detector only
     assert result.returncode == 0, result.stderr
     return argv_file.read_text().split("\0")[:-1]
 

@@ -34,7 +34,7 @@ def _phase(root: Path, phase: str) -> dict:
     out = root / f"{phase}.json"
     result = subprocess.run(
         [sys.executable, str(HARNESS), str(root), phase, str(out)],
-        capture_output=True, text=True, timeout=540, cwd=HERE,
+        capture_output=True, text=True, timeout=1800, cwd=HERE,  # a hang detector: minutes on a loaded machine
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
     return json.loads(out.read_text())

@@ -43,7 +43,7 @@ def rollout_config(dump_dir: str, *, n: int = 2, experiment: str = "exp", policy
 
 def shell(line: str, cwd: str) -> subprocess.CompletedProcess:
     """Run one command line through the shell, as a user types it (PATH and credentials from the environment)."""
-    return subprocess.run(line, shell=True, cwd=cwd, capture_output=True, text=True, timeout=240)
+    return subprocess.run(line, shell=True, cwd=cwd, capture_output=True, text=True, timeout=900)  # a hang detector only
 
 
 @ray.remote(num_cpus=0)

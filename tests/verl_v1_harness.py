@@ -413,8 +413,12 @@ def summary(trainer: Any) -> List[Dict[str, Any]]:
     return out
 
 
-def drain(timeout_s: float = 60.0) -> None:
-    """Wait until no prompt group is still generating, then clear TransferQueue for the next run."""
+def drain(timeout_s: float = 900.0) -> None:
+    """Wait until no prompt group is still generating, then clear TransferQueue for the next run.
+
+    The wait ends when generation has (an observed state, however slow the machine); `timeout_s` only
+    detects a hang, and raises rather than clearing what is still being written.
+    """
     import transfer_queue as tq
 
     deadline = time.monotonic() + timeout_s
@@ -422,8 +426,10 @@ def drain(timeout_s: float = 60.0) -> None:
         listed = tq.kv_list() or {}
         running = [k for items in listed.values() for k, tag in (items or {}).items()
                    if (tag or {}).get("status") in ("running", "pending")]
-        if not running or time.monotonic() > deadline:
+        if not running:
             break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(running)} prompt groups still generating after {timeout_s:.0f} s: a hang")
         time.sleep(0.2)
     for partition, items in listed.items():
         if items:
