@@ -22,6 +22,13 @@ __all__ = [
     "DiffError",
     "RemoteError",
     "RemoteFormatError",
+    "RemoteConflictError",
+    "RemotePlainHttpError",
+    "RemoteMissingError",
+    "RemoteCredentialsError",
+    "RemoteUnreachableError",
+    "RemoteConfigError",
+    "RemoteUrlSecretError",
 ]
 
 
@@ -155,6 +162,38 @@ class RemoteFormatError(RemoteError):
 class RemoteConflictError(RemoteError):
     """Another push of the same journal to the same remote ran meanwhile (its head moved, or it holds
     the remote's push lock): nothing was lost; run the push again, it continues where that one left off."""
+
+
+class RemotePlainHttpError(RemoteError):
+    """The endpoint is plain ``http://`` and the client refuses it unless told: set ``AWS_ALLOW_HTTP=true``
+    (only for a server you trust on a network you trust), or give its ``https://`` address."""
+
+
+class RemoteMissingError(RemoteError):
+    """The bucket a URL names does not exist at the endpoint (or, for a pull or clone, the ``file://``
+    folder): check the URL's bucket and the endpoint (``AWS_ENDPOINT_URL``), or create the bucket."""
+
+
+class RemoteCredentialsError(RemoteError):
+    """The service refused the credentials (unknown key, bad signature, access denied): check the
+    client's environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``) or its
+    config files (``~/.aws/credentials``); stepjournal reads credentials from nowhere else."""
+
+
+class RemoteUnreachableError(RemoteError):
+    """No connection to the endpoint (refused, unknown host, no route): check the endpoint
+    (``AWS_ENDPOINT_URL``, the URL's host) and that the server is up and reachable from here."""
+
+
+class RemoteConfigError(RemoteError):
+    """A named remote cannot be used or stored: an unknown or taken name, no default remote, or a
+    damaged ``remotes.json``; the message says which, and the command that fixes it."""
+
+
+class RemoteUrlSecretError(RemoteConfigError):
+    """A remote's URL holds credentials (user info, a password, a query that may hold a token): the
+    journal keeps no credentials. Keep them in the client's environment or config files and add the
+    URL without them."""
 
 
 class ImportClaimError(IntegrityError):

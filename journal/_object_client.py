@@ -19,15 +19,18 @@ pull (`_remote`) talk to object storage only through it.
 from __future__ import annotations
 
 import os
+import pathlib
+import re
 import urllib.parse
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
-from ._errors import IntegrityError, RemoteConflictError, RemoteError
+from ._errors import (IntegrityError, RemoteConflictError, RemoteCredentialsError, RemoteError, RemoteMissingError,
+                      RemotePlainHttpError, RemoteUnreachableError)
 from ._pages import owned_buffer
 from ._secrets import public_url, redact
 
-__all__ = ["Remote"]
+__all__ = ["Remote", "remote_url", "is_url"]
 
 
 # Pieces an object is read in over HTTP, each copied into the object's buffer while it is still in the
@@ -55,6 +58,22 @@ def _store_kwargs(url: str, options: Mapping[str, Any], *, create: bool = True) 
     if url.startswith("file://") and create:
         kwargs["mkdir"] = True
     return kwargs
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(text: str) -> bool:
+    """Whether `text` is a URL (``scheme://...``) rather than a plain path."""
+    return bool(_SCHEME.match(text))
+
+
+def remote_url(text: str) -> str:
+    """`text` as a URL the client takes: a URL as it is; a plain path (``../team-remote``, ``/data/r``,
+    ``~/r``) as the ``file://`` URL of that folder, made absolute against the working directory now."""
+    if is_url(text):
+        return text
+    return pathlib.Path(os.path.expanduser(text)).resolve().as_uri()
 
 
 def _local_folder(url: str) -> str:
@@ -87,6 +106,48 @@ def _client_message(exc: BaseException) -> str:
     return redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:300]
 
 
+_NO_BUCKET = "<Code>NoSuchBucket</Code>"  # in a 404's body: the bucket, not the object, is missing
+# The S3 error codes that mean the credentials were refused (401 / 403 replies).
+_REFUSED = re.compile(r"<Code>(InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|ExpiredToken|InvalidToken|"
+                      r"InvalidClientTokenId|AuthorizationHeaderMalformed)</Code>")
+_ENDPOINT = re.compile(r"\b(https?://[^/\s]+)")
+# What a failed connection says, most telling first.
+_CONNECT_REASONS = ("Connection refused", "Name or service not known", "dns error", "No route to host",
+                    "Network is unreachable", "timed out", "tcp connect error")
+
+
+def _classified(message: str, exc: BaseException) -> RemoteError:
+    """The typed `RemoteError` a client's failure is, with what to do about it: the one place where
+    obstore's errors are read for their cause (docs/sharing.md, "When the object store refuses").
+
+    `message` says what failed (redacted); the client's whole text (its debug dump, holding the
+    server's reply) is read here for the cause and never shown.
+    """
+    text = str(exc)
+    first = _client_message(exc)
+    found = _ENDPOINT.search(first)
+    endpoint = redact(found.group(1)) if found else "the endpoint"
+    if "BadScheme" in text or ("builder error" in first and endpoint.startswith("http://")):
+        return RemotePlainHttpError(f"{message}: {endpoint} is plain HTTP, which the client refuses by default; "
+                                    "set AWS_ALLOW_HTTP=true to use an http:// endpoint, or give its https:// address")
+    if _NO_BUCKET in text:
+        return RemoteMissingError(f"{message}: the bucket does not exist at {endpoint}; check the bucket in the URL "
+                                  "and the endpoint (AWS_ENDPOINT_URL), or create the bucket")
+    refused = _REFUSED.search(text)
+    if refused or type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
+        why = refused.group(1) if refused else type(exc).__name__
+        return RemoteCredentialsError(
+            f"{message}: {endpoint} refused the credentials ({why}); check AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, ~/.aws/credentials) for this endpoint: stepjournal takes "
+            "credentials from the client's environment and config files only")
+    reason = next((r for r in _CONNECT_REASONS if r in text), None)
+    if reason and ("kind: Connect" in text or "error sending request" in first):
+        return RemoteUnreachableError(f"{message}: cannot connect to {endpoint} ({reason}); check the "
+                                      "endpoint (AWS_ENDPOINT_URL, the URL's host) and that the server is up and "
+                                      "reachable from here")
+    return RemoteError(f"{message}: {first}")
+
+
 class Remote:
     """A prefix of an object store, through obstore: bounded reads, typed errors, no credentials shown.
 
@@ -106,13 +167,14 @@ class Remote:
         except ImportError:
             raise RemoteError('object storage needs the s3 extra: pip install "stepjournal[s3]"') from None
         self._obstore = obstore
+        url = remote_url(url)
         self.url = public_url(url)
         # No HTTP framing can disagree with the size a local file or a memory store announces.
         self._one_call = url.startswith(("file://", "memory://"))
         kwargs = _store_kwargs(url, options or {}, create=create)
         if not create and url.startswith("file://") and not os.path.isdir(_local_folder(url)):
-            raise RemoteError(f"no stepjournal remote at {self.url}: that folder does not exist; check the URL "
-                              "(a pull or clone creates nothing there), or push to it first")
+            raise RemoteMissingError(f"no stepjournal remote at {self.url}: that folder does not exist; check the "
+                                     "URL (a pull or clone creates nothing there), or push to it first")
         try:
             self._store = from_url(url, retry_config={"max_retries": 2}, **kwargs)
         except BaseException as exc:  # obstore raises several unrelated types on a bad URL or config
@@ -121,7 +183,7 @@ class Remote:
             raise RemoteError(f"cannot open the object store {self.url!r}: {_client_message(exc)}") from None
 
     def _fail(self, what: str, key: str, exc: BaseException) -> RemoteError:
-        return RemoteError(f"{what} {self.url}/{key} failed: {_client_message(exc)}")
+        return _classified(f"{what} {self.url}/{key} failed", exc)
 
     def put(self, key: str, data: Any, *, create: bool = False) -> bool:
         """Write one object in one PUT; with `create`, only when absent (returns False when it was there)."""
@@ -226,10 +288,10 @@ class Remote:
             return body, result.meta.get("e_tag")
         except (IntegrityError, RemoteError):
             raise
-        except FileNotFoundError:
-            return None, None
         except Exception as exc:
-            if isinstance(exc, self._obstore.exceptions.NotFoundError):
+            # A missing bucket is a not-found too (on S3, the reply's code tells it from a missing object).
+            if isinstance(exc, (FileNotFoundError, self._obstore.exceptions.NotFoundError)) and (
+                    _NO_BUCKET not in str(exc)):
                 return None, None
             raise self._fail("reading", key, exc) from None
 

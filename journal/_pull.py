@@ -25,17 +25,19 @@ from ._import_checks import IncomingChecks, Renames, check_options, rename, rena
 from ._import_map import ImportMap
 from ._journal import Journal
 from ._log import get_logger
-from ._object_client import Remote
+from ._object_client import Remote, remote_url
 from ._object_store import ObjectPayloadStore
 from ._payload_store import LmdbPayloadStore
 from ._projections import Projections
 from ._prune import catch_up_in
 from ._remote import journal_id, one_ahead
 from ._remote_layout import _head, _manifest, _segment_events, call_refs
+from ._remotes_config import add_remote, resolve_remote
 from ._retention import RetentionState
+from ._secrets import public_url
 from ._undo import undone_on_failure
 
-__all__ = ["PullReport", "pull", "pull_from", "clone"]
+__all__ = ["PullReport", "pull", "pull_from", "clone", "incoming", "planned_runs", "PlannedRun"]
 
 log = get_logger("stepjournal._remote")
 
@@ -75,7 +77,7 @@ def _runs(events: List[Tuple[int, bytes, Any]]) -> Iterator[List[Tuple[int, byte
 
 
 @attrs.frozen
-class _Run:
+class PlannedRun:
     """One pulled transaction to be: a journal's contiguous events and the payloads still to fetch."""
 
     source: str
@@ -85,7 +87,7 @@ class _Run:
     wanted: Dict[str, Tuple[Any, List[int]]]  # digest -> (ref, the steps naming it)
 
 
-def _fetch_run(objects: Any, run: _Run) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
+def _fetch_run(objects: Any, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
     """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only."""
     blobs: Dict[bytes, Any] = {}
     bad: Dict[str, Set[int]] = {}
@@ -128,7 +130,7 @@ class _PulledReleases:
         self._dirty = False
 
 
-def _commit_run(journal: Journal, remote: Any, run: _Run, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
+def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
                 imports: ImportMap, runs: Renames, renamed: Dict[str, str], releases: _PulledReleases) -> Tuple[int, int]:
     events_in = run.events
     if bad:
@@ -164,9 +166,12 @@ def _commit_run(journal: Journal, remote: Any, run: _Run, blobs: Dict[bytes, Any
     return len(items), sum(len(b) for _k, b in items)
 
 
-def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
+def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
          runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """Bring every journal's events pushed to `url` (and their payloads) into `journal` (a path or a `Journal`).
+
+    `url` is a URL, a plain path (a folder), the name of one of the journal's remotes, or None: its
+    default remote (`add_remote`).
 
     Events already pulled are not fetched again, whatever order they came in; a pull that was
     killed resumes after the last run it committed. The journal's own events (pushed from it) are
@@ -185,12 +190,14 @@ def pull(url: str, journal: Any, *, progress: Progress = None, options: Optional
     Raises:
         RemoteError: the remote failed, is not a stepjournal remote, or misses a segment.
         RemoteFormatError: the remote was written by a newer stepjournal.
+        RemoteConfigError: no URL given and no default remote, or an unknown name.
         IntegrityError: a segment or payload is damaged or missing (names the affected steps); the
             events that need it were not pulled.
         ImportClaimError: a segment claims provenance or a release its journal's log does not prove.
         ImportConflictError: incoming records would change what this journal replays (keep is None).
     """
     check_options(runs, keep)
+    url = resolve_remote(journal, url)  # before a journal it creates: no name to resolve there then
     if not isinstance(journal, Journal):
         with undone_on_failure(journal), Journal(journal, session=False) as opened:
             return pull(url, opened, progress=progress, options=options, runs=runs, keep=keep)
@@ -213,6 +220,24 @@ def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[T
         if segments:
             out.append((source, segments))
     return out
+
+
+def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[Tuple[str, List[Dict[str, Any]]]]]:
+    """What a pull from `remote` into `journal` starts from: (the journals pushed there but this one,
+    this journal's `ImportMap`, per journal the segments holding an event not pulled yet). Reads the
+    manifest, the listing of ``heads/`` and the heads; nothing else.
+
+    Raises:
+        RemoteError: not a stepjournal remote, or one listing more journals than a pull reads.
+        RemoteFormatError: the remote was written by a newer stepjournal.
+    """
+    _manifest(remote, create=False)
+    own = journal_id(journal) if journal.last_seq() else None
+    imports = ImportMap.of(journal.events(types=[EventsImported]))
+    listed = remote.keys("heads/", most=_MAX_SOURCES)
+    sources = sorted(k[len("heads/"):-len(".json")] for k in listed if k.endswith(".json"))
+    sources = [s for s in sources if s != own]
+    return sources, imports, _new_segments(remote, sources, imports)
 
 
 def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
@@ -254,8 +279,8 @@ def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[D
     return record
 
 
-def _planned(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
-             cache: Dict[str, Any]) -> Iterator[_Run]:
+def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
+                 cache: Dict[str, Any]) -> Iterator[PlannedRun]:
     """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
     caller's thread). A payload an earlier run fetches is not fetched again."""
     local = LmdbPayloadStore(journal._live())
@@ -273,7 +298,7 @@ def _planned(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[st
                         elif ref.digest not in scheduled and not local.has(bytes.fromhex(ref.digest)):
                             wanted_refs[ref.digest] = (ref, [event.step])
                 scheduled.update(wanted_refs)
-                yield _Run(source, total, events, released, wanted_refs)
+                yield PlannedRun(source, total, events, released, wanted_refs)
 
 
 def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None, runs: Renames = None,
@@ -284,19 +309,13 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
     (its durable write releases the GIL): two runs in memory at most.
     """
     check_options(runs, keep)
-    _manifest(remote, create=False)
-    own = journal_id(journal) if journal.last_seq() else None
-    imports = ImportMap.of(journal.events(types=[EventsImported]))
-    listed = remote.keys("heads/", most=_MAX_SOURCES)
-    sources = sorted(k[len("heads/"):-len(".json")] for k in listed if k.endswith(".json"))
-    sources = [s for s in sources if s != own]
-    wanted = _new_segments(remote, sources, imports)
+    sources, imports, wanted = incoming(remote, journal)
     checks, cache = _checked(remote, journal, wanted, imports, runs, keep)
     renamed = renames_of(runs, checks.seen_runs)
     releases = _PulledReleases()
     counts = {"events": 0, "payloads": 0, "bytes": 0}
     fetch = lambda run: _fetch_run(objects, run)  # noqa: E731
-    for run, (blobs, bad) in one_ahead(_planned(remote, journal, wanted, imports, cache), fetch):
+    for run, (blobs, bad) in one_ahead(planned_runs(remote, journal, wanted, imports, cache), fetch):
         fetched, nbytes = _commit_run(journal, remote, run, blobs, bad, imports, runs, renamed, releases)
         counts["events"] += len(run.events)
         counts["payloads"] += fetched
@@ -313,6 +332,10 @@ def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[D
           runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
 
+    `url` is a URL or a plain path (a folder); there is no journal yet whose remote names could be
+    used. The new journal names it ``origin``, its default remote (without any user info or query),
+    so a later `pull` or `push` of it needs no URL.
+
     A clone that fails leaves nothing: the folder it created is removed (an empty folder given stays
     empty), so the corrected clone can run into the same path.
 
@@ -322,4 +345,7 @@ def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[D
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise JournalError(f"cannot clone into {path!r}: it exists and is not an empty folder; use pull")
-    return pull(url, path, progress=progress, options=options, runs=runs, keep=keep)
+    url = remote_url(os.fspath(url))
+    report = pull(url, path, progress=progress, options=options, runs=runs, keep=keep)
+    add_remote(path, "origin", public_url(url), default=True)
+    return report

@@ -36,8 +36,10 @@ from ._log import get_logger
 from ._object_client import Remote
 from ._payloads import blob_intact
 from ._remote_layout import _MAX_HEAD, REMOTE_FORMAT, _head_of, _manifest, call_refs, encode_segment, new_head
+from ._remotes_config import resolve_remote
 
-__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "local_payload", "one_ahead"]
+__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "local_payload", "one_ahead", "pushed_head",
+           "segments_to_push", "payloads_of"]
 
 log = get_logger(__name__)
 
@@ -128,33 +130,42 @@ def local_payload(store: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]
 
 
 # -- push ------------------------------------------------------------------------------------------
-def push(journal: Any, url: str, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
-         segment_events: int = _SEGMENT_EVENTS) -> PushReport:
+def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
+         options: Optional[Dict[str, Any]] = None, segment_events: int = _SEGMENT_EVENTS) -> PushReport:
     """Send what `journal` (a path or an open `Journal`) recorded since its last push to `url`.
 
-    Only the journal's own events are sent (events it pulled from another journal stay with theirs),
-    in segments of at most `segment_events` events.
+    `url` is a URL, a plain path (a folder), the name of one of the journal's remotes, or None: its
+    default remote (`add_remote`). Only the journal's own events are sent (events it pulled from
+    another journal stay with theirs), in segments of at most `segment_events` events.
 
     Raises:
-        RemoteError: the remote failed, or holds another history for this journal (it diverged).
+        RemoteError: the remote failed, or holds another history for this journal (it diverged); its
+            subclasses say why and what to do (docs/sharing.md, "When the object store refuses").
         RemoteConflictError: another push of this journal to `url` ran meanwhile (its head moved);
             what this one wrote is harmless, and pushing again continues from there.
         RemoteFormatError: the remote was written by a newer stepjournal.
+        RemoteConfigError: no URL given and no default remote, or an unknown name.
         IntegrityError: a local payload is missing or damaged (names the step); nothing of its
             segment was listed.
     """
     if not isinstance(journal, Journal):
         with Journal(journal, readonly=True) as opened:
             return push(opened, url, progress=progress, options=options, segment_events=segment_events)
-    remote = Remote(url, options=options)
+    remote = Remote(resolve_remote(journal, url), options=options)
     _manifest(remote, create=True)
     source = journal_id(journal)
     with remote.push_lock(f"heads/{source}.lock"):
         return _push(journal, remote, source, progress, segment_events)
 
 
-def _push(journal: Journal, remote: Remote, source: str, progress: Progress, segment_events: int) -> PushReport:
-    data, etag = remote.get_tagged(f"heads/{source}.json", limit=_MAX_HEAD)
+def pushed_head(journal: Journal, remote: Any, source: str) -> Tuple[Dict[str, Any], Optional[str]]:
+    """(the head of `source` on `remote`, its version): what a push continues from, a new head when
+    nothing was pushed (`remote` None: nothing is there yet).
+
+    Raises:
+        RemoteError: the remote holds another history for this journal (it diverged).
+    """
+    data, etag = remote.get_tagged(f"heads/{source}.json", limit=_MAX_HEAD) if remote is not None else (None, None)
     head = _head_of(remote, source, data) or new_head(source)
     if head["last_seq"]:
         raw = journal._log.get_raw(head["last_seq"])
@@ -163,6 +174,52 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
                 f"{remote.url} holds another history for journal {source} at event #{head['last_seq']}: "
                 "this journal diverged from the one pushed (a copied folder recorded on?); push it to another URL"
             )
+    return head, etag
+
+
+Batch = Tuple[List[Tuple[int, bytes, Any]], Tuple[int, bytes]]
+
+
+def segments_to_push(journal: Journal, since: int, known: Set[str], segment_events: int = _SEGMENT_EVENTS
+                     ) -> Iterator[Batch]:
+    """The segments a push after event `since` sends, in order: (the journal's own events, the last
+    event they take the head to), cut at `segment_events` events or at the payload bytes a segment
+    carries (payloads in `known`, which the caller adds to as it goes, not counted). Pulled events
+    are passed over; a last batch with no event of its own still moves the head on."""
+    pending: List[Tuple[int, bytes, Any]] = []
+    pending_bytes, skip, through = 0, 0, since
+    last: Optional[Tuple[int, bytes]] = None
+    for seq, raw in journal.raw_events(since=since):
+        raw = bytes(raw)
+        event = decode_event(raw, seq=seq)
+        last = (seq, raw)
+        if isinstance(event, EventsImported):
+            skip = event.source_last - event.source_first + 1  # pulled events go back to no one
+            continue
+        if skip:
+            skip -= 1
+            continue
+        pending.append((seq, raw, event))
+        pending_bytes += sum(r.stored_nbytes for r in call_refs(event) if r.digest not in known)
+        if len(pending) >= segment_events or pending_bytes >= _BATCH_PAYLOAD_BYTES:
+            yield pending, last
+            pending, pending_bytes, through = [], 0, seq
+    if last is not None and (pending or last[0] > through):
+        yield pending, last
+
+
+def payloads_of(events: List[Tuple[int, bytes, Any]], known: Set[str]) -> Dict[str, Tuple[Any, int, int]]:
+    """digest -> (ref, seq, step) of the first event naming it, for each payload of `events` not in `known`."""
+    wanted: Dict[str, Tuple[Any, int, int]] = {}
+    for seq, _raw, event in events:
+        for ref in call_refs(event):
+            if ref.digest not in known:
+                wanted.setdefault(ref.digest, (ref, seq, event.step))
+    return wanted
+
+
+def _push(journal: Journal, remote: Remote, source: str, progress: Progress, segment_events: int) -> PushReport:
+    head, etag = pushed_head(journal, remote, source)
     total = journal.last_seq()
     if head["last_seq"] >= total:
         return PushReport(source, 0, 0, 0, 0, head["last_seq"])
@@ -177,17 +234,12 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
 
     def flush(events: List[Tuple[int, bytes, Any]], through: Tuple[int, bytes]) -> None:
         skipped: Set[str] = set()
-        wanted: Dict[str, Tuple[Any, int, int]] = {}
-        for seq, _raw, event in events:
-            for ref in call_refs(event):
-                if ref.digest not in known:
-                    wanted.setdefault(ref.digest, (ref, seq, event.step))
         # The next payload is looked up on the remote, and read and checked against its digest when
         # it is not there (None when it is), while this one is sent (one ahead).
         def read(item: Tuple[Any, int, int]) -> Optional[Tuple[Optional[bytes], Optional[str]]]:
             return None if remote.exists(f"payloads/{item[0].digest}") else local_payload(lmdb_payloads, item[0])
 
-        for (ref, seq, step), found in one_ahead(wanted.values(), read):
+        for (ref, seq, step), found in one_ahead(payloads_of(events, known).values(), read):
             if found is None:
                 known.add(ref.digest)
                 continue
@@ -216,26 +268,8 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
         if progress is not None:
             progress("push", through[0], total)
 
-    pending: List[Tuple[int, bytes, Any]] = []
-    pending_bytes, skip = 0, 0
-    last: Optional[Tuple[int, bytes]] = None
-    for seq, raw in journal.raw_events(since=head["last_seq"]):
-        raw = bytes(raw)
-        event = decode_event(raw, seq=seq)
-        last = (seq, raw)
-        if isinstance(event, EventsImported):
-            skip = event.source_last - event.source_first + 1  # pulled events go back to no one
-            continue
-        if skip:
-            skip -= 1
-            continue
-        pending.append((seq, raw, event))
-        pending_bytes += sum(r.stored_nbytes for r in call_refs(event) if r.digest not in known)
-        if len(pending) >= segment_events or pending_bytes >= _BATCH_PAYLOAD_BYTES:
-            flush(pending, last)
-            pending, pending_bytes = [], 0
-    if last is not None and (pending or last[0] > head["last_seq"]):
-        flush(pending, last)
+    for events, through in segments_to_push(journal, head["last_seq"], known, segment_events):
+        flush(events, through)
     report = PushReport(source, sent["events"], sent["segments"], sent["payloads"], sent["bytes"], head["last_seq"])
     log.info("journal_pushed", url=remote.url, source=source, events=report.events_sent, payloads=report.payloads_sent)
     return report

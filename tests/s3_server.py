@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -27,10 +27,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_moto() -> tuple:
+def start_moto(env: Optional[Dict[str, str]] = None) -> tuple:
+    """(the server process, its endpoint); `env`: moto's settings beside the environment (e.g.
+    ``INITIAL_NO_AUTH_ACTION_COUNT=0``: every request's credentials are checked)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 60
     while True:
         try:

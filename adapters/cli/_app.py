@@ -1,6 +1,7 @@
 """The `stepjournal` command line: look into a journal, check it, export it, draw it, rebuild its index.
 
-Every command but `reindex`, `prune`, `compact`, `import-verl`, `import`, `pull` and `clone` opens the journal read-only: it changes no byte of the
+Every command but `reindex`, `prune`, `compact`, `import-verl`, `import`, `pull`, `clone` and `remote add|remove`
+(which writes the folder's remotes.json, not the journal's data) opens the journal read-only: it changes no byte of the
 journal's data, works while a trainer is writing to it, and works on a copy in a read-only place.
 Tables and progress go through rich (progress on stderr); ``--json`` and ``--csv`` print plain
 machine-readable text. Errors print one line, ``stepjournal: error: ...``: exit status 2 for bad
@@ -8,7 +9,8 @@ arguments, 1 for failures.
 
 This module holds the parser and `main`; each verb is a module of this package (``_runs``,
 ``_audit``, ``_show``, ``_verify``, ``_export``, ``_timeline``, ``_reindex``, ``_import_verl``,
-``_plugins``, ``_push``, ``_pull``, ``_clone``, ``_import``, ``_diff``, ``_prune``, ``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
+``_plugins``, ``_push``, ``_pull``, ``_clone``, ``_remote``, ``_status``, ``_import``, ``_diff``, ``_prune``,
+``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
 tensor or plotting code of its own. Like other Unix tools it stops quietly when the reader of its
 output goes away (``stepjournal audit J --csv | head -1``): no message, exit status 141.
 """
@@ -176,16 +178,28 @@ def _parser() -> _Parser:
     p.set_defaults(fn=_verb("import_verl"))
 
     # Sharing through object storage (docs/sharing.md): push reads the journal, pull and clone write one.
-    p = command("push", _verb("push"), "send what the journal recorded since its last push to URL (s3://bucket/prefix ...)")
-    p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path")
+    remote_help = ("a remote's name (stepjournal remote list), a URL (s3://bucket/prefix, gs://, az://, file:///path) "
+                   "or a folder path; default: the journal's default remote")
+    p = command("push", _verb("push"), "send what the journal recorded since its last push to a remote")
+    p.add_argument("remote", nargs="?", metavar="REMOTE", help=remote_help)
     p.add_argument("--json", action="store_true", help="print the push report as JSON")
-    for verb, text in (("pull", "bring the events and payloads pushed to URL into the journal (writes)"),
-                       ("clone", "create the journal from everything pushed to URL (writes)")):
-        p = command(verb, _verb(verb), text, journal=False)
-        p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path")
-        p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
-        p.add_argument("--json", action="store_true", help="print the pull report as JSON")
-        _merge_options(p)
+    p = command("pull", _verb("pull"), "bring the events and payloads pushed to a remote into the journal (writes)",
+                journal=False)
+    p.add_argument("remote", nargs="?", metavar="REMOTE", help=remote_help)
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--json", action="store_true", help="print the pull report as JSON")
+    _merge_options(p)
+    p = command("clone", _verb("clone"), "create the journal from everything pushed to URL; it names URL origin "
+                "(writes)", journal=False)
+    p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path, or a folder path")
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--json", action="store_true", help="print the pull report as JSON")
+    _merge_options(p)
+    p = command("status", _verb("status"), "what push would send to a remote and pull would fetch from it "
+                "(sends and writes nothing)")
+    p.add_argument("remote", nargs="?", metavar="REMOTE", help=remote_help)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    _remote_parser(sub, [late], _Parser)
 
     p = command("plugins", _verb("plugins"), "the installed policy plugins and whether each loads", journal=False)
     p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")
@@ -195,6 +209,29 @@ def _parser() -> _Parser:
     add_diff(sub).add_argument("-v", "--verbose", dest="verbose_late", action="count", default=0,
                                help="log more to stderr (-vv: debug)")
     return parser
+
+
+def _remote_parser(sub: Any, parents: list, parser_class: type) -> None:
+    """The ``remote`` verb and its three sub-verbs, under `sub`."""
+    p = sub.add_parser("remote", parents=parents, help="name the remotes of a journal: add, list, remove (writes "
+                       "the journal folder's remotes.json)",
+                       description="Name the remotes of a journal, so push, pull and status take a name (or nothing: "
+                       "the default remote) instead of a URL. No credential is ever stored.")
+    p.set_defaults(fn=_verb("remote"))
+    verbs = p.add_subparsers(dest="remote_command", metavar="ACTION", parser_class=parser_class)
+    verbs.required = True
+    add = verbs.add_parser("add", parents=parents, help="name a remote URL (or folder); the first one added is the default")
+    add.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    add.add_argument("name", metavar="NAME", help="the remote's name (letters, digits, '-', '_')")
+    add.add_argument("url", metavar="URL", help="s3://bucket/prefix, gs://, az://, file:///path, or a folder path; "
+                     "no user info or password: credentials stay in the client's environment")
+    add.add_argument("--default", action="store_true", help="make it the default remote")
+    listed = verbs.add_parser("list", parents=parents, help="the journal's remotes")
+    listed.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    listed.add_argument("--json", action="store_true", help="print a JSON array, one object per remote")
+    remove = verbs.add_parser("remove", parents=parents, help="forget a remote (nothing on the remote changes)")
+    remove.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    remove.add_argument("name", metavar="NAME", help="the remote's name")
 
 
 def _nonneg_int(text: str) -> int:

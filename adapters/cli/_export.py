@@ -53,9 +53,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _bundle(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.inputs:
         raise UsageError("--inputs goes with --to; a bundle holds every stored input of what it selects")
-    with progress_bar(err) as progress:
+    with progress_to(err) as progress:
         report = export_bundle(args.journal, args.bundle, runs=args.run, modes=args.mode, stages=args.stage,
-                               steps=parse_steps(args.steps), progress=progress_to(progress))
+                               steps=parse_steps(args.steps), progress=progress)
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:

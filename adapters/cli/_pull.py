@@ -1,4 +1,4 @@
-"""``stepjournal pull URL JOURNAL``: bring the events and payloads pushed to a remote into a journal."""
+"""``stepjournal pull [REMOTE] JOURNAL``: bring the events and payloads pushed to a remote into a journal."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.console import Console
 from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
 from ._push import progress_to
-from ._render import UsageError, cell, print_json, progress_bar
+from ._render import UsageError, cell, print_json
 
 __all__ = ["run", "show", "pulled", "merge_options"]
 
@@ -45,12 +45,12 @@ def merge_options(args: argparse.Namespace) -> Dict[str, Any]:
 
 def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object]) -> int:
     """Run `fetch(progress)` (a pull, clone or import) with progress on stderr, then print its report."""
-    with progress_bar(err) as progress:
-        report = fetch(progress_to(progress))
+    with progress_to(err) as progress:
+        report = fetch(progress)
     show(args, out, report)
     return 0
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     options = merge_options(args)
-    return pulled(args, out, err, lambda progress: pull(args.url, args.journal, progress=progress, **options))
+    return pulled(args, out, err, lambda progress: pull(args.remote, args.journal, progress=progress, **options))

@@ -1,39 +1,55 @@
-"""``stepjournal push JOURNAL URL``: send what a journal recorded since its last push to object storage."""
+"""``stepjournal push JOURNAL [REMOTE]``: send what a journal recorded since its last push to object storage."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Iterator
 
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, push, redact
+from stepjournal import AUDIT_SCHEMA_VERSION, push, redact, resolve_remote
 
 from ._render import Failure, cell, clean, print_json, progress_bar
 
 __all__ = ["run", "progress_to"]
 
 
-def progress_to(progress: Any) -> Callable[[str, int, int], None]:
-    """A library progress callback ``(what, done, total)`` drawn on a rich progress bar."""
+@contextlib.contextmanager
+def progress_to(err: Console) -> Iterator[Callable[[str, int, int], None]]:
+    """A library progress callback ``(what, done, total)`` drawn on a rich progress bar on `err`.
+
+    The bar starts at the first report, so a verb that fails before it reports anything (a remote
+    that refuses at once) prints its one error line and nothing else.
+    """
     tasks: Dict[str, Any] = {}
+    bar: Any = None
 
     def update(what: str, done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = progress_bar(err)
+            bar.start()
         if what not in tasks:
-            tasks[what] = progress.add_task(what, total=total or None)
-        progress.update(tasks[what], completed=done, total=total or None)
+            tasks[what] = bar.add_task(what, total=total or None)
+        bar.update(tasks[what], completed=done, total=total or None)
 
-    return update
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.stop()
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
         raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
-    with progress_bar(err) as progress:
-        report = push(args.journal, args.url, progress=progress_to(progress))
-    shown = cell(redact(args.url))
+    url = resolve_remote(args.journal, args.remote)
+    with progress_to(err) as progress:
+        report = push(args.journal, url, progress=progress)
+    shown = cell(redact(url))
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     elif report.events_sent or report.payloads_sent:

@@ -1,0 +1,27 @@
+"""``stepjournal status JOURNAL [REMOTE]``: what a push would send and a pull would fetch; sends nothing."""
+
+from __future__ import annotations
+
+import argparse
+
+import attrs
+from rich.console import Console
+
+from stepjournal import AUDIT_SCHEMA_VERSION, redact, remote_status
+
+from ._render import cell, print_json
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    status = remote_status(args.journal, args.remote)
+    if args.json:
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(status)})
+        return 0
+    out.print(f"{cell(args.journal)} and {cell(redact(status.url))}:")
+    out.print(f"  push would send {status.to_push_events} events, {status.to_push_payloads} payloads "
+              f"({status.to_push_bytes} bytes)")
+    out.print(f"  pull would fetch {status.to_pull_events} events, {status.to_pull_payloads} payloads "
+              f"({status.to_pull_bytes} bytes) from {len(status.to_pull_sources)} journal(s)")
+    return 0
