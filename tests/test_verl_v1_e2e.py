@@ -27,6 +27,8 @@ import pytest
 import torch
 from cli_support import run_cli
 
+pytestmark = pytest.mark.e2e  # verl's V1 trainer end to end, on a Ray cluster: `make test-fast` leaves it out
+
 HERE = Path(__file__).parent
 HARNESS = HERE / "verl_v1_harness.py"
 
