@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
 
-.PHONY: demo test soak bench bench-scale clean
+.PHONY: demo test test-fast soak bench bench-scale clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.test
 	$(VENV)/bin/pytest -q -m "not soak"
+
+# The fast tier, for the edit-test loop: everything but the soak runs and the end-to-end (`e2e`) files.
+test-fast: $(VENV)/.test
+	$(VENV)/bin/pytest -q -m "not soak and not e2e"
 
 $(VENV)/.soak: $(VENV)/.test
 	$(PIP) -e ".[test,verl,trl,s3,soak]"

@@ -15,7 +15,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 import attrs
 
 from ._import_map import ImportMap
-from ._events import (CallBypassed, CallRefused, Event, EventsImported, GenerationRecorded, PayloadsReleased,
+from ._events import (CALL_ACTIONS, CallRefused, Event, EventsImported, GenerationRecorded, PayloadsReleased,
                       ReplayServed, SessionOpened)
 
 __all__ = [
@@ -35,18 +35,11 @@ __all__ = [
 # Bump when a key of `AuditRecord.to_json` changes meaning or disappears; adding keys keeps the version.
 AUDIT_SCHEMA_VERSION = 1
 
-ACTIONS = ("generated", "replayed", "bypassed", "refused")
-
-_ACTION_OF = {
-    GenerationRecorded: "generated",
-    ReplayServed: "replayed",
-    CallBypassed: "bypassed",
-    CallRefused: "refused",
-}
-
+# The actions of the audit's rows (`CALL_ACTIONS`, the one map of call event to action, in its order).
+ACTIONS: Tuple[str, ...] = tuple(CALL_ACTIONS.values())
 
 # The event classes the audit shows (one per generate call).
-CALL_EVENT_TYPES: Tuple[type, ...] = tuple(_ACTION_OF)
+CALL_EVENT_TYPES: Tuple[type, ...] = tuple(CALL_ACTIONS)
 # What the audit reads: every call, every release of a record's payloads by retention (action
 # "released"), and the provenance of pulled events.
 AUDIT_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (PayloadsReleased, EventsImported)
@@ -136,7 +129,7 @@ class AuditRecord:
                 ts=event.ts, source_run=event.run, source_step=event.step, source_gen_index=event.gen_index,
                 source_seq=event.record_seq,
             )
-        action = _ACTION_OF[type(event)]
+        action = CALL_ACTIONS[type(event)]
         common = dict(
             seq=seq,
             session=event.session,
@@ -291,7 +284,7 @@ def call_records(pairs: Iterable[Tuple[int, Event]]) -> Iterable[AuditRecord]:
         if isinstance(event, EventsImported):
             provenance.marker(seq, event)
             continue
-        if type(event) not in _ACTION_OF and not isinstance(event, PayloadsReleased):
+        if type(event) not in CALL_ACTIONS and not isinstance(event, PayloadsReleased):
             continue
         record = AuditRecord.from_event(seq, event)
         found = provenance.of(seq, record.source_seq)
@@ -390,7 +383,7 @@ def summarize_runs(source: EventSource) -> List[RunSummary]:
             continue
         if isinstance(event, PayloadsReleased):
             continue  # no call
-        entry["counts"][_ACTION_OF[type(event)]] += 1
+        entry["counts"][CALL_ACTIONS[type(event)]] += 1
         entry["modes"][event.mode] = entry["modes"].get(event.mode, 0) + 1
         entry["stages"][event.stage] = entry["stages"].get(event.stage, 0) + 1
         if not isinstance(event, CallRefused):

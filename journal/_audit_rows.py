@@ -17,7 +17,8 @@ from typing import Any, Container, Dict, Iterable, Iterator, Optional, Tuple
 from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, AuditRecord, Provenance, iso_time
 from ._convert import checked_body, event_of
 from ._errors import InvalidKeyError
-from ._events import MAX_TS, CallBypassed, CallRefused, EventsImported, GenerationRecorded, ReplayServed
+from ._events import (CALL_ACTIONS, MAX_TS, CallRefused, EventsImported, GenerationRecorded, PayloadRef, ReplayServed,
+                      field_names)
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
 __all__ = ["json_rows", "call_row", "Keys"]
@@ -25,25 +26,9 @@ __all__ = ["json_rows", "call_row", "Keys"]
 _MAX_U64 = (1 << 64) - 1
 _MAX_NBYTES = (1 << 63) - 1
 _HEX = frozenset("0123456789abcdefABCDEF")
-_ACTION = {GenerationRecorded: "generated", ReplayServed: "replayed", CallBypassed: "bypassed", CallRefused: "refused"}
-# Per class: the fields it has, those without a default.
-_FIELDS = {
-    GenerationRecorded: ({"session", "run", "step", "gen_index", "mode", "input_digest", "output", "input",
-                          "duration_s", "policy", "reason", "ts", "imported_from", "stage"},
-                         {"session", "run", "step", "gen_index", "mode", "input_digest", "output", "input",
-                          "duration_s", "policy", "reason", "ts"}),
-    ReplayServed: ({"session", "run", "step", "gen_index", "mode", "input_digest", "source_seq", "source_run",
-                    "source_step", "source_gen_index", "output", "policy", "reason", "ts", "duration_s", "stage"},
-                   {"session", "run", "step", "gen_index", "mode", "input_digest", "source_seq", "source_run",
-                    "source_step", "source_gen_index", "output", "policy", "reason", "ts"}),
-    CallBypassed: ({"session", "run", "step", "gen_index", "mode", "policy", "reason", "ts", "duration_s", "stage"},
-                   {"session", "run", "step", "gen_index", "mode", "policy", "reason", "ts"}),
-    CallRefused: ({"session", "run", "step", "gen_index", "mode", "policy", "reason", "ts", "stage"},
-                  {"session", "run", "step", "gen_index", "mode", "policy", "reason", "ts"}),
-}
-_REF_FIELDS = {"digest", "nbytes", "stored_nbytes", "compression"}
-_REF_REQUIRED = {"digest", "nbytes", "stored_nbytes"}
-_CLASS_FIELDS = {cls: (frozenset(a), frozenset(r)) for cls, (a, r) in _FIELDS.items()}
+# Per call class: the fields it has, those without a default (the attrs classes' own lists).
+_CLASS_FIELDS = {cls: field_names(cls) for cls in CALL_ACTIONS}
+_REF_FIELDS, _REF_REQUIRED = field_names(PayloadRef)
 
 
 class Keys:
@@ -103,7 +88,7 @@ def _ref(value: Any) -> Optional[Dict[str, Any]]:
 def call_row(seq: int, cls: type, body: Dict[str, Any], keys: Keys, *, timed: bool = True) -> Optional[Dict[str, Any]]:
     """The JSON row of a call event's map when every field passes its class's rules, else None
     (`timed`: with its ``time``; without, None there, for a reader that needs no clock text)."""
-    if cls not in _ACTION:
+    if cls not in CALL_ACTIONS:
         return None
     allowed, required = _CLASS_FIELDS[cls]
     if not required <= body.keys() or not body.keys() <= allowed:
@@ -147,7 +132,7 @@ def call_row(seq: int, cls: type, body: Dict[str, Any], keys: Keys, *, timed: bo
             return None
     return {
         "schema_version": AUDIT_SCHEMA_VERSION, "seq": seq, "session": session, "run": run, "mode": mode,
-        "stage": stage, "step": step, "gen_index": gen_index, "action": _ACTION[cls], "stored": stored,
+        "stage": stage, "step": step, "gen_index": gen_index, "action": CALL_ACTIONS[cls], "stored": stored,
         "source_run": source[0], "source_step": source[1], "source_gen_index": source[2], "source_seq": source[3],
         "policy": policy, "reason": reason,
         "nbytes": out["nbytes"] if out else None, "stored_nbytes": out["stored_nbytes"] if out else None,

@@ -9,7 +9,7 @@ step, resume positions) is a projection of these events.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
 import attrs
 
@@ -27,6 +27,8 @@ __all__ = [
     "EventsImported",
     "Event",
     "EVENT_TYPES",
+    "CALL_ACTIONS",
+    "field_names",
     "check_fingerprint",
 ]
 
@@ -347,3 +349,18 @@ EVENT_TYPES: Dict[type, tuple[str, int]] = {
     # v2: `runs`, the run keys an import renamed; a v1 body renamed none (see `_convert._UPGRADES`).
     EventsImported: ("events_imported", 2),
 }
+
+# The call events (one per journaled call) and the action each is named by: in the audit's rows, the
+# runs index's counts and the CLI. Every other map of a call event to its action is derived from this one.
+CALL_ACTIONS: Dict[type, str] = {
+    GenerationRecorded: "generated",
+    ReplayServed: "replayed",
+    CallBypassed: "bypassed",
+    CallRefused: "refused",
+}
+
+
+def field_names(cls: type) -> Tuple[FrozenSet[str], FrozenSet[str]]:
+    """The names of an attrs class's fields, and of those a stored body must hold (the fields without a default)."""
+    fields = attrs.fields(cls)
+    return (frozenset(f.name for f in fields), frozenset(f.name for f in fields if f.default is attrs.NOTHING))

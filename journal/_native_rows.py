@@ -31,7 +31,8 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 
 from ._audit import AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, iso_time
 from ._convert import MAX_EVENT_BYTES, checksum_holds
-from ._events import MAX_TS
+from ._events import (CALL_ACTIONS, EVENT_TYPES, MAX_TS, CallBypassed, CallRefused, GenerationRecorded, ReplayServed,
+                      field_names)
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
 __all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "as_row", "as_dicts"]
@@ -64,7 +65,7 @@ class _Call(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
     ts: _Seconds
 
 
-class _Generated(_Call, tag="generation_recorded"):
+class _Generated(_Call, tag=EVENT_TYPES[GenerationRecorded][0]):
     input_digest: Optional[str]
     output: Optional[_Ref]
     input: Optional[_Ref]
@@ -73,7 +74,7 @@ class _Generated(_Call, tag="generation_recorded"):
     stage: Union[str, UnsetType] = UNSET
 
 
-class _Replayed(_Call, tag="replay_served"):
+class _Replayed(_Call, tag=EVENT_TYPES[ReplayServed][0]):
     input_digest: Optional[str]
     source_seq: Annotated[int, Meta(ge=1)]  # msgpack holds no int past 2**64 - 1, the rule's top
     source_run: str
@@ -84,18 +85,22 @@ class _Replayed(_Call, tag="replay_served"):
     stage: Union[str, UnsetType] = UNSET
 
 
-class _Bypassed(_Call, tag="call_bypassed"):
+class _Bypassed(_Call, tag=EVENT_TYPES[CallBypassed][0]):
     duration_s: Union[_Seconds, UnsetType] = UNSET
     stage: Union[str, UnsetType] = UNSET
 
 
-class _Refused(_Call, tag="call_refused"):
+class _Refused(_Call, tag=EVENT_TYPES[CallRefused][0]):
     stage: Union[str, UnsetType] = UNSET
 
 
+# The event class each struct decodes (by its tag); `tests/test_event_schema.py` checks that the struct's
+# fields, defaults, types and version are the class's.
+_CLASS_OF_TAG = {tag: cls for cls, (tag, _version) in EVENT_TYPES.items()}
+_EVENT_OF = {struct: _CLASS_OF_TAG[struct.__struct_config__.tag] for struct in (_Generated, _Replayed, _Bypassed, _Refused)}
 # Keys every map of the class has: its fields without a default, plus type, v and crc32.
-_KEYS = {_Generated: 15, _Replayed: 17, _Bypassed: 11, _Refused: 11}
-_ACTION = {_Generated: "generated", _Replayed: "replayed", _Bypassed: "bypassed", _Refused: "refused"}
+_KEYS = {struct: len(field_names(cls)[1]) + 3 for struct, cls in _EVENT_OF.items()}
+_ACTION = {struct: CALL_ACTIONS[cls] for struct, cls in _EVENT_OF.items()}
 _DECODER = msgspec.msgpack.Decoder(Union[_Generated, _Replayed, _Bypassed, _Refused])
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from ._audit import ACTIONS, RunSummary
 from ._convert import decode_event
 from ._errors import EventDecodeError
-from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened
+from ._events import CALL_ACTIONS, Event, PayloadsReleased, SessionOpened
 from ._keys import META_RUNS_INDEX, seq_key, seq_of
 from ._store import Store
 
@@ -33,7 +33,11 @@ __all__ = ["RunsFold", "apply_in", "catch_up_in", "summaries"]
 
 _ROW = struct.Struct(">8Q")
 _NO_STEP = (1 << 64) - 1  # `lo` of a group without a step (any step is smaller)
-_COUNT_AT = {GenerationRecorded: 2, ReplayServed: 3, CallBypassed: 4, CallRefused: 5}
+# An audit row's action -> the place of its count in a group's row (the counts follow `ACTIONS`), and the
+# same per call event class (`CALL_ACTIONS`, the one map of call event to action).
+_AT_OF_ACTION = {action: 2 + i for i, action in enumerate(ACTIONS)}
+_COUNT_AT = {cls: _AT_OF_ACTION[action] for cls, action in CALL_ACTIONS.items()}
+_GENERATED_AT, _REFUSED_AT = _AT_OF_ACTION["generated"], _AT_OF_ACTION["refused"]
 Group = Tuple[str, str, str]  # run, stage, mode
 
 
@@ -59,7 +63,7 @@ def _fold(row: Optional[List[int]], seq: int, event: Event) -> List[int]:
     """The group's row with `event` (a call or a `PayloadsReleased` of that group, log order) folded in."""
     at = _COUNT_AT.get(type(event))
     out = getattr(event, "output", None)
-    return _fold_call(row, seq, at, getattr(event, "step", 0), out.nbytes if at == 2 and out is not None else 0)
+    return _fold_call(row, seq, at, getattr(event, "step", 0), out.nbytes if at == _GENERATED_AT and out is not None else 0)
 
 
 def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int, nbytes: int) -> List[int]:
@@ -71,17 +75,13 @@ def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int,
     if not row[1]:
         row[1] = seq
     row[at] += 1
-    if at != 5:  # a refused call did not happen at its step (see `summarize_runs`)
+    if at != _REFUSED_AT:  # a refused call did not happen at its step (see `summarize_runs`)
         if step < row[6]:
             row[6] = step
         if step > row[7]:
             row[7] = step
     row[8] += nbytes
     return row
-
-
-# An audit row's action -> the place of its count in a group's row.
-_AT_OF_ACTION = {"generated": 2, "replayed": 3, "bypassed": 4, "refused": 5}
 
 
 def _group_of(event: Event) -> Optional[Group]:
@@ -111,7 +111,7 @@ class RunsFold:
         """Fold in a call given by its audit row's values (`_native_rows.Row`: a reindex without event objects;
         `nbytes`: its stored output bytes, 0 when not stored)."""
         at = _AT_OF_ACTION[action]
-        self.groups[group] = _fold_call(self.groups.get(group), seq, at, step, nbytes if at == 2 else 0)
+        self.groups[group] = _fold_call(self.groups.get(group), seq, at, step, nbytes if at == _GENERATED_AT else 0)
         if seq > self.last:
             self.last = seq
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # the benchmarks, in fresh processes: `make test-fast` leaves it out
+
 ROOT = Path(__file__).resolve().parent.parent
 GOALS = {
     "replay_vs_plain_read",

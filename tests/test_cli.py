@@ -25,31 +25,21 @@ from stepjournal._audit import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
 from lmdb_raw import flip_byte, items, put_raw
+from cli_support import CLI, ok
+from cli_support import run_cli as cli
 
 SCRIPT = Path(sys.executable).with_name("stepjournal")
 
 
-def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m stepjournal ARGS`` and return what it did."""
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
-
-
 def cli_all(*commands: list[str]) -> list[subprocess.CompletedProcess]:
     """Run several CLI commands at once (each is a separate process); return them in order."""
-    procs = [subprocess.Popen([sys.executable, "-m", "stepjournal", *c], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([*CLI, *c], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for c in commands]
     done = []
     for command, proc in zip(commands, procs):
         out, err = proc.communicate(timeout=120)
         done.append(subprocess.CompletedProcess(command, proc.returncode, out, err))
     return done
-
-
-def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"{result.args} failed ({result.returncode}):\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result
 
 
 @attrs.frozen
@@ -299,7 +289,7 @@ def test_read_only_commands_work_on_a_copy_in_a_read_only_place(engine, tmp_path
     probe, *results = on_read_only_mount(
         folder,
         ["touch", os.path.join(folder, "probe")],
-        *([sys.executable, "-m", "stepjournal", *c] for c in commands),
+        *([*CLI, *c] for c in commands),
     )
     assert probe.returncode != 0, "the copy is not read-only; the test would prove nothing"
     for result in results:

@@ -4,7 +4,6 @@ and never crashes on a legitimate value (issue 13 points 6 and 11)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from stepjournal import Journal
+from cli_support import run_cli
 
 RUN = "r\x1b]0;pwned\x07x\x1b[2J"
 REASON = "why\x1b]0;pwned\x07 \x1b[31mred\u202e"
@@ -19,8 +19,7 @@ RAW = ("\x1b]0;pwned", "\x1b[2J", "\x1b[31m", "\x07", "\u202e")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})
+    return run_cli(*args, text=False, env={"COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")

@@ -22,17 +22,14 @@ import torch
 
 from stepjournal import Journal
 from stepjournal._audit import AUDIT_FIELDS
+from cli_support import CLI, run_cli
 
 SCRIPT = Path(sys.executable).with_name("stepjournal")
 
 
 def cli(*args: str, columns: int | None = None, **env: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PAGER")}
-    if columns is not None:
-        environ["COLUMNS"] = str(columns)
-    environ.update(env)
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True,
-                          timeout=120, env=environ)
+    """The command without a width or a pager of this process's (`columns`, `env`: this command's own)."""
+    return run_cli(*args, env={"COLUMNS": None if columns is None else str(columns), "PAGER": None, **env})
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -126,7 +123,7 @@ def test_audit_rows_stream_the_first_screen_before_the_whole_journal_is_read(tmp
         recorded = j.record(1, {"ids": torch.zeros(2)})
         for step in range(2, 6001):
             j.record_replay(step, recorded, policy="repeat", reason="repeat")
-    proc = subprocess.Popen([sys.executable, "-m", "stepjournal", "audit", path], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*CLI, "audit", path], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "100"})
     try:
         first = proc.stdout.readline() + proc.stdout.readline() + proc.stdout.readline()

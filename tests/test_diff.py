@@ -31,6 +31,7 @@ from stepjournal import (
 from stepjournal._diff_report import STAGE_ORDER, stage_rank
 from stepjournal.adapters.cli._diff_plot import render_diff
 from stepjournal._keys import seq_key
+from cli_support import run_cli
 
 
 def batch(step: int, *, reward_flip: bool = False, lp_shift: float = 0.0) -> dict:
@@ -365,8 +366,7 @@ def test_the_json_report_has_its_schema_version_and_survives_strict_json(jpath):
 # -- the command line --------------------------------------------------------------------------------
 # Through the real entry point, as a user runs it: `python -m stepjournal diff ...`.
 def stepjournal_diff(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", "diff", *argv], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "100"})
+    return run_cli("diff", *argv, env={"COLUMNS": "100"})
 
 
 # Several command lines in one process, each through `main` (a fresh interpreter costs seconds).

@@ -21,6 +21,7 @@ from stepjournal import EventDecodeError, InvalidKeyError, Journal
 from stepjournal._convert import decode_event
 
 from lmdb_raw import items, put_raw
+from cli_support import run_cli as _cli
 
 RUN = "wild"
 _REF = {"digest": "ab" * 32, "nbytes": 10, "stored_nbytes": 10, "compression": None}
@@ -71,10 +72,6 @@ def _journal_with(tmp_path, *bodies: dict) -> tuple[str, list]:
     for seq, body in zip(seqs, bodies):
         put_raw(path, "events", seq.to_bytes(8, "big"), craft(body))
     return path, seqs
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=120)
 
 
 CLI_WILD = [{"step": -1}, {"gen_index": 1 << 32}, {"ts": 1e300}, {"ts": math.nan}, {"duration_s": math.inf}]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import torch
@@ -18,12 +16,9 @@ from safetensors import safe_open
 
 from stepjournal import Journal
 from stepjournal._export import _Flattener
+from cli_support import run_cli as _cli
 
 HUGE = 7 ** 23_666  # 20 000 decimal digits (more than the 4 300 Python writes)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_export_writes_a_lone_surrogate_and_a_20000_digit_int_and_reads_them_back(tmp_path):

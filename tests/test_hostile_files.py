@@ -23,6 +23,7 @@ from stepjournal import IntegrityError, Journal, UnsafePathError
 from stepjournal._lmdb_check import check_data_file
 
 import lmdb_pages as pages
+from cli_support import run_cli as _cli
 
 RUN = "hostile"
 
@@ -46,10 +47,6 @@ def journal(template, tmp_path) -> str:
     path = str(tmp_path / "journal")
     shutil.copytree(template, path)
     return path
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=120)
 
 
 def _refused_cleanly(path: str, expected: str, commands=(["verify"],)) -> None:

@@ -13,8 +13,6 @@ import multiprocessing as mp
 import os
 import random
 import struct
-import subprocess
-import sys
 
 import msgpack
 import pytest
@@ -25,6 +23,7 @@ from sharing_fuzz_run import measure_child, zip_bytes
 
 from stepjournal import CallBypassed, IntegrityError, StepJournalError, import_bundle, pull, verify_bundle
 from stepjournal._convert import encode_event
+from cli_support import run_cli as cli
 
 MIB = 1 << 20
 
@@ -50,10 +49,6 @@ def write_both(folder, objects) -> tuple:
         with open(path, "wb") as fh:
             fh.write(data)
     return bundle, f"file://{os.path.join(folder, 'remote')}"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_a_head_60000_levels_deep_is_an_integrity_error_naming_it(seed, tmp_path):

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ from stepjournal.adapters.verl import VerlDumpError, import_verl_dumps
 from stepjournal.adapters.verl._import import _open_inside
 
 from test_verl_import import FOLDER, RUN, Marker, _reset_skip_manager, skip_manager_dumps  # noqa: F401
+from cli_support import run_cli
 
 
 def _outside_pickle(tmp_path) -> tuple[str, str]:
@@ -44,10 +43,7 @@ def _dumps_with_a_link_out(tmp_path, step: str, name: str) -> tuple[str, str, st
 def test_a_gen_batch_linking_out_of_the_dump_folder_is_never_unpickled_from_the_cli(tmp_path):
     dump_dir, _, marker, _ = _dumps_with_a_link_out(tmp_path, "2", "gen_batch.dp")
     journal = str(tmp_path / "j")
-    result = subprocess.run(
-        [sys.executable, "-m", "stepjournal", "import-verl", dump_dir, "--into", journal, "--trust-pickle", "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    result = run_cli("import-verl", dump_dir, "--into", journal, "--trust-pickle", "--json")
     assert not os.path.exists(marker), "a pickle outside the dump folder was loaded"
     report = json.loads(result.stdout)
     assert [r["step"] for r in report["imported"]] == [1, 3]

@@ -28,6 +28,7 @@ from stepjournal.policies import Engine, ReplayMissError
 
 import never_lose_work_workers as workers
 from log_capture import captured_events
+from cli_support import run_cli
 
 
 class Sample:
@@ -166,8 +167,7 @@ def test_show_says_generated_not_stored_and_why(tmp_path):
     path = tmp_path / "j"
     with Journal(path) as journal:
         Engine(journal, "cache").call(4, lambda: {"f": print})
-    result = subprocess.run([sys.executable, "-m", "stepjournal", "show", str(path), "4"],
-                            capture_output=True, text=True, timeout=120)
+    result = run_cli("show", str(path), "4")
     assert result.returncode != 0
     text = " ".join((result.stdout + result.stderr).split())
     assert "was generated, not stored" in text and "function is code, not data" in text

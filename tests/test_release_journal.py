@@ -7,7 +7,6 @@ the repository is never opened for writing: each test copies it first.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 
 from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, SessionOpened
 from stepjournal.adapters import journaled
+from cli_support import run_cli
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
@@ -69,10 +69,8 @@ def test_the_release_journal_replays_unchanged_without_running_the_generator(rel
 
 
 def test_the_cli_audits_and_verifies_the_release_journal(release):
-    audit = subprocess.run([sys.executable, "-m", "stepjournal", "audit", release, "--json"],
-                           capture_output=True, text=True, timeout=120)
+    audit = run_cli("audit", release, "--json")
     assert audit.returncode == 0, audit.stderr
     assert audit.stdout.count('"replayed"') >= 3 and '"refused"' in audit.stdout
-    verify = subprocess.run([sys.executable, "-m", "stepjournal", "verify", release],
-                            capture_output=True, text=True, timeout=120)
+    verify = run_cli("verify", release)
     assert verify.returncode == 0, verify.stdout + verify.stderr

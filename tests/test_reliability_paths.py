@@ -13,8 +13,6 @@ import os
 import pickle
 import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from stepjournal import Journal, UnsafePathError, resolve_journal_path
 
 from log_capture import captured_events
 from reliability_support import report
+from cli_support import run_cli
 
 
 def _tree(root: Path) -> set:
@@ -167,10 +166,7 @@ def test_pickled_verl_dumps_are_not_loaded_without_trust_pickle_from_the_cli(tmp
     (step / "gen_batch.dp").write_bytes(payload)
     (step / "meta.json").write_text('{"global_steps": 1}')
     journal = tmp_path / "journal"
-    done = subprocess.run(
-        [sys.executable, "-m", "stepjournal", "import-verl", str(tmp_path / "dumps"), "--into", str(journal)],
-        capture_output=True, text=True, timeout=300,
-    )
+    done = run_cli("import-verl", str(tmp_path / "dumps"), "--into", str(journal))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "--trust-pickle" in done.stderr + done.stdout
     assert not marker.exists() and not journal.exists()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from stepjournal.policies import (
 )
 
 from test_plugins import install_plugin, run_python
+from cli_support import run_cli
 
 DATA = Path(__file__).parent / "data"
 
@@ -401,8 +401,7 @@ def test_gen_key_and_parse_gen_key_agree_on_the_stage():
 
 # -- the command line ----------------------------------------------------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "COLUMNS": "120"})
+    result = run_cli(*args, env={"COLUMNS": "120"})
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     return result
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import attrs
@@ -22,15 +20,8 @@ from stepjournal.adapters.cli import _timeline
 from stepjournal.adapters.cli._timeline import COLOURS, MAX_ARROWS, build_timeline, render_image
 from stepjournal.policies import ReplayMissError, StepRanges
 
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=120)
-
-
-def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"{result.args} failed ({result.returncode}):\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result
+from cli_support import ok
+from cli_support import run_cli as cli
 
 
 def rollout(prompts: torch.Tensor, step: int) -> dict:

@@ -20,6 +20,8 @@ import pytest
 
 from stepjournal import Journal, clone, push
 
+pytestmark = pytest.mark.e2e  # accelerate launches: `make test-fast` leaves it out
+
 HERE = Path(__file__).resolve().parent
 BIN = os.path.dirname(sys.executable)
 DRIVER = HERE / "trl_accelerate_driver.py"

@@ -38,6 +38,7 @@ from stepjournal.adapters.trl import (
     attach,
     trainer_fingerprint,
 )
+from cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 4
@@ -523,20 +524,14 @@ def test_supported_trl_range_is_the_one_the_extra_declares():
 
 def test_cli_in_a_subprocess_reads_a_grpo_journal(grpo_recorded):
     """The shell command on a journal the TRL adapter wrote: audit, verify and show, without TRL loaded."""
-    import subprocess
-    import sys
-
     source, _, recorded = grpo_recorded
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=300)
-
-    audit = cli("audit", str(source), "--stage", "generate", "--json")
+    audit = run_cli("audit", str(source), "--stage", "generate", "--json")
     assert audit.returncode == 0, audit.stderr
     rows = json.loads(audit.stdout)
     assert [(r["step"], r["gen_index"], r["mode"], r["action"]) for r in rows] == recorded
-    assert cli("verify", str(source)).returncode == 0
-    shown = cli("show", str(source), str(GENERATION_STEPS[0]))
+    assert run_cli("verify", str(source)).returncode == 0
+    shown = run_cli("show", str(source), str(GENERATION_STEPS[0]))
     assert shown.returncode == 0, shown.stderr
     assert "completion_ids" in shown.stdout and "rng" in shown.stdout
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 from stepjournal import Journal
 from stepjournal.adapters.trl import attach
@@ -17,6 +16,7 @@ from stepjournal.adapters.trl import attach
 from test_trl_adapter import GENERATION_STEPS, STEPS, forbid_generation
 from test_trl_adapter import tokenizer  # noqa: F401  (the fixtures this module uses)
 from test_trl_stages import copy_journal, grpo_beta, make_reward, model_dir, recorded  # noqa: F401
+from cli_support import run_cli
 
 
 # -- issue 16: two runs on the same generations, with different rewards -----------------------------------------
@@ -33,10 +33,7 @@ def test_diff_of_two_runs_replaying_the_same_generations_with_other_rewards_find
             trainer.train()
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "stepjournal", "diff", *args], capture_output=True, text=True, timeout=300,
-            cwd=tmp_path,
-        )
+        return run_cli("diff", *args, cwd=tmp_path)
 
     shown = cli("run-a", "run-b")
     assert shown.returncode == 1, shown.stderr

@@ -18,12 +18,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import sharing_docs
 from s3_server import client_env, free_port, make_bucket, s3_server  # noqa: F401  (fixture)
 from test_trl_accelerate import BIN, DRIVER, launch, ranks
 
 from stepjournal import Journal
 from stepjournal._remote import journal_id
+
+pytestmark = pytest.mark.e2e  # accelerate launches on two machines: `make test-fast` leaves it out
 
 
 def _shell(command: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:

@@ -46,6 +46,7 @@ from test_verl_support import (
     record_until_killed,
     verl_config,
 )
+from cli_support import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -481,25 +482,20 @@ def test_a_uid_that_is_not_a_feed_index_is_a_clear_error(tmp_path):
 
 def test_cli_audits_verifies_and_shows_a_journal_made_by_the_verl_adapter(tmp_path):
     import json
-    import subprocess
-    import sys
 
     _run(tmp_path)
     _run(tmp_path, fail=True)
     path = os.path.join(str(tmp_path), "stepjournal")
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "stepjournal", *args], capture_output=True, text=True, timeout=300)
-
-    audit = cli("audit", path, "--json")
+    audit = run_cli("audit", path, "--json")
     assert audit.returncode == 0, audit.stderr
     rows = json.loads(audit.stdout)
     replayed = [r for r in rows if r["action"] == "replayed"]
     assert len(replayed) == 12 + sum(n - 1 for n in DAPO.values())
     assert all((r["source_step"], r["source_gen_index"]) == (r["step"], r["gen_index"]) for r in replayed)
     assert {r["mode"] for r in rows if r["action"] == "bypassed"} == {"validate"}
-    assert cli("verify", path).returncode == 0
+    assert run_cli("verify", path).returncode == 0
     # `show` reads a DataProto's stored structure without importing verl's codec or running its code.
-    shown = cli("show", path, "8", "--index", "1")
+    shown = run_cli("show", path, "8", "--index", "1")
     assert shown.returncode == 0, shown.stderr
     assert "verl.DataProto" in shown.stdout and "responses" in shown.stdout

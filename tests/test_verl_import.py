@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
-import sys
 import zlib
 
 import pytest
@@ -27,6 +25,7 @@ from stepjournal.adapters.verl import (
 )
 
 from test_verl_support import GBS, N, FakeGenerator, make_rows, verl_config
+from cli_support import run_cli
 
 RUN, FOLDER = "exp_proj", "GBS4_N2_in6_out5"
 
@@ -200,18 +199,17 @@ def test_interrupted_dumps_and_links_out_of_the_folder_are_skipped(tmp_path):
 def test_cli_import_verl_refuses_then_imports_with_trust_pickle(tmp_path):
     _, dump_dir, _ = skip_manager_dumps(tmp_path)
     journal = str(tmp_path / "j")
-    command = [sys.executable, "-m", "stepjournal", "import-verl", dump_dir, "--into", journal]
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    command = ["import-verl", dump_dir, "--into", journal]
+    refused = run_cli(*command)
     assert refused.returncode == 1
     assert "pickle" in refused.stderr and "--trust-pickle" in refused.stderr
     assert not os.path.exists(journal)
-    done = subprocess.run(command + ["--trust-pickle", "--json"], capture_output=True, text=True, timeout=300)
+    done = run_cli(*command, "--trust-pickle", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["schema_version"] == 1
     assert [(r["step"], r["form"]) for r in result["imported"]] == [(1, "skip_manager"), (2, "skip_manager"), (3, "skip_manager")]
-    audit = subprocess.run([sys.executable, "-m", "stepjournal", "audit", journal, "--json"],
-                           capture_output=True, text=True, timeout=300)
+    audit = run_cli("audit", journal, "--json")
     assert [row["imported_from"].split(":")[0] for row in json.loads(audit.stdout)] == ["verl-skip_manager"] * 3
 
 

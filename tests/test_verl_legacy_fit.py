@@ -27,6 +27,8 @@ from stepjournal.adapters.verl import attach
 from test_verl_support import GBS, N, FakeGenerator, make_rows
 from verl_legacy_fit_harness import STEPS, docs_edit, edited_fit, legacy_config, legacy_trainer
 
+pytestmark = pytest.mark.e2e  # verl's RayPPOTrainer.fit end to end: `make test-fast` leaves it out
+
 POLICY = "cache@1-2;repeat"  # steps 1-2 generated and recorded, step 3 served step 1's record
 
 

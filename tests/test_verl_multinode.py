@@ -34,6 +34,8 @@ from stepjournal.adapters.verl import dataproto_diff
 from test_verl_support import answer_token
 from verl_ray_support import RUN_KEY, Rollouter, SeededSampler, reward, rollout_config, shell
 
+pytestmark = pytest.mark.e2e  # Ray clusters of several nodes: `make test-fast` leaves it out
+
 TESTS = Path(__file__).resolve().parent
 FEED = list(range(10))  # feed indices: the steps of the fully-async rollouter
 HOOK = "stepjournal.adapters.verl.install_fully_async"

@@ -25,6 +25,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_support import run_cli
+
+pytestmark = pytest.mark.e2e  # verl's V1 trainer end to end, on a Ray cluster: `make test-fast` leaves it out
 
 HERE = Path(__file__).parent
 HARNESS = HERE / "verl_v1_harness.py"
@@ -50,11 +53,8 @@ def runs(tmp_path_factory):
     recorded = _phase(root, "record")
     # The config Hydra composed for verl's own run: its model, sampling and data join the imported fingerprint.
     OmegaConf.save(harness.run_config(str(root), harness.passes(str(root), "record")[3]), root / "verl_config.yaml")
-    imported = subprocess.run(
-        [sys.executable, "-m", "stepjournal", "import-verl", str(root / "verl_dumps"), "--into",
-         str(root / "verl_dumps" / "stepjournal"), "--trust-pickle", "--config", str(root / "verl_config.yaml"), "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    imported = run_cli("import-verl", str(root / "verl_dumps"), "--into", str(root / "verl_dumps" / "stepjournal"),
+                       "--trust-pickle", "--config", str(root / "verl_config.yaml"), "--json")
     assert imported.returncode == 0, imported.stderr
     replayed = _phase(root, "replay")
     return {"root": root, "recorded": recorded, "replayed": replayed, "import": json.loads(imported.stdout)}

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # verl's V1 trainer end to end, on a Ray cluster: `make test-fast` leaves it out
+
 HERE = Path(__file__).parent
 HARNESS = HERE / "verl_v1_harness.py"
 STEPS = [1, 2, 3]

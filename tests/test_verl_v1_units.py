@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -27,6 +25,7 @@ from stepjournal.adapters.verl import (
     v1_trainer_mode,
 )
 from stepjournal.policies import ConfigError
+from cli_support import run_cli
 
 DTYPES = [torch.int64, torch.int32, torch.float32, torch.bfloat16, torch.float16]
 plain = st.recursive(
@@ -192,9 +191,7 @@ def test_import_verl_on_a_folder_without_dumps_exits_non_zero_naming_the_layouts
     (tmp_path / "dumps" / "something" / "notes.txt").write_text("x")
     with pytest.raises(VerlDumpError, match=r"no verl dumps found .* looked for .*tq_batch.pt"):
         import_verl_dumps(tmp_path / "dumps", tmp_path / "j", trust_pickle=True)
-    result = subprocess.run(
-        [sys.executable, "-m", "stepjournal", "import-verl", str(tmp_path / "dumps"), "--into", str(tmp_path / "j"),
-         "--trust-pickle"], capture_output=True, text=True, timeout=120)
+    result = run_cli("import-verl", str(tmp_path / "dumps"), "--into", str(tmp_path / "j"), "--trust-pickle")
     assert result.returncode != 0
     assert "no verl dumps found" in result.stderr and "gen_batch.dp" in result.stderr
     assert not (tmp_path / "j").exists()
