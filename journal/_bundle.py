@@ -34,7 +34,7 @@ from ._object_store import ObjectPayloadStore
 from ._pull import PullReport, pull_from
 from ._remote import Released, journal_id, local_payload
 from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
-                             manifest_bytes, new_head)
+                             event_in, manifest_bytes, new_head)
 from ._undo import undone_on_failure
 from ._verify import VerifyProblem
 
@@ -383,9 +383,7 @@ def _bundled_record(reader: _Reader, source: str, seq: int) -> Any:
     """Event `seq` of journal `source` as the bundle holds it, or None (a release's record, checked)."""
     try:
         head = _head(reader, source)
-        for seg in head["segments"] if head else ():
-            if seg["first"] <= seq <= seg["last"]:
-                return next((e for s, _r, e in _segment_events(reader, source, seg)[0] if s == seq), None)
+        return event_in(reader, source, head["segments"] if head else (), seq)
     except StepJournalError:
         pass  # the damaged head or segment is a problem of its own; the release's record is not there
     return None

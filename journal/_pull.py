@@ -31,7 +31,7 @@ from ._payload_store import LmdbPayloadStore
 from ._projections import Projections
 from ._prune import catch_up_in
 from ._remote import journal_id, one_ahead
-from ._remote_layout import _head, _manifest, _segment_events, call_refs
+from ._remote_layout import _head, _manifest, _segment_events, call_refs, event_in
 from ._remotes_config import add_remote, resolve_remote
 from ._retention import RetentionState
 from ._secrets import public_url
@@ -270,11 +270,7 @@ def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[D
         local = imports.local(source, seq)
         if local is not None:
             return journal.event(local)
-        for seg in segments.get(source, ()):
-            if seg["first"] <= seq <= seg["last"]:
-                listed, _released = cache.get(seg["name"]) or _segment_events(remote, source, seg)
-                return next((e for s, _r, e in listed if s == seq), None)
-        return None
+        return event_in(remote, source, segments.get(source, ()), seq, cache)
 
     return record
 

@@ -20,7 +20,7 @@ from ._digest import digest_bytes
 from ._errors import EventDecodeError, IntegrityError, RemoteError, RemoteFormatError
 from ._events import GenerationRecorded, ReplayServed
 
-__all__ = ["REMOTE_FORMAT", "MANIFEST", "call_refs", "encode_segment", "manifest_bytes", "new_head", "segment_name"]
+__all__ = ["REMOTE_FORMAT", "MANIFEST", "call_refs", "encode_segment", "manifest_bytes", "new_head", "segment_name", "event_in"]
 
 REMOTE_FORMAT = 1
 MANIFEST = "stepjournal-remote.json"
@@ -181,3 +181,11 @@ def _segment_events(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List
     return out, set(released)
 
 
+def event_in(remote: Any, source: str, segments: Any, seq: int, cache: Optional[Dict[str, Any]] = None) -> Any:
+    """Event `seq` of journal `source`, read from whichever of its `segments` holds it (a segment
+    `cache` kept decoded first), checked as any segment is; None when none holds it."""
+    for seg in segments:
+        if seg["first"] <= seq <= seg["last"]:
+            listed = (cache or {}).get(seg["name"]) or _segment_events(remote, source, seg)
+            return next((event for found, _raw, event in listed[0] if found == seq), None)
+    return None
