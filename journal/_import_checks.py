@@ -25,6 +25,7 @@ from ._errors import ImportClaimError, ImportConflictError, JournalError
 from ._events import EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ._import_map import ImportMap
 from ._keys import check_key
+from ._remote_layout import call_refs
 
 __all__ = ["KEEP_RULES", "Renames", "IncomingChecks", "check_options", "rename", "renames_of"]
 
@@ -145,14 +146,9 @@ class IncomingChecks:
                         segment=name, claim=f"PayloadsReleased at #{seq}")
                 self._releases.setdefault(source, []).append((name, seq, event))
                 self._released.setdefault(source, set()).update((event.record_seq, d) for d in event.released)
-            refs = []
-            if isinstance(event, GenerationRecorded):
-                refs = [r for r in (event.output, event.input) if r is not None]
-                if event.output is not None:
-                    self._record(source, seq, rename(event, self._runs))
-            elif isinstance(event, ReplayServed):
-                refs = [event.output]
-            for ref in refs:
+            if isinstance(event, GenerationRecorded) and event.output is not None:
+                self._record(source, seq, rename(event, self._runs))
+            for ref in call_refs(event):
                 if ref.digest in released:
                     self._claims.setdefault(source, []).append(
                         _Claim(name, seq, ref.digest, isinstance(event, GenerationRecorded)))
