@@ -30,6 +30,7 @@ __all__ = [
     "call_records",
     "audit",
     "summarize_runs",
+    "session_names",
 ]
 
 # Bump when a key of `AuditRecord.to_json` changes meaning or disappears; adding keys keeps the version.
@@ -61,6 +62,16 @@ def iso_time(ts: Optional[float]) -> Optional[str]:
         return None
     moment = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def session_names(opened: Iterable[str]) -> Dict[str, str]:
+    """Each session's short name, ``s1``, ``s2`` ...: its place among the sessions opened in the journal,
+    in log order (`opened`: the session ids of its `SessionOpened` events, in order).
+
+    A journal only appends, so a name never changes; every command that shows or takes a session
+    uses it (a full id or a unique prefix of one is taken too).
+    """
+    return {session: f"s{n}" for n, session in enumerate(dict.fromkeys(opened), start=1)}
 
 
 @attrs.frozen

@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 from typing import Any, Container, Dict, Iterable, Iterator, Optional, Tuple
 
-from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, AuditRecord, Provenance, iso_time
+from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, RELEASED, AuditRecord, Provenance, iso_time
 from ._convert import checked_body, event_of
 from ._errors import InvalidKeyError
 from ._events import (CALL_ACTIONS, MAX_TS, CallRefused, EventsImported, GenerationRecorded, PayloadRef, ReplayServed,
                       field_names)
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
-__all__ = ["json_rows", "call_row", "Keys"]
+__all__ = ["json_rows", "call_row", "Keys", "releases_of"]
 
 _MAX_U64 = (1 << 64) - 1
 _MAX_NBYTES = (1 << 63) - 1
@@ -153,13 +153,16 @@ def json_rows(
     timed: bool = True,
     native: bool = False,
     plain: bool = False,
+    released_by: Optional[Dict[int, int]] = None,
 ) -> Iterator[Any]:
     """The ``audit --json`` rows (``AuditRecord.to_json()``, keys `AUDIT_FIELDS`) of ``(seq, stored bytes)``
     pairs in log order, filtered as `audit` filters (`actions`: empty or None keeps every action).
     Without `timed`, a call row's ``time`` (the clock text) may be None: for a reader that never shows it.
     With `native`, a call event msgspec decodes exactly comes as a `_native_rows.Row` (``row[key]`` as for
     a dict; `_native_rows.encode_rows` writes it): the same row, decoded in C; with `plain` too, as the
-    dict row, for a reader that computes with the fields rather than writing JSON.
+    dict row, for a reader that computes with the fields rather than writing JSON. `released_by`
+    (`releases_of` of the same log) fills each released record's ``released_by``, as `audit` does; the
+    rows stream, so the releases, which come after their records, are read first.
 
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
@@ -191,6 +194,22 @@ def json_rows(
             continue
         if (mode is not None and row["mode"] != mode) or (stage is not None and row["stage"] != stage):
             continue
+        if released_by and row["action"] == "generated" and row["seq"] in released_by:
+            row["released_by"] = released_by[row["seq"]]
         if not actions or row["action"] in actions:
             yield row
+
+
+# What a release or an import marker holds in its stored bytes (the type tag): a byte search for
+# these picks a superset of those events, and only the picked ones are decoded.
+_RELEASE_TAGS = (b"payloads_released", b"events_imported")
+
+
+def releases_of(raw_pairs: Iterable[Tuple[int, bytes]]) -> Dict[int, int]:
+    """Record seq -> seq of the latest `PayloadsReleased` of its payloads (what `audit` sets as
+    ``released_by``), from ``(seq, stored bytes)`` pairs in log order. Pulled releases name their record
+    by its seq here. Only the events whose bytes hold a release's or an import marker's tag are decoded."""
+    picked = ((seq, raw) for seq, raw in raw_pairs if any(tag in raw for tag in _RELEASE_TAGS))
+    return {row["source_seq"]: row["seq"] for row in json_rows(picked, actions={RELEASED}, timed=False)
+            if row["source_seq"] is not None}
 

@@ -268,6 +268,8 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
             flush(source)
     for source in list(pending):
         flush(source)
+    if progress is not None:
+        progress("bundle", total, total)  # the last report, whatever the count: a bar ends full
     if not events:
         raise JournalError(f"nothing in {journal.path!r} matches the selection; a bundle needs at least one event")
     for source, head in sorted(heads.items()):

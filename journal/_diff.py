@@ -1,7 +1,9 @@
 """`diff_journals`: pair the records of two runs (or sessions) call by call and say where they part.
 
-Records are paired by (stage, mode, step, gen_index); on each side the latest record of the
-selected run (and session) counts: a `GenerationRecorded` with an output, or a `ReplayServed`. Equal
+Records are paired by (stage, mode, step, gen_index). By default each side is its run's recordings:
+the latest `GenerationRecorded` with an output, replays left out (a later replay of a run does not
+change what the run recorded). A side given a session is that session's latest call, recorded or
+replayed (`ReplayServed`): how a replay is compared with its recording. Equal
 digests are equal without loading anything; differing digests are loaded (digest checked) and
 compared structurally by `_compare`. A payload that fails its digest check is *damaged*, never
 *differing*. Nothing here writes.
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Container, Dict, List, Mapping, Optional,
 import attrs
 import msgpack
 
+from ._audit import session_names
 from ._codec import CodecRegistry
 from ._compare import Comparison, compare_values
 from ._convert import decode_event
@@ -87,9 +90,11 @@ def _choose(scan: _Scan, path: str, label: str, run: Optional[str], session: Opt
     runs = list(dict.fromkeys(e.run for _, e in scan.events if not isinstance(e, SessionOpened)))
     arg = f"run_{label.lower()}"
     if session is not None:
-        found = [e for _, e in scan.events if isinstance(e, SessionOpened) and e.session.startswith(session)]
+        opened = [e for _, e in scan.events if isinstance(e, SessionOpened)]
+        names = session_names(e.session for e in opened)
+        found = [e for e in opened if names[e.session] == session or e.session.startswith(session)]
         if len(found) != 1:
-            known = ", ".join(e.session[:12] for _, e in scan.events if isinstance(e, SessionOpened)) or "none"
+            known = ", ".join(f"{names[e.session]} ({e.session[:8]})" for e in opened) or "none"
             how = "no" if not found else f"{len(found)}"
             raise DiffError(f"{label} ({path}): {how} session matches {session!r}; its sessions are: {known}")
         if run is not None and run != found[0].run:
@@ -114,13 +119,16 @@ def _records(
     stage: Optional[str],
     mode: Optional[str],
 ) -> Dict[Key, Tuple[int, Any]]:
-    """The latest record with an output per (stage, mode, step, gen_index) of the selection."""
+    """The latest call with an output per (stage, mode, step, gen_index) of the selection.
+
+    Without a session: the run's recordings only. With one: that session's records and replays.
+    """
     latest: Dict[Key, Tuple[int, Any]] = {}
     for seq, event in scan.events:
         if isinstance(event, GenerationRecorded):
             if event.output is None:
                 continue
-        elif not isinstance(event, ReplayServed):
+        elif not isinstance(event, ReplayServed) or session is None:
             continue
         if event.run != run or (session is not None and event.session != session):
             continue
@@ -177,7 +185,9 @@ def diff_journals(
     Args:
         a, b: open journals (read-only is enough); they may be the same journal.
         run_a, run_b: the run key of each side (needed when a journal holds several).
-        session_a, session_b: only the records of this session (its id, or a unique prefix of it).
+        session_a, session_b: this session's calls, recorded and replayed: its short name (``s2``,
+            see `session_names`), its id or a unique prefix of it. Without one, a side is its run's
+            recordings: replays are left out.
         steps: only these steps (a set, range or `StepRanges`).
         stage, mode: only records of this stage / mode.
         atol, rtol: overall tolerance of floating-point values; None for both means the per-dtype
@@ -244,8 +254,10 @@ def diff_journals(
         else:
             notes.append("per-field tolerances were not checked: no payload needed comparing")
     report = DiffReport(
-        a=DiffSide(a.path, run_a, session_a, len(rec_a), _versions(scan_a), tuple(scan_a.unreadable), tuple(scan_a.damaged)),
-        b=DiffSide(b.path, run_b, session_b, len(rec_b), _versions(scan_b), tuple(scan_b.unreadable), tuple(scan_b.damaged)),
+        a=DiffSide(a.path, run_a, session_a, len(rec_a), _versions(scan_a), tuple(scan_a.unreadable), tuple(scan_a.damaged),
+                   _session_name(scan_a, session_a)),
+        b=DiffSide(b.path, run_b, session_b, len(rec_b), _versions(scan_b), tuple(scan_b.unreadable), tuple(scan_b.damaged),
+                   _session_name(scan_b, session_b)),
         pairs=tuple(pairs),
         tolerances=tol,
         notes=tuple(notes),
@@ -253,6 +265,12 @@ def diff_journals(
     )
     log.info("journals_diffed", pairs=len(pairs), loaded=loader.loaded, exit_code=report.exit_code)
     return report
+
+
+def _session_name(scan: _Scan, session: Optional[str]) -> Optional[str]:
+    if session is None:
+        return None
+    return session_names(e.session for _, e in scan.events if isinstance(e, SessionOpened))[session]
 
 
 def _compare_pair(

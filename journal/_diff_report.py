@@ -30,7 +30,8 @@ __all__ = [
 ]
 
 # Bump when a key of `DiffReport.to_json` changes meaning or disappears; adding keys keeps it.
-DIFF_SCHEMA_VERSION = 1
+# 2: a side without a session is its run's recordings (replays left out); it was every call.
+DIFF_SCHEMA_VERSION = 2
 ONLY_A, ONLY_B, DAMAGED, UNREADABLE = "only_a", "only_b", "damaged", "unreadable"
 PAIR_STATES = (EQUAL, WITHIN_TOLERANCE, DIFFERING, ONLY_A, ONLY_B, DAMAGED, UNREADABLE)
 # The order of the stages of one RL step; other stages follow, alphabetically.
@@ -64,11 +65,13 @@ class DiffSide:
 
     Attributes:
         path: the journal folder.
-        run, session: the run key and session compared (session None: every session of the run).
+        run, session: the run key and session compared. Session None: the run's recordings, from
+            every session, replays left out; a session: its calls, recorded and replayed.
         records: how many (stage, mode, step, gen_index) records were selected.
         event_versions: schema versions of the events read, per event type tag.
         unreadable_events: sequence numbers of events this stepjournal cannot read (newer schema).
         damaged_events: sequence numbers of events that do not decode (damaged).
+        session_name: the session's short name (``s2``, see `session_names`), None without a session.
     """
 
     path: str
@@ -78,9 +81,16 @@ class DiffSide:
     event_versions: Mapping[str, Tuple[int, ...]]
     unreadable_events: Tuple[int, ...] = ()
     damaged_events: Tuple[int, ...] = ()
+    session_name: Optional[str] = None
+
+    @property
+    def selects(self) -> str:
+        """What the side pairs: ``"recordings"`` (no session given) or ``"session"``."""
+        return "recordings" if self.session is None else "session"
 
     def to_json(self) -> Dict[str, Any]:
         row = attrs.asdict(self)
+        row["selects"] = self.selects
         row["event_versions"] = {k: list(v) for k, v in self.event_versions.items()}
         row["unreadable_events"] = list(self.unreadable_events)
         row["damaged_events"] = list(self.damaged_events)

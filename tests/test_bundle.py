@@ -84,9 +84,9 @@ def test_a_selection_typed_in_a_shell_is_imported_on_another_machine_and_replays
               f"stepjournal verify {bundle}; stepjournal import {bundle} {b}")
     shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
     assert shell.returncode == 0, shell.stderr
-    assert "bundled 3 events and 4 payloads from 1 journal(s)" in shell.stdout  # a session, steps 2 and 3
+    assert "bundled 3 events and 4 payloads from 1 journal into" in shell.stdout  # a session, steps 2 and 3
     assert "bundle is whole: 3 events decode" in shell.stdout
-    assert "pulled 3 events, 4 payloads" in shell.stdout
+    assert "imported 3 events, 4 payloads" in shell.stdout
     out = tmp_path / "replayed.json"
     child = subprocess.run([sys.executable, "-c", REPLAYER, str(b), str(out)], capture_output=True, text=True,
                            timeout=300)
@@ -103,6 +103,15 @@ def test_a_selection_typed_in_a_shell_is_imported_on_another_machine_and_replays
     # only what was selected came, and every imported call names where it was recorded
     assert [(r.step, r.stage, r.origin_journal, r.origin_seq) for r in imported] == [
         (step, "generate", source, seqs[(step, "generate")]) for step in (2, 3)]
+
+
+def test_export_progress_ends_full(tmp_path):
+    """A bar drawn from the reports ends at its total (it stopped at the last multiple of 1024)."""
+    record(tmp_path / "j")
+    seen = []
+    export_bundle(str(tmp_path / "j"), str(tmp_path / "b.sjb"), progress=lambda *report: seen.append(report))
+    with Journal(str(tmp_path / "j"), readonly=True) as journal:
+        assert seen and seen[-1] == ("bundle", journal.last_seq(), journal.last_seq())
 
 
 def test_a_second_import_adds_nothing_and_a_bundle_of_an_import_keeps_the_first_provenance(tmp_path):

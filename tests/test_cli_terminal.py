@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepjournal import Journal
+from stepjournal import DIFF_SCHEMA_VERSION, Journal
 from stepjournal._audit import AUDIT_FIELDS
 from cli_support import CLI, run_cli
 
@@ -178,11 +178,77 @@ def test_audit_on_a_terminal_goes_through_the_pager_and_never_with_no_pager(jour
     assert not marker.exists()
 
 
+def test_diff_on_a_terminal_goes_through_the_pager_and_fits_its_width(journal, tmp_path):
+    import re
+
+    marker = tmp_path / "paged"
+    pager = tmp_path / "pager.sh"
+    pager.write_text(f"#!/bin/sh\necho PAGER-RAN > {marker}\ncat\n")
+    pager.chmod(0o755)
+    first, second = session_ids(journal)[:2]
+    argv = [str(SCRIPT), "diff", journal, journal, "--session-a", first[:8], "--session-b", second[:8], "--steps", "1-20"]
+    env = {**os.environ, "PAGER": str(pager), "COLUMNS": "80", "TERM": "xterm"}
+    shown = run_in_pty(argv, env)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    assert marker.read_text() == "PAGER-RAN\n" and "runs agree: 20 pairs over steps 1-20 are equal" in plain
+    assert max(len(line) for line in plain.replace("\r", "").splitlines()) <= 80, plain
+    marker.unlink()
+    assert "20 pairs" in run_in_pty(argv + ["--no-pager"], env) and not marker.exists()
+
+
+@pytest.mark.parametrize("columns", [None, 80])
+def test_output_to_a_pipe_carries_no_table_padding(journal, columns):
+    first, second = session_ids(journal)[:2]
+    verbs = {
+        "runs": ("runs", journal),
+        "audit": ("audit", journal),
+        "show": ("show", journal, "3"),
+        "diff": ("diff", journal, journal, "--session-a", first[:8], "--session-b", second[:8]),
+        "prune": ("prune", journal, "--keep-last", "1", "--dry-run"),
+        "verify": ("verify", journal),
+    }
+    for verb, argv in verbs.items():
+        done = cli(*argv, columns=columns)
+        assert done.returncode in (0, 1) and done.stdout.strip(), (verb, done.stderr)
+        padded = [line for line in done.stdout.splitlines() if line != line.rstrip()]
+        assert not padded, (verb, padded[:3])
+        assert done.stderr == "", (verb, done.stderr)  # no progress bar reaches a pipe
+
+
+def test_progress_is_drawn_on_a_terminal_only_and_never_with_json(journal):
+    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm", "PAGER": "cat"}
+    assert "verifying" in run_in_pty([str(SCRIPT), "verify", journal], env)
+    assert "verifying" not in run_in_pty([str(SCRIPT), "verify", journal, "--json"], env)
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_every_table_verb_fits_the_terminal_in_a_pseudo_terminal(journal, columns):
+    """runs, audit, diff, prune --dry-run and show at 80 and 120 columns: no line is wider; --wide fits 120."""
+    import re
+
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm", "PAGER": "cat"}
+    views = {
+        "runs": ["runs", journal], "audit": ["audit", journal],
+        "diff": ["diff", journal, journal, "--session-a", "s1", "--session-b", "s2", "--steps", "1-20"],
+        "prune": ["prune", journal, "--keep-last", "1", "--dry-run"], "show": ["show", journal, "3"],
+    }
+    if columns == 120:
+        views |= {"runs --wide": ["runs", journal, "--wide"], "audit --wide": ["audit", journal, "--wide"]}
+    for view, argv in views.items():
+        shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), *argv], env)).replace("\r", "")
+        lines = shown.splitlines()
+        assert len(lines) >= 2 and max(len(line) for line in lines) <= columns, (view, shown)
+    table = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), "runs", journal], env))
+    # One name per session everywhere: the runs table names them as audit and diff take them.
+    assert re.search(r"^s1 .* exp", table, re.M) and re.search(r"^s2 .* exp", table, re.M)
+
+
 # -- closed pipes, option order --------------------------------------------------------------------------
-@pytest.mark.parametrize("verb", [["audit", "--csv"], ["audit"], ["runs", "--json"], ["show", "1"]])
+@pytest.mark.parametrize("verb", [["audit", "--csv"], ["audit"], ["runs", "--json"], ["show", "1"], ["diff", "J"]])
 def test_a_reader_that_goes_away_ends_the_program_quietly(journal, verb):
     """``stepjournal audit J --csv | head -1``: no message, the status of a process ended by SIGPIPE."""
-    proc = subprocess.Popen([str(SCRIPT), verb[0], journal, *verb[1:]], stdout=subprocess.PIPE,
+    rest = [journal if word == "J" else word for word in verb[1:]]
+    proc = subprocess.Popen([str(SCRIPT), verb[0], journal, *rest], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "80"})
     proc.stdout.close()  # the reader is gone before the first line is written
     err = proc.stderr.read()
@@ -255,7 +321,7 @@ def test_every_json_output_carries_the_schema_version(journal, tmp_path):
         assert result.returncode in (0, 1), (verb, result.stderr)
         data = json.loads(result.stdout)
         objects = data if isinstance(data, list) else [data]
-        assert all(o["schema_version"] == 1 for o in objects), verb
+        assert all(o["schema_version"] == (DIFF_SCHEMA_VERSION if verb == "diff" else 1) for o in objects), verb
 
 
 def session_ids(path: str) -> list[str]:

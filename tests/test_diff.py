@@ -108,6 +108,50 @@ def test_pairs_present_on_one_side_only_are_reported_as_such(tmp_path):
     assert report.summary.startswith("runs part at the first compared step; at step 1 the first differing stage is generate (only in A)")
 
 
+def recorded_then_replayed_later(tmp_path) -> tuple[str, str, str]:
+    """A and B record the same steps 1-6; B is then replayed with `repeat_last` (step 6's answer at
+    every step). Returns A, B and the replaying session of B."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for path in (a, b):
+        with Journal(path, run="exp") as journal:
+            for step in range(1, 7):
+                journal.record(step, batch(step))
+
+    def rollout(prompts, step):
+        raise AssertionError("repeat_last serves every step: nothing generates")
+
+    with Journal(b, run="exp") as journal:
+        fn = journaled(rollout, journal, "repeat_last")
+        for step in range(1, 7):
+            fn("prompts", step=step)
+        replayed = journal.session
+    return a, b, replayed
+
+
+def test_by_default_a_run_is_its_recordings_and_a_later_replay_is_left_out(tmp_path):
+    a, b, replayed = recorded_then_replayed_later(tmp_path)
+    with Journal(a, readonly=True) as ja, Journal(b, readonly=True) as jb:
+        report = diff_journals(ja, jb)
+        chosen = diff_journals(ja, jb, session_b=replayed[:8])
+    assert [p.state for p in report.pairs] == ["equal"] * 6 and report.exit_code == 0
+    assert report.a.selects == report.b.selects == "recordings" and report.b.session is None
+    # The replaying session, chosen: step 6's answer served at steps 1-5.
+    assert chosen.b.selects == "session" and chosen.first_divergence.step == 1
+    assert [p.state for p in chosen.pairs] == ["differing"] * 5 + ["equal"]
+
+
+def test_cli_diff_of_a_run_against_its_later_replayed_copy_says_equal_and_what_it_paired(tmp_path):
+    a, b, replayed = recorded_then_replayed_later(tmp_path)
+    done = stepjournal_diff(a, b)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # a long temporary path wraps the header at 100 columns
+    assert text.startswith("runs agree: 6 pairs over steps 1-6 are equal")
+    assert f"A: {a} · run exp · recordings, replays left out B: {b} · run exp · recordings, replays left out" in text
+    chosen = stepjournal_diff(a, b, "--session-b", replayed[:8])
+    text = " ".join(chosen.stdout.split())
+    assert chosen.returncode == 1 and f"B: {b} · run exp · session s2, replays included" in text
+
+
 def test_two_runs_of_one_journal_are_chosen_with_run_a_and_run_b(jpath):
     for run, shift in (("base", 0.0), ("new", 0.25)):
         with Journal(jpath, run=run) as journal:
@@ -120,6 +164,15 @@ def test_two_runs_of_one_journal_are_chosen_with_run_a_and_run_b(jpath):
     assert [p.state for p in report.pairs] == ["equal", "differing"]
     diff = report.pairs[1].comparison.first
     assert diff.path == "old_log_probs" and diff.position == (0, 0) and diff.max_abs == pytest.approx(0.25)
+
+
+def test_cli_errors_name_the_commands_flags_not_python_parameters(jpath):
+    for run in ("base", "new"):
+        with Journal(jpath, run=run) as journal:
+            journal.record(1, batch(1))
+    done = stepjournal_diff(jpath, jpath)
+    assert done.returncode == 2 and "holds several runs (base, new); choose one with --run-a" in done.stderr
+    assert "run_a" not in done.stderr
 
 
 def test_runs_that_share_no_step_raise_a_clear_error(tmp_path):
@@ -137,8 +190,10 @@ def test_runs_that_share_no_step_raise_a_clear_error(tmp_path):
 def test_an_unknown_session_names_the_sessions_there_are(jpath):
     first, _ = two_sessions(jpath, {})
     with Journal(jpath, readonly=True) as journal:
-        with pytest.raises(DiffError, match=f"no session matches 'zzz'; its sessions are: {first[:12]}"):
+        with pytest.raises(DiffError, match=rf"no session matches 'zzz'; its sessions are: s1 \({first[:8]}\), s2"):
             diff_journals(journal, journal, session_b="zzz")
+        by_name = diff_journals(journal, journal, session_a="s1", session_b="s2")
+    assert (by_name.a.session, by_name.b.session_name) == (first, "s2")
 
 
 def test_filters_select_steps_and_mode(jpath):
@@ -175,6 +230,32 @@ def test_the_summary_names_the_first_differing_stage_and_the_equal_ones_before_i
     render_diff(report, page, title="stages")
     text = open(page, encoding="utf-8").read()
     assert text.index(">generate</th>") < text.index(">reward</th>") < text.index(">metrics</th>")
+
+
+def test_the_plot_of_10_000_steps_bins_them_into_a_picture_of_readable_size(tmp_path):
+    from stepjournal.adapters.cli._diff_plot import MAX_COLUMNS
+
+    reward_b = torch.zeros(16)
+    reward_b[12] = 1.0
+    comparison, _ = compare_values(torch.zeros(16), reward_b)
+    pairs = tuple(
+        PairDiff(stage, "train", step, 0, "differing" if (step, stage) == (7777, "reward") else "equal",
+                 comparison=comparison if (step, stage) == (7777, "reward") else None)
+        for step in range(1, 10_001) for stage in ("generate", "reward")
+    )
+    side = DiffSide("j", "default", None, 20_000, {})
+    report = DiffReport(side, side, pairs, Tolerances())
+    png, page = str(tmp_path / "big.png"), str(tmp_path / "big.html")
+    render_diff(report, png, title=report.summary)
+    render_diff(report, page, title=report.summary)
+    with open(png, "rb") as fh:
+        header = fh.read(24)
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert width <= 1600 and height <= 400, (width, height)  # it was 6 000 px wide at 3 000 steps
+    text = open(page, encoding="utf-8").read()
+    assert text.count("<td") == 2 * MAX_COLUMNS == 400  # 50 steps a column
+    assert "<th>7751-7800</th>" in text and text.count('<td class="differing"') == 1
+    assert "steps 7751-7800, worst at step 7777 reward: differing; sample 12: 0.0 vs 1.0" in text
 
 
 def test_stages_sort_in_the_order_of_an_rl_step():
@@ -356,11 +437,12 @@ def test_the_json_report_has_its_schema_version_and_survives_strict_json(jpath):
     with Journal(jpath, readonly=True) as journal:
         report = diff_journals(journal, journal, session_a=first, session_b=second)
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))
-    assert data["schema_version"] == DIFF_SCHEMA_VERSION == 1
+    assert data["schema_version"] == DIFF_SCHEMA_VERSION == 2
     assert data["exit_code"] == 1 and data["counts"]["differing"] == 1
     assert data["first_divergence"]["step"] == 7 and data["first_divergence"]["max_abs"] == "inf"
     assert data["first_divergence"]["comparison"]["differences"][0]["position"] == [1, 1]
     assert data["a"]["session"] == first and data["b"]["session"] == second
+    assert data["a"]["selects"] == data["b"]["selects"] == "session"
 
 
 # -- the command line --------------------------------------------------------------------------------
@@ -421,7 +503,7 @@ def test_cli_json_and_plots(jpath, tmp_path):
                             "--json", "--plot", png)
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)
-    assert data["schema_version"] == 1 and data["tolerances"]["fields"] == {"old_log_probs": {"atol": 0.01, "rtol": 0.0}}
+    assert data["schema_version"] == 2 and data["tolerances"]["fields"] == {"old_log_probs": {"atol": 0.01, "rtol": 0.0}}
     assert [p["state"] for p in data["pairs"]][6:] == ["within_tolerance", "differing"]
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -162,7 +162,7 @@ def test_a_plain_relative_path_is_a_remote_for_push_pull_clone_and_status(tmp_pa
             shell("stepjournal clone ../team-remote b", work),
             shell("stepjournal status a ../team-remote --json", work)]
     assert [r.returncode for r in runs] == [0, 0, 0], [r.stderr for r in runs]
-    assert "pulled 3 events, 2 payloads" in runs[1].stdout and (tmp_path / "team-remote" / "heads").is_dir()
+    assert "cloned 3 events, 2 payloads" in runs[1].stdout and (tmp_path / "team-remote" / "heads").is_dir()
     assert json.loads(runs[2].stdout)["url"] == (tmp_path / "team-remote").as_uri()
     record(work / "a", [3])
     runs = [shell("stepjournal push a ../team-remote", work), shell("stepjournal pull ../team-remote b", work)]

@@ -369,7 +369,7 @@ def test_the_cli_pushes_and_clones_with_progress_on_stderr_and_a_report_on_stdou
     assert cli(["push", str(tmp_path / "a"), s3_env]) == 0
     assert "nothing sent" in capsys.readouterr().out
     assert cli(["clone", s3_env, str(tmp_path / "b")]) == 0
-    assert "pulled 3 events, 4 payloads" in capsys.readouterr().out
+    assert "cloned 3 events, 4 payloads" in capsys.readouterr().out
     assert cli(["pull", s3_env, str(tmp_path / "b"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events_pulled"] == 0
 
@@ -417,7 +417,7 @@ def test_machine_b_clones_what_machine_a_pushed_and_replays_it_bit_identical_wit
         assert got["bytes"] == value["responses"].numpy().tobytes().hex()
         assert (got["dtype"], got["shape"], got["uid"]) == ("torch.float64", [4, 16], ["a", "b", "c", "d"])
     cloned, audit_text = child.stdout.split("--- audit ---\n")
-    assert "pulled 4 events" in cloned
+    assert "cloned 4 events" in cloned
     audit = json.loads(audit_text)
     with Journal(str(folder_a), readonly=True) as ja:
         source, seqs = journal_id(ja), {r.step: r.seq for r in ja.audit()}

@@ -475,3 +475,37 @@ def test_compacting_into_a_real_filesystem_without_room_is_refused_and_changes_n
     assert open(os.path.join(jpath, "data.mdb"), "rb").read() == before
     with Journal(jpath, readonly=True) as journal:
         assert journal.verify() == [] and journal.recorded_steps() == list(range(1, 20))
+
+
+def test_prune_errors_speak_in_the_commands_flags_not_python_parameters(jpath):
+    """A rule the command line got wrong is named by its flag (--max-bytes), never keep_last= or max_bytes."""
+    _recorded(jpath, range(1, 4))
+    sj = os.path.join(os.path.dirname(sys.executable), "stepjournal")
+    cases = {
+        f"{sj} prune {jpath} --max-bytes 10X": "--max-bytes '10X' is not a size",
+        f"{sj} prune {jpath} --keep-last 0 --no-keep-replayed --dry-run": "(--keep-last, --pin, a larger --max-bytes)",
+    }
+    for command, words in cases.items():
+        done = subprocess.run(command, shell=True, capture_output=True, text=True)
+        assert done.returncode in (1, 2) and words in done.stderr, (command, done.stderr)
+        assert not any(name in done.stderr for name in ("keep_last", "max_bytes", "allow_release_all", "=")), done.stderr
+
+
+def test_audit_json_and_csv_name_the_release_of_each_released_record_as_journal_audit_does(jpath):
+    import csv
+    import io
+    import json
+
+    _recorded(jpath, range(1, 6))
+    with Journal(jpath, session=False) as journal:
+        prune(journal, Retention(keep_last=2))
+    with Journal(jpath, readonly=True) as journal:
+        expected = {r.seq: r.released_by for r in journal.audit()}
+    assert sum(v is not None for v in expected.values()) == 3
+    sj = os.path.join(os.path.dirname(sys.executable), "stepjournal")
+    as_json = subprocess.run([sj, "audit", jpath, "--json"], capture_output=True, text=True)
+    as_csv = subprocess.run([sj, "audit", jpath, "--csv"], capture_output=True, text=True)
+    assert as_json.returncode == as_csv.returncode == 0, as_json.stderr + as_csv.stderr
+    assert {r["seq"]: r["released_by"] for r in json.loads(as_json.stdout)} == expected
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert {int(r["seq"]): int(r["released_by"]) if r["released_by"] else None for r in rows} == expected

@@ -157,6 +157,20 @@ def test_sessions_keep_their_numbers_under_a_step_filter(journal, records, tmp_p
     assert "s3 train #0" in (tmp_path / "t.html").read_text()
 
 
+def test_sessions_are_named_in_the_order_they_opened_as_runs_and_audit_name_them(records):
+    """Two sessions of a multi-node run can open in one order and make their first calls in the other:
+    the timeline names them by opening, as `session_names` (runs, audit, diff) does."""
+    from stepjournal import session_names
+
+    called = list(dict.fromkeys(r.session for r in records))
+    opened = called[::-1]  # the session that called first opened last
+    timeline = build_timeline(records, title="t", sessions=opened)
+    names = session_names(opened)
+    assert names[called[0]] == f"s{len(called)}" and f"s{len(called)} train #0" in timeline.lanes
+    assert names[called[-1]] == "s1" and any(lane.startswith("s1 ") for lane in timeline.lanes)
+    assert build_timeline(records, title="t").lanes != timeline.lanes  # by first call, the names differ
+
+
 def test_sources_a_filter_hides_are_named_in_the_text_output(journal, tmp_path):
     result = ok(cli("timeline", journal, "--steps", "7-10", "--out", str(tmp_path / "t.png")))
     assert "sources outside the view: 4 replays served from s1 run exp steps 2-5 (not shown)" in result.stdout

@@ -10,7 +10,8 @@ arguments, 1 for failures.
 This module holds the parser and `main`; each verb is a module of this package (``_runs``,
 ``_audit``, ``_show``, ``_verify``, ``_export``, ``_timeline``, ``_reindex``, ``_import_verl``,
 ``_plugins``, ``_push``, ``_pull``, ``_clone``, ``_remote``, ``_status``, ``_import``, ``_diff``, ``_prune``,
-``_compact``), imported only when its verb runs, so ``stepjournal --help`` loads no table,
+``_compact``, ``_completion``), imported only when its verb runs (``_examples`` holds the examples that
+end each verb's help), so ``stepjournal --help`` loads no table,
 tensor or plotting code of its own. Like other Unix tools it stops quietly when the reader of its
 output goes away (``stepjournal audit J --csv | head -1``): no message, exit status 141.
 """
@@ -29,6 +30,7 @@ from stepjournal import IntegrityError, StepJournalError
 from stepjournal._audit import ACTIONS
 from stepjournal._log import console_logging
 
+from ._examples import examples_text
 from ._render import Failure, UsageError, consoles, one_line
 
 _BROKEN_PIPE_STATUS = 128 + 13  # what a shell reports for a process killed by SIGPIPE
@@ -78,14 +80,17 @@ def _parser() -> _Parser:
     sub.required = True
 
     def command(name: str, fn: Callable[..., int], help: str, *, journal: bool = True) -> _Parser:
-        p = sub.add_parser(name, help=help, description=help, parents=[late])
+        p = sub.add_parser(name, help=help, description=help, parents=[late], epilog=examples_text(name),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         if journal:
             p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
         p.set_defaults(fn=fn)
         return p
 
     p = command("runs", _verb("runs"), "run keys, sessions, fingerprints and call counts")
-    p.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--wide", action="store_true", help="every column (the default view fits 80 columns)")
+    fmt.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     p.add_argument("--stage", help="count only the calls of this stage (generate, reward ...)")
 
     p = command("audit", _verb("audit"), "one row per generate call, in log order")
@@ -203,11 +208,17 @@ def _parser() -> _Parser:
 
     p = command("plugins", _verb("plugins"), "the installed policy plugins and whether each loads", journal=False)
     p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")
+    p = command("completion", _verb("completion"), "print the shell completion script: "
+                'eval "$(stepjournal completion bash)" in ~/.bashrc', journal=False)
+    p.add_argument("shell", choices=("bash", "zsh"), help="the shell")
 
     from ._diff import add_parser as add_diff
 
-    add_diff(sub).add_argument("-v", "--verbose", dest="verbose_late", action="count", default=0,
-                               help="log more to stderr (-vv: debug)")
+    diff = add_diff(sub)
+    diff.add_argument("-v", "--verbose", dest="verbose_late", action="count", default=0,
+                      help="log more to stderr (-vv: debug)")
+    for verb in (diff, sub.choices["remote"]):
+        verb.epilog, verb.formatter_class = examples_text(verb.prog.split()[-1]), argparse.RawDescriptionHelpFormatter
     return parser
 
 

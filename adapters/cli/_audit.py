@@ -18,11 +18,11 @@ from rich.console import Console
 
 from stepjournal import AuditRecord, Journal
 from stepjournal._audit import AUDIT_FIELDS
-from stepjournal._audit_rows import json_rows
+from stepjournal._audit_rows import json_rows, releases_of
 
-from ._common import open_readonly, parse_steps
+from ._common import names_of_sessions, open_readonly, parse_steps
 from ._pager import paged
-from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, human_size, short_time
+from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, short_time
 
 __all__ = ["run"]
 
@@ -34,8 +34,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     steps = parse_steps(args.steps)
     with open_readonly(args.journal, check="as-read") as journal:
         # Rows straight from the stored maps, no event objects: the same rows as the event path, faster.
+        # JSON and CSV carry released_by: the releases (which follow their records) are read first.
+        released = releases_of(journal.raw_events()) if args.json or args.csv else None
         records: Iterator[Any] = json_rows(journal.raw_events(), run=args.run, steps=steps, mode=args.mode,
-                                           actions=set(args.action or ()), stage=args.stage, native=args.json)
+                                           actions=set(args.action or ()), stage=args.stage, native=args.json,
+                                           released_by=released)
         if not (args.json or args.csv):
             records = (AuditRecord(**{k: v for k, v in row.items() if k not in _NOT_FIELDS}) for row in records)
         first = next(records, None)
@@ -50,12 +53,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             for row in rows:
                 writer.writerow([_csv_cell(row[k]) for k in AUDIT_FIELDS])
         else:
-            numbers = _session_numbers(journal)
+            names = names_of_sessions(journal.run_summaries())
             with paged(out, enabled=not args.no_pager) as page:
                 if args.summary:
-                    _print_summary(page, args.journal, rows, numbers)
+                    _print_summary(page, args.journal, rows, names)
                 else:
-                    _print_table(page, args.journal, rows, numbers, wide=args.wide)
+                    _print_table(page, args.journal, rows, names, wide=args.wide)
     return 0
 
 
@@ -117,15 +120,6 @@ def _check_run(journal: Journal, run: Optional[str]) -> None:
         raise Failure(f"no run {clean(run)!r} in {journal.path}; its runs: {named}")
 
 
-def _session_numbers(journal: Journal) -> Dict[str, int]:
-    """Session id -> its number (1, 2 ...) in the order sessions opened, as the timeline numbers them.
-
-    From the runs index (a read per session), not a scan: the first screen does not wait for the log.
-    """
-    opened = sorted(session for summary in journal.run_summaries() for session in summary.sessions)
-    return {event.session: n for n, (_, event) in enumerate(opened, start=1)}
-
-
 def _csv_cell(value: Any) -> Any:
     """Empty for None, JSON spelling for booleans (true/false), text made safe (`clean`) otherwise."""
     if value is None:
@@ -148,29 +142,29 @@ def _call(r: AuditRecord) -> str:
     return f"{'/'.join(named)}#{r.gen_index}"
 
 
-def _session(r: AuditRecord, numbers: Dict[str, int]) -> str:
-    return f"s{numbers[r.session]}" if r.session in numbers else r.session[:8]
+def _session(r: AuditRecord, names: Dict[str, str]) -> str:
+    return names.get(r.session, r.session[:8])
 
 
 # -- the table --------------------------------------------------------------------------------------------
 _NARROW = (  # column, justify, width (None: what is left)
-    ("step", "right", 7), ("call", "left", 10), ("action", "left", 9), ("source", "left", 10),
-    ("policy", "left", 18), ("sess", "left", 4), ("reason", "left", None),
+    ("step", "right", 6), ("call", "left", 10), ("action", "left", 9), ("source", "left", 8),
+    ("policy", "left", 12), ("sess", "left", 4), ("reason", "left", None),
 )
 _WIDE = ("#", "session", "run", "mode", "stage", "step", "idx", "action", "stored", "source", "policy", "reason",
          "size", "digest", "time (UTC)")
 
 
-def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], numbers: Dict[str, int], *,
+def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], names: Dict[str, str], *,
                  wide: bool) -> None:
     count = 0
-    out.print(f"generate calls in {cell(path)}", soft_wrap=True)
+    out.print(f"generate calls in {cell(path)}")
     for start, chunk in enumerate(_chunks(rows)):
-        table = _wide_table(chunk, numbers) if wide else _narrow_table(out.width, chunk, numbers)
+        table = _wide_table(chunk, names) if wide else _narrow_table(out.width, chunk, names)
         table.show_header = start == 0
         out.print(table)
         count += len(chunk)
-    out.print(f"{count} call{'s' * (count != 1)}" if count else "no generate call matches", soft_wrap=True)
+    out.print(f"{count} call{'s' * (count != 1)}" if count else "no generate call matches")
 
 
 def _chunks(rows: Iterable[AuditRecord]) -> Iterator[List[AuditRecord]]:
@@ -183,42 +177,31 @@ def _chunks(rows: Iterable[AuditRecord]) -> Iterator[List[AuditRecord]]:
         size = _CHUNK
 
 
-def _new_table() -> Any:
-    from rich import box
-    from rich.table import Table
-
-    # One space of padding after each cell and the box's one-space divider: two spaces between columns.
-    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-
-
-def _narrow_table(width: int, chunk: List[AuditRecord], numbers: Dict[str, int]) -> Any:
-    """step, call, action, source, policy, session number and as much of the reason as fits: one line
+def _narrow_table(width: int, chunk: List[AuditRecord], names: Dict[str, str]) -> Any:
+    """step, call, action, source, policy, session name and as much of the reason as fits: one line
     per call at 80 columns and up (the same widths in every chunk, so the pieces line up)."""
-    table = _new_table()
-    fixed = sum(w + 2 for _, _, w in _NARROW if w)  # a column is its text, its padding and a divider
-    rest = width - fixed - 1
-    for name, justify, w in _NARROW:
-        if w is None and rest < 8:
-            continue
-        table.add_column(name, justify=justify, width=(w or rest) + 1, no_wrap=True, overflow="ellipsis")
+    table, with_reason = fitted_table(width, _NARROW)
     for r in chunk:
         call = _call(r)
         cells = [str(r.step), cell(call), f"[{ACTION_STYLE[r.action]}]{r.action}[/]", cell(_source(r)),
-                 cell(r.policy), cell(_session(r, numbers))]
-        if rest >= 8:
+                 cell(r.policy), cell(_session(r, names))]
+        if with_reason:
             cells.append(cell(r.reason))
         table.add_row(*cells)
     return table
 
 
-def _wide_table(chunk: List[AuditRecord], numbers: Dict[str, int]) -> Any:
-    table = _new_table()
+def _wide_table(chunk: List[AuditRecord], names: Dict[str, str]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for column in _WIDE:
         table.add_column(column, justify="right" if column in ("#", "step", "idx", "size") else "left",
                          overflow="fold")
     for r in chunk:
         table.add_row(
-            str(r.seq), cell(_session(r, numbers)), cell(r.run), cell(r.mode), cell(r.stage), str(r.step),
+            str(r.seq), cell(_session(r, names)), cell(r.run), cell(r.mode), cell(r.stage), str(r.step),
             str(r.gen_index),
             f"[{ACTION_STYLE[r.action]}]{r.action}[/]", "yes" if r.stored else "no", cell(_source(r)),
             cell(r.policy), cell(r.reason), human_size(r.nbytes) if r.nbytes is not None else "",
@@ -228,7 +211,7 @@ def _wide_table(chunk: List[AuditRecord], numbers: Dict[str, int]) -> Any:
 
 
 # -- the summary -----------------------------------------------------------------------------------------
-def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], numbers: Dict[str, int]) -> None:
+def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], names: Dict[str, str]) -> None:
     """One line per run of calls that went alike: same run, mode, session, action and policy, steps in a row."""
     out.print(f"generate calls in {cell(path)}, by ranges of steps", soft_wrap=True)
     group: List[AuditRecord] = []
@@ -236,11 +219,11 @@ def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], numbers
     for r in rows:
         count += 1
         if group and not _same_range(group[-1], r):
-            out.print(_summary_line(group, numbers), soft_wrap=True)
+            out.print(_summary_line(group, names), soft_wrap=True)
             group = []
         group.append(r)
     if group:
-        out.print(_summary_line(group, numbers), soft_wrap=True)
+        out.print(_summary_line(group, names), soft_wrap=True)
     out.print(f"{count} call{'s' * (count != 1)}" if count else "no generate call matches", soft_wrap=True)
 
 
@@ -250,7 +233,7 @@ def _same_range(last: AuditRecord, r: AuditRecord) -> bool:
             and (r.action != "replayed" or r.source_run == last.source_run))
 
 
-def _summary_line(group: List[AuditRecord], numbers: Dict[str, int]) -> str:
+def _summary_line(group: List[AuditRecord], names: Dict[str, str]) -> str:
     from stepjournal.policies import StepRanges  # the policies package loads the engine: not for the table
 
     first = group[0]
@@ -261,7 +244,7 @@ def _summary_line(group: List[AuditRecord], numbers: Dict[str, int]) -> str:
         sources = str(StepRanges.from_steps(r.source_step for r in group if r.source_step is not None))
         line += f" from {sources}" + (f" of run {cell(first.source_run)}" if first.source_run != first.run else "")
     line += f" by {cell(first.policy)}"
-    where = [f"run {cell(first.run)}", cell(first.mode), cell(_session(first, numbers))]
+    where = [f"run {cell(first.run)}", cell(first.mode), cell(_session(first, names))]
     if first.stage != "generate":
         where.insert(2, f"stage {cell(first.stage)}")
     per = "" if calls == len({r.step for r in group}) else f", {calls} calls"

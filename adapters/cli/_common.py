@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, Optional
 
-from stepjournal import Journal, StepJournalError
+from stepjournal import Journal, RunSummary, StepJournalError, session_names
 
 from ._render import UsageError
 
 if TYPE_CHECKING:  # the policies package loads the engine: imported when --steps is given
     from stepjournal.policies import StepRanges
 
-__all__ = ["open_readonly", "parse_steps", "choose_run"]
+__all__ = ["open_readonly", "parse_steps", "choose_run", "names_of_sessions"]
 
 
 def open_readonly(path: str, check: str = "open") -> Journal:
@@ -37,3 +37,10 @@ def parse_steps(text: Optional[str]) -> Optional[StepRanges]:
     except StepJournalError as exc:
         # The parser draws a caret under the bad character on later lines; one line is enough here.
         raise UsageError(f"--steps: {str(exc).splitlines()[0]}") from None
+
+
+def names_of_sessions(summaries: Iterable[RunSummary]) -> Dict[str, str]:
+    """Session id -> its short name (``s1``, ``s2`` ..., `session_names`), from the run summaries (the runs
+    index: a read per session, not a scan of the log, so the first screen does not wait for it)."""
+    opened = sorted(session for summary in summaries for session in summary.sessions)
+    return session_names(event.session for _, event in opened)

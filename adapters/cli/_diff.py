@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
@@ -38,6 +39,7 @@ _STATE_TEXT = {
 _COUNT_TEXT = {"equal": "equal", "within_tolerance": "within tolerance", "differing": "differing",
                "only_a": "only in A", "only_b": "only in B", "damaged": "damaged", "unreadable": "unreadable"}
 _TABLE_WIDTH = 100
+_PYTHON_NAMES = re.compile(r"\b(run|session)_[ab]\b")
 
 
 class _Usage(Exception):
@@ -57,8 +59,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("journal_b", metavar="B", help="the second journal folder (may be the same as A)")
     p.add_argument("--run-a", help="the run key on side A (needed when A holds several)")
     p.add_argument("--run-b", help="the run key on side B")
-    p.add_argument("--session-a", metavar="S", help="only this session of A (its id or a unique prefix)")
-    p.add_argument("--session-b", metavar="S", help="only this session of B")
+    p.add_argument("--session-a", metavar="S", help="this session of A, its replays included (its name as runs and "
+                   "audit show it, s2; or its id or a unique prefix); default: the run's recordings, replays left out")
+    p.add_argument("--session-b", metavar="S", help="this session of B, its replays included")
     p.add_argument("--steps", metavar="RANGES", help="only these steps, e.g. '1-10,20'")
     p.add_argument("--stage", help="only this stage (generate, reward ...)")
     p.add_argument("--mode", help="only this mode (train, validate ...)")
@@ -68,6 +71,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="tolerance of one field, e.g. old_log_probs=1e-6 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (docs/diff.md)")
     p.add_argument("--plot", metavar="FILE", help="also draw the diff: FILE.png, FILE.svg or FILE.html")
+    p.add_argument("--no-pager", action="store_true",
+                   help="never page (the table on a terminal goes through $PAGER, else less -FRX)")
     p.set_defaults(fn=cmd_diff)
     return p
 
@@ -104,9 +109,13 @@ def cmd_diff(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Run ``stepjournal diff``; return the exit status (0 equal within tolerance, 1 differ, 2 usage)."""
     try:
         return _run(args, out)
+    except BrokenPipeError:
+        raise  # the reader went away (`diff ... | head`): main exits quietly with 141
     except (_Usage, StepJournalError, OSError, ValueError) as exc:
-        # DiffError (no shared step, unknown run, session or field) is a ValueError too.
-        err.print(f"stepjournal: error: {escape(one_line(exc))}", highlight=False, soft_wrap=True)
+        # DiffError (no shared step, unknown run, session or field) is a ValueError too; its words are
+        # Python's (run_a), this command's are flags (--run-a).
+        text = _PYTHON_NAMES.sub(lambda m: "--" + m[0].replace("_", "-"), one_line(exc))
+        err.print(f"stepjournal: error: {escape(text)}", highlight=False, soft_wrap=True)
         return 2
 
 
@@ -148,15 +157,19 @@ def _run(args: argparse.Namespace, out: Console) -> int:
     if args.json:
         sys.stdout.write(json_text(report.to_json()) + "\n")
     else:
-        _print_report(report, out)
-        if args.plot is not None:
-            out.print(f"wrote {escape(args.plot)}")
+        from ._pager import paged  # here, not at the top: `stepjournal --help` loads no verb's output code
+
+        with paged(out, enabled=not args.no_pager) as page:
+            _print_report(report, page)
+            if args.plot is not None:
+                page.print(f"wrote {escape(args.plot)}")
     return report.exit_code
 
 
 def _side_text(side: Any) -> str:
-    text = f"{side.path} · run {side.run}"
-    return text + (f" · session {side.session[:12]}" if side.session else "")
+    """One side as the header names it: folder, run, and what was paired."""
+    what = f"session {side.session_name}, replays included" if side.session else "recordings, replays left out"
+    return f"{side.path} · run {side.run} · {what}"
 
 
 def _title(report: DiffReport) -> str:
@@ -170,14 +183,14 @@ def _print_report(report: DiffReport, out: Console) -> None:
     out.print(f"[{style}]{cell(report.summary)}[/]")
     out.print(f"A: {cell(_side_text(report.a))}")
     out.print(f"B: {cell(_side_text(report.b))}")
-    out.print(_table(report))
+    out.print(_table(report, out.width))
     counts = ", ".join(f"{n} {_COUNT_TEXT[state]}" for state, n in report.counts.items() if n)
     out.print(f"{len(report.pairs)} pairs: {counts}; {report.payloads_loaded} payloads loaded")
     for note in report.notes:
         out.print(f"[yellow]note:[/] {cell(note)}")
 
 
-def _table(report: DiffReport) -> Any:
+def _table(report: DiffReport, width: int) -> Any:
     """One row per pair that does not agree; runs of equal pairs collapse into one row."""
     from rich import box
     from rich.table import Table
@@ -187,7 +200,7 @@ def _table(report: DiffReport) -> Any:
 
     modes = {p.mode for p in report.pairs}
     show_call = len(modes) > 1 or any(p.gen_index for p in report.pairs)
-    table = Table(box=box.SIMPLE_HEAD, width=min(_TABLE_WIDTH, 100), pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, width=min(_TABLE_WIDTH, width), pad_edge=False)
     table.add_column("step", justify="right", max_width=11, overflow="fold")
     table.add_column("stage", max_width=14, overflow="fold")
     if show_call:

@@ -14,7 +14,7 @@ from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
 from ._push import progress_to
-from ._render import Failure, UsageError, cell, print_json, progress_bar
+from ._render import Failure, UsageError, cell, human_size, print_json, progress_bar
 
 __all__ = ["run"]
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         import safetensors.torch  # noqa: F401  (fail before a progress bar is drawn)
     except ImportError:
         raise Failure("export needs safetensors: pip install 'stepjournal[export]'") from None
-    with progress_bar(err) as progress:
+    with progress_bar(err, quiet=args.json) as progress:
         task = progress.add_task("exporting", total=None)
         manifest = export_payloads(
             args.journal,
@@ -53,12 +53,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _bundle(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.inputs:
         raise UsageError("--inputs goes with --to; a bundle holds every stored input of what it selects")
-    with progress_to(err) as progress:
+    with progress_to(err, quiet=args.json) as progress:
         report = export_bundle(args.journal, args.bundle, runs=args.run, modes=args.mode, stages=args.stage,
                                steps=parse_steps(args.steps), progress=progress)
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
-        out.print(f"bundled {report.events} events and {report.payloads} payloads from {len(report.sources)} "
-                  f"journal(s) into {cell(report.path)} ({report.nbytes} bytes)")
+        sources = len(report.sources)
+        out.print(f"bundled {report.events} events and {report.payloads} payloads from {sources} "
+                  f"journal{'s' * (sources != 1)} into {cell(report.path)} ({human_size(report.nbytes)})")
     return 0

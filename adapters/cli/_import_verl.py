@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not args.trust_pickle:
         # Refuses, saying why, before any dump is read and before a progress bar is drawn.
         import_verl_dumps(args.dump_dir, args.journal, trust_pickle=False)
-    with progress_bar(err) as progress:
+    with progress_bar(err, quiet=args.json) as progress:
         task = progress.add_task("importing verl dumps", total=None)
         report = import_verl_dumps(
             args.dump_dir,

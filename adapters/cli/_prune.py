@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Optional
 
 from rich.console import Console
@@ -41,7 +42,34 @@ def rules_from_args(args: argparse.Namespace) -> Optional[Retention]:
             max_bytes=args.max_bytes, run=args.run, mode=args.mode, stage=args.stage, allow_release_all=args.all,
         )
     except StepJournalError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(cli_words(str(exc))) from None
+
+
+_FLAG_WORDS = (  # a retention message's Python words -> the flags of this command
+    (re.compile(r"\bno keep_replayed\b"), "--no-keep-replayed"),
+    (re.compile(r" ?\bkeep_replayed\b"), ""),  # the default: no flag to name
+    (re.compile(r"\ballow_release_all=True, "), ""),
+    (re.compile(r"\b(keep_last|max_bytes)\b(=?)"), lambda m: f"--{m[1].replace('_', '-')}{' ' if m[2] else ''}"),
+    (re.compile(r"(?<!-)\bpin\b(?= |,)"), "--pin"),
+)
+
+
+def cli_words(message: str) -> str:
+    """A retention message (written for Python: ``keep_last=2``) in this command's words (``--keep-last 2``)."""
+    for pattern, words in _FLAG_WORDS:
+        message = pattern.sub(words, message)
+    return message
+
+
+def _rule_words(args: argparse.Namespace, rules: Optional[Retention]) -> str:
+    """The rule as the command line gave it (its flags), not as Python spells it."""
+    if rules is None:
+        return "with no rule (only the bytes earlier releases left stored)"
+    flags = [f"{flag} {cell(value)}" for flag, value in (
+        ("--keep-last", args.keep_last), ("--max-bytes", args.max_bytes), ("--pin", args.pin), ("--run", args.run),
+        ("--mode", args.mode), ("--stage", args.stage)) if value is not None]
+    flags += [flag for flag, on in (("--no-keep-replayed", args.no_keep_replayed), ("--all", args.all)) if on]
+    return "under " + " ".join(flags)
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -52,7 +80,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with Journal(args.journal, session=False) as journal:
         if args.run is not None and args.run not in {e.run for _, e in journal.events()}:
             raise Failure(f"no run {clean(args.run)!r} in {clean(args.journal)!r}; `stepjournal runs` lists its runs")
-        plan = prune(journal, rules, dry_run=args.dry_run)
+        try:
+            plan = prune(journal, rules, dry_run=args.dry_run)
+        except StepJournalError as exc:
+            raise Failure(cli_words(str(exc))) from None
     if args.json:
         print_json({
             "schema_version": AUDIT_SCHEMA_VERSION, "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
@@ -67,15 +98,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     verb = "would release" if args.dry_run else "released"
     steps = sorted({(r.run, r.mode, r.stage, r.step) for r in plan.releases})
     out.print(f"{verb} {len(plan.releases)} records of {len(steps)} steps ({human_size(plan.released_bytes)}) "
-              f"in {cell(args.journal)} under {cell(plan.rule)}", soft_wrap=True)
+              f"in {cell(args.journal)} {_rule_words(args, rules)}")
     for (run_key, mode, stage), kept in sorted(plan.kept_steps.items()):
         gone = StepRanges.from_steps([s for r, m, g, s in steps if (r, m, g) == (run_key, mode, stage)])
         where = f"{cell(mode)}" if stage == "generate" else f"{cell(mode)} stage {cell(stage)}"
-        out.print(f"  run {cell(run_key)} {where}: {kept} steps kept; released steps {str(gone) or 'none'}",
-                  soft_wrap=True)
+        out.print(f"  run {cell(run_key)} {where}: {kept} steps kept; released steps {str(gone) or 'none'}")
     if plan.leftover:
         out.print(f"  {len(plan.leftover)} payloads an earlier prune released were still stored: "
                   f"{'would be ' if args.dry_run else ''}deleted")
     if not args.dry_run and plan.releases:
-        out.print("disk space comes back with `stepjournal compact`", soft_wrap=True)
+        out.print("disk space comes back with `stepjournal compact`")
     return 0

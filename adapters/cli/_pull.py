@@ -11,7 +11,7 @@ from rich.console import Console
 from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
 from ._push import progress_to
-from ._render import UsageError, cell, print_json
+from ._render import UsageError, cell, human_size, print_json
 
 __all__ = ["run", "show", "pulled", "merge_options"]
 
@@ -20,8 +20,11 @@ def show(args: argparse.Namespace, out: Console, report: object) -> None:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
-        out.print(f"pulled {report.events_pulled} events, {report.payloads_fetched} payloads "
-                  f"({report.bytes_fetched} bytes) from {len(report.sources)} journal(s) into {cell(args.journal)}")
+        verb = {"import": "imported", "clone": "cloned"}.get(getattr(args, "command", None), "pulled")
+        sources = len(report.sources)
+        out.print(f"{verb} {report.events_pulled} events, {report.payloads_fetched} payloads "
+                  f"({human_size(report.bytes_fetched)}) from {sources} journal{'s' * (sources != 1)} "
+                  f"into {cell(args.journal)}")
         if report.kept:
             out.print(f"kept this journal's records of {report.kept} call(s) served; the incoming ones are in the "
                       "audit only (--keep ours)")
@@ -45,7 +48,7 @@ def merge_options(args: argparse.Namespace) -> Dict[str, Any]:
 
 def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object]) -> int:
     """Run `fetch(progress)` (a pull, clone or import) with progress on stderr, then print its report."""
-    with progress_to(err) as progress:
+    with progress_to(err, quiet=args.json) as progress:
         report = fetch(progress)
     show(args, out, report)
     return 0

@@ -12,13 +12,13 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, push, redact, resolve_remote
 
-from ._render import Failure, cell, clean, print_json, progress_bar
+from ._render import Failure, cell, clean, human_size, print_json, progress_bar
 
 __all__ = ["run", "progress_to"]
 
 
 @contextlib.contextmanager
-def progress_to(err: Console) -> Iterator[Callable[[str, int, int], None]]:
+def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[[str, int, int], None]]:
     """A library progress callback ``(what, done, total)`` drawn on a rich progress bar on `err`.
 
     The bar starts at the first report, so a verb that fails before it reports anything (a remote
@@ -30,7 +30,7 @@ def progress_to(err: Console) -> Iterator[Callable[[str, int, int], None]]:
     def update(what: str, done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = progress_bar(err)
+            bar = progress_bar(err, quiet=quiet)
             bar.start()
         if what not in tasks:
             tasks[what] = bar.add_task(what, total=total or None)
@@ -47,13 +47,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
         raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
     url = resolve_remote(args.journal, args.remote)
-    with progress_to(err) as progress:
+    with progress_to(err, quiet=args.json) as progress:
         report = push(args.journal, url, progress=progress)
     shown = cell(redact(url))
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     elif report.events_sent or report.payloads_sent:
-        out.print(f"pushed {report.events_sent} events, {report.payloads_sent} payloads ({report.bytes_sent} bytes) "
+        out.print(f"pushed {report.events_sent} events, {report.payloads_sent} payloads ({human_size(report.bytes_sent)}) "
                   f"of journal {report.source} to {shown}")
     else:
         out.print(f"{shown} is up to date with journal {report.source} (nothing sent)")

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from rich.console import Console
 from rich.markup import escape
@@ -40,6 +40,8 @@ __all__ = [
     "safe_iso_time",
     "json_text",
     "human_size",
+    "fitted_table",
+    "Column",
 ]
 
 ACTION_STYLE = {"generated": "green", "replayed": "blue", "bypassed": "bright_black", "refused": "red",
@@ -66,6 +68,38 @@ def make_console(**options: Any) -> Console:
     return _Console(highlight=False, **options)
 
 
+class _TrimmedLines:
+    """A text stream for a pipe or a file: each line reaches it without the spaces that pad a table
+    to its width. Text after the last newline waits for the rest of its line (or for `finish`)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._pending = ""
+        self.encoding = getattr(stream, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        lines, sep, self._pending = (self._pending + text).rpartition("\n")
+        if sep:
+            self._stream.write("\n".join(line.rstrip(" ") for line in lines.split("\n")) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def finish(self) -> None:
+        """Write what waits for the end of its line."""
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
 @contextlib.contextmanager
 def consoles() -> Iterator[Tuple[Console, Console]]:
     """The console for results (stdout) and the one for progress and warnings (stderr)."""
@@ -74,23 +108,35 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     out = make_console()
-    if not out.is_terminal and not os.environ.get("COLUMNS"):
-        # A pipe or a file has no width: a line of text stays one line (scripts grep it), and a wide
-        # audit table is not squeezed into 80 columns. COLUMNS, when set, is the width asked for.
-        out = make_console(width=max(out.width, 200), soft_wrap=True)
-    yield out, make_console(stderr=True)
+    if out.is_terminal:
+        yield out, make_console(stderr=True)
+        return
+    # A pipe or a file has no width: a line of text stays one line (scripts grep it), and a wide
+    # audit table is not squeezed into 80 columns. COLUMNS, when set, is the width asked for. No line
+    # carries the padding of a table.
+    trimmed = _TrimmedLines(sys.stdout)
+    width = None if os.environ.get("COLUMNS") else max(out.width, 200)
+    out = make_console(file=trimmed, width=width, soft_wrap=width is not None)
+    try:
+        yield out, make_console(stderr=True)
+    finally:
+        trimmed.finish()
 
 
-def progress_bar(err: Console) -> Any:
-    """A rich progress bar on `err` (use as a context manager)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def progress_bar(err: Console, *, quiet: bool = False) -> Any:
+    """A rich progress bar on `err` (use as a context manager): drawn only when `err` is a terminal and
+    not `quiet` (a ``--json`` run), so a log file or a pipe gets no bar."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=err,
+        disable=quiet or not err.is_terminal,
     )
 
 
@@ -187,3 +233,27 @@ def short_time(ts: Optional[float]) -> str:
     if text is None:
         return "-" if ts is None else "?"
     return text.replace("T", " ")[:19]
+
+
+# A column of a table that fits the terminal: name, justify, width (None: what the others leave).
+Column = Tuple[str, str, Optional[int]]
+
+
+def fitted_table(width: int, columns: Sequence[Column]) -> Tuple[Any, bool]:
+    """A table of one line per row that fits `width` columns: each cell cut to its column's width
+    with an ellipsis; the columns of width None share what the others leave, and are left out when
+    each would get under 8. Returns the table and whether those columns are in it (the caller's last
+    cells)."""
+    from rich import box
+    from rich.table import Table
+
+    # One space of padding after each cell and the box's one-space divider: two spaces between columns.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    stretching = sum(w is None for _, _, w in columns)
+    rest = width - sum(w + 2 for _, _, w in columns if w) - 1
+    share = (rest - 2 * (stretching - 1)) // max(stretching, 1)
+    for name, justify, w in columns:
+        if w is None and share < 8:
+            continue
+        table.add_column(name, justify=justify, width=(w or share) + 1, no_wrap=True, overflow="ellipsis")
+    return table, share >= 8

@@ -1,18 +1,29 @@
-"""``stepjournal runs``: run keys, sessions, fingerprints and call counts."""
+"""``stepjournal runs``: run keys, sessions, fingerprints and call counts.
+
+The default view fits 80 columns: the columns that say what a run is (calls, generated, replayed,
+steps, stored) and, per session, its name, run, time, host and fingerprint; a run's bypassed or
+refused calls and its stages get a line of their own, so a narrow view hides none of them. ``--wide``
+shows every column.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any, Dict, List
 
 from rich.console import Console
-from rich.table import Table
 
 from stepjournal._audit import ACTIONS
 
-from ._common import open_readonly
-from ._render import cell, fingerprint_text, human_size, print_json, short_time
+from ._common import names_of_sessions, open_readonly
+from ._render import cell, fingerprint_text, fitted_table, human_size, print_json, short_time
 
 __all__ = ["run"]
+
+_RUNS = (("run", "left", None), ("sessions", "right", 8), ("calls", "right", 7), ("generated", "right", 9),
+         ("replayed", "right", 8), ("steps", "left", 11), ("stored", "right", 9))
+_SESSIONS = (("session", "left", 7), ("opened (UTC)", "left", 16), ("host", "left", 12), ("run", "left", None),
+             ("fingerprint", "left", None))
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -25,40 +36,77 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not summaries:
         out.print(f"journal {cell(args.journal)} is empty")
         return 0
-    runs = Table(title=f"runs in {cell(args.journal)}", title_justify="left")
+    names = names_of_sessions(summaries)
+    out.print(f"runs in {cell(args.journal)}")
+    if args.wide:
+        out.print(_wide_runs(summaries))
+        out.print("sessions")
+        out.print(_wide_sessions(summaries, names))
+        return 0
+    out.print(_runs(out.width, summaries))
+    for s in summaries:
+        notes = [f"{s.counts[a]} {a}" for a in ACTIONS if a not in ("generated", "replayed") and s.counts[a]]
+        if list(s.stages) not in ([], ["generate"]):
+            notes.append(f"stages {', '.join(s.stages)}")
+        if notes:
+            out.print(f"{cell(s.run)}: {cell(' · '.join(notes))}")
+    out.print("sessions")
+    out.print(_sessions(out.width, summaries, names))
+    return 0
+
+
+def _steps(summary: Any) -> str:
+    return "-" if summary.first_step is None else f"{summary.first_step}-{summary.last_step}"
+
+
+def _runs(width: int, summaries: List[Any]) -> Any:
+    table, _ = fitted_table(width, _RUNS)
+    for s in summaries:
+        table.add_row(cell(s.run), str(len(s.sessions)), str(s.calls), str(s.counts["generated"]),
+                      str(s.counts["replayed"]), _steps(s), human_size(s.stored_bytes))
+    return table
+
+
+def _sessions(width: int, summaries: List[Any], names: Dict[str, str]) -> Any:
+    table, with_fingerprint = fitted_table(width, _SESSIONS)
+    for s in summaries:
+        for _, session in s.sessions:
+            cells = [names[session.session], short_time(session.ts)[:16], cell(session.host)]
+            if with_fingerprint:
+                cells += [cell(s.run), fingerprint_text(session.fingerprint)]
+            table.add_row(*cells)
+    return table
+
+
+def _plain_table() -> Any:
+    from rich import box
+    from rich.table import Table
+
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+
+
+def _wide_runs(summaries: List[Any]) -> Any:
+    table = _plain_table()
     for column in ("run", "sessions", "calls", *ACTIONS, "steps", "stages", "stored", "fingerprint"):
-        runs.add_column(column, justify="right" if column in ("sessions", "calls", *ACTIONS, "stored") else "left")
+        table.add_column(column, justify="right" if column in ("sessions", "calls", *ACTIONS, "stored") else "left",
+                         overflow="fold")
     for s in summaries:
         fingerprints = s.fingerprints()
         shown = fingerprint_text(fingerprints[-1]) if fingerprints else "-"
         if len(fingerprints) > 1:
             shown += f" [yellow](+{len(fingerprints) - 1} other)[/]"
-        steps = "-" if s.first_step is None else f"{s.first_step}-{s.last_step}"
-        runs.add_row(
-            cell(s.run),
-            str(len(s.sessions)),
-            str(s.calls),
-            *(str(s.counts[a]) for a in ACTIONS),
-            steps,
-            cell(", ".join(s.stages)) or "-",
-            human_size(s.stored_bytes),
-            shown,
-        )
-    out.print(runs)
-    sessions = Table(title="sessions", title_justify="left")
-    for column in ("#", "run", "session", "opened (UTC)", "host", "pid", "version", "fingerprint"):
-        sessions.add_column(column)
+        table.add_row(cell(s.run), str(len(s.sessions)), str(s.calls), *(str(s.counts[a]) for a in ACTIONS),
+                      _steps(s), cell(", ".join(s.stages)) or "-", human_size(s.stored_bytes), shown)
+    return table
+
+
+def _wide_sessions(summaries: List[Any], names: Dict[str, str]) -> Any:
+    table = _plain_table()
+    for column in ("session", "id", "run", "opened (UTC)", "host", "pid", "version", "fingerprint"):
+        table.add_column(column, overflow="fold")
     for s in summaries:
-        for seq, session in s.sessions:
-            sessions.add_row(
-                str(seq),
-                cell(s.run),
-                session.session[:12],
-                short_time(session.ts),
-                cell(session.host),
-                str(session.pid),
-                cell(session.library_version),
-                fingerprint_text(session.fingerprint),
-            )
-    out.print(sessions)
-    return 0
+        for _, session in s.sessions:
+            table.add_row(names[session.session], session.session, cell(s.run), short_time(session.ts),
+                          cell(session.host), str(session.pid), cell(session.library_version),
+                          fingerprint_text(session.fingerprint))
+    return table

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, redact, remote_status
 
-from ._render import cell, print_json
+from ._render import cell, human_size, print_json
 
 __all__ = ["run"]
 
@@ -20,8 +20,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(status)})
         return 0
     out.print(f"{cell(args.journal)} and {cell(redact(status.url))}:")
+    sources = len(status.to_pull_sources)
     out.print(f"  push would send {status.to_push_events} events, {status.to_push_payloads} payloads "
-              f"({status.to_push_bytes} bytes)")
+              f"({human_size(status.to_push_bytes)})")
     out.print(f"  pull would fetch {status.to_pull_events} events, {status.to_pull_payloads} payloads "
-              f"({status.to_pull_bytes} bytes) from {len(status.to_pull_sources)} journal(s)")
+              f"({human_size(status.to_pull_bytes)}) from {sources} journal{'s' * (sources != 1)}")
     return 0

@@ -19,7 +19,7 @@ from rich.markup import escape
 from stepjournal import Journal
 from stepjournal._audit_rows import json_rows
 
-from ._common import open_readonly, parse_steps
+from ._common import names_of_sessions, open_readonly, parse_steps
 from ._render import Failure, UsageError, clean, progress_bar
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
@@ -103,7 +103,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             run_key, mode = _clean_or_none(args.run), _clean_or_none(args.mode)
             shown_runs = sorted({r["run"] for r in rows if run_key is None or r["run"] == run_key})
             title = f"{os.path.basename(os.path.abspath(args.journal))}: run {', '.join(shown_runs)}"
-            timeline = build_timeline_rows(rows, title=title, run=run_key, steps=steps, mode=mode)
+            sessions = list(names_of_sessions(journal.run_summaries()))  # named as runs and audit name them
+            timeline = build_timeline_rows(rows, title=title, run=run_key, steps=steps, mode=mode, sessions=sessions)
             if not timeline.calls:
                 raise Failure(f"no generate calls in {args.journal} match; nothing to draw")
             if progress:

@@ -17,7 +17,7 @@ from typing import Any, Container, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from stepjournal import AuditRecord
+from stepjournal import AuditRecord, session_names
 from stepjournal.policies import StepRanges
 
 __all__ = [
@@ -265,15 +265,18 @@ def build_timeline(
     run: Optional[str] = None,
     steps: Optional[Container[int]] = None,
     mode: Optional[str] = None,
+    sessions: Sequence[str] = (),
 ) -> Timeline:
     """Lay out audit records: columns are the distinct steps shown, in order; a lane is (session, mode, stage, index).
 
-    Sessions are numbered s1, s2 ... in order of their first call among all `records` (pass the whole
-    journal), before the `run` / `steps` / `mode` filter picks what is shown, so a session's number
-    does not change with the filter. When one lane holds several calls of the same step, the latest
-    one is drawn.
+    Sessions are named s1, s2 ... as `session_names` names them: `sessions` are the journal's session
+    ids in the order they opened; a session of `records` not among them follows, in order of its first
+    call. Pass the whole journal's records: the `run` / `steps` / `mode` filter picks what is shown
+    after naming, so a session's name does not change with the filter. When one lane holds several
+    calls of the same step, the latest one is drawn.
     """
-    return build_timeline_rows([_row_of(r) for r in records], title=title, run=run, steps=steps, mode=mode)
+    return build_timeline_rows([_row_of(r) for r in records], title=title, run=run, steps=steps, mode=mode,
+                               sessions=sessions)
 
 
 def build_timeline_rows(
@@ -283,9 +286,11 @@ def build_timeline_rows(
     run: Optional[str] = None,
     steps: Optional[Container[int]] = None,
     mode: Optional[str] = None,
+    sessions: Sequence[str] = (),
 ) -> Timeline:
     """`build_timeline` of audit rows (the whole journal's calls, in log order)."""
-    session_no = {session: i for i, session in enumerate(dict.fromkeys(r["session"] for r in rows), 1)}
+    names = session_names([*sessions, *(r["session"] for r in rows)])
+    session_no = {session: int(name[1:]) for session, name in names.items()}
     if run is None and steps is None and mode is None:
         shown = rows
     else:

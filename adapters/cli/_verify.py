@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
         events, problems = verify_bundle(args.journal)
         return _report(args, out, events, problems, "bundle")
-    with open_readonly(args.journal) as journal, _bytes_bar(err) as progress:
+    with open_readonly(args.journal) as journal, _bytes_bar(err, quiet=args.json) as progress:
         task = progress.add_task("verifying", total=None)
         # `verify` reports bytes checked (events, then payloads): the bar moves as payloads are hashed.
         problems = journal.verify(progress=lambda done, total: progress.update(task, completed=done, total=total))
@@ -34,12 +34,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return _report(args, out, events, problems, "journal")
 
 
-def _bytes_bar(err: Console) -> Any:
-    """A rich progress bar on `err` counting bytes (done / total, rate)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+def _bytes_bar(err: Console, *, quiet: bool) -> Any:
+    """A rich progress bar on `err` counting bytes (done / total, rate), on a terminal only."""
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn, TransferSpeedColumn)
 
     return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeElapsedColumn(), console=err)
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=quiet or not err.is_terminal)
 
 
 def _report(args: argparse.Namespace, out: Console, events: int, problems: List[Any], what: str) -> int:
