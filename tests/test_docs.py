@@ -90,3 +90,10 @@ def test_a_continuation_block_sees_the_names_and_files_of_the_block_before_it(tm
 def test_a_misplaced_or_misspelt_mark_is_an_error(tmp_path, blocks, message):
     with pytest.raises(ValueError, match=message):
         python_blocks(write_page(tmp_path, *blocks))
+
+
+def test_no_docs_page_names_an_issue():
+    """Docs say what is true of the code; which issue brought it is history (git log), not documentation."""
+    named = [f"{page.name}: {line.strip()}" for page in DOCS for line in page.read_text(encoding="utf-8").splitlines()
+             if re.search(r"\bissues? #?\d+", line, re.I)]
+    assert not named, named
