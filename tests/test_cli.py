@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -295,6 +296,32 @@ def test_read_only_commands_work_on_a_copy_in_a_read_only_place(engine, tmp_path
     for result in results:
         ok(result)
     assert sorted(os.listdir(folder)) == sorted(os.listdir(engine))
+
+
+_PYTHON_WORDS = re.compile(r"\b\w+=\S|\b[A-Za-z_]\w*\((?!e?s\))")  # keep_last=2, Journal('x'); not process(es)
+
+
+def test_errors_speak_the_command_lines_words_not_pythons(engine_copy, tmp_path):
+    """Library messages written for a Python caller (Journal('x'), readonly=True, run_a) reach the
+    command line in its own words: a folder, a reading command, --run-a."""
+    remote = (tmp_path / "remote").as_uri()
+    ok(cli("push", engine_copy, remote))
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("not a journal")
+    two_runs = str(tmp_path / "two-runs")
+    for run in ("a", "b"):
+        with Journal(two_runs, run=run) as journal:
+            journal.record(1, {"x": torch.zeros(1)})
+    read_only = shutil.copytree(engine_copy, tmp_path / "ro").as_posix()
+    failed = [cli("pull", remote, str(occupied)), cli("diff", two_runs, two_runs),
+              *on_read_only_mount(read_only, [*CLI, "reindex", read_only])]
+    # As root the mount is read-only (EROFS); otherwise the folder's permissions refuse (EACCES).
+    refused = "with a command that only reads (runs, audit" if os.geteuid() == 0 else "permission denied"
+    expected = (f"e.g. {occupied / 'stepjournal'}", "choose one with --run-a", refused)
+    for done, words in zip(failed, expected):
+        assert done.returncode != 0 and words in done.stderr, done.stderr
+        assert not _PYTHON_WORDS.search(done.stderr), done.stderr
 
 
 WRITER = """

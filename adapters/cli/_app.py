@@ -31,7 +31,7 @@ from stepjournal._audit import ACTIONS
 from stepjournal._log import console_logging
 
 from ._examples import examples_text
-from ._render import Failure, UsageError, consoles, one_line
+from ._render import Failure, UsageError, consoles, error_line, one_line
 
 _BROKEN_PIPE_STATUS = 128 + 13  # what a shell reports for a process killed by SIGPIPE
 
@@ -283,7 +283,7 @@ def _main(argv: Optional[List[str]]) -> int:
     try:
         args = _parser().parse_args(argv)
     except UsageError as exc:
-        print(f"stepjournal: error: {one_line(exc)}", file=sys.stderr)
+        print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
@@ -296,17 +296,17 @@ def _main(argv: Optional[List[str]]) -> int:
     except BrokenPipeError:
         raise
     except UsageError as exc:
-        print(f"stepjournal: error: {one_line(exc)}", file=sys.stderr)
+        print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except IntegrityError as exc:
         # An import's damage is in its bundle; a journal a failed verb created is gone (nothing to verify).
         checked = args.bundle if args.command == "import" else journal
         hint = "" if args.command == "verify" or checked is None or not os.path.exists(checked) else (
             f"; run `stepjournal verify {one_line(checked)}` for the full picture")
-        print(f"stepjournal: error: {one_line(exc)}{hint}", file=sys.stderr)
+        print(f"stepjournal: error: {error_line(exc)}{hint}", file=sys.stderr)
         return 1
     except (Failure, StepJournalError, OSError) as exc:
-        print(f"stepjournal: error: {one_line(exc)}", file=sys.stderr)
+        print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("stepjournal: interrupted", file=sys.stderr)

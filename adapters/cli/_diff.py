@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
@@ -23,7 +22,7 @@ from stepjournal._errors import StepJournalError
 if TYPE_CHECKING:
     from stepjournal import DiffReport
 
-from ._render import cell, json_text, one_line
+from ._render import cell, error_line, json_text
 
 __all__ = ["add_parser", "cmd_diff"]
 
@@ -39,7 +38,6 @@ _STATE_TEXT = {
 _COUNT_TEXT = {"equal": "equal", "within_tolerance": "within tolerance", "differing": "differing",
                "only_a": "only in A", "only_b": "only in B", "damaged": "damaged", "unreadable": "unreadable"}
 _TABLE_WIDTH = 100
-_PYTHON_NAMES = re.compile(r"\b(run|session)_[ab]\b")
 
 
 class _Usage(Exception):
@@ -114,8 +112,7 @@ def cmd_diff(args: argparse.Namespace, out: Console, err: Console) -> int:
     except (_Usage, StepJournalError, OSError, ValueError) as exc:
         # DiffError (no shared step, unknown run, session or field) is a ValueError too; its words are
         # Python's (run_a), this command's are flags (--run-a).
-        text = _PYTHON_NAMES.sub(lambda m: "--" + m[0].replace("_", "-"), one_line(exc))
-        err.print(f"stepjournal: error: {escape(text)}", highlight=False, soft_wrap=True)
+        err.print(f"stepjournal: error: {escape(error_line(exc))}", highlight=False, soft_wrap=True)
         return 2
 
 

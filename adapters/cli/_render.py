@@ -40,6 +40,7 @@ __all__ = [
     "safe_iso_time",
     "json_text",
     "human_size",
+    "error_line",
     "fitted_table",
     "Column",
 ]
@@ -178,6 +179,23 @@ def int_text(value: int) -> str:
 def one_line(message: object) -> str:
     """A message on one line, made safe to print (`clean`) and without secrets (`stepjournal.redact`)."""
     return clean(redact(" ".join(line.strip() for line in str(message).splitlines() if line.strip())))
+
+
+# A library message's Python words (written for a caller of the API) -> this program's words.
+_CLI_WORDS = (
+    (re.compile(r"\bJournal\((['\"])(.*?)\1\)"), r"\2"),
+    (re.compile(r"with readonly=True to read it"), "with a command that only reads (runs, audit, show, verify, diff)"),
+    (re.compile(r"\b(run|session)_([ab])\b"), r"--\1-\2"),
+)
+
+
+def error_line(exc: object) -> str:
+    """An error as the command line prints it: `one_line`, in the command line's words (``--run-a``, not
+    ``run_a``; a folder, not ``Journal('folder')``)."""
+    text = one_line(exc)
+    for pattern, words in _CLI_WORDS:
+        text = pattern.sub(words, text)
+    return text
 
 
 def json_text(value: Any) -> str:
