@@ -9,6 +9,7 @@ verl, TRL and raw loops in `stepjournal.adapters`.
 from ._version import __version__
 
 _MODULE_OF_NAMES = {
+    "_samples": ("Sample",),
     "_audit": ("AUDIT_SCHEMA_VERSION", "AuditRecord", "RunSummary", "session_names", "summarize_runs"),
     "_codec": ("CodecRegistry", "decode_payload", "default_registry", "describe_payload", "encode_payload", "register_codec"),
     "_compare": ("Comparison", "Difference", "compare_values"),

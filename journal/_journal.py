@@ -41,6 +41,7 @@ from ._projections import Projections, RecordedGeneration, layout_of
 from ._prune import Retainer
 from ._queries import Queries
 from ._recording import Recording
+from ._samples import samples as _samples
 from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
 from ._version import __version__
@@ -381,6 +382,12 @@ class Journal(Recording, Queries):
     def audit(self, **filters: Any) -> List[Any]:
         """One typed record per generate call, in log order (see `stepjournal._audit.audit`)."""
         return _audit(self.events(types=AUDIT_EVENT_TYPES), **filters)  # it filters, seeing provenance
+
+    def samples(self, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
+                tokenizer: Any = None) -> List[Any]:
+        """The samples of the generate call at `step`, with their rewards and log-probs (`stepjournal.Sample`;
+        see `stepjournal._samples.samples`)."""
+        return _samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer)
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:

@@ -10,6 +10,7 @@ outside the loss are counted too.
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from stepjournal.adapters.trl import attach
 
 from test_trl_adapter import GENERATION_STEPS, PROMPTS, STEPS, common_args, forbid_generation, grpo, logged, losses, tiny_model
 from test_trl_adapter import tokenizer  # noqa: F401  (the module's fixture)
+from cli_support import run_cli
 
 ALL_STAGES = "generate:{p}/reward:{p}/old_log_prob:{p}/ref_log_prob:{p}"
 
@@ -90,6 +92,28 @@ def recorded(tokenizer, model_dir, tmp_path_factory):  # noqa: F811
 def copy_journal(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     return target
+
+
+def test_show_text_decodes_each_sample_as_the_trainer_did_with_the_reward_its_function_gave(
+        recorded, tokenizer, tmp_path):  # noqa: F811
+    """`show --text` of a real GRPO recording: the trainer's own tokenizer (saved where the CLI loads it
+    offline) decodes what TRL decoded, and each reward is the reward function's value for that text."""
+    path, _, _, _, _ = recorded
+    folder = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(folder)
+    done = run_cli("show", str(path), "0", "--text", "--tokenizer", str(folder), "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)["samples"]
+    with Journal(path, readonly=True) as journal:
+        output, given = journal.load_output(journal.lookup(0)), journal.load_input(journal.lookup(0))
+    assert [s["response"] for s in found] == tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
+    assert [s["prompt"] for s in found] == tokenizer.batch_decode(given["prompt_ids"], skip_special_tokens=True)
+    # make_reward("length"): len(completion) % 5 of the text TRL decoded, sample by sample.
+    assert [s["rewards"]["reward.length"] for s in found] == [float(len(s["response"]) % 5) for s in found]
+    assert all(s["logprob_mean"] is not None and s["action"] == "generated" for s in found)
+    table = run_cli("show", str(path), "0", "--text", "--tokenizer", str(folder))
+    assert table.returncode == 0 and f"· {len(found)} samples" in table.stdout.splitlines()[0]
+    assert "reward.length" in table.stdout and "  response: " in table.stdout
 
 
 def test_a_recording_journals_each_stage_at_the_step_it_runs(recorded):

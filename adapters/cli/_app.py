@@ -118,6 +118,10 @@ def _parser() -> _Parser:
     p.add_argument("--stage", default="generate", help="the stage (default generate; reward ...)")
     p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
     p.add_argument("--items", type=_nonneg_int, default=20, help="items shown per container (default 20)")
+    p.add_argument("--text", action="store_true", help="each sample of the generate call, decoded, with its reward "
+                   "and log-prob (docs/reading.md)")
+    p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the "
+                   "run's fingerprint names); loaded from local files only")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
 
     p = command("verify", _verb("verify"), "re-hash every payload, decode every event, check the index "

@@ -25,7 +25,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "show": (
         ("stepjournal show runs/grpo 40", "the generate output of step 40: keys, dtypes, shapes"),
         ("stepjournal show runs/grpo 40 --stage reward", "its rewards"),
-        ("stepjournal show runs/grpo 40 --input --json", "the input that produced it, as JSON"),
+        ("stepjournal show runs/grpo 40 --text", "each sample decoded, with its reward"),
     ),
     "verify": (
         ("stepjournal verify runs/grpo", "re-hash every payload and decode every event"),

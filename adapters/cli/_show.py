@@ -29,7 +29,7 @@ from stepjournal import (
 from stepjournal.policies import StepRanges
 
 from ._common import choose_run
-from ._render import ACTION_STYLE, Failure, cell, clean, human_size, int_text, print_json, short_time
+from ._render import ACTION_STYLE, Failure, UsageError, cell, clean, human_size, int_text, print_json, short_time
 
 __all__ = ["run"]
 
@@ -158,6 +158,12 @@ def _tree(node: Dict[str, Any], tree: Tree) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.text:
+        from ._show_text import run as show_text
+
+        return show_text(args, out, err)
+    if args.tokenizer is not None:
+        raise UsageError("--tokenizer goes with --text")
     with OpaqueReader(args.journal) as reader:
         journal = reader.journal
         run = choose_run(journal, args.run)

@@ -1,0 +1,70 @@
+"""``stepjournal show JOURNAL STEP --text``: each sample of a generate call, decoded with the run's tokenizer,
+beside its reward and log-prob.
+
+The tokenizer is the run's own: the ``tokenizer`` key of the fingerprint the recording session opened with
+(TRL's `trainer_fingerprint` records it), or ``--tokenizer PATH``. It is loaded from local files only
+(``transformers``' `AutoTokenizer`, offline): reading a journal never reaches the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Optional
+
+from rich.console import Console
+
+from stepjournal import AUDIT_SCHEMA_VERSION, Journal
+
+from ._common import choose_run
+from ._render import Failure, cell, clean, print_json
+
+__all__ = ["run"]
+
+
+def load_tokenizer(journal: Journal, run: str, step: int, given: Optional[str]) -> Any:
+    """The tokenizer `--tokenizer` names, else the one the run's fingerprint names, from local files."""
+    path = given
+    if path is None:
+        for _, opened in journal.sessions(run=run):
+            path = opened.fingerprint.get("tokenizer") or path
+    if not path:
+        raise Failure(f"run {clean(run)!r} recorded no tokenizer (no 'tokenizer' in its fingerprint): pass "
+                      "--tokenizer PATH, a folder its tokenizer was saved to (save_pretrained)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a journal is read offline: never fetch a tokenizer
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise Failure("show --text decodes with transformers: pip install 'stepjournal[trl]' (or transformers)") from None
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Failure(f"cannot load the tokenizer {clean(path)!r} from local files ({clean(first)}); pass --tokenizer "
+                      "PATH, a folder its tokenizer was saved to") from None
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with Journal(args.journal, readonly=True) as journal:
+        run_key = choose_run(journal, args.run)
+        tokenizer = load_tokenizer(journal, run_key, args.step, args.tokenizer)
+        found = journal.samples(args.step, run=run_key, mode=args.mode, gen_index=args.index, tokenizer=tokenizer)
+    if args.json:
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, "run": run_key, "step": args.step,
+                    "samples": [s.to_json() for s in found]})
+        return 0
+    first = found[0] if found else None
+    served = "generated"
+    if first is not None and first.action == "replayed":
+        served = f"replayed from step {first.source_step} call #{first.source_gen_index} of run {cell(first.source_run)}"
+    out.print(f"[bold]run {cell(run_key)} · {cell(args.mode)} · step {args.step} · call #{args.index}[/] · "
+              f"{served} · {len(found)} samples")
+    for s in found:
+        facts = [f"{s.response_length} tokens" + (" (truncated)" if s.truncated else "")]
+        facts += [f"{cell(stage)} {value:g}" for stage, value in s.rewards.items()]
+        if s.logprob_mean is not None:
+            facts.append(f"log-prob mean {s.logprob_mean:.4f}")
+        out.print(f"[bold]sample {s.index}[/] · {' · '.join(facts)}")
+        out.print(f"  [dim]prompt:[/]   {cell(s.prompt)}")
+        out.print(f"  [dim]response:[/] {cell(s.response)}")
+    return 0
