@@ -119,3 +119,29 @@ def test_a_payload_without_response_ids_names_the_forms_read(tmp_path):
         journal.record(1, {"logits": torch.zeros(2, 3)})
     with Journal(path, readonly=True) as journal, pytest.raises(JournalError, match="completion_ids, response_ids"):
         journal.samples(1)
+
+
+def test_diff_text_shows_the_first_differing_sample_side_by_side_with_its_first_differing_token(
+        tmp_path, tokenizer_dir):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for path, answer, reward in ((a, "a mat the dog ran", 0.0), (b, "a mat the cat ran", 1.0)):
+        batch = verl_batch()
+        batch["responses"][1] = torch.tensor(ids(answer))
+        with Journal(path, run="exp", fingerprint={"tokenizer": tokenizer_dir}) as journal:
+            journal.record(1, batch)
+            journal.record(1, {"rewards": torch.tensor([1.0, reward])}, stage="reward")
+    done = run_cli("diff", "a", "b", "--text", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("first differing sample: step 1 · sample 1 · first differing token at offset 3")
+    shown = [" ".join(line.split()) for line in lines[start + 1:]]
+    assert shown[0] == "A B" and shown[2:] == [
+        "reward 0 1", "prompt the cat sat on the cat sat on", "response a mat the dog ran a mat the cat ran"]
+    as_json = json.loads(run_cli("diff", a, b, "--text", "--json").stdout)["text"]
+    assert (as_json["step"], as_json["sample"], as_json["token_offset"]) == (1, 1, 3)
+    assert as_json["a"]["marked"] == {"before": "a mat the", "token": " dog", "after": " ran"}
+    assert as_json["b"]["marked"] == {"before": "a mat the", "token": " cat", "after": " ran"}
+    # docs/reading.md shows this output as it is printed here.
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reading.md").read_text(encoding="utf-8")
+    block = page.split("$ stepjournal diff a b --text\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [" ".join(line.split()) for line in block] == [" ".join(line.split()) for line in lines[:len(block)]]

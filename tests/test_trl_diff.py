@@ -55,6 +55,22 @@ def test_diff_of_two_runs_replaying_the_same_generations_with_other_rewards_find
     # The training parts from its first logged step on: every step's logged metrics differ.
     assert [states[("metrics", s)] for s in range(1, STEPS + 1)] == ["differing"] * STEPS
 
+    # --text: the first sample whose reward differs, the same completion on both sides.
+    folder = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(folder)
+    as_text = cli("run-a", "run-b", "--text", "--tokenizer", str(folder), "--json")
+    assert as_text.returncode == 1, as_text.stderr
+    text = json.loads(as_text.stdout)["text"]
+    a, b = text["a"], text["b"]
+    with Journal(str(tmp_path / "run-a"), readonly=True) as journal:
+        rewards = journal.load_output(journal.lookup(0, stage="reward.length"))["rewards"]
+    first = next(i for i, r in enumerate(rewards) if r != 0.0)  # a reward of 0 is its own negation
+    assert (text["step"], text["sample"], text["token_offset"]) == (0, first, None)
+    assert a["response"] == b["response"] and a["response_ids"] == b["response_ids"]
+    assert a["rewards"]["reward.length"] == -b["rewards"]["reward.length"] == float(len(a["response"]) % 5) != 0
+    shown = cli("run-a", "run-b", "--text", "--tokenizer", str(folder))
+    assert f"first differing sample: step 0 · sample {first}" in shown.stdout
+
 
 def test_each_reward_functions_stage_sorts_with_reward_in_a_step():
     from stepjournal._diff_report import stage_rank

@@ -69,6 +69,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="tolerance of one field, e.g. old_log_probs=1e-6 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (docs/diff.md)")
     p.add_argument("--plot", metavar="FILE", help="also draw the diff: FILE.png, FILE.svg or FILE.html")
+    p.add_argument("--text", action="store_true", help="also show the first differing sample of the first differing "
+                   "step, decoded on both sides with its rewards (docs/reading.md)")
+    p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one each "
+                   "run's fingerprint names); loaded from local files only")
     p.add_argument("--no-pager", action="store_true",
                    help="never page (the table on a terminal goes through $PAGER, else less -FRX)")
     p.set_defaults(fn=cmd_diff)
@@ -151,13 +155,27 @@ def _run(args: argparse.Namespace, out: Console) -> int:
         from ._diff_plot import render_diff
 
         render_diff(report, args.plot, title=_title(report))
+    if args.tokenizer is not None and not args.text:
+        raise _Usage("--tokenizer goes with --text")
+    text = None
+    if args.text:
+        from ._diff_text import first_differing_sample
+
+        text = first_differing_sample(report, args.journal_a, args.journal_b, args.tokenizer)
     if args.json:
-        sys.stdout.write(json_text(report.to_json()) + "\n")
+        data = report.to_json()
+        if args.text:
+            data["text"] = text
+        sys.stdout.write(json_text(data) + "\n")
     else:
         from ._pager import paged  # here, not at the top: `stepjournal --help` loads no verb's output code
 
         with paged(out, enabled=not args.no_pager) as page:
             _print_report(report, page)
+            if args.text:
+                from ._diff_text import print_text
+
+                print_text(text, page)
             if args.plot is not None:
                 page.print(f"wrote {escape(args.plot)}")
     return report.exit_code
