@@ -19,7 +19,7 @@ from ``old_log_prob`` (``old_log_probs``, or TRL's ``outputs[0]``), as a mean ov
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import attrs
 import numpy as np
@@ -28,7 +28,7 @@ import torch
 from ._errors import JournalError
 from ._events import GenerationRecorded, ReplayServed
 
-__all__ = ["Sample", "samples"]
+__all__ = ["Sample", "samples", "samples_of_steps"]
 
 _RESPONSE_KEYS = ("completion_ids", "response_ids", "responses")
 _PROMPT_KEYS = ("prompt_ids", "prompts")
@@ -154,21 +154,23 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
     return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
 
 
-def _served(journal: Any, run: str, mode: str, step: int, gen_index: int) -> Tuple[int, Any, Optional[Any]]:
-    """(seq, the latest generate call with an output at the key, the record it replayed or None)."""
-    latest = None
-    for seq, event in journal.events(run=run, steps={step}, stage="generate", types=[GenerationRecorded, ReplayServed]):
+def _served(journal: Any, run: str, mode: str, steps: Any, gen_index: int) -> Dict[int, Tuple[int, Any]]:
+    """Step -> (seq, event) of the latest generate call with an output at each of `steps` (one read of the log)."""
+    latest: Dict[int, Tuple[int, Any]] = {}
+    for seq, event in journal.events(run=run, steps=steps, stage="generate", types=[GenerationRecorded, ReplayServed]):
         if (event.mode, event.gen_index) == (mode, gen_index) and event.output is not None:
-            latest = (seq, event)
-    if latest is None:
-        raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}")
-    seq, event = latest
-    source = None
-    if isinstance(event, ReplayServed):
-        event = journal.as_read_here(seq, event)  # a pulled replay names its record by the seq it had there
-        source = next((e for s, e in journal.events(since=event.source_seq - 1, types=[GenerationRecorded])
-                       if s == event.source_seq), None)
-    return seq, event, source
+            latest[event.step] = (seq, event)
+    return latest
+
+
+def _source(journal: Any, seq: int, event: Any) -> Tuple[Any, Optional[Any]]:
+    """A replay as read here, and the record it served (None for a record)."""
+    if not isinstance(event, ReplayServed):
+        return event, None
+    event = journal.as_read_here(seq, event)  # a pulled replay names its record by the seq it had there
+    source = next((e for s, e in journal.events(since=event.source_seq - 1, types=[GenerationRecorded])
+                   if s == event.source_seq), None)
+    return event, source
 
 
 def _the_run(journal: Any) -> str:
@@ -197,7 +199,31 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
             form above.
     """
     run = run or _the_run(journal)
-    seq, event, source = _served(journal, run, mode, step, gen_index)
+    served = _served(journal, run, mode, {step}, gen_index)
+    if step not in served:
+        raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}")
+    stages = _side_stages(journal, run)
+    return _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer)
+
+
+def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
+                     gen_index: int = 0, tokenizer: Any = None) -> Iterator[Tuple[int, List[Sample]]]:
+    """(step, its samples) for every step of `steps` (None: all) with a generate call, in step order: as
+    `samples` for each, the log read once."""
+    run = run or _the_run(journal)
+    served = _served(journal, run, mode, steps, gen_index)
+    stages = _side_stages(journal, run)
+    for step in sorted(served):
+        yield step, _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer)
+
+
+def _side_stages(journal: Any, run: str) -> List[str]:
+    return [s for s in journal.stages(run=run) if s == "reward" or s.startswith("reward.") or s == _LOGPROB_STAGE]
+
+
+def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int, event: Any,
+          side_stages: Sequence[str], tokenizer: Any) -> List[Sample]:
+    event, source = _source(journal, seq, event)
     output = journal.load(event.output, step=step)
     responses = _field(output, _RESPONSE_KEYS)
     if responses is None:
@@ -215,9 +241,7 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
     lengths = [len(r) for r in response_rows]
     rewards: Dict[str, List[float]] = {}
     logprobs: Optional[List[Optional[float]]] = None
-    for stage in journal.stages(run=run):
-        if stage != "reward" and not stage.startswith("reward.") and stage != _LOGPROB_STAGE:
-            continue
+    for stage in side_stages:
         found = journal.lookup(step, gen_index, mode=mode, run=run, stage=stage)
         if found is None:
             continue

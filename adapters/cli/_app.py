@@ -212,6 +212,16 @@ def _parser() -> _Parser:
 
     p = command("plugins", _verb("plugins"), "the installed policy plugins and whether each loads", journal=False)
     p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")
+    p = command("report", _verb("report"), "write one self-contained HTML file of a run: charts per step, its "
+                "samples decoded, a text search (docs/reading.md)")
+    p.add_argument("-o", "--out", required=True, metavar="FILE.html", help="the HTML file to write")
+    p.add_argument("--run", help="the run key (needed when the journal holds several)")
+    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run's fingerprint "
+                   "names); loaded from local files only")
+    p.add_argument("--no-text", action="store_true", help="no tokenizer: lengths and rewards only")
+    p.add_argument("--samples", type=_nonneg_int, default=8, metavar="N", help="samples embedded per step (default 8)")
+    p.add_argument("--chars", type=_nonneg_int, default=2000, metavar="N",
+                   help="characters kept of each prompt and response (default 2000)")
     p = command("completion", _verb("completion"), "print the shell completion script: "
                 'eval "$(stepjournal completion bash)" in ~/.bashrc', journal=False)
     p.add_argument("shell", choices=("bash", "zsh"), help="the shell")

@@ -65,6 +65,10 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
         ("stepjournal plugins", "the installed policy plugins and whether each loads"),
         ("stepjournal plugins --json", "the same, as JSON"),
     ),
+    "report": (
+        ("stepjournal report runs/grpo -o grpo.html", "the run in one HTML file: charts, samples, search"),
+        ("stepjournal report runs/grpo -o grpo.html --samples 32 --chars 500", "more samples a step, shorter text"),
+    ),
     "completion": (
         ("stepjournal completion bash", 'the bash script; in ~/.bashrc: eval "$(stepjournal completion bash)"'),
         ("stepjournal completion zsh", 'the zsh script; in ~/.zshrc: eval "$(stepjournal completion zsh)"'),

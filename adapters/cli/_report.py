@@ -1,0 +1,111 @@
+"""``stepjournal report JOURNAL -o run.html``: one self-contained HTML file of a run, to browse offline.
+
+What it holds: per train step, the generate call's action (generated, replayed and from which step,
+released), the reward mean and spread and the mean response length of its samples, and each stage's
+duration; and the first ``--samples N`` samples of each step, their text cut at ``--chars`` characters,
+and shorter when the texts would pass `TEXT_BUDGET` bytes in all (so 10 000 steps of 500 samples stay a
+file a browser opens: the summaries cover every sample, the texts the first few of each step).
+The charts are inline SVG drawn here; the table, a step's samples and the text search are a few lines of
+script over the embedded data. Nothing is fetched: no CDN, no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Any, Dict, List, Optional
+
+from rich.console import Console
+
+from stepjournal import Journal, StepJournalError
+from stepjournal._samples import samples_of_steps
+
+from ._common import choose_run
+from ._render import Failure, UsageError, cell, human_size
+from ._show_text import load_tokenizer
+
+__all__ = ["run", "collect", "TEXT_BUDGET"]
+
+TEXT_BUDGET = 24 * 1024 * 1024  # characters of prompt and response text embedded in all
+_MIN_CHARS = 80
+
+
+def _stats(values: List[float]) -> Dict[str, Optional[float]]:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return {"mean": None, "std": None}
+    mean = sum(finite) / len(finite)
+    return {"mean": mean, "std": math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))}
+
+
+def _cut(text: Optional[str], chars: int) -> Optional[str]:
+    return text if text is None or len(text) <= chars else text[:chars] + "…"
+
+
+def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars: int) -> Dict[str, Any]:
+    """The report's data: one entry per train step with a generate call, in step order."""
+    steps: Dict[int, Dict[str, Any]] = {}
+    for r in journal.audit(run=run, mode="train"):
+        entry = steps.setdefault(r.step, {"step": r.step, "action": None, "source_step": None, "released": False,
+                                          "durations": {}})
+        if r.action == "released":
+            entry["released"] = entry["released"] or r.stage == "generate"
+            continue
+        entry["durations"][r.stage] = entry["durations"].get(r.stage, 0.0) + (r.duration_s or 0.0)
+        if r.stage == "generate" and r.gen_index == 0:
+            entry["action"], entry["source_step"] = r.action, r.source_step
+    served = {}
+    try:
+        for step, found in samples_of_steps(journal, set(steps), run=run, tokenizer=tokenizer):
+            served[step] = found
+    except StepJournalError:
+        served = _one_by_one(journal, run, tokenizer, steps)
+    for step, entry in steps.items():
+        found = served.get(step, [])
+        rewards = [sum(s.rewards.values()) for s in found if s.rewards]
+        entry.update(_stats(rewards))
+        entry["length"] = _stats([float(s.response_length) for s in found])["mean"]
+        entry["count"] = len(found)
+        entry["samples"] = [{"index": s.index, "prompt": _cut(s.prompt, chars), "response": _cut(s.response, chars),
+                             "length": s.response_length, "truncated": s.truncated,
+                             "rewards": {k: v if math.isfinite(v) else None for k, v in s.rewards.items()}}
+                            for s in found[:per_step]]
+    texts = [(s, key) for e in steps.values() for s in e["samples"] for key in ("prompt", "response") if s[key]]
+    total = sum(len(s[key]) for s, key in texts)
+    if total > TEXT_BUDGET:  # cut every text to the share the budget leaves it
+        chars = max(_MIN_CHARS, TEXT_BUDGET // len(texts))
+        for sample, key in texts:
+            sample[key] = _cut(sample[key], chars)
+    stages = sorted({stage for e in steps.values() for stage in e["durations"]})
+    return {"run": run, "steps": [steps[s] for s in sorted(steps)], "stages": stages,
+            "per_step": per_step, "chars": chars}
+
+
+def _one_by_one(journal: Journal, run: str, tokenizer: Any, steps: Dict[int, Any]) -> Dict[int, List[Any]]:
+    """Each step's samples on its own: a step whose payload was released (or is damaged) has none."""
+    found: Dict[int, List[Any]] = {}
+    for step in sorted(steps):
+        try:
+            found[step] = journal.samples(step, run=run, tokenizer=tokenizer)
+        except StepJournalError:
+            found[step] = []
+    return found
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ._report_html import render
+
+    if os.path.splitext(args.out)[1].lower() not in (".html", ".htm"):
+        raise UsageError(f"-o {args.out}: name an .html file")
+    with Journal(args.journal, readonly=True) as journal:
+        run_key = choose_run(journal, args.run)
+        tokenizer = load_tokenizer(journal, run_key, 0, args.tokenizer) if not args.no_text else None
+        data = collect(journal, run_key, tokenizer, per_step=args.samples, chars=args.chars)
+    if not data["steps"]:
+        raise Failure(f"run {cell(run_key)} has no train calls: nothing to report")
+    page = render(data, title=f"{os.path.basename(os.path.abspath(args.journal))}: run {run_key}")
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    out.print(f"wrote {cell(args.out)} ({len(data['steps'])} steps, {human_size(len(page.encode()))})")
+    return 0

@@ -1,0 +1,139 @@
+"""`stepjournal report J -o run.html` in a real headless Chromium (Debian's `chromium`, driven by Playwright):
+a 3 000-step journal's report loads without console errors, shows its charts, opens a step's samples with
+the texts `show --text` prints, finds a known response by search, and names a replayed step's source.
+
+Chromium is not a Python package: `.ci/run` installs it where it is missing (as root, on Debian).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from stepjournal import Journal
+from cli_support import run_cli
+from test_samples import VOCAB, ids, tokenizer_dir  # noqa: F401  (tokenizer_dir: the fixture)
+
+STEPS, RECORDED, SAMPLES = 3000, 2000, 4
+KNOWN_STEP, KNOWN_SAMPLE, KNOWN = 1234, 2, "what is two plus four"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def response(step: int, i: int) -> str:
+    if (step, i) == (KNOWN_STEP, KNOWN_SAMPLE):
+        return KNOWN  # the only response with these words
+    return " ".join(VOCAB[2 + (step * k + i) % 8] for k in (1, 3, 7))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, tokenizer_dir):  # noqa: F811
+    folder = tmp_path_factory.mktemp("report")
+    path = str(folder / "journal")
+    with Journal(path, run="exp", fingerprint={"tokenizer": tokenizer_dir}, sync=False) as journal:
+        for step in range(1, RECORDED + 1):
+            batch = {"prompt_ids": [ids("the cat sat on")] * SAMPLES,
+                     "response_ids": [ids(response(step, i)) for i in range(SAMPLES)]}
+            journal.record(step, batch)
+            journal.record(step, {"rewards": torch.tensor([float((step + i) % 5) for i in range(SAMPLES)])},
+                           stage="reward")
+    with Journal(path, run="exp", fingerprint={"tokenizer": tokenizer_dir}, sync=False) as journal:
+        for step in range(RECORDED + 1, STEPS + 1):  # a later session repeats the recording
+            journal.record_replay(step, journal.lookup(step - RECORDED), policy="repeat",
+                                  reason=f"repeat: step {step} -> recorded step {step - RECORDED}")
+    page = folder / "run.html"
+    done = run_cli("report", path, "-o", str(page))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {page} ({STEPS} steps" in " ".join(done.stdout.split())
+    return path, page
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM, "the report tests need Chromium: apt-get install -y chromium (.ci/run installs it as root)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+def open_report(browser, page_file: Path):
+    tab = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems = []
+    tab.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: problems.append(str(error)))
+    tab.on("request", lambda request: problems.append(f"network: {request.url}")
+           if not request.url.startswith("file://") else None)
+    tab.goto(page_file.as_uri())
+    return tab, problems
+
+
+def go_to_step(tab, step: int) -> None:
+    """Page the table forward to the page holding `step`, then open the step."""
+    for _ in range((step - 1) // 100):
+        tab.click("#next")
+    tab.click(f'tr.step[data-step="{step}"]')
+
+
+def test_the_report_loads_offline_without_console_errors_and_shows_its_charts(report, browser, tmp_path):
+    _, page_file = report
+    tab, problems = open_report(browser, page_file)
+    assert tab.locator("#charts figure").count() == 4
+    assert tab.locator("#charts polyline").count() >= 3 and tab.locator("#charts rect").count() >= STEPS
+    assert tab.locator("tr.step").count() == 100 and tab.inner_text("#where") == f"steps 1-100 of {STEPS}"
+    tab.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+    assert problems == []
+    assert page_file.stat().st_size < 12 * 1024 * 1024
+
+
+def test_a_click_on_a_step_shows_the_texts_show_text_prints(report, browser):
+    path, page_file = report
+    tab, problems = open_report(browser, page_file)
+    go_to_step(tab, KNOWN_STEP)
+    shown = tab.locator("#samples pre.response").all_inner_texts()
+    expected = json.loads(run_cli("show", path, str(KNOWN_STEP), "--text", "--json").stdout)["samples"]
+    assert shown == [s["response"] for s in expected] and shown[KNOWN_SAMPLE] == KNOWN
+    assert tab.locator("#samples pre.prompt").all_inner_texts() == [s["prompt"] for s in expected]
+    assert problems == []
+
+
+def test_a_search_finds_a_known_response(report, browser):
+    _, page_file = report
+    tab, problems = open_report(browser, page_file)
+    tab.fill("#search", "two plus four")
+    hits = tab.locator("#hits .hit").all_inner_texts()
+    assert hits == [f"step {KNOWN_STEP} · sample {KNOWN_SAMPLE}: {KNOWN}"]
+    tab.click("#hits .hit")
+    assert tab.inner_text("#samples h3").startswith(f"step {KNOWN_STEP}: generated")
+    assert problems == []
+
+
+def test_a_replayed_step_names_its_source_step(report, browser):
+    _, page_file = report
+    tab, problems = open_report(browser, page_file)
+    go_to_step(tab, 2500)
+    assert tab.inner_text("#samples h3").startswith("step 2500: replayed from step 500")
+    assert tab.locator("#samples pre.response").all_inner_texts()[0] == response(500, 0)
+    assert problems == []
+
+
+def test_past_the_text_budget_every_embedded_text_is_cut_to_its_share(report, tokenizer_dir, monkeypatch):  # noqa: F811
+    from transformers import AutoTokenizer
+
+    from stepjournal.adapters.cli import _report
+
+    path, _ = report
+    monkeypatch.setattr(_report, "TEXT_BUDGET", 2 * SAMPLES * STEPS * 10)  # 10 characters a text
+    monkeypatch.setattr(_report, "_MIN_CHARS", 5)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    with Journal(path, readonly=True) as journal:
+        data = _report.collect(journal, "exp", tokenizer, per_step=SAMPLES, chars=2000)
+    texts = [s[k] for e in data["steps"] for s in e["samples"] for k in ("prompt", "response") if s[k]]
+    assert len(texts) == 2 * SAMPLES * STEPS and max(len(t) for t in texts) == 11  # 10 and the "…"
+    assert "the cat sa…" in texts and sum(t.endswith("…") for t in texts) > STEPS
+    assert {e["count"] for e in data["steps"]} == {SAMPLES}  # the summaries still cover every sample
