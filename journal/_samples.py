@@ -7,7 +7,9 @@ present). The forms read, by key of the call's output (and of its stored input f
 
 - TRL's: ``completion_ids`` (one list of ids per sample), the prompts as ``prompt_ids`` in the stored input;
 - verl's batch (a ``DataProto``'s ``batch``, or a plain dict of the same keys): ``responses`` and ``prompts``
-  (2-D, padded), ``attention_mask`` over prompt and response, and ``response_mask`` when present;
+  (2-D, padded), ``attention_mask`` over prompt and response, and ``response_mask`` when present; and
+  verl V1's ``TQBatch`` (its ``fields``), whose ``prompts`` and ``responses`` are jagged nested tensors,
+  one row per sample without padding;
 - a plain dict: ``response_ids`` / ``prompt_ids`` (lists of ids, or 2-D tensors padded with the
   tokenizer's ``pad_token_id``).
 
@@ -32,7 +34,7 @@ __all__ = ["Sample", "samples", "samples_of_steps"]
 
 _RESPONSE_KEYS = ("completion_ids", "response_ids", "responses")
 _PROMPT_KEYS = ("prompt_ids", "prompts")
-_REWARD_KEYS = ("rewards", "token_level_scores", "token_level_rewards", "reward")
+_REWARD_KEYS = ("rewards", "token_level_scores", "token_level_rewards", "rm_scores", "reward")
 _LOGPROB_STAGE = "old_log_prob"
 
 
@@ -79,7 +81,7 @@ class Sample:
 
 def _field(value: Any, keys: Sequence[str]) -> Any:
     """The first of `keys` a payload holds (a dict, or an object with a ``batch`` of tensors), else None."""
-    for holder in (value, getattr(value, "batch", None)):
+    for holder in (value, getattr(value, "batch", None), getattr(value, "fields", None)):
         if holder is None:
             continue
         for key in keys:
@@ -97,6 +99,8 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
     trailing (responses) or leading (prompts) `pad` ids left out when there is no mask."""
     if isinstance(ids, (list, tuple)):
         return [tuple(int(t) for t in row) for row in ids]
+    if isinstance(ids, torch.Tensor) and ids.is_nested:  # jagged: each row its own length, no padding
+        return [tuple(int(t) for t in row.tolist()) for row in ids.unbind()]
     array = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
     if array.ndim != 2:
         raise JournalError(f"token ids of shape {list(array.shape)}: expected one row per sample (2-D)")
@@ -119,7 +123,10 @@ def _strip(row: List[int], pad: int) -> List[int]:
 
 
 def _masks(output: Any, prompts: Any, responses: Any) -> Tuple[Any, Any]:
-    """(prompt mask, response mask) of verl's padded batch: ``attention_mask`` spans prompt then response."""
+    """(prompt mask, response mask) of verl's padded batch: ``attention_mask`` spans prompt then response.
+    Jagged rows carry no padding: no mask."""
+    if any(isinstance(t, torch.Tensor) and t.is_nested for t in (prompts, responses)):
+        return None, None
     response_mask = _field(output, ("response_mask",))
     attention = _field(output, ("attention_mask",))
     prompt_mask = None
@@ -134,6 +141,9 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     """One number per sample: a 1-D value as it is, a 2-D one summed over each response's tokens."""
     if value is None:
         return None
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        rows = [row.detach().float().sum().item() for row in value.unbind()]
+        return rows if len(rows) == len(lengths) else None
     array = value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
     if array.ndim == 1 and len(array) == len(lengths):
         return [float(v) for v in array]
@@ -148,6 +158,9 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
         logps = value["outputs"][0]  # TRL: (per-token log-probs, entropies ...)
     if logps is None and isinstance(value, torch.Tensor):
         logps = value
+    if isinstance(logps, torch.Tensor) and logps.is_nested:
+        rows = [row.detach().float() for row in logps.unbind()]
+        return [float(r.mean()) if r.numel() else None for r in rows] if len(rows) == len(lengths) else None
     if not isinstance(logps, (torch.Tensor, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):
         return None
     array = logps.detach().float().cpu().numpy() if isinstance(logps, torch.Tensor) else np.asarray(logps, dtype=float)
@@ -249,7 +262,8 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
         if stage == _LOGPROB_STAGE:
             logprobs = _mean_logprob(value, lengths)
         else:
-            per = _per_sample(_field(value, _REWARD_KEYS) if isinstance(value, Mapping) else value, lengths)
+            held = _field(value, _REWARD_KEYS)
+            per = _per_sample(value if held is None else held, lengths)
             if per is not None:
                 rewards[stage] = per
     eos = getattr(tokenizer, "eos_token_id", None)

@@ -145,3 +145,30 @@ def test_diff_text_shows_the_first_differing_sample_side_by_side_with_its_first_
     page = (Path(__file__).resolve().parent.parent / "docs" / "reading.md").read_text(encoding="utf-8")
     block = page.split("$ stepjournal diff a b --text\n", 1)[1].split("```", 1)[0].splitlines()
     assert [" ".join(line.split()) for line in block] == [" ".join(line.split()) for line in lines[:len(block)]]
+
+
+def test_verl_v1_batches_jagged_rows_are_read_through_the_tq_batch_codec(tmp_path, tokenizer_dir):
+    """V1's TQBatch (the real class and codec): jagged prompts and responses, no padding, rm_scores."""
+    from tensordict import TensorDict
+    from transformers import AutoTokenizer
+
+    from stepjournal.adapters.verl._v1_codec import TQBatch, register_tq_codec
+
+    register_tq_codec()
+    jagged = lambda rows: torch.nested.nested_tensor([torch.tensor(r) for r in rows], layout=torch.jagged)  # noqa: E731
+    fields = TensorDict({
+        "prompts": jagged([ids("what is two"), ids("the cat sat on")]),
+        "responses": jagged([[*ids("four"), EOS], ids("a mat")]),
+        "rm_scores": jagged([[0.0, 1.0], [0.0, 0.0]]),
+    }, batch_size=[2])
+    path = str(tmp_path / "v1")
+    with Journal(path, run="v1") as journal:
+        journal.record(1, TQBatch(fields, keys=("u0_0_0", "u1_0_0"), tags=({}, {})))
+        scores = TensorDict({"rm_scores": fields["rm_scores"]}, batch_size=[2])
+        journal.record(1, TQBatch(scores, keys=("u0_0_0", "u1_0_0"), tags=({}, {})), stage="reward")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    with Journal(path, readonly=True) as journal:
+        found = journal.samples(1, tokenizer=tokenizer)
+    assert [(s.prompt, s.response, s.truncated) for s in found] == [("what is two", "four", False),
+                                                                    ("the cat sat on", "a mat", True)]
+    assert [s.rewards for s in found] == [{"reward": 1.0}, {"reward": 0.0}]
