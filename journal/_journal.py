@@ -41,7 +41,6 @@ from ._projections import Projections, RecordedGeneration, layout_of
 from ._prune import Retainer
 from ._queries import Queries
 from ._recording import Recording
-from ._samples import samples as _samples
 from ._store import Store
 from ._verify import VerifyProblem, verify as _verify
 from ._version import __version__
@@ -387,7 +386,9 @@ class Journal(Recording, Queries):
                 tokenizer: Any = None) -> List[Any]:
         """The samples of the generate call at `step`, with their rewards and log-probs (`stepjournal.Sample`;
         see `stepjournal._samples.samples`)."""
-        return _samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer)
+        from ._samples import samples  # here: it reads tensors (torch), which a push or clone never loads
+
+        return samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer)
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:
