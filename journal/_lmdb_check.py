@@ -32,6 +32,8 @@ import os
 import struct
 from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
 
+import lmdb
+
 from ._errors import IntegrityError, JournalError
 from ._log import get_logger
 
@@ -398,7 +400,13 @@ def check_env_structure(env: Any, data_file: str, path: str, trees: Optional[Ite
     """
     for _ in range(_STRUCTURE_RETRIES):
         before = newest_txnid(data_file)
-        with env.begin() as txn:
+        try:
+            reading = env.begin()
+        except lmdb.MapResizedError:
+            # Another process grew the map between this process's open and now: adopt the new size.
+            env.set_mapsize(0)
+            continue
+        with reading as txn:
             try:
                 stats = check_data_file(data_file, journal=path, pinned_txnid=txn.id(), trees=trees)
             except IntegrityError:

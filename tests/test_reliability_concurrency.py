@@ -122,3 +122,30 @@ def test_threads_sharing_one_engine_get_distinct_generation_indices(jpath):
         for step in range(1, 11):
             assert journal.recorded_indices(step) == list(range(8))
         assert journal.verify() == []
+
+
+def test_opening_a_journal_another_process_grew_meanwhile_adopts_the_new_map_size(tmp_path):
+    """The open's structure check began a read transaction with the map size this process asked for;
+    when another process had grown the map since (a big record), LMDB said MDB_MAP_RESIZED and the
+    opening process died. The check now adopts the new size, as every other transaction does."""
+    import subprocess
+    import sys
+
+    import lmdb
+
+    from stepjournal._lmdb_check import check_env_structure
+
+    path = str(tmp_path / "journal")
+    Journal(path, map_size=64 * 1024).close()
+    env = lmdb.open(path, map_size=64 * 1024, max_dbs=16, subdir=True)  # this process's open, small map
+    grow = ("import sys, torch\nfrom stepjournal import Journal\n"
+            "with Journal(sys.argv[1], map_size=64 << 20) as j:\n"
+            "    j.record(1, {'x': torch.arange(200_000)})\n")
+    done = subprocess.run([sys.executable, "-c", grow, path], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(lmdb.MapResizedError):  # what LMDB says to a process still at the old size
+        env.begin().abort()
+    check_env_structure(env, os.path.join(path, "data.mdb"), path)  # adopts the new size, then checks
+    with env.begin() as txn:
+        assert txn.id() > 0
+    env.close()
