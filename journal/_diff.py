@@ -85,8 +85,9 @@ def _scan(journal: "Journal") -> _Scan:
     return scan
 
 
-def _choose(scan: _Scan, path: str, label: str, run: Optional[str], session: Optional[str]) -> Tuple[str, Optional[str]]:
-    """The run (and full session id) one side compares."""
+def _choose(scan: _Scan, path: str, label: str, run: Optional[str],
+            session: Optional[str]) -> Tuple[str, Optional[str], Optional[str]]:
+    """The run, full session id and session name (``s2``) one side compares (None, None without a session)."""
     runs = list(dict.fromkeys(e.run for _, e in scan.events if not isinstance(e, SessionOpened)))
     arg = f"run_{label.lower()}"
     if session is not None:
@@ -99,16 +100,16 @@ def _choose(scan: _Scan, path: str, label: str, run: Optional[str], session: Opt
             raise DiffError(f"{label} ({path}): {how} session matches {session!r}; its sessions are: {known}")
         if run is not None and run != found[0].run:
             raise DiffError(f"{label} ({path}): session {session!r} belongs to run {found[0].run!r}, not {run!r}")
-        return found[0].run, found[0].session
+        return found[0].run, found[0].session, names[found[0].session]
     if run is not None:
         if run not in runs:
             raise DiffError(f"{label} ({path}): run {run!r} has no calls; its runs are: {', '.join(runs) or 'none'}")
-        return run, None
+        return run, None, None
     if not runs:
         raise DiffError(f"{label} ({path}) holds no recorded calls")
     if len(runs) > 1:
         raise DiffError(f"{label} ({path}) holds several runs ({', '.join(runs)}); choose one with {arg}")
-    return runs[0], None
+    return runs[0], None, None
 
 
 def _records(
@@ -206,8 +207,8 @@ def diff_journals(
     tol = Tolerances(atol=atol, rtol=rtol, fields={k: _tolerance(k, v) for k, v in (tolerances or {}).items()})
     scan_a = _scan(a)
     scan_b = scan_a if b is a else _scan(b)
-    run_a, session_a = _choose(scan_a, a.path, "A", run_a, session_a)
-    run_b, session_b = _choose(scan_b, b.path, "B", run_b, session_b)
+    run_a, session_a, name_a = _choose(scan_a, a.path, "A", run_a, session_a)
+    run_b, session_b, name_b = _choose(scan_b, b.path, "B", run_b, session_b)
     rec_a = _records(scan_a, run_a, session_a, steps, stage, mode)
     rec_b = _records(scan_b, run_b, session_b, steps, stage, mode)
     steps_a, steps_b = {k[2] for k in rec_a}, {k[2] for k in rec_b}
@@ -255,9 +256,9 @@ def diff_journals(
             notes.append("per-field tolerances were not checked: no payload needed comparing")
     report = DiffReport(
         a=DiffSide(a.path, run_a, session_a, len(rec_a), _versions(scan_a), tuple(scan_a.unreadable), tuple(scan_a.damaged),
-                   _session_name(scan_a, session_a)),
+                   name_a),
         b=DiffSide(b.path, run_b, session_b, len(rec_b), _versions(scan_b), tuple(scan_b.unreadable), tuple(scan_b.damaged),
-                   _session_name(scan_b, session_b)),
+                   name_b),
         pairs=tuple(pairs),
         tolerances=tol,
         notes=tuple(notes),
@@ -265,12 +266,6 @@ def diff_journals(
     )
     log.info("journals_diffed", pairs=len(pairs), loaded=loader.loaded, exit_code=report.exit_code)
     return report
-
-
-def _session_name(scan: _Scan, session: Optional[str]) -> Optional[str]:
-    if session is None:
-        return None
-    return session_names(e.session for _, e in scan.events if isinstance(e, SessionOpened))[session]
 
 
 def _compare_pair(

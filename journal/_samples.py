@@ -189,10 +189,10 @@ def _source(journal: Any, seq: int, event: Any) -> Tuple[Any, Optional[Any]]:
 def _the_run(journal: Any) -> str:
     """The journal's run key when it has calls, else its only run with calls."""
     runs = [s.run for s in journal.run_summaries() if s.calls]
-    if journal.run in runs or len(runs) != 1:
-        if journal.run not in runs and runs:
-            raise JournalError(f"journal {journal.path} holds several runs ({', '.join(runs)}); choose one with run=")
+    if journal.run in runs or not runs:
         return journal.run
+    if len(runs) > 1:
+        raise JournalError(f"journal {journal.path} holds several runs ({', '.join(runs)}); choose one with run=")
     return runs[0]
 
 

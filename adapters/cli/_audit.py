@@ -22,7 +22,7 @@ from stepjournal._audit_rows import json_rows, releases_of
 
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._pager import paged
-from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, short_time
+from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, short_time
 
 __all__ = ["run"]
 
@@ -192,10 +192,7 @@ def _narrow_table(width: int, chunk: List[AuditRecord], names: Dict[str, str]) -
 
 
 def _wide_table(chunk: List[AuditRecord], names: Dict[str, str]) -> Any:
-    from rich import box
-    from rich.table import Table
-
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table = plain_table()
     for column in _WIDE:
         table.add_column(column, justify="right" if column in ("#", "step", "idx", "size") else "left",
                          overflow="fold")

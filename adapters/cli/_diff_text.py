@@ -55,7 +55,7 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
     tokenizers: List[Any] = []
     for path, side in ((path_a, report.a), (path_b, report.b)):
         with Journal(path, readonly=True) as journal:
-            tokenizers.append(load_tokenizer(journal, side.run, first.step, tokenizer_path))
+            tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path))
             found.append(journal.samples(first.step, run=side.run, mode=first.mode, tokenizer=tokenizers[-1]))
     for a, b in zip(*found):
         offset = _first_token(a.response_ids, b.response_ids)

@@ -42,6 +42,7 @@ __all__ = [
     "human_size",
     "error_line",
     "fitted_table",
+    "plain_table",
     "Column",
 ]
 
@@ -257,16 +258,21 @@ def short_time(ts: Optional[float]) -> str:
 Column = Tuple[str, str, Optional[int]]
 
 
+def plain_table() -> Any:
+    """The command line's table: a rule under the header, no frame, two spaces between columns (one of
+    padding after each cell and the box's one-space divider)."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+
+
 def fitted_table(width: int, columns: Sequence[Column]) -> Tuple[Any, bool]:
     """A table of one line per row that fits `width` columns: each cell cut to its column's width
     with an ellipsis; the columns of width None share what the others leave, and are left out when
     each would get under 8. Returns the table and whether those columns are in it (the caller's last
     cells)."""
-    from rich import box
-    from rich.table import Table
-
-    # One space of padding after each cell and the box's one-space divider: two spaces between columns.
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table = plain_table()
     stretching = sum(w is None for _, _, w in columns)
     rest = width - sum(w + 2 for _, _, w in columns if w) - 1
     share = (rest - 2 * (stretching - 1)) // max(stretching, 1)

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise UsageError(f"-o {args.out}: name an .html file")
     with Journal(args.journal, readonly=True) as journal:
         run_key = choose_run(journal, args.run)
-        tokenizer = load_tokenizer(journal, run_key, 0, args.tokenizer) if not args.no_text else None
+        tokenizer = load_tokenizer(journal, run_key, args.tokenizer) if not args.no_text else None
         data = collect(journal, run_key, tokenizer, per_step=args.samples, chars=args.chars)
     if not data["steps"]:
         raise Failure(f"run {cell(run_key)} has no train calls: nothing to report")

@@ -16,7 +16,7 @@ from rich.console import Console
 from stepjournal._audit import ACTIONS
 
 from ._common import names_of_sessions, open_readonly
-from ._render import cell, fingerprint_text, fitted_table, human_size, print_json, short_time
+from ._render import cell, fingerprint_text, fitted_table, human_size, plain_table, print_json, short_time
 
 __all__ = ["run"]
 
@@ -78,15 +78,8 @@ def _sessions(width: int, summaries: List[Any], names: Dict[str, str]) -> Any:
     return table
 
 
-def _plain_table() -> Any:
-    from rich import box
-    from rich.table import Table
-
-    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-
-
 def _wide_runs(summaries: List[Any]) -> Any:
-    table = _plain_table()
+    table = plain_table()
     for column in ("run", "sessions", "calls", *ACTIONS, "steps", "stages", "stored", "fingerprint"):
         table.add_column(column, justify="right" if column in ("sessions", "calls", *ACTIONS, "stored") else "left",
                          overflow="fold")
@@ -101,7 +94,7 @@ def _wide_runs(summaries: List[Any]) -> Any:
 
 
 def _wide_sessions(summaries: List[Any], names: Dict[str, str]) -> Any:
-    table = _plain_table()
+    table = plain_table()
     for column in ("session", "id", "run", "opened (UTC)", "host", "pid", "version", "fingerprint"):
         table.add_column(column, overflow="fold")
     for s in summaries:

@@ -22,7 +22,7 @@ from ._render import Failure, cell, clean, print_json
 __all__ = ["run"]
 
 
-def load_tokenizer(journal: Journal, run: str, step: int, given: Optional[str]) -> Any:
+def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
     """The tokenizer `--tokenizer` names, else the one the run's fingerprint names, from local files."""
     path = given
     if path is None:
@@ -47,7 +47,7 @@ def load_tokenizer(journal: Journal, run: str, step: int, given: Optional[str]) 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with Journal(args.journal, readonly=True) as journal:
         run_key = choose_run(journal, args.run)
-        tokenizer = load_tokenizer(journal, run_key, args.step, args.tokenizer)
+        tokenizer = load_tokenizer(journal, run_key, args.tokenizer)
         found = journal.samples(args.step, run=run_key, mode=args.mode, gen_index=args.index, tokenizer=tokenizer)
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, "run": run_key, "step": args.step,
