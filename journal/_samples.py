@@ -14,8 +14,10 @@ present). The forms read, by key of the call's output (and of its stored input f
   tokenizer's ``pad_token_id``).
 
 Rewards come from each stage named ``reward`` or ``reward.<name>`` at the same step (``rewards``, one
-number per sample; ``token_level_scores`` / ``token_level_rewards``, summed over the response), log-probs
-from ``old_log_prob`` (``old_log_probs``, or TRL's ``outputs[0]``), as a mean over the response's tokens.
+number per sample; ``token_level_scores`` / ``token_level_rewards`` / a reward model's ``rm_scores``, summed
+over the response), log-probs from ``old_log_prob`` (``old_log_probs``, or TRL's ``outputs[0]``), as a mean
+over the response's tokens. A stage output may hold them itself, in a ``DataProto``'s ``batch``, or, as verl
+V1's stages record them, in the ``fields`` of a ``{"fields": TQBatch, "metrics": ...}`` dict.
 """
 
 from __future__ import annotations
@@ -79,11 +81,19 @@ class Sample:
         return row
 
 
+def _holders(value: Any) -> List[Any]:
+    """Where a payload keeps its named fields: itself, a ``DataProto``'s ``batch``, a ``TQBatch``'s ``fields``,
+    and the same one level down under a ``"fields"`` entry (verl V1's stage outputs: ``{"fields": TQBatch, ...}``)."""
+    outer = [value]
+    if isinstance(value, Mapping) and value.get("fields") is not None:
+        outer.append(value["fields"])
+    found = [h for o in outer for h in (o, getattr(o, "batch", None), getattr(o, "fields", None))]
+    return [h for h in found if h is not None]
+
+
 def _field(value: Any, keys: Sequence[str]) -> Any:
-    """The first of `keys` a payload holds (a dict, or an object with a ``batch`` of tensors), else None."""
-    for holder in (value, getattr(value, "batch", None), getattr(value, "fields", None)):
-        if holder is None:
-            continue
+    """The first of `keys` a payload holds (see `_holders`), else None."""
+    for holder in _holders(value):
         for key in keys:
             try:
                 found = holder[key] if isinstance(holder, Mapping) or hasattr(holder, "keys") else None

@@ -148,27 +148,36 @@ def test_diff_text_shows_the_first_differing_sample_side_by_side_with_its_first_
 
 
 def test_verl_v1_batches_jagged_rows_are_read_through_the_tq_batch_codec(tmp_path, tokenizer_dir):
-    """V1's TQBatch (the real class and codec): jagged prompts and responses, no padding, rm_scores."""
+    """V1's TQBatch (the real class and codec): jagged prompts and responses, no padding; the reward and log-prob
+    stages as V1's stage hooks record them (``{"fields": TQBatch, "metrics": ...}``); the tokenizer found where verl
+    loads it from, the model path its fingerprint names."""
     from tensordict import TensorDict
     from transformers import AutoTokenizer
 
+    from stepjournal.adapters.verl import TOKENIZER_KEYS
     from stepjournal.adapters.verl._v1_codec import TQBatch, register_tq_codec
 
     register_tq_codec()
     jagged = lambda rows: torch.nested.nested_tensor([torch.tensor(r) for r in rows], layout=torch.jagged)  # noqa: E731
+    keys, tags = ("u0_0_0", "u1_0_0"), ({}, {})
     fields = TensorDict({
         "prompts": jagged([ids("what is two"), ids("the cat sat on")]),
         "responses": jagged([[*ids("four"), EOS], ids("a mat")]),
-        "rm_scores": jagged([[0.0, 1.0], [0.0, 0.0]]),
     }, batch_size=[2])
+    stage = lambda name, rows: {  # noqa: E731
+        "fields": TQBatch(TensorDict({name: jagged(rows)}, batch_size=[2]), keys=keys, tags=tags), "metrics": {}}
     path = str(tmp_path / "v1")
-    with Journal(path, run="v1") as journal:
-        journal.record(1, TQBatch(fields, keys=("u0_0_0", "u1_0_0"), tags=({}, {})))
-        scores = TensorDict({"rm_scores": fields["rm_scores"]}, batch_size=[2])
-        journal.record(1, TQBatch(scores, keys=("u0_0_0", "u1_0_0"), tags=({}, {})), stage="reward")
+    assert TOKENIZER_KEYS == ("verl.tokenizer_path", "verl.model_path")
+    with Journal(path, run="v1", fingerprint={"verl.model_path": tokenizer_dir, "verl.rollout_n": 1}) as journal:
+        journal.record(1, TQBatch(fields, keys=keys, tags=tags))
+        journal.record(1, stage("rm_scores", [[0.0, 1.0], [0.0, 0.0]]), stage="reward")
+        journal.record(1, stage("old_log_probs", [[-1.0, -3.0], [-0.5, -0.5]]), stage="old_log_prob")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     with Journal(path, readonly=True) as journal:
         found = journal.samples(1, tokenizer=tokenizer)
     assert [(s.prompt, s.response, s.truncated) for s in found] == [("what is two", "four", False),
                                                                     ("the cat sat on", "a mat", True)]
-    assert [s.rewards for s in found] == [{"reward": 1.0}, {"reward": 0.0}]
+    assert [(s.rewards, s.logprob_mean) for s in found] == [({"reward": 1.0}, -2.0), ({"reward": 0.0}, -0.5)]
+    shown = run_cli("show", path, "1", "--text", "--json")  # no --tokenizer: verl.model_path names it
+    assert shown.returncode == 0, shown.stderr
+    assert [s["response"] for s in json.loads(shown.stdout)["samples"]] == ["four", "a mat"]

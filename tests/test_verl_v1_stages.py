@@ -129,3 +129,43 @@ def test_stepjournal_diff_says_generate_is_equal_and_metrics_differ_where_the_ad
     assert f"at step {acts} the first differing stage is metrics" in shown.stdout
     assert "generate, reward, old_log_prob, ref_log_prob are equal" in shown.stdout
     assert "actor/pg_loss" in shown.stdout
+
+
+def test_show_text_of_a_v1_step_prints_each_samples_prompt_response_and_reward_as_the_trainer_decoded_and_scored_it(
+        runs):
+    """`stepjournal show J 2 --text`, typed through a shell with no ``--tokenizer``: the run's own tokenizer (verl's
+    model path, which the recording's fingerprint names) decodes each sample; the reward beside it is what the
+    reward model scored for that text, and what the trainer handed the actor at that step."""
+    import os
+    import shlex
+
+    from transformers import AutoTokenizer
+    from verl_v1_stage_standins import reward_model_score
+
+    recorded = runs["recorded"]["stages"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200"}
+    line = f"stepjournal show {shlex.quote(recorded['journal'])} 2 --text"
+    table = subprocess.run(line, shell=True, capture_output=True, text=True, env=env, timeout=300)
+    as_json = subprocess.run(line + " --json", shell=True, capture_output=True, text=True, env=env, timeout=300)
+    assert table.returncode == 0 and as_json.returncode == 0, table.stderr + as_json.stderr
+    samples = json.loads(as_json.stdout)["samples"]
+    assert len(samples) == 8  # 4 prompts, rollout.n 2
+
+    tokenizer = AutoTokenizer.from_pretrained(str(runs["root"] / "tiny-model"), local_files_only=True)
+    handed = recorded["updates"][STEPS.index(2)]  # what verl's trainer handed the actor at step 2
+    trainer_rewards = sorted((tuple(ids), sum(scores)) for ids, scores in zip(handed["responses"], handed["rm_scores"]))
+    assert sorted((tuple(s["response_ids"]), s["rewards"]["reward"]) for s in samples) == trainer_rewards
+    for s in samples:
+        assert s["prompt"] == tokenizer.decode(s["prompt_ids"], skip_special_tokens=True)
+        assert s["response"] == tokenizer.decode(s["response_ids"], skip_special_tokens=True)
+        # The text is the response: encoded again, it is the same tokens (the end-of-sequence token aside),
+        # so the reward model's score of those tokens is its score of this text.
+        assert tokenizer(s["response"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] == s["response_ids"]
+        assert s["rewards"] == {"reward": reward_model_score(s["response_ids"])}
+        assert "What is" in s["prompt"] and s["response"].startswith("#### ")
+        assert s["logprob_mean"] is not None and s["truncated"] is False
+        # The latest call at step 2 is the replay process's: it names the recorded step it served.
+        assert (s["action"], s["source_step"]) == ("replayed", 2)
+        assert f"response: {s['response']}" in table.stdout
+    assert "replayed from step 2" in table.stdout
+    assert {s["rewards"]["reward"] for s in samples} <= {0.0, 1.0}

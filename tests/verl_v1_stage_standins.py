@@ -109,6 +109,11 @@ class CriticStandIn:
         return SimpleNamespace(get=lambda: {"metrics": metrics})
 
 
+def reward_model_score(response_ids: List[int]) -> float:
+    """The stand-in reward model's score of one response (its tokens, end-of-sequence included): their sum's parity."""
+    return float(sum(int(t) for t in response_ids) % 2)
+
+
 class RewardModelStandIn:
     """A colocated reward model's ``RewardLoopManager``: no streaming handles, a counted ``compute_rm_score``."""
 
@@ -127,7 +132,7 @@ class RewardModelStandIn:
         scores = torch.zeros(responses.shape, dtype=torch.float32)
         for i, length in enumerate(mask.sum(-1).tolist()):
             if length:
-                scores[i, length - 1] = float(int(responses[i, :length].sum()) % 2)
+                scores[i, length - 1] = reward_model_score(responses[i, :length].tolist())
         return DataProto(batch=TensorDict({"rm_scores": scores}, batch_size=len(data)),
                          meta_info={"reward_extra_keys": []})
 

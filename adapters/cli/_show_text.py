@@ -1,16 +1,17 @@
 """``stepjournal show JOURNAL STEP --text``: each sample of a generate call, decoded with the run's tokenizer,
 beside its reward and log-prob.
 
-The tokenizer is the run's own: the ``tokenizer`` key of the fingerprint the recording session opened with
-(TRL's `trainer_fingerprint` records it), or ``--tokenizer PATH``. It is loaded from local files only
-(``transformers``' `AutoTokenizer`, offline): reading a journal never reaches the network.
+The tokenizer is the run's own: the first of `tokenizer_keys` the fingerprint the recording session opened
+with names (TRL's ``tokenizer``; verl's tokenizer path, else its model path), or ``--tokenizer PATH``. It is
+loaded from local files only (``transformers``' `AutoTokenizer`, offline): reading a journal never reaches the
+network.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Tuple
 
 from rich.console import Console
 
@@ -19,18 +20,38 @@ from stepjournal import AUDIT_SCHEMA_VERSION, Journal
 from ._common import choose_run
 from ._render import Failure, cell, clean, print_json
 
-__all__ = ["run"]
+__all__ = ["run", "load_tokenizer", "tokenizer_keys", "TOKENIZER_KEY"]
+
+TOKENIZER_KEY = "tokenizer"  # the fingerprint key a run's tokenizer is named under (TRL records it)
+
+
+def tokenizer_keys() -> Tuple[str, ...]:
+    """The fingerprint keys that name a run's tokenizer, first found wins: ``tokenizer`` (TRL's, and the one to use
+    in a fingerprint of your own), then verl's (`stepjournal.adapters.verl.TOKENIZER_KEYS`)."""
+    from stepjournal.adapters.verl import TOKENIZER_KEYS as verl_keys  # verl's import is seconds: only when needed
+
+    return (TOKENIZER_KEY,) + tuple(verl_keys)
+
+
+def _recorded_tokenizer(journal: Journal, run: str, keys: Sequence[str]) -> Optional[str]:
+    """The tokenizer the run's latest session names under the first of `keys` it holds (a non-empty string)."""
+    path = None
+    for _, opened in journal.sessions(run=run):
+        fingerprint = opened.fingerprint
+        path = next((fingerprint[k] for k in keys if isinstance(fingerprint.get(k), str) and fingerprint[k]), None) or path
+    return path
 
 
 def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
-    """The tokenizer `--tokenizer` names, else the one the run's fingerprint names, from local files."""
-    path = given
-    if path is None:
-        for _, opened in journal.sessions(run=run):
-            path = opened.fingerprint.get("tokenizer") or path
+    """The tokenizer `--tokenizer` names, else the one the run's fingerprint names (`tokenizer_keys`), from local
+    files. verl's keys are read only when no session names a ``tokenizer``: a TRL run never imports verl."""
+    path = given or _recorded_tokenizer(journal, run, (TOKENIZER_KEY,))
     if not path:
-        raise Failure(f"run {clean(run)!r} recorded no tokenizer (no 'tokenizer' in its fingerprint): pass "
-                      "--tokenizer PATH, a folder its tokenizer was saved to (save_pretrained)")
+        keys = tokenizer_keys()
+        path = _recorded_tokenizer(journal, run, keys)
+        if not path:
+            raise Failure(f"run {clean(run)!r} recorded no tokenizer (its fingerprint has none of {', '.join(keys)}): "
+                          "pass --tokenizer PATH, a folder its tokenizer was saved to (save_pretrained)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a journal is read offline: never fetch a tokenizer
     try:
         from transformers import AutoTokenizer

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._config import VerlJournalConfig, read_verl_config, verl_fingerprint, verl_run_key
+from ._fingerprint import TOKENIZER_KEYS
 from ._errors import MissingInputError, NoOutcomeError, PickleRefusedError, VerlAdapterError, VerlDumpError, VerlStepError
 
 # verl and the modules its import needs (the `verl` extra).
@@ -70,6 +71,7 @@ __all__ = [
     "VerlJournalConfig",
     "verl_run_key",
     "verl_fingerprint",
+    "TOKENIZER_KEYS",
     "import_verl_dumps",
     "find_verl_dumps",
     "ImportReport",

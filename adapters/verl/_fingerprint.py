@@ -57,6 +57,11 @@ GENERATION_KEYS = {
 }
 
 
+# Where verl loads a run's tokenizer from (its ``HFModelConfig``): the tokenizer path, else the model's. The
+# CLI's ``show --text``, ``diff --text`` and ``report`` read the first of these a recording's fingerprint holds.
+TOKENIZER_KEYS = ("verl.tokenizer_path", "verl.model_path")
+
+
 def verl_fingerprint(cfg: Any) -> Dict[str, Any]:
     """What a recorded generation must match (docs/verl.md lists each key).
 
