@@ -27,6 +27,7 @@ __all__ = [
     "RemoteMissingError",
     "RemoteCredentialsError",
     "RemoteUnreachableError",
+    "RemoteRegionError",
     "RemoteConfigError",
     "RemoteUrlSecretError",
 ]
@@ -183,6 +184,12 @@ class RemoteCredentialsError(RemoteError):
 class RemoteUnreachableError(RemoteError):
     """No connection to the endpoint (refused, unknown host, no route): check the endpoint
     (``AWS_ENDPOINT_URL``, the URL's host) and that the server is up and reachable from here."""
+
+
+class RemoteRegionError(RemoteError):
+    """The bucket is in another region than the one the request was signed for (AWS answers such a request
+    ``400 AuthorizationHeaderMalformed``, naming the bucket's region): set ``AWS_REGION`` to the bucket's
+    region, which the message names (or pass ``region`` in a `Remote`'s options)."""
 
 
 class RemoteConfigError(RemoteError):

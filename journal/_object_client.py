@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 from ._errors import (IntegrityError, RemoteConflictError, RemoteCredentialsError, RemoteError, RemoteMissingError,
-                      RemotePlainHttpError, RemoteUnreachableError)
+                      RemotePlainHttpError, RemoteRegionError, RemoteUnreachableError)
 from ._pages import owned_buffer
 from ._secrets import public_url, redact
 
@@ -110,6 +110,8 @@ _NO_BUCKET = "<Code>NoSuchBucket</Code>"  # in a 404's body: the bucket, not the
 # The S3 error codes that mean the credentials were refused (401 / 403 replies).
 _REFUSED = re.compile(r"<Code>(InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|ExpiredToken|InvalidToken|"
                       r"InvalidClientTokenId|AuthorizationHeaderMalformed)</Code>")
+# A request signed for another region than the bucket's: AWS's 400 names the bucket's region.
+_WRONG_REGION = re.compile(r"<Code>AuthorizationHeaderMalformed</Code>.*?<Region>([A-Za-z0-9-]{1,64})</Region>", re.S)
 _ENDPOINT = re.compile(r"\b(https?://[^/\s]+)")
 # What a failed connection says, most telling first.
 _CONNECT_REASONS = ("Connection refused", "Name or service not known", "dns error", "No route to host",
@@ -133,6 +135,12 @@ def _classified(message: str, exc: BaseException) -> RemoteError:
     if _NO_BUCKET in text:
         return RemoteMissingError(f"{message}: the bucket does not exist at {endpoint}; check the bucket in the URL "
                                   "and the endpoint (AWS_ENDPOINT_URL), or create the bucket")
+    region = _WRONG_REGION.search(text)
+    if region:
+        signed = re.search(r"the region '([^'<>\s]{1,64})' is wrong", text)
+        asked = f", not {signed.group(1)}, which the request was signed for" if signed else ""
+        return RemoteRegionError(f"{message}: the bucket is in region {region.group(1)}{asked}; set "
+                                 f"AWS_REGION={region.group(1)} in the environment of the commands that use this remote")
     refused = _REFUSED.search(text)
     if refused or type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
         why = refused.group(1) if refused else type(exc).__name__

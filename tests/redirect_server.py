@@ -9,12 +9,12 @@ test waits for the server to come up. Run as a script, this module is that child
 from __future__ import annotations
 
 import http.server
-import socket
-import subprocess
 import sys
 from typing import Iterator
 
 import pytest
+
+from child_server import adopt_listener, serve_in_child
 
 PASSWORD = "rEdIrEcT-pw-9d2e51-never-shown"
 
@@ -46,27 +46,14 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
 def _serve(fd: int, port: int) -> None:
     _Hostile.port = port
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Hostile, bind_and_activate=False)
-    server.socket.close()
-    server.socket = socket.socket(fileno=fd)
-    server.serve_forever()
+    adopt_listener(http.server.ThreadingHTTPServer, _Hostile, fd, port).serve_forever()
 
 
 @pytest.fixture(scope="module")
 def redirect_server() -> Iterator[str]:
     """``http://127.0.0.1:<port>``: the hostile server's endpoint."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    port = listener.getsockname()[1]
-    child = subprocess.Popen([sys.executable, __file__, str(listener.fileno()), str(port)],
-                             pass_fds=[listener.fileno()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    listener.close()  # the child holds it now
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        child.terminate()
-        child.wait(timeout=10)
+    with serve_in_child(__file__) as endpoint:
+        yield endpoint
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
-from s3_server import free_port, s3_env, s3_server, start_moto, subprocess_env  # noqa: F401
+from region_server import BUCKET_REGION, region_server  # noqa: F401
+from s3_server import free_port, make_bucket, s3_env, s3_server, start_moto, subprocess_env  # noqa: F401
 from stepjournal import (Journal, RemoteCredentialsError, RemoteError, RemoteMissingError, RemotePlainHttpError,
-                         RemoteUnreachableError, clone, pull, push, remote_status)
+                         RemoteRegionError, RemoteUnreachableError, clone, pull, push, remote_status)
 
 BIN = os.path.dirname(sys.executable)
 VERBS = ["push {a} {url}", "pull {url} {a}", "clone {url} {b}", "status {a} {url}"]
@@ -88,6 +89,25 @@ def test_an_endpoint_nothing_answers_at_says_to_check_it(tmp_path, journal, s3_e
     python_raises(journal, s3_env, RemoteUnreachableError, tmp_path)
 
 
+def test_a_bucket_in_another_region_says_which_region_to_set(tmp_path, journal, s3_server, region_server, monkeypatch):
+    """The endpoint holds its buckets in eu-west-1, as AWS would; the client signs for us-east-1."""
+    url = f"s3://{make_bucket(s3_server)}/team"
+    env = {**subprocess_env(region_server), "AWS_REGION": "us-east-1"}
+    refused(tmp_path, journal, url, env,
+            f"the bucket is in region {BUCKET_REGION}, not us-east-1, which the request was signed for; "
+            f"set AWS_REGION={BUCKET_REGION}")
+    for key in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.setenv(key, env[key])
+    python_raises(journal, url, RemoteRegionError, tmp_path)
+    # What the line says to do works: the same commands with the bucket's region.
+    line = f"export AWS_REGION={BUCKET_REGION}; stepjournal push {journal} {url} && stepjournal status {journal} {url}"
+    done = subprocess.run(["bash", "-c", f"export PATH={BIN}:$PATH; {line}"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "push would send 0 events" in done.stdout and "pull would fetch 0 events" in done.stdout, done.stdout
+
+
 def test_each_refusal_is_a_remote_error_that_documents_what_to_do():
-    for cls in (RemotePlainHttpError, RemoteMissingError, RemoteCredentialsError, RemoteUnreachableError):
+    for cls in (RemotePlainHttpError, RemoteMissingError, RemoteCredentialsError, RemoteUnreachableError,
+                RemoteRegionError):
         assert issubclass(cls, RemoteError) and cls.__doc__
