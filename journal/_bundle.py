@@ -30,6 +30,7 @@ from ._import_checks import IncomingChecks, Renames, check_options
 from ._import_map import ImportMap
 from ._journal import Journal
 from ._log import get_logger
+from ._progress import Progress, report_progress
 from ._object_store import ObjectPayloadStore
 from ._pull import PullReport, pull_from
 from ._remote import Released, journal_id, local_payload
@@ -48,7 +49,6 @@ _ENTRY = re.compile(
     r"^(stepjournal-remote\.json|heads/[0-9a-f]{32}\.json|segments/[0-9a-f]{32}/[0-9]{20}-[0-9]{20}\.msgpack"
     r"|payloads/[0-9a-f]{64})$"
 )
-Progress = Optional[Callable[[str, int, int], None]]
 # What `zipfile` raises on a damaged archive, besides its own BadZipFile: a header naming an unknown
 # method or flag (NotImplementedError), a name that is not UTF-8 (UnicodeDecodeError, a ValueError),
 # sizes and offsets past the file (EOFError, OSError on a negative seek), short headers (struct.error).
@@ -74,6 +74,7 @@ class _Writer:
         self.url = f"bundle:{path}"
         self._zip = zipfile.ZipFile(path, "x", compression=zipfile.ZIP_STORED, allowZip64=True)
         self._names: set = set()
+        self.written = 0  # the bytes of the objects written so far
 
     def put(self, key: str, data: Any, *, create: bool = False) -> bool:
         if key in self._names:
@@ -84,6 +85,7 @@ class _Writer:
         info.compress_type = zipfile.ZIP_STORED
         self._zip.writestr(info, bytes(data))
         self._names.add(key)
+        self.written += len(data)
         return True
 
     def close(self) -> None:
@@ -196,7 +198,8 @@ def export_bundle(journal: Any, path: Any, *, runs: Optional[Collection[str]] = 
     Args:
         runs, modes, stages, steps: keep only the calls of these (None: all); the sessions of the
             kept runs come too. `steps` is anything with ``in`` (a `StepRanges`, a set, a range).
-        progress: ``progress(what, done, total)`` as events are read.
+        progress: ``progress("bundle", events read, events in all)`` as events are read, and the bytes written
+            so far when it asks for them (docs/sharing.md, "Progress").
 
     Raises:
         JournalError: `path` exists (nothing is overwritten), or nothing was selected.
@@ -245,8 +248,8 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
         heads.setdefault(source, new_head(source))["segments"].append(entry)
 
     for done, (source, seq, raw, event) in enumerate(_origins(journal), start=1):
-        if progress is not None and done % 1024 == 0:
-            progress("bundle", done, total)
+        if done % 1024 == 0:
+            report_progress(progress, "bundle", done, total, writer.written)
         if not _selected(event, runs, modes, stages, steps):
             continue
         for ref in call_refs(event):
@@ -268,8 +271,7 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
             flush(source)
     for source in list(pending):
         flush(source)
-    if progress is not None:
-        progress("bundle", total, total)  # the last report, whatever the count: a bar ends full
+    report_progress(progress, "bundle", total, total, writer.written)  # the last report, whatever the count: a bar ends full
     if not events:
         raise JournalError(f"nothing in {journal.path!r} matches the selection; a bundle needs at least one event")
     for source, head in sorted(heads.items()):

@@ -25,6 +25,7 @@ from ._import_checks import IncomingChecks, Renames, check_options, rename, rena
 from ._import_map import ImportMap
 from ._journal import Journal
 from ._log import get_logger
+from ._progress import Progress, report_progress
 from ._object_client import Remote, remote_url
 from ._object_store import ObjectPayloadStore
 from ._payload_store import LmdbPayloadStore
@@ -46,7 +47,6 @@ log = get_logger("stepjournal._remote")
 _PULL_RUN_BYTES = 1 << 26
 # The most journals a pull reads the heads of: more is a remote to split (or not one stepjournal wrote).
 _MAX_SOURCES = 100_000
-Progress = Optional[Callable[[str, int, int], None]]
 
 
 @attrs.frozen
@@ -183,6 +183,8 @@ def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options
     committed before the failure.
 
     Args:
+        progress: told after each run of events committed: ``progress("pull <source>", events done, events of
+            that source)``, and the bytes fetched so far when it asks for them (docs/sharing.md, "Progress").
         runs: import under other run keys: a run key for every incoming run, or ``{old: new}``.
         keep: ``"ours"``: an incoming record of a call this journal already serves (other bytes, another
             journal) is imported for the audit, and this journal's record stays served.
@@ -316,8 +318,7 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
         counts["events"] += len(run.events)
         counts["payloads"] += fetched
         counts["bytes"] += nbytes
-        if progress is not None:
-            progress(f"pull {run.source[:8]}", counts["events"], run.total)
+        report_progress(progress, f"pull {run.source[:8]}", counts["events"], run.total, counts["bytes"])
     report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(sources), checks.count)
     log.info("journal_pulled", url=remote.url, events=report.events_pulled, payloads=report.payloads_fetched,
              kept=report.kept)

@@ -33,6 +33,7 @@ from ._events import EventsImported, PayloadsReleased
 from ._journal import Journal
 from ._keys import META_CREATED
 from ._log import get_logger
+from ._progress import Progress, report_progress
 from ._object_client import Remote
 from ._payloads import blob_intact
 from ._remote_layout import _MAX_HEAD, REMOTE_FORMAT, _head_of, _manifest, call_refs, encode_segment, new_head
@@ -48,7 +49,6 @@ R = TypeVar("R")
 
 _SEGMENT_EVENTS = 4096
 _BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pushed segment
-Progress = Optional[Callable[[str, int, int], None]]
 
 
 @attrs.frozen
@@ -136,7 +136,9 @@ def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
 
     `url` is a URL, a plain path (a folder), the name of one of the journal's remotes, or None: its
     default remote (`add_remote`). Only the journal's own events are sent (events it pulled from
-    another journal stay with theirs), in segments of at most `segment_events` events.
+    another journal stay with theirs), in segments of at most `segment_events` events. `progress` is told
+    after each segment: ``progress("push", events done, events in all)``, and the bytes sent so far when it
+    asks for them (`stepjournal._progress`; docs/sharing.md, "Progress").
 
     Raises:
         RemoteError: the remote failed, or holds another history for this journal (it diverged); its
@@ -265,8 +267,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
         head["last_seq"], head["last_digest"] = through[0], digest_bytes(through[1]).hex()
         nonlocal etag  # last: it lists what now exists, and only if no other push moved it meanwhile
         etag = remote.put_if(f"heads/{source}.json", json.dumps(head).encode(), etag=etag)
-        if progress is not None:
-            progress("push", through[0], total)
+        report_progress(progress, "push", through[0], total, sent["bytes"])
 
     for events, through in segments_to_push(journal, head["last_seq"], known, segment_events):
         flush(events, through)

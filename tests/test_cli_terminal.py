@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import pty
 import select
 import subprocess
@@ -219,6 +220,43 @@ def test_progress_is_drawn_on_a_terminal_only_and_never_with_json(journal):
     env = {**os.environ, "COLUMNS": "100", "TERM": "xterm", "PAGER": "cat"}
     assert "verifying" in run_in_pty([str(SCRIPT), "verify", journal], env)
     assert "verifying" not in run_in_pty([str(SCRIPT), "verify", journal, "--json"], env)
+
+
+def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(journal, tmp_path):
+    """push, clone, pull, export and import: the bar ends with every event done, the bytes the verb reports it
+    moved, their rate and the time left; with --json, or piped, nothing reaches stderr."""
+    import json
+    import re
+
+    from stepjournal.adapters.cli._render import human_size
+
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm", "PAGER": "cat"}
+    remote, bundle = f"file://{tmp_path / 'remote'}", str(tmp_path / "j.sjb")
+    verbs = {
+        "push": ["push", journal, remote],
+        "pull": ["clone", remote, str(tmp_path / "b")],
+        "bundle": ["export", journal, "--bundle", bundle],
+    }
+    for label, argv in verbs.items():
+        shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), *argv], env)).replace("\r", "\n")
+        bars = [line for line in shown.splitlines() if re.match(rf"{label}\b.* \d+/\d+ ", line)]
+        assert bars, (label, shown)
+        done, total = map(int, re.search(r"(\d+)/(\d+)", bars[-1]).groups())
+        assert done == total > 0, bars[-1]
+        assert re.search(r"\d[\d.]* (bytes|kB|MB) · \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1]), bars[-1]
+        assert re.search(r"\d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]  # elapsed, then time left
+    # The bytes on the bar are those the verb reports: push once more, into a fresh remote, with --json too.
+    fresh = f"file://{tmp_path / 'fresh'}"
+    reported = json.loads(cli("push", journal, fresh, "--json").stdout)["bytes_sent"]
+    shown = run_in_pty([str(SCRIPT), "push", journal, f"file://{tmp_path / 'fresh2'}"], env)
+    assert human_size(reported) in shown
+    for argv in (["push", journal, f"file://{tmp_path / 'fresh3'}", "--json"],
+                 ["clone", remote, str(tmp_path / "c"), "--json"], ["import", bundle, str(tmp_path / "d"), "--json"]):
+        target = argv[2][len("file://"):] if argv[2].startswith("file://") else argv[2]
+        assert not re.search(r"(push|pull|bundle) .*\d+/\d+", run_in_pty([str(SCRIPT), *argv], env)), argv
+        shutil.rmtree(target)
+        piped = cli(*argv[:-1])
+        assert piped.returncode == 0 and piped.stderr == "", (argv, piped.stderr)
 
 
 @pytest.mark.parametrize("columns", [80, 120])

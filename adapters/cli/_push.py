@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import time
 from typing import Any, Callable, Dict, Iterator
 
 import attrs
@@ -18,24 +19,29 @@ __all__ = ["run", "progress_to"]
 
 
 @contextlib.contextmanager
-def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[[str, int, int], None]]:
-    """A library progress callback ``(what, done, total)`` drawn on a rich progress bar on `err`.
+def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[..., None]]:
+    """A library progress callback drawn on a rich progress bar on `err`: events done of all, the bytes moved
+    so far and their rate (it `counts_bytes`: docs/sharing.md, "Progress"), and the time left.
 
     The bar starts at the first report, so a verb that fails before it reports anything (a remote
     that refuses at once) prints its one error line and nothing else.
     """
     tasks: Dict[str, Any] = {}
+    began = time.monotonic()  # the rate is over the whole verb, remote round trips included
     bar: Any = None
 
-    def update(what: str, done: int, total: int) -> None:
+    def update(what: str, done: int, total: int, moved: int = 0) -> None:
         nonlocal bar
         if bar is None:
-            bar = progress_bar(err, quiet=quiet)
+            bar = progress_bar(err, quiet=quiet, moved=True)
             bar.start()
         if what not in tasks:
-            tasks[what] = bar.add_task(what, total=total or None)
-        bar.update(tasks[what], completed=done, total=total or None)
+            tasks[what] = bar.add_task(what, total=total or None, moved="")
+        took = max(time.monotonic() - began, 1e-6)
+        rate = f" · {human_size(int(moved / took))}/s" if moved else ""
+        bar.update(tasks[what], completed=done, total=total or None, moved=f"{human_size(moved)}{rate}")
 
+    update.counts_bytes = True  # type: ignore[attr-defined]
     try:
         yield update
     finally:

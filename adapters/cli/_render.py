@@ -125,16 +125,18 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
         trimmed.finish()
 
 
-def progress_bar(err: Console, *, quiet: bool = False) -> Any:
+def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False) -> Any:
     """A rich progress bar on `err` (use as a context manager): drawn only when `err` is a terminal and
-    not `quiet` (a ``--json`` run), so a log file or a pipe gets no bar."""
+    not `quiet` (a ``--json`` run), so a log file or a pipe gets no bar. `moved`: a column for each task's
+    ``moved`` field (the bytes moved and their rate, as `progress_to` fills it)."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    if moved:
+        columns.append(TextColumn("{task.fields[moved]}"))
     return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
+        *columns,
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err,
