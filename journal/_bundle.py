@@ -249,7 +249,7 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
 
     for done, (source, seq, raw, event) in enumerate(_origins(journal), start=1):
         if done % 1024 == 0:
-            report_progress(progress, "bundle", done, total, writer.written)
+            report_progress(progress, "bundle", done, total, moved=writer.written)
         if not _selected(event, runs, modes, stages, steps):
             continue
         for ref in call_refs(event):
@@ -271,7 +271,8 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
             flush(source)
     for source in list(pending):
         flush(source)
-    report_progress(progress, "bundle", total, total, writer.written)  # the last report, whatever the count: a bar ends full
+    # The last report, whatever the count: a bar ends full.
+    report_progress(progress, "bundle", total, total, moved=writer.written)
     if not events:
         raise JournalError(f"nothing in {journal.path!r} matches the selection; a bundle needs at least one event")
     for source, head in sorted(heads.items()):

@@ -26,6 +26,7 @@ from ._codec import CodecRegistry, describe_payload
 from ._errors import JournalError
 from ._events import PayloadRef
 from ._journal import Journal
+from ._progress import report_progress
 from ._version import __version__
 
 __all__ = ["EXPORT_FORMAT_VERSION", "ExportError", "OpaqueValue", "OpaqueReader", "export_payloads", "choose_run"]
@@ -309,7 +310,8 @@ def export_payloads(
         steps: the steps to export (a `stepjournal.policies.StepRanges`, or any container of steps;
             default every recorded step).
         inputs: export each call's stored input too.
-        progress: called with (done, total) after each call written.
+        progress: called with (done, total) after each call written; with (done, total, bytes written so far)
+            when it sets ``counts_bytes`` (docs/sharing.md, "Progress").
 
     Returns:
         The manifest (also written as ``folder/manifest.json``).
@@ -336,6 +338,7 @@ def export_payloads(
             raise ExportError(f"run {run!r} has no recorded {mode} output at steps {_steps_text(steps)}")
         os.makedirs(target, exist_ok=True)
         entries = []
+        written = 0  # the bytes of the files written so far
         for done, (step, index) in enumerate(wanted, 1):
             recorded = opened.lookup(step, index, mode=mode, run=run)
             event = recorded.event
@@ -360,8 +363,8 @@ def export_payloads(
                 "tensors": files["output"],
                 "input_tensors": files.get("input"),
             })
-            if progress is not None:
-                progress(done, len(wanted))
+            written += sum(entry.stat().st_size for entry in os.scandir(call_folder))
+            report_progress(progress, done, len(wanted), moved=written)
     manifest = {
         "format": "stepjournal-export",
         "format_version": EXPORT_FORMAT_VERSION,

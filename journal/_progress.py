@@ -4,22 +4,25 @@ A callback is called ``progress(what, done, total)``: ``what`` names the work (`
 ``"bundle"``), ``done`` and ``total`` count its events (``total`` 0: not known). A callback whose
 ``counts_bytes`` attribute is true is called ``progress(what, done, total, moved)`` instead, ``moved`` being the
 bytes sent, fetched or written so far: what a display turns into a size and a rate (the command line's bars).
+`export_payloads` reports ``progress(done, total)`` (calls written), and ``progress(done, total, moved)`` to such
+a callback.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 __all__ = ["Progress", "report_progress"]
 
 Progress = Optional[Callable[..., None]]
 
 
-def report_progress(progress: Progress, what: str, done: int, total: int, moved: int) -> None:
-    """Tell `progress` (None: nobody) how far `what` got: `moved` only to a callback that `counts_bytes`."""
+def report_progress(progress: Progress, *counts: Any, moved: int) -> None:
+    """Tell `progress` (None: nobody) how far the work got (`counts`: ``what, done, total``, or ``done, total``
+    for `export_payloads`), with the bytes `moved` last to a callback that `counts_bytes`."""
     if progress is None:
         return
     if getattr(progress, "counts_bytes", False):
-        progress(what, done, total, moved)
+        progress(*counts, moved)
     else:
-        progress(what, done, total)
+        progress(*counts)

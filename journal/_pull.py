@@ -318,7 +318,7 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
         counts["events"] += len(run.events)
         counts["payloads"] += fetched
         counts["bytes"] += nbytes
-        report_progress(progress, f"pull {run.source[:8]}", counts["events"], run.total, counts["bytes"])
+        report_progress(progress, f"pull {run.source[:8]}", counts["events"], run.total, moved=counts["bytes"])
     report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(sources), checks.count)
     log.info("journal_pulled", url=remote.url, events=report.events_pulled, payloads=report.payloads_fetched,
              kept=report.kept)

@@ -267,7 +267,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
         head["last_seq"], head["last_digest"] = through[0], digest_bytes(through[1]).hex()
         nonlocal etag  # last: it lists what now exists, and only if no other push moved it meanwhile
         etag = remote.put_if(f"heads/{source}.json", json.dumps(head).encode(), etag=etag)
-        report_progress(progress, "push", through[0], total, sent["bytes"])
+        report_progress(progress, "push", through[0], total, moved=sent["bytes"])
 
     for events, through in segments_to_push(journal, head["last_seq"], known, segment_events):
         flush(events, through)

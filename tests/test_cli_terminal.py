@@ -223,8 +223,8 @@ def test_progress_is_drawn_on_a_terminal_only_and_never_with_json(journal):
 
 
 def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(journal, tmp_path):
-    """push, clone, pull, export and import: the bar ends with every event done, the bytes the verb reports it
-    moved, their rate and the time left; with --json, or piped, nothing reaches stderr."""
+    """push, clone, pull, export (a bundle, or tensors --to a folder) and import: the bar ends with every event (or
+    call) done, the bytes moved, their rate and the time left; with --json, or piped, nothing reaches stderr."""
     import json
     import re
 
@@ -236,6 +236,7 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
         "push": ["push", journal, remote],
         "pull": ["clone", remote, str(tmp_path / "b")],
         "bundle": ["export", journal, "--bundle", bundle],
+        "export": ["export", journal, "--to", str(tmp_path / "tensors")],
     }
     for label, argv in verbs.items():
         shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), *argv], env)).replace("\r", "\n")

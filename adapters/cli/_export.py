@@ -14,7 +14,7 @@ from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
 from ._push import progress_to
-from ._render import Failure, UsageError, cell, human_size, print_json, progress_bar
+from ._render import Failure, UsageError, cell, human_size, print_json
 
 __all__ = ["run"]
 
@@ -33,8 +33,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         import safetensors.torch  # noqa: F401  (fail before a progress bar is drawn)
     except ImportError:
         raise Failure("export needs safetensors: pip install 'stepjournal[export]'") from None
-    with progress_bar(err, quiet=args.json) as progress:
-        task = progress.add_task("exporting", total=None)
+    with progress_to(err, quiet=args.json) as update:
+        def exported(done: int, total: int, moved: int) -> None:
+            update("export", done, total, moved)
+
+        exported.counts_bytes = True  # type: ignore[attr-defined]
         manifest = export_payloads(
             args.journal,
             args.to,
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             mode=args.mode[0] if args.mode else "train",
             steps=steps,
             inputs=args.inputs,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            progress=exported,
         )
     count = len(manifest["entries"])
     out.print(f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
