@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
 
-.PHONY: demo test test-fast soak bench bench-scale clean
+.PHONY: demo test test-fast soak bench bench-scale bench-report clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench: $(VENV)/.test
 bench-scale: $(VENV)/.test
 	$(PY) -m benchmarks._scale
 	$(PY) -m benchmarks._scale_big
+
+# `stepjournal report` of 10 000 steps of 500 samples: its time, memory and file size; about 5 minutes here.
+bench-report: $(VENV)/.test
+	$(PY) -m benchmarks._bench_report
 
 clean:
 	rm -rf $(VENV) .stepjournal-demo build dist *.egg-info

@@ -110,14 +110,18 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
     if isinstance(ids, (list, tuple)):
         return [tuple(int(t) for t in row) for row in ids]
     if isinstance(ids, torch.Tensor) and ids.is_nested:  # jagged: each row its own length, no padding
-        return [tuple(int(t) for t in row.tolist()) for row in ids.unbind()]
+        if ids.dtype.is_floating_point or ids.dtype.is_complex:
+            raise JournalError(f"token ids of type {ids.dtype}: expected integers")
+        return [tuple(row.tolist()) for row in ids.unbind()]
     array = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
     if array.ndim != 2:
         raise JournalError(f"token ids of shape {list(array.shape)}: expected one row per sample (2-D)")
+    if array.dtype.kind not in "iub":
+        raise JournalError(f"token ids of type {array.dtype}: expected integers")
     if mask is not None:
         keep = (mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)).astype(bool)
-        return [tuple(int(t) for t in row[k]) for row, k in zip(array, keep)]
-    rows = [list(int(t) for t in row) for row in array]
+        return [tuple(row[k].tolist()) for row, k in zip(array, keep)]
+    rows = array.tolist()  # Python ints, row by row, in one C pass
     if pad is not None:
         rows = [_strip(row, pad) for row in rows]
     return [tuple(row) for row in rows]
@@ -207,7 +211,7 @@ def _the_run(journal: Any) -> str:
 
 
 def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
-            tokenizer: Any = None) -> List[Sample]:
+            tokenizer: Any = None, decoded: Optional[int] = None) -> List[Sample]:
     """The samples of the generate call served at `step` (its latest call: recorded, or replayed from
     another step), with the rewards and mean log-probs of the run's stages at that step.
 
@@ -216,6 +220,8 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
         run, mode, gen_index: which call (default: the journal's run, or its only run with calls; ``"train"``;
             call 0).
         tokenizer: decodes the ids into ``prompt`` and ``response`` (special tokens left out); None: ids only.
+        decoded: decode only the first `decoded` samples (the rest keep ids, rewards and lengths, with no
+            text); None: all of them.
 
     Raises:
         JournalError: no generate call with an output there, or its payload holds no response ids in a
@@ -226,18 +232,19 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
     if step not in served:
         raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}")
     stages = _side_stages(journal, run)
-    return _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer)
+    return _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer, decoded)
 
 
 def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
-                     gen_index: int = 0, tokenizer: Any = None) -> Iterator[Tuple[int, List[Sample]]]:
+                     gen_index: int = 0, tokenizer: Any = None,
+                     decoded: Optional[int] = None) -> Iterator[Tuple[int, List[Sample]]]:
     """(step, its samples) for every step of `steps` (None: all) with a generate call, in step order: as
-    `samples` for each, the log read once."""
+    `samples` for each, the log read once. One step's samples are in memory at a time."""
     run = run or _the_run(journal)
     served = _served(journal, run, mode, steps, gen_index)
     stages = _side_stages(journal, run)
     for step in sorted(served):
-        yield step, _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer)
+        yield step, _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer, decoded)
 
 
 def _side_stages(journal: Any, run: str) -> List[str]:
@@ -245,7 +252,7 @@ def _side_stages(journal: Any, run: str) -> List[str]:
 
 
 def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int, event: Any,
-          side_stages: Sequence[str], tokenizer: Any) -> List[Sample]:
+          side_stages: Sequence[str], tokenizer: Any, decoded: Optional[int] = None) -> List[Sample]:
     event, source = _source(journal, seq, event)
     output = journal.load(event.output, step=step)
     responses = _field(output, _RESPONSE_KEYS)
@@ -280,10 +287,11 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
     replayed = isinstance(event, ReplayServed)
     out = []
     for i, (prompt_ids, response_ids) in enumerate(zip(prompt_rows, response_rows)):
+        text = tokenizer is not None and (decoded is None or i < decoded)
         out.append(Sample(
             step=step, index=i, prompt_ids=prompt_ids, response_ids=response_ids,
-            prompt=tokenizer.decode(list(prompt_ids), skip_special_tokens=True) if tokenizer is not None else None,
-            response=tokenizer.decode(list(response_ids), skip_special_tokens=True) if tokenizer is not None else None,
+            prompt=tokenizer.decode(list(prompt_ids), skip_special_tokens=True) if text else None,
+            response=tokenizer.decode(list(response_ids), skip_special_tokens=True) if text else None,
             truncated=None if eos is None else eos not in response_ids,
             rewards={stage: values[i] for stage, values in rewards.items()},
             logprob_mean=None if logprobs is None or logprobs[i] is None or not math.isfinite(logprobs[i]) else logprobs[i],

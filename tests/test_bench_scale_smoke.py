@@ -41,3 +41,13 @@ def test_the_big_payload_scale_run_replays_a_recorded_step_and_checks_every_comm
         assert figures[command]["rc"] == 0, (command, figures[command])
     assert {d["action"] for d in figures["decisions"].values()} == {"replayed"}
     assert report["summary"]["on_disk_bytes"] > 0
+
+
+def test_the_report_scale_run_writes_the_report_of_a_journal_it_grew_and_measures_it(tmp_path):
+    report = _run("benchmarks._bench_report", "--steps", "12", "--samples", "20", tmp_path=tmp_path)
+    figures = report["figures"]
+    assert (figures["steps"], figures["samples_per_step"]) == (12, 20)
+    assert figures["report"]["rc"] == 0, figures["report"]
+    assert figures["report"]["file_bytes"] > 0 and figures["report"]["peak_rss_bytes"] > 0
+    assert {"report_file_bytes", "report_peak_rss_bytes"} == set(report["goals"])
+    assert all(isinstance(g["met"], bool) and g["measured"] > 0 for g in report["goals"].values())

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from stepjournal import Journal, JournalError, Sample
+from stepjournal._samples import samples_of_steps
 from cli_support import run_cli
 
 PAD, EOS = 0, 1
@@ -181,3 +182,22 @@ def test_verl_v1_batches_jagged_rows_are_read_through_the_tq_batch_codec(tmp_pat
     shown = run_cli("show", path, "1", "--text", "--json")  # no --tokenizer: verl.model_path names it
     assert shown.returncode == 0, shown.stderr
     assert [s["response"] for s in json.loads(shown.stdout)["samples"]] == ["four", "a mat"]
+
+
+def test_decoded_limits_the_text_to_the_first_samples_and_keeps_every_samples_numbers(journal_path, tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    with Journal(journal_path, readonly=True) as journal:
+        first, second = journal.samples(1, tokenizer=tokenizer, decoded=1)
+        (step, (again, _)), = list(samples_of_steps(journal, {1}, tokenizer=tokenizer, decoded=1))
+    assert (first.response, second.response, second.prompt) == ("four", None, None)
+    assert (second.response_length, second.rewards) == (5, {"reward": 0.0}) and again == first and step == 1
+
+
+def test_token_ids_that_are_not_integers_are_an_error_that_says_so(tmp_path):
+    path = str(tmp_path / "j")
+    with Journal(path, run="exp") as journal:
+        journal.record(1, {"response_ids": torch.ones(2, 3)})
+    with Journal(path, readonly=True) as journal, pytest.raises(JournalError, match="token ids of type float32"):
+        journal.samples(1)

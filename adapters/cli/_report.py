@@ -44,7 +44,10 @@ def _cut(text: Optional[str], chars: int) -> Optional[str]:
 
 
 def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars: int) -> Dict[str, Any]:
-    """The report's data: one entry per train step with a generate call, in step order."""
+    """The report's data: one entry per train step with a generate call, in step order.
+
+    Steps are read one at a time (one step's samples in memory), and only the first `per_step` samples of
+    each are decoded: the summaries cover every sample, the text the ones embedded."""
     steps: Dict[int, Dict[str, Any]] = {}
     for r in journal.audit(run=run, mode="train"):
         entry = steps.setdefault(r.step, {"step": r.step, "action": None, "source_step": None, "released": False,
@@ -55,22 +58,21 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
         entry["durations"][r.stage] = entry["durations"].get(r.stage, 0.0) + (r.duration_s or 0.0)
         if r.stage == "generate" and r.gen_index == 0:
             entry["action"], entry["source_step"] = r.action, r.source_step
-    served = {}
+    filled: set = set()
     try:
-        for step, found in samples_of_steps(journal, set(steps), run=run, tokenizer=tokenizer):
-            served[step] = found
-    except StepJournalError:
-        served = _one_by_one(journal, run, tokenizer, steps)
-    for step, entry in steps.items():
-        found = served.get(step, [])
-        rewards = [sum(s.rewards.values()) for s in found if s.rewards]
-        entry.update(_stats(rewards))
-        entry["length"] = _stats([float(s.response_length) for s in found])["mean"]
-        entry["count"] = len(found)
-        entry["samples"] = [{"index": s.index, "prompt": _cut(s.prompt, chars), "response": _cut(s.response, chars),
-                             "length": s.response_length, "truncated": s.truncated,
-                             "rewards": {k: v if math.isfinite(v) else None for k, v in s.rewards.items()}}
-                            for s in found[:per_step]]
+        for step, found in samples_of_steps(journal, set(steps), run=run, tokenizer=tokenizer, decoded=per_step):
+            _fill(steps[step], found, per_step, chars)
+            filled.add(step)
+    except StepJournalError:  # a step whose payload was released (or is damaged): the others one by one
+        for step in sorted(set(steps) - filled):
+            try:
+                found = journal.samples(step, run=run, tokenizer=tokenizer, decoded=per_step)
+            except StepJournalError:
+                found = []
+            _fill(steps[step], found, per_step, chars)
+            filled.add(step)
+    for step in set(steps) - filled:
+        _fill(steps[step], [], per_step, chars)
     texts = [(s, key) for e in steps.values() for s in e["samples"] for key in ("prompt", "response") if s[key]]
     total = sum(len(s[key]) for s, key in texts)
     if total > TEXT_BUDGET:  # cut every text to the share the budget leaves it
@@ -82,15 +84,16 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
             "per_step": per_step, "chars": chars}
 
 
-def _one_by_one(journal: Journal, run: str, tokenizer: Any, steps: Dict[int, Any]) -> Dict[int, List[Any]]:
-    """Each step's samples on its own: a step whose payload was released (or is damaged) has none."""
-    found: Dict[int, List[Any]] = {}
-    for step in sorted(steps):
-        try:
-            found[step] = journal.samples(step, run=run, tokenizer=tokenizer)
-        except StepJournalError:
-            found[step] = []
-    return found
+def _fill(entry: Dict[str, Any], found: List[Any], per_step: int, chars: int) -> None:
+    """A step's summaries over all its samples, and its first `per_step` samples as the page shows them."""
+    rewards = [sum(s.rewards.values()) for s in found if s.rewards]
+    entry.update(_stats(rewards))
+    entry["length"] = _stats([float(s.response_length) for s in found])["mean"]
+    entry["count"] = len(found)
+    entry["samples"] = [{"index": s.index, "prompt": _cut(s.prompt, chars), "response": _cut(s.response, chars),
+                         "length": s.response_length, "truncated": s.truncated,
+                         "rewards": {k: v if math.isfinite(v) else None for k, v in s.rewards.items()}}
+                        for s in found[:per_step]]
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
