@@ -34,8 +34,8 @@ from ._progress import Progress, report_progress
 from ._object_store import ObjectPayloadStore
 from ._pull import PullReport, pull_from
 from ._remote import Released, journal_id, local_payload
-from ._remote_layout import (MANIFEST, _check_format, _head, _json, _segment_events, call_refs, encode_segment,
-                             event_in, manifest_bytes, new_head)
+from ._remote_layout import (MANIFEST, call_refs, check_format, encode_segment, event_in, manifest_bytes, new_head,
+                             read_head, read_json, read_segment)
 from ._undo import undone_on_failure
 from ._verify import VerifyProblem
 
@@ -341,23 +341,23 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
     problems: List[VerifyProblem] = []
     events = 0
     try:
-        found = _json(reader, MANIFEST, 1 << 16)
+        found = read_json(reader, MANIFEST, 1 << 16)
         if found is None:
             raise IntegrityError(f"{reader.url} is not a stepjournal bundle ({MANIFEST} is missing)")
-        _check_format(reader, MANIFEST, found)
+        check_format(reader, MANIFEST, found)
         objects = ObjectPayloadStore._over(reader)
         claims = IncomingChecks(None, ImportMap(), None, None, lambda d: reader.exists(f"payloads/{d}"), several=False)
         checked: Dict[str, Optional[str]] = {}
         for key in reader.keys("heads/"):
             source = key[len("heads/"):-len(".json")]
             try:
-                head = _head(reader, source)
+                head = read_head(reader, source)
             except StepJournalError as exc:
                 problems.append(VerifyProblem("head", key, (), str(exc)))
                 continue
             for seg in head["segments"] if head else ():
                 try:
-                    listed, released = _segment_events(reader, source, seg)
+                    listed, released = read_segment(reader, source, seg)
                 except StepJournalError as exc:
                     problems.append(VerifyProblem("segment", seg["name"], (), str(exc)))
                     continue
@@ -387,7 +387,7 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
 def _bundled_record(reader: _Reader, source: str, seq: int) -> Any:
     """Event `seq` of journal `source` as the bundle holds it, or None (a release's record, checked)."""
     try:
-        head = _head(reader, source)
+        head = read_head(reader, source)
         return event_in(reader, source, head["segments"] if head else (), seq)
     except StepJournalError:
         pass  # the damaged head or segment is a problem of its own; the release's record is not there

@@ -11,7 +11,9 @@ import numpy as np
 import torch
 
 from ._errors import PayloadDecodeError, UnknownCodecError
-from ._codec_format import FORMAT_VERSION, MAX_DEPTH, PAYLOAD_MAGIC, _BIGINT, _DEFAULT_MAX_ITEMS, _DICT, _EXT, _LIST, _MAX_DIM, _MAX_NDIM, _NAT, _NDARRAY, _NPSCALAR, _OBJARRAY, _PREFIX, _TENSOR, _TORCH_DTYPES, _TUPLE, _align, _numpy_dtype, _r, _shorten
+from ._codec_format import (DEFAULT_MAX_ITEMS, FORMAT_VERSION, MAX_DEPTH, MAX_DIM, MAX_NDIM, NAT, PAYLOAD_MAGIC, PREFIX,
+                            TAG_BIGINT, TAG_DICT, TAG_EXT, TAG_LIST, TAG_NDARRAY, TAG_NPSCALAR, TAG_OBJARRAY,
+                            TAG_TENSOR, TAG_TUPLE, TORCH_DTYPES, align, numpy_dtype, short_repr, shorten)
 from ._codec_registry import CodecRegistry, default_registry
 
 __all__ = ["decode_payload", "decode_payload_releasing", "describe_payload"]
@@ -46,18 +48,18 @@ class _Reader:
             raise TypeError("only a writable payload buffer can be adopted (tensors would alias read-only memory)")
         self.adopt = adopt
         total = len(view)
-        if total < _PREFIX.size:
-            raise _bad(f"{total} bytes is shorter than the {_PREFIX.size}-byte prefix")
-        magic, version, reserved, header_len = _PREFIX.unpack_from(view, 0)
+        if total < PREFIX.size:
+            raise _bad(f"{total} bytes is shorter than the {PREFIX.size}-byte prefix")
+        magic, version, reserved, header_len = PREFIX.unpack_from(view, 0)
         if magic != PAYLOAD_MAGIC:
             raise _bad(f"starts with {bytes(magic)!r}, not {PAYLOAD_MAGIC!r}; not a stepjournal payload")
         if version != FORMAT_VERSION:
             raise _bad(f"format version {version}; this stepjournal reads version {FORMAT_VERSION} (upgrade?)")
         if reserved != b"\0\0\0":
             raise _bad("reserved prefix bytes are not zero")
-        if header_len > total - _PREFIX.size:
-            raise _bad(f"header claims {header_len} bytes but only {total - _PREFIX.size} follow the prefix")
-        self.data_start = _align(_PREFIX.size + header_len)
+        if header_len > total - PREFIX.size:
+            raise _bad(f"header claims {header_len} bytes but only {total - PREFIX.size} follow the prefix")
+        self.data_start = align(PREFIX.size + header_len)
         if self.data_start > total:
             raise _bad("payload ends inside the header padding")
         self.data_size = total - self.data_start
@@ -66,7 +68,7 @@ class _Reader:
         self.registry = registry
         try:
             self.root = msgpack.unpackb(
-                view[_PREFIX.size : _PREFIX.size + header_len],
+                view[PREFIX.size : PREFIX.size + header_len],
                 raw=False,
                 use_list=True,
                 strict_map_key=True,
@@ -89,7 +91,7 @@ class _Reader:
         """Check a buffer lies inside the data section after the previous one; return its start."""
         if type(offset) is not int or offset < self.cursor or offset + nbytes > self.data_size:
             raise _bad(
-                f"buffer at offset {_r(offset)} of {nbytes} bytes is outside the data section or overlaps another"
+                f"buffer at offset {short_repr(offset)} of {nbytes} bytes is outside the data section or overlaps another"
             )
         # Buffers may not overlap, so all allocations together stay within the input's size.
         self.cursor = offset + nbytes
@@ -98,14 +100,14 @@ class _Reader:
     @staticmethod
     def shape(raw: object, itemsize: int) -> tuple[tuple[int, ...], int]:
         """Validate a shape; return it and its element count."""
-        if type(raw) is not list or len(raw) > _MAX_NDIM:
-            raise _bad(f"shape {_r(raw)} is not a list of at most {_MAX_NDIM} sizes")
+        if type(raw) is not list or len(raw) > MAX_NDIM:
+            raise _bad(f"shape {short_repr(raw)} is not a list of at most {MAX_NDIM} sizes")
         for size in raw:
-            if type(size) is not int or not 0 <= size <= _MAX_DIM:
-                raise _bad(f"shape {_r(raw)} holds an invalid size")
+            if type(size) is not int or not 0 <= size <= MAX_DIM:
+                raise _bad(f"shape {short_repr(raw)} holds an invalid size")
         # numpy and torch refuse shapes whose sizes multiply past 2**63 even when one of them is 0.
-        if math.prod(max(size, 1) for size in raw) * itemsize > _MAX_DIM:
-            raise _bad(f"shape {_r(raw)} is too large")
+        if math.prod(max(size, 1) for size in raw) * itemsize > MAX_DIM:
+            raise _bad(f"shape {short_repr(raw)} is too large")
         return tuple(raw), math.prod(raw)
 
     def buffer_spec(self, node: list[Any]) -> tuple[Any, tuple[int, ...], int, int]:
@@ -113,17 +115,17 @@ class _Reader:
         if len(node) != 5:
             raise _bad("tensor or array node does not have 5 fields")
         _, name, raw_shape, offset, nbytes = node
-        if node[0] == _TENSOR:
-            dtype: Any = _TORCH_DTYPES.get(name) if type(name) is str else None
+        if node[0] == TAG_TENSOR:
+            dtype: Any = TORCH_DTYPES.get(name) if type(name) is str else None
             itemsize = dtype.itemsize if dtype is not None else 0
         else:
-            dtype = _numpy_dtype(name)
+            dtype = numpy_dtype(name)
             itemsize = dtype.itemsize if dtype is not None else 0
         if dtype is None:
-            raise _bad(f"unknown dtype {_r(name)}")
+            raise _bad(f"unknown dtype {short_repr(name)}")
         shape, count = self.shape(raw_shape, itemsize)
         if type(nbytes) is not int or count * itemsize != nbytes:
-            raise _bad(f"{_r(nbytes)} bytes do not hold shape {_r(list(shape))} of {name}")
+            raise _bad(f"{short_repr(nbytes)} bytes do not hold shape {short_repr(list(shape))} of {name}")
         return dtype, shape, self.claim(offset, nbytes), nbytes
 
     def codec_name(self, node: list[Any]) -> str:
@@ -134,12 +136,12 @@ class _Reader:
     def scalar_spec(self, node: list[Any]) -> tuple[np.dtype, bytes]:
         if len(node) != 3:
             raise _bad("numpy scalar node does not have 3 fields")
-        dtype = _numpy_dtype(node[1])
+        dtype = numpy_dtype(node[1])
         if dtype is None or type(node[2]) is not bytes or len(node[2]) != dtype.itemsize:
-            raise _bad(f"numpy scalar of dtype {_r(node[1])} is malformed")
+            raise _bad(f"numpy scalar of dtype {short_repr(node[1])} is malformed")
         # numpy only makes a scalar of a unitless datetime when it is NaT.
-        if dtype.kind in "mM" and np.datetime_data(dtype)[0] == "generic" and node[2] != _NAT:
-            raise _bad(f"numpy scalar of dtype {_r(node[1])} is not NaT")
+        if dtype.kind in "mM" and np.datetime_data(dtype)[0] == "generic" and node[2] != NAT:
+            raise _bad(f"numpy scalar of dtype {short_repr(node[1])} is not NaT")
         return dtype, node[2]
 
     def tag(self, node: Any, depth: int) -> int:
@@ -156,9 +158,9 @@ class _Reader:
         if type_ is str or type_ is int or type_ is float or type_ is bool or type_ is bytes or node is None:
             return node
         tag = self.tag(node, depth)
-        if tag == _TUPLE:
+        if tag == TAG_TUPLE:
             return tuple(self.key(part, depth + 1) for part in node[1:])
-        if tag == _BIGINT:
+        if tag == TAG_BIGINT:
             return self.bigint(node)
         raise _bad(f"dict key node of kind {tag}")
 
@@ -175,20 +177,20 @@ class _Reader:
         if type_ is str or type_ is int or type_ is float or type_ is bool or type_ is bytes or node is None:
             return node
         tag = self.tag(node, depth)
-        if tag == _LIST:
+        if tag == TAG_LIST:
             return [self.decode(item, depth + 1) for item in node[1:]]
-        if tag == _TUPLE:
+        if tag == TAG_TUPLE:
             return tuple(self.decode(item, depth + 1) for item in node[1:])
-        if tag == _DICT:
+        if tag == TAG_DICT:
             if len(node) % 2 != 1:
                 raise _bad("dict node has a key without a value")
             return {
                 self.key(node[i], depth + 1): self.decode(node[i + 1], depth + 1)
                 for i in range(1, len(node), 2)
             }
-        if tag == _BIGINT:
+        if tag == TAG_BIGINT:
             return self.bigint(node)
-        if tag == _TENSOR:
+        if tag == TAG_TENSOR:
             dtype, shape, start, nbytes = self.buffer_spec(node)
             # numpy, unlike torch's CPU allocator, asks the kernel for transparent huge pages on large
             # buffers: first-touch page faults of 4 KiB pages cost 4-5x the copy itself (86 MB: ~40 ms
@@ -203,7 +205,7 @@ class _Reader:
             if self.release is not None:
                 self.release(start, start + nbytes)
             return torch.from_numpy(array).view(dtype).reshape(shape)
-        if tag == _NDARRAY:
+        if tag == TAG_NDARRAY:
             dtype, shape, start, nbytes = self.buffer_spec(node)
             if self.adopt and nbytes:
                 return np.frombuffer(self.view, dtype=np.uint8, count=nbytes, offset=start).view(dtype).reshape(shape)
@@ -214,29 +216,29 @@ class _Reader:
                 if self.release is not None:
                     self.release(start, start + nbytes)
             return array
-        if tag == _OBJARRAY:
+        if tag == TAG_OBJARRAY:
             if len(node) < 2:
                 raise _bad("object array node has no shape")
             shape, count = self.shape(node[1], 8)
             if count != len(node) - 2:
-                raise _bad(f"object array of shape {_r(list(shape))} holds {len(node) - 2} items")
+                raise _bad(f"object array of shape {short_repr(list(shape))} holds {len(node) - 2} items")
             array = np.empty(count, dtype=object)
             for i in range(count):
                 array[i] = self.decode(node[i + 2], depth + 1)
             return array.reshape(shape)
-        if tag == _NPSCALAR:
+        if tag == TAG_NPSCALAR:
             dtype, raw = self.scalar_spec(node)
             return np.frombuffer(raw, dtype=dtype, count=1)[0]
-        if tag == _EXT:
+        if tag == TAG_EXT:
             name = self.codec_name(node)
             codec = self.registry.codec_named(name)
             if codec is None:
                 raise UnknownCodecError(
-                    f"payload holds a value of custom codec {_r(name)}, which is not registered in this "
+                    f"payload holds a value of custom codec {short_repr(name)}, which is not registered in this "
                     f"process and no installed codec plugin provides it; import the adapter that registers "
                     f"it, or call "
-                    f"stepjournal.register_codec(<type>, {_r(name)}, encode=..., decode=...) first",
-                    detail=f"unknown codec {_r(name)}",
+                    f"stepjournal.register_codec(<type>, {short_repr(name)}, encode=..., decode=...) first",
+                    detail=f"unknown codec {short_repr(name)}",
                 )
             inner = self.decode(node[2], depth + 1)
             try:
@@ -244,7 +246,7 @@ class _Reader:
             except PayloadDecodeError:
                 raise
             except Exception as exc:
-                why = f"codec {_r(name)} could not decode its value ({type(exc).__name__}: {exc})"
+                why = f"codec {short_repr(name)} could not decode its value ({type(exc).__name__}: {exc})"
                 raise _bad(why) from exc
         raise _bad(f"unknown node kind {tag}")
 
@@ -262,18 +264,18 @@ class _Reader:
             # JSON has no nan or inf; spell them as strings.
             return {"kind": "float", "value": node if math.isfinite(node) else repr(node)}
         if type_ is str:
-            return {"kind": "str", "length": len(node), "value": _shorten(node)}
+            return {"kind": "str", "length": len(node), "value": shorten(node)}
         if type_ is bytes:
             return {"kind": "bytes", "nbytes": len(node)}
         tag = self.tag(node, depth)
-        if tag in (_LIST, _TUPLE):
+        if tag in (TAG_LIST, TAG_TUPLE):
             items = node[1:]
             return {
-                "kind": "list" if tag == _LIST else "tuple",
+                "kind": "list" if tag == TAG_LIST else "tuple",
                 "length": len(items),
                 "items": [self.describe(item, depth + 1, max_items) for item in _head(items, max_items)],
             }
-        if tag == _DICT:
+        if tag == TAG_DICT:
             if len(node) % 2 != 1:
                 raise _bad("dict node has a key without a value")
             pairs = list(zip(node[1::2], node[2::2]))
@@ -281,36 +283,36 @@ class _Reader:
             for key, value in _head(pairs, max_items):
                 decoded = self.key(key, depth + 1)
                 described.append({
-                    "key": _shorten(decoded) if type(decoded) is str else _r(decoded),
+                    "key": shorten(decoded) if type(decoded) is str else short_repr(decoded),
                     "value": self.describe(value, depth + 1, max_items),
                 })
             return {"kind": "dict", "length": len(pairs), "items": described}
-        if tag == _BIGINT:
+        if tag == TAG_BIGINT:
             return _describe_int(self.bigint(node))
-        if tag in (_TENSOR, _NDARRAY):
+        if tag in (TAG_TENSOR, TAG_NDARRAY):
             dtype, shape, _, nbytes = self.buffer_spec(node)
             return {
-                "kind": "tensor" if tag == _TENSOR else "ndarray",
+                "kind": "tensor" if tag == TAG_TENSOR else "ndarray",
                 "dtype": node[1],
                 "shape": list(shape),
                 "nbytes": nbytes,
             }
-        if tag == _OBJARRAY:
+        if tag == TAG_OBJARRAY:
             if len(node) < 2:
                 raise _bad("object array node has no shape")
             shape, count = self.shape(node[1], 8)
             if count != len(node) - 2:
-                raise _bad(f"object array of shape {_r(list(shape))} holds {len(node) - 2} items")
+                raise _bad(f"object array of shape {short_repr(list(shape))} holds {len(node) - 2} items")
             return {
                 "kind": "object_array",
                 "shape": list(shape),
                 "items": [self.describe(item, depth + 1, max_items) for item in _head(node[2:], max_items)],
             }
-        if tag == _NPSCALAR:
+        if tag == TAG_NPSCALAR:
             dtype, raw = self.scalar_spec(node)
             scalar = np.frombuffer(raw, dtype=dtype, count=1)[0]
-            return {"kind": "numpy_scalar", "dtype": node[1], "value": _shorten(str(scalar))}
-        if tag == _EXT:
+            return {"kind": "numpy_scalar", "dtype": node[1], "value": shorten(str(scalar))}
+        if tag == TAG_EXT:
             name = self.codec_name(node)
             return {
                 "kind": "ext",
@@ -325,7 +327,7 @@ def _describe_int(value: int) -> dict[str, Any]:
     # Very long ints have no decimal form within Python's default digit limit, and none is useful.
     if value.bit_length() <= 256:
         return {"kind": "int", "value": value}
-    return {"kind": "int", "bits": value.bit_length(), "hex": _shorten(hex(value))}
+    return {"kind": "int", "bits": value.bit_length(), "hex": shorten(hex(value))}
 
 
 def _head(items: list[Any], max_items: int | None) -> list[Any]:
@@ -390,7 +392,7 @@ def describe_payload(
     data: bytes | bytearray | memoryview,
     *,
     registry: CodecRegistry | None = None,
-    max_items: int | None = _DEFAULT_MAX_ITEMS,
+    max_items: int | None = DEFAULT_MAX_ITEMS,
 ) -> dict[str, Any]:
     """Describe a payload's structure as a JSON-able tree, without copying tensor bytes.
 

@@ -10,7 +10,9 @@ import numpy as np
 import torch
 
 from ._errors import UnsupportedValueError
-from ._codec_format import FORMAT_VERSION, MAX_DEPTH, PAYLOAD_MAGIC, _BIGINT, _DICT, _EXT, _INT_MAX, _INT_MIN, _LIST, _NDARRAY, _NPSCALAR, _OBJARRAY, _PREFIX, _SAME_WIDTH_INT, _TENSOR, _TORCH_DTYPE_NAMES, _TUPLE, _align, _numpy_dtype, _r, _type_name
+from ._codec_format import (FORMAT_VERSION, INT_MAX, INT_MIN, MAX_DEPTH, PAYLOAD_MAGIC, PREFIX, SAME_WIDTH_INT,
+                            TAG_BIGINT, TAG_DICT, TAG_EXT, TAG_LIST, TAG_NDARRAY, TAG_NPSCALAR, TAG_OBJARRAY,
+                            TAG_TENSOR, TAG_TUPLE, TORCH_DTYPE_NAMES, align, numpy_dtype, short_repr, type_name)
 from ._codec_registry import CodecRegistry, default_registry
 from ._unstorable import storing_hint
 
@@ -42,7 +44,7 @@ def _render_path(path: _Path) -> str:
             index = np.unravel_index(flat, shape) if len(shape) > 1 else (flat,)
             out += "[" + ", ".join(str(int(i)) for i in index) + "]"
         elif how == "key":
-            out += f"[{_r(key)}]"
+            out += f"[{short_repr(key)}]"
         else:
             out += f"[{key}]"
     return out
@@ -60,10 +62,10 @@ def _unsupported(path: _Path, value: object, why: str = "", base: tuple[type, An
             why += "; subclasses (namedtuples too) are not turned into their base class silently"
         if base is not None:
             why += (
-                f"; its base class {_type_name(base[0])} has the codec {_r(base[1].name)}, but a subclass is "
+                f"; its base class {type_name(base[0])} has the codec {short_repr(base[1].name)}, but a subclass is "
                 "not stored as its base (it would come back as one)"
             )
-    return UnsupportedValueError(f"cannot store {_type_name(type_)} at {_render_path(path)}: {why}. {hint}")
+    return UnsupportedValueError(f"cannot store {type_name(type_)} at {_render_path(path)}: {why}. {hint}")
 
 
 class _Encoder:
@@ -79,7 +81,7 @@ class _Encoder:
     def reserve(self, nbytes: int, source: torch.Tensor | np.ndarray) -> int:
         if nbytes == 0:
             return self.size
-        offset = _align(self.size)
+        offset = align(self.size)
         self.size = offset + nbytes
         self.buffers.append((offset, nbytes, source))
         return offset
@@ -96,19 +98,19 @@ class _Encoder:
         if type_ is str or type_ is float or type_ is bool or value is None or type_ is bytes:
             return value
         if type_ is int:
-            if _INT_MIN <= value <= _INT_MAX:
+            if INT_MIN <= value <= INT_MAX:
                 return value
-            return [_BIGINT, value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)]
+            return [TAG_BIGINT, value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)]
         if type_ is list or type_ is tuple:
             self.enter(value, path, depth)
-            out: list[Any] = [_LIST if type_ is list else _TUPLE]
+            out: list[Any] = [TAG_LIST if type_ is list else TAG_TUPLE]
             for i, item in enumerate(value):
                 out.append(self.node(item, (path, i, "index"), depth + 1))
             self.active.discard(id(value))
             return out
         if type_ is dict:
             self.enter(value, path, depth)
-            out = [_DICT]
+            out = [TAG_DICT]
             for key, item in value.items():
                 out.append(self.key(key, path, depth + 1))
                 out.append(self.node(item, (path, key, "key"), depth + 1))
@@ -120,23 +122,23 @@ class _Encoder:
             if value.dtype.kind == "O":
                 return self.object_array(value, path, depth)
             dtype = value.dtype
-            if _numpy_dtype(dtype.str) is None:
+            if numpy_dtype(dtype.str) is None:
                 why = f"numpy dtype {dtype} is not of kind b, i, u, f, c, m, M, U, S or O"
                 raise _unsupported(path, value, why)
-            return [_NDARRAY, dtype.str, list(value.shape), self.reserve(value.nbytes, value), value.nbytes]
+            return [TAG_NDARRAY, dtype.str, list(value.shape), self.reserve(value.nbytes, value), value.nbytes]
         if (
             isinstance(value, np.generic)
             and value.dtype.type is type_
-            and _numpy_dtype(value.dtype.str) is not None
+            and numpy_dtype(value.dtype.str) is not None
         ):
-            return [_NPSCALAR, value.dtype.str, value.tobytes()]
+            return [TAG_NPSCALAR, value.dtype.str, value.tobytes()]
         codec = self.codec_for(type_)
         if codec is not None:
             self.enter(value, path, depth)
             # The encoded form is walked like any value, so it may hold tensors or other custom types.
             inner = self.node(codec.encode(value), path, depth + 1)
             self.active.discard(id(value))
-            return [_EXT, codec.name, inner]
+            return [TAG_EXT, codec.name, inner]
         bases = ((base, self.codec_for(base)) for base in type_.__mro__[1:-1])
         raise _unsupported(path, value, base=next(((b, c) for b, c in bases if c is not None), None))
 
@@ -145,14 +147,14 @@ class _Encoder:
         if type_ is str or type_ is float or type_ is bool or key is None or type_ is bytes or type_ is int:
             return self.node(key, path, depth)
         if type_ is tuple and depth < MAX_DEPTH:
-            return [_TUPLE, *(self.key(part, path, depth + 1) for part in key)]
+            return [TAG_TUPLE, *(self.key(part, path, depth + 1) for part in key)]
         raise UnsupportedValueError(
-            f"cannot store the dict key {_r(key)} under {_render_path(path)}: keys must be str, int, float, "
+            f"cannot store the dict key {short_repr(key)} under {_render_path(path)}: keys must be str, int, float, "
             "bool, None, bytes, or tuples of these"
         )
 
     def tensor(self, value: torch.Tensor, path: _Path) -> list[Any]:
-        name = _TORCH_DTYPE_NAMES.get(value.dtype)
+        name = TORCH_DTYPE_NAMES.get(value.dtype)
         if name is None:
             raise _unsupported(path, value, f"{value.dtype} tensors are not plain bytes (quantized?)")
         if value.layout is not torch.strided or value.is_nested:
@@ -161,12 +163,12 @@ class _Encoder:
         if value.device.type == "meta":
             raise _unsupported(path, value, "meta tensors have no data to store")
         nbytes = value.numel() * value.element_size()
-        return [_TENSOR, name, list(value.shape), self.reserve(nbytes, value), nbytes]
+        return [TAG_TENSOR, name, list(value.shape), self.reserve(nbytes, value), nbytes]
 
     def object_array(self, value: np.ndarray, path: _Path, depth: int) -> list[Any]:
         self.enter(value, path, depth)
         shape = value.shape
-        out: list[Any] = [_OBJARRAY, list(shape)]
+        out: list[Any] = [TAG_OBJARRAY, list(shape)]
         for i, item in enumerate(value.flat):
             out.append(self.node(item, (path, (i, shape), "flat"), depth + 1))
         self.active.discard(id(value))
@@ -176,7 +178,7 @@ class _Encoder:
 def _write_tensor(out: bytearray, offset: int, nbytes: int, value: torch.Tensor) -> None:
     """Copy a tensor's bytes into `out` once, straight from its device, as C-contiguous bytes."""
     src = value.detach().resolve_conj().resolve_neg()
-    width = _SAME_WIDTH_INT.get(src.element_size())
+    width = SAME_WIDTH_INT.get(src.element_size())
     if width is not None and src.device.type == "cpu" and src.is_contiguous():
         # The common case, a contiguous CPU tensor, is one memcpy through numpy. torch's copy_ splits
         # a large copy over its intra-op threads, which wait and spin for a busy core: on a loaded
@@ -232,14 +234,14 @@ def _encode(value: Any, registry: CodecRegistry | None, allocate: Callable[[int]
             f"the value nests too deeply to store (limit {MAX_DEPTH} levels)"
         ) from None
     header = msgpack.packb(tree, use_bin_type=True, unicode_errors="surrogatepass")
-    data_start = _align(_PREFIX.size + len(header))
+    data_start = align(PREFIX.size + len(header))
     total = data_start + encoder.size
     out = allocate(total)
     view = memoryview(out).cast("B")
-    _PREFIX.pack_into(view, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
-    view[_PREFIX.size : _PREFIX.size + len(header)] = header
+    PREFIX.pack_into(view, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
+    view[PREFIX.size : PREFIX.size + len(header)] = header
     # `out` may be uninitialised: every byte between the buffers (alignment padding) is written as zero.
-    written = _PREFIX.size + len(header)
+    written = PREFIX.size + len(header)
     for offset, nbytes, source in encoder.buffers:
         start = data_start + offset
         view[written:start] = bytes(start - written)

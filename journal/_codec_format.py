@@ -49,27 +49,33 @@ import torch
 
 from ._payload_magic import PAYLOAD_MAGIC
 
-__all__ = ["PAYLOAD_MAGIC", "FORMAT_VERSION", "MAX_DEPTH"]
+# The format's one description, shared by the encoder and the decoder (and the registry's type names).
+__all__ = [
+    "PAYLOAD_MAGIC", "FORMAT_VERSION", "MAX_DEPTH", "PREFIX", "MAX_NDIM", "MAX_DIM", "INT_MIN", "INT_MAX", "NAT",
+    "DEFAULT_MAX_ITEMS", "TORCH_DTYPES", "TORCH_DTYPE_NAMES", "SAME_WIDTH_INT",
+    "TAG_LIST", "TAG_TUPLE", "TAG_DICT", "TAG_BIGINT", "TAG_TENSOR", "TAG_NDARRAY", "TAG_OBJARRAY", "TAG_NPSCALAR",
+    "TAG_EXT", "align", "numpy_dtype", "is_native_type", "type_name", "shorten", "short_repr",
+]
 
 FORMAT_VERSION = 1
 # Containers nested deeper than this are refused on both sides. msgpack itself refuses to pack more
 # than 511 levels, and one level costs one Python frame in each direction, so stay well below both.
 MAX_DEPTH = 256
 
-_PREFIX = struct.Struct("<4sB3sQ")
+PREFIX = struct.Struct("<4sB3sQ")
 _ALIGN = 64
-_MAX_NDIM = 64  # numpy's limit; torch's is the same
-_MAX_DIM = (1 << 63) - 1
-_INT_MIN = -(1 << 63)
-_INT_MAX = (1 << 64) - 1
+MAX_NDIM = 64  # numpy's limit; torch's is the same
+MAX_DIM = (1 << 63) - 1
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 64) - 1
 _STR_PREVIEW = 80
-_NAT = np.array(np.datetime64("NaT")).tobytes()
+NAT = np.array(np.datetime64("NaT")).tobytes()
 
-_LIST, _TUPLE, _DICT, _BIGINT, _TENSOR, _NDARRAY, _OBJARRAY, _NPSCALAR, _EXT = range(9)
+TAG_LIST, TAG_TUPLE, TAG_DICT, TAG_BIGINT, TAG_TENSOR, TAG_NDARRAY, TAG_OBJARRAY, TAG_NPSCALAR, TAG_EXT = range(9)
 _NUMPY_KINDS = frozenset("biufcmMUS")
 # Byte order, kind, item size, optional datetime unit: all that a dtype.str of an allowed kind holds.
 _NUMPY_DTYPE_RE = re.compile(r"[<>|][biufcmMUS][0-9]{1,9}(?:\[[0-9]{0,9}[A-Za-z]{1,3}\])?")
-_DEFAULT_MAX_ITEMS = 100
+DEFAULT_MAX_ITEMS = 100
 
 
 def _torch_dtypes() -> dict[str, torch.dtype]:
@@ -97,18 +103,19 @@ def _torch_dtypes() -> dict[str, torch.dtype]:
     return found
 
 
-_TORCH_DTYPES = _torch_dtypes()
-_TORCH_DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
+TORCH_DTYPES = _torch_dtypes()
+TORCH_DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 # Tensors are copied as integers of the same width: bit exact (no float canonicalisation), and it
 # works for the dtypes (float8, uint4, bits8...) that have no copy kernel of their own.
-_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _align(n: int) -> int:
+def align(n: int) -> int:
+    """`n` rounded up to the alignment of tensor data in a payload."""
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def _numpy_dtype(name: object) -> np.dtype | None:
+def numpy_dtype(name: object) -> np.dtype | None:
     """Return the numpy dtype `name` denotes if it is one a payload may hold, else None."""
     if type(name) is not str or _NUMPY_DTYPE_RE.fullmatch(name) is None:
         return None
@@ -122,28 +129,28 @@ def _numpy_dtype(name: object) -> np.dtype | None:
     return dtype
 
 
-def _is_native_type(type_: type) -> bool:
+def is_native_type(type_: type) -> bool:
     """Say whether the codec stores instances of exactly this type without a registered codec."""
     if type_ in (type(None), bool, int, float, str, bytes, list, tuple, dict, torch.Tensor, np.ndarray):
         return True
     return issubclass(type_, np.generic) and type_.__module__ == "numpy"
 
 
-
-def _type_name(type_: type) -> str:
+def type_name(type_: type) -> str:
+    """The name a payload records for a type: ``int``, ``numpy.float32``, ``verl.protocol.DataProto``."""
     module = type_.__module__
     return type_.__qualname__ if module == "builtins" else f"{module}.{type_.__qualname__}"
 
 
-
-def _shorten(text: str) -> str:
+def shorten(text: str) -> str:
+    """`text` cut to a message's preview length, with an ellipsis."""
     return text if len(text) <= _STR_PREVIEW else text[: _STR_PREVIEW - 1] + "…"
 
 
-def _r(value: object) -> str:
+def short_repr(value: object) -> str:
     """repr for messages about hostile input: bounded in length, and safe for ints of any size."""
     try:
-        return _shorten(repr(value))
+        return shorten(repr(value))
     except ValueError:  # ints past sys.get_int_max_str_digits() have no decimal repr
         return f"<{type(value).__name__}>"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from ._codec_format import _is_native_type, _type_name
+from ._codec_format import is_native_type, type_name
 from ._codec_plugins import NAME_GROUP, TYPE_GROUP, entry_points_named, raise_again, run_plugin
 from ._errors import CodecPluginError
 
@@ -82,8 +82,8 @@ class CodecRegistry:
             raise TypeError(f"codec name must be a non-empty string without surrounding spaces, got {name!r}")
         if not callable(encode) or not callable(decode):
             raise TypeError("encode and decode must be callables")
-        if _is_native_type(type_):
-            raise ValueError(f"{_type_name(type_)} is stored natively by stepjournal; it cannot take a codec")
+        if is_native_type(type_):
+            raise ValueError(f"{type_name(type_)} is stored natively by stepjournal; it cannot take a codec")
         with self._lock:
             by_name = self._by_name.get(name)
             by_type = self._by_type.get(type_)
@@ -91,12 +91,12 @@ class CodecRegistry:
                 return
             if by_name is not None:
                 raise ValueError(
-                    f"codec name {name!r} is already registered for {_type_name(by_name.type_)}; "
+                    f"codec name {name!r} is already registered for {type_name(by_name.type_)}; "
                     "pick another name"
                 )
             if by_type is not None:
                 raise ValueError(
-                    f"{_type_name(type_)} already has a codec named {by_type.name!r}; "
+                    f"{type_name(type_)} already has a codec named {by_type.name!r}; "
                     "a type has exactly one name"
                 )
             codec = _Codec(type_, name, encode, decode)
@@ -128,7 +128,7 @@ class CodecRegistry:
         if codec is None and self._autoload and type_ not in self._no_plugin:
             named = False
             for base in type_.__mro__[:-1]:  # not `object`
-                name = _type_name(base)
+                name = type_name(base)
                 named = self._run_plugins(TYPE_GROUP, name, name, lambda base=base: base in self._by_type) or named
             if not named:
                 if len(self._no_plugin) >= _NO_PLUGIN_MAX:

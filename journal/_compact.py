@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - not on Windows
 
 from ._errors import JournalError, JournalFullError
 from ._log import get_logger
-from ._store import _ENVS, _MAX_DBS
+from ._store import MAX_DBS, open_in_this_process
 
 __all__ = ["compact", "CompactResult", "CompactError", "JournalBusyError"]
 
@@ -96,7 +96,7 @@ def _entries(env: lmdb.Environment) -> dict:
 
 def _copy(src: str, dest_dir: str, path: str) -> int:
     """Write the compacted copy of `src`'s environment into `dest_dir`; check it; return its size."""
-    env = lmdb.open(src, readonly=True, lock=False, max_dbs=_MAX_DBS, subdir=True)
+    env = lmdb.open(src, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     try:
         used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
         free = shutil.disk_usage(dest_dir).free
@@ -118,7 +118,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
         os.fsync(fd)
     finally:
         os.close(fd)
-    copy = lmdb.open(dest_dir, readonly=True, lock=False, max_dbs=_MAX_DBS, subdir=True)
+    copy = lmdb.open(dest_dir, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     try:
         found = _entries(copy)
     finally:
@@ -156,7 +156,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
         raise CompactError(f"no journal at {path!r}: the folder or its data.mdb is missing")
     if fcntl is None:  # pragma: no cover
         raise CompactError("compaction needs fcntl locks (not available on this platform)")
-    if folder in _ENVS and _ENVS[folder][0] == os.getpid():
+    if open_in_this_process(folder):
         raise JournalBusyError(f"journal {path!r} is open in this process; close every Journal on it, then compact")
     lock_file = os.path.join(folder, "lock.mdb")
     fd = _lock_exclusive(lock_file, path)

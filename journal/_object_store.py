@@ -33,7 +33,7 @@ from ._errors import IntegrityError, PayloadMissingError
 from ._log import get_logger
 from ._object_client import Remote
 from ._pages import HANDED_OVER
-from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, _check_digest
+from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, check_digest
 from ._payloads import MAX_ORPHAN_NBYTES, MAX_PAYLOAD_NBYTES, stored_digest, unwrap
 
 __all__ = ["ObjectPayloadStore", "open_payload_store", "PAYLOADS_PREFIX", "stored_bound"]
@@ -94,14 +94,14 @@ class ObjectPayloadStore:
 
     # -- writing ---------------------------------------------------------------------------------
     def put(self, digest: bytes, blob: Any) -> None:
-        _check_digest(digest)
+        check_digest(digest)
         self.remote.put(_payload_key(digest), blob)  # overwrite: a damaged remote copy is replaced
         if self._cache_writable():
             self.cache.put(digest, blob)
 
     def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
         for digest, blob in items:
-            _check_digest(digest)
+            check_digest(digest)
             # A payload in the cache was written to the remote before its first event committed.
             if self.cache is None or not self.cache.has(digest):
                 self.remote.put(_payload_key(digest), blob)
@@ -111,7 +111,7 @@ class ObjectPayloadStore:
         return write_events(lambda txn: cache.put_in(txn, items))
 
     def delete(self, digest: bytes) -> bool:
-        _check_digest(digest)
+        check_digest(digest)
         key = _payload_key(digest)
         found = self.remote.exists(key)
         if found:
@@ -144,7 +144,7 @@ class ObjectPayloadStore:
             IntegrityError: the object is larger than a payload of `nbytes` may be, or does not
                 match its digest (truncated, damaged); its bytes are not returned.
         """
-        _check_digest(digest)
+        check_digest(digest)
         blob = self._blob(digest, nbytes)
         raw = unwrap(blob, digest.hex(), None, nbytes)
         if stored_digest(raw, digest.hex(), None, nbytes) != digest:
@@ -153,7 +153,7 @@ class ObjectPayloadStore:
 
     @contextmanager
     def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> Iterator[Tuple[Any, Optional[Release]]]:
-        _check_digest(digest)
+        check_digest(digest)
         if self.cache is not None and self.cache.has(digest):
             with self.cache.view(digest, nbytes=nbytes) as found:
                 yield found
@@ -189,7 +189,7 @@ class ObjectPayloadStore:
             self.cache.check(digest, nbytes=nbytes)
 
     def has(self, digest: bytes) -> bool:
-        _check_digest(digest)
+        check_digest(digest)
         return self.remote.exists(_payload_key(digest))
 
     def __contains__(self, digest: object) -> bool:

@@ -28,7 +28,7 @@ from ._pages import MappedFile, releaser
 from ._payloads import blob_intact, own_nbytes, stored_digest, unwrap
 from ._store import Store
 
-__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents"]
+__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest"]
 
 T = TypeVar("T")
 # ``release(start, stop)``: the caller is done with these bytes of a view (see _pages).
@@ -123,7 +123,7 @@ class LmdbPayloadStore:
         """Write `items` inside an open write transaction `txn` (opened with ``buffers=True``)."""
         db = self._db()
         for key, blob in items:
-            _check_digest(key)
+            check_digest(key)
             # Content-addressed: identical payloads are stored once. A stored copy that no longer
             # matches its digest (damaged on disk) is replaced: the new bytes are what the key names.
             # The check is bounded by the size of the value being recorded, never by what is stored:
@@ -142,19 +142,19 @@ class LmdbPayloadStore:
         return write_events(lambda txn: self.put_in(txn, items))
 
     def delete(self, digest: bytes) -> bool:
-        _check_digest(digest)
+        check_digest(digest)
         return bool(self._store.write(lambda txn: txn.delete(digest, db=self._db())))
 
     def delete_in(self, txn: Any, digests: Sequence[bytes]) -> None:
         """Delete `digests` inside an open write transaction `txn` (retention's releases)."""
         for digest in digests:
-            _check_digest(digest)
+            check_digest(digest)
             txn.delete(digest, db=self._db())
 
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager
     def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> Iterator[Tuple[Any, Optional[Release]]]:
-        _check_digest(digest)
+        check_digest(digest)
         with self._store.read(buffers=True) as txn:
             blob = txn.get(digest, db=self._db())
             if blob is None:
@@ -172,7 +172,7 @@ class LmdbPayloadStore:
             return bytes(raw)
 
     def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
-        _check_digest(digest)
+        check_digest(digest)
         with self._store.read(buffers=True) as txn:
             self._check_blob(digest, txn.get(digest, db=self._db()), nbytes)
 
@@ -200,7 +200,7 @@ class LmdbPayloadStore:
         The values are views of the map, each let go of as it is hashed, so memory stays bounded.
         """
         for digest, _ in items:
-            _check_digest(digest)
+            check_digest(digest)
         with self._store.read(buffers=True) as txn:
             blobs = [txn.get(digest, db=self._db()) for digest, _ in items]  # views, valid while txn is open
 
@@ -249,6 +249,7 @@ class LmdbPayloadStore:
             after = batch[-1]
 
 
-def _check_digest(digest: object) -> None:
+def check_digest(digest: object) -> None:
+    """Refuse a payload key that is not a digest (`DIGEST_SIZE` bytes): every store checks the keys it is given."""
     if not isinstance(digest, bytes) or len(digest) != DIGEST_SIZE:
         raise IntegrityError(f"payload digest {digest!r} is malformed: a payload key is {DIGEST_SIZE} bytes")

@@ -32,7 +32,7 @@ from ._payload_store import LmdbPayloadStore
 from ._projections import Projections
 from ._prune import catch_up_in
 from ._remote import journal_id, one_ahead
-from ._remote_layout import _head, _manifest, _segment_events, call_refs, event_in
+from ._remote_layout import call_refs, check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, resolve_remote
 from ._retention import RetentionState
 from ._secrets import public_url
@@ -215,7 +215,7 @@ def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[T
     listing them otherwise is refused when read, `_remote_layout`)."""
     out = []
     for source in sources:
-        head = _head(remote, source)
+        head = read_head(remote, source)
         if head is None:
             continue
         segments = [s for s in head["segments"] if not imports.covers(source, s["first"], s["last"])]
@@ -233,7 +233,7 @@ def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[
         RemoteError: not a stepjournal remote, or one listing more journals than a pull reads.
         RemoteFormatError: the remote was written by a newer stepjournal.
     """
-    _manifest(remote, create=False)
+    check_manifest(remote, create=False)
     own = journal_id(journal) if journal.last_seq() else None
     imports = ImportMap.of(journal.events(types=[EventsImported]))
     listed = remote.keys("heads/", most=_MAX_SOURCES)
@@ -252,7 +252,7 @@ def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[st
     held = 0
     for source, segments in wanted:
         for seg in segments:
-            listed, released = _segment_events(remote, source, seg)
+            listed, released = read_segment(remote, source, seg)
             checks.segment(source, seg["name"], [e for e in listed if imports.local(source, e[0]) is None], released)
             if held + seg["nbytes"] <= _CACHED_SEGMENT_BYTES:
                 cache[seg["name"]] = (listed, released)
@@ -286,7 +286,7 @@ def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dic
     for source, segments in wanted:
         total = sum(s.get("count", 0) for s in segments)
         for seg in segments:
-            listed, released = cache.pop(seg["name"], None) or _segment_events(remote, source, seg)
+            listed, released = cache.pop(seg["name"], None) or read_segment(remote, source, seg)
             for events in _runs([e for e in listed if imports.local(source, e[0]) is None]):
                 wanted_refs: Dict[str, Tuple[Any, List[int]]] = {}
                 for _seq, _raw, event in events:

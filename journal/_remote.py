@@ -36,7 +36,7 @@ from ._log import get_logger
 from ._progress import Progress, report_progress
 from ._object_client import Remote
 from ._payloads import blob_intact
-from ._remote_layout import _MAX_HEAD, REMOTE_FORMAT, _head_of, _manifest, call_refs, encode_segment, new_head
+from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, call_refs, check_manifest, encode_segment, new_head, parse_head
 from ._remotes_config import resolve_remote
 
 __all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "local_payload", "one_ahead", "pushed_head",
@@ -154,7 +154,7 @@ def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
         with Journal(journal, readonly=True) as opened:
             return push(opened, url, progress=progress, options=options, segment_events=segment_events)
     remote = Remote(resolve_remote(journal, url), options=options)
-    _manifest(remote, create=True)
+    check_manifest(remote, create=True)
     source = journal_id(journal)
     with remote.push_lock(f"heads/{source}.lock"):
         return _push(journal, remote, source, progress, segment_events)
@@ -167,8 +167,8 @@ def pushed_head(journal: Journal, remote: Any, source: str) -> Tuple[Dict[str, A
     Raises:
         RemoteError: the remote holds another history for this journal (it diverged).
     """
-    data, etag = remote.get_tagged(f"heads/{source}.json", limit=_MAX_HEAD) if remote is not None else (None, None)
-    head = _head_of(remote, source, data) or new_head(source)
+    data, etag = remote.get_tagged(f"heads/{source}.json", limit=MAX_HEAD) if remote is not None else (None, None)
+    head = parse_head(remote, source, data) or new_head(source)
     if head["last_seq"]:
         raw = journal._log.get_raw(head["last_seq"])
         if raw is None or digest_bytes(bytes(raw)).hex() != head.get("last_digest"):

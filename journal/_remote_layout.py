@@ -20,18 +20,21 @@ from ._digest import digest_bytes
 from ._errors import EventDecodeError, IntegrityError, RemoteError, RemoteFormatError
 from ._events import GenerationRecorded, ReplayServed
 
-__all__ = ["REMOTE_FORMAT", "MANIFEST", "call_refs", "encode_segment", "manifest_bytes", "new_head", "segment_name", "event_in"]
+__all__ = ["REMOTE_FORMAT", "MANIFEST", "MAX_HEAD", "call_refs", "check_format", "check_manifest", "encode_segment",
+           "event_in", "manifest_bytes", "new_head", "parse_head", "read_head", "read_json", "read_segment",
+           "segment_name"]
 
 REMOTE_FORMAT = 1
 MANIFEST = "stepjournal-remote.json"
 _MAX_MANIFEST = 1 << 16
-_MAX_HEAD = 1 << 26
+MAX_HEAD = 1 << 26
 _MAX_SEGMENT = 1 << 28
 _JOURNAL_ID = re.compile(r"[0-9a-f]{32}")
 
 
 # -- the remote's small JSON objects ---------------------------------------------------------------
-def _json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
+def read_json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
+    """The JSON object at `key` (None: no such object), read within `limit` bytes; anything else is damage."""
     return _parsed(remote, key, remote.get(key, limit=limit))
 
 
@@ -48,7 +51,8 @@ def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, 
     return value
 
 
-def _check_format(remote: Any, key: str, value: Dict[str, Any]) -> None:
+def check_format(remote: Any, key: str, value: Dict[str, Any]) -> None:
+    """Refuse an object of the layout whose format version is missing, or newer than this stepjournal reads."""
     found = value.get("format")
     if not isinstance(found, int) or isinstance(found, bool) or found < 1:
         raise IntegrityError(f"{remote.url}/{key} has no valid format version ({str(found)[:40]})")
@@ -63,26 +67,29 @@ def manifest_bytes() -> bytes:
     return json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode()
 
 
-def _manifest(remote: Any, *, create: bool) -> None:
-    found = _json(remote, MANIFEST, _MAX_MANIFEST)
+def check_manifest(remote: Any, *, create: bool) -> None:
+    """Check the remote's manifest (a writer's `create` writes it when missing); no manifest is no remote."""
+    found = read_json(remote, MANIFEST, _MAX_MANIFEST)
     if found is None and create:
         remote.put(MANIFEST, manifest_bytes(), create=True)
-        found = _json(remote, MANIFEST, _MAX_MANIFEST)
+        found = read_json(remote, MANIFEST, _MAX_MANIFEST)
     if found is None:
         raise RemoteError(f"no stepjournal remote at {remote.url} ({MANIFEST} is missing); push to it first")
-    _check_format(remote, MANIFEST, found)
+    check_format(remote, MANIFEST, found)
 
 
-def _head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
-    return _head_of(remote, source, remote.get(f"heads/{source}.json", limit=_MAX_HEAD))
+def read_head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
+    """Journal `source`'s head on the remote, checked (`parse_head`); None when it pushed nothing there."""
+    return parse_head(remote, source, remote.get(f"heads/{source}.json", limit=MAX_HEAD))
 
 
-def _head_of(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+def parse_head(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+    """A head's bytes as read (`data`, None: absent), checked: its format and every field the layout gives it."""
     key = f"heads/{source}.json"
     head = _parsed(remote, key, data)
     if head is None:
         return None
-    _check_format(remote, key, head)
+    check_format(remote, key, head)
     problem = _head_problem(source, head)
     if problem:
         raise IntegrityError(f"{remote.url}/{key} is not a valid head ({problem}); the remote is damaged: "
@@ -152,7 +159,7 @@ def call_refs(event: Any) -> List[Any]:
     return []
 
 
-def _segment_events(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List[Tuple[int, bytes, Any]], Set[str]]:
+def read_segment(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List[Tuple[int, bytes, Any]], Set[str]]:
     """(seq, stored bytes, event) of every event of a segment, checked; and the digests it says were released."""
     where = f"segment {seg['name']} (events {seg['first']}-{seg['last']} of journal {source})"
     body = remote.get(seg["name"], limit=min(seg["nbytes"], _MAX_SEGMENT))
@@ -186,6 +193,6 @@ def event_in(remote: Any, source: str, segments: Any, seq: int, cache: Optional[
     `cache` kept decoded first), checked as any segment is; None when none holds it."""
     for seg in segments:
         if seg["first"] <= seq <= seg["last"]:
-            listed = (cache or {}).get(seg["name"]) or _segment_events(remote, source, seg)
+            listed = (cache or {}).get(seg["name"]) or read_segment(remote, source, seg)
             return next((event for found, _raw, event in listed[0] if found == seq), None)
     return None

@@ -24,13 +24,13 @@ from ._errors import IntegrityError, JournalError, JournalFullError, JournalLock
 from ._lmdb_check import check_env_structure, check_file_size, check_tree
 from ._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
-__all__ = ["Store", "DB_NAMES"]
+__all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
 
 log = get_logger(__name__)
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
 DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps", "runs")
-_MAX_DBS = 8
+MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
 # Checked at open by a read-only journal checked as read (one node per session, run group or distinct
 # payload); the event log and the step indexes (one entry per event or step) are checked when read.
@@ -40,6 +40,12 @@ _CHECKED_AT_OPEN = ("meta", "sessions", "runs", "payloads")
 # environment it inherited is not its own.
 _ENVS: Dict[str, Tuple[int, "_SharedEnv"]] = {}
 _ENVS_LOCK = threading.Lock()
+
+
+def open_in_this_process(folder: str) -> bool:
+    """Whether a `Store` of this process holds the journal at `folder` (a real path) open."""
+    return _ENVS.get(folder, (None,))[0] == os.getpid()
+
 
 # fork(): a child closes the environment it inherited before opening its own (py-lmdb refuses a
 # second open of the same files in one process). Closing aborts every transaction open at that
@@ -149,7 +155,7 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     # Readahead stays on: py-lmdb touches every page of a value as it hands it out, so with it off a
     # payload not in the page cache is read 4 KiB at a time (an 8 MB value 0.24 s against 2 ms; a cold
     # `verify` 2.5x slower: docs/performance.md, "Cold page cache").
-    options = dict(max_dbs=_MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
+    options = dict(max_dbs=MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
                    readahead=True, max_readers=256, mode=0o600)
     check_room_to_create(path, key, data_file, lock)
     try:
@@ -225,16 +231,8 @@ class Store:
             trees at open, each other one before it is first read (`db`, `db_reading`).
     """
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        readonly: bool = False,
-        map_size: int = _DEFAULT_MAP_SIZE,
-        max_size: int | None = None,
-        sync: bool = True,
-        check: str = "open",
-    ) -> None:
+    def __init__(self, path: str, *, readonly: bool = False, map_size: int = _DEFAULT_MAP_SIZE,
+                 max_size: int | None = None, sync: bool = True, check: str = "open") -> None:
         self.path = os.fspath(path)
         self.readonly = readonly
         self._check = check

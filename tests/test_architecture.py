@@ -1,4 +1,5 @@
-"""The house's shape: imports point adapters -> policies -> journal, and no module cycle appears.
+"""The house's shape: imports point adapters -> policies -> journal, no module cycle appears, and no module
+imports another's private names.
 
 The checker reads the source with `ast` (every import, those inside functions too: a lazy import is
 still an arrow) and runs nothing of the project. Its own tests run it on tiny synthetic trees, so a
@@ -53,12 +54,7 @@ def imports_of(module: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
     found: Set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             # `from pkg import name`: the submodule pkg.name when there is one, else pkg itself.
             candidates = [f"{target}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
@@ -70,6 +66,34 @@ def imports_of(module: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
                 name = name.rpartition(".")[0]
             if name and name != module:
                 found.add(name)
+    return found
+
+
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The dotted module a ``from ... import`` names, its dots resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def private_reach_ins(root: Path) -> Set[str]:
+    """``importer -> module._name``: each private name (one leading underscore) a module imports from another."""
+    modules = module_map(root)
+    found: Set[str] = set()
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            target = _from_target(node, package)
+            if target not in modules or target == module:
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and f"{target}.{alias.name}" not in modules:  # a private name, not a submodule
+                    found.add(f"{module} -> {target}.{alias.name}")
     return found
 
 
@@ -112,6 +136,11 @@ def problems_in(root: Path, exceptions=EXCEPTIONS) -> List[str]:
 # -- the project -------------------------------------------------------------------------------------
 def test_no_import_runs_backwards_and_no_module_cycle_in_the_project():
     assert problems_in(ROOT) == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A module's underscore names are its own; what a sibling needs is a public name of the module's seam."""
+    assert sorted(private_reach_ins(ROOT)) == []
 
 
 def test_each_listed_exception_is_still_an_import_of_the_project():
@@ -171,6 +200,17 @@ def test_the_checker_finds_a_cycle_between_modules(tmp_path):
         },
     )
     assert problems_in(root) == ["import cycle: stepjournal._a -> stepjournal._b -> stepjournal._c -> stepjournal._a"]
+
+
+def test_the_private_name_checker_finds_a_planted_reach_in_and_passes_public_names_and_submodules(tmp_path):
+    root = _tree(tmp_path, {
+        "journal/_store.py": "_ENVS = {}\nMAX_DBS = 8\n",
+        "journal/_compact.py": "from ._store import MAX_DBS\nfrom . import _store\n",
+        "journal/_prune.py": "def f():\n    from stepjournal._store import _ENVS, __doc__\n",
+        "adapters/cli/_a.py": "from ._b import _x\n", "adapters/cli/_b.py": "_x = 1\n",
+    })
+    assert sorted(private_reach_ins(root)) == ["stepjournal._prune -> stepjournal._store._ENVS",
+                                               "stepjournal.adapters.cli._a -> stepjournal.adapters.cli._b._x"]
 
 
 def test_the_checker_allows_a_backwards_import_only_where_it_is_listed(tmp_path):

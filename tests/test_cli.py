@@ -445,10 +445,10 @@ def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
 
 # -- docs ------------------------------------------------------------------------------------------------
 def test_docs_cover_every_command_and_every_json_key():
-    from stepjournal.adapters.cli._app import _parser
+    from stepjournal.adapters.cli._app import build_parser
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text()
-    (commands,) = [a for a in _parser()._actions if a.dest == "command"]
+    (commands,) = [a for a in build_parser()._actions if a.dest == "command"]
     for name in commands.choices:
         assert f"## `{name}`" in doc, name
     schema = doc[doc.index("### `audit --json`"):doc.index("### `runs --json`")]

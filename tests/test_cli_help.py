@@ -10,7 +10,7 @@ from stepjournal.adapters.cli import _app
 from stepjournal.adapters.cli._examples import EXAMPLES
 from cli_support import run_cli
 
-VERBS = sorted(_app._parser()._subparsers._group_actions[0].choices)
+VERBS = sorted(_app.build_parser()._subparsers._group_actions[0].choices)
 
 
 def test_every_verb_has_two_or_three_examples_and_no_example_names_a_missing_verb():
@@ -20,7 +20,7 @@ def test_every_verb_has_two_or_three_examples_and_no_example_names_a_missing_ver
 
 @pytest.mark.parametrize("verb", VERBS)
 def test_each_example_is_a_command_line_the_parser_accepts(verb):
-    parser = _app._parser()
+    parser = _app.build_parser()
     for command, _ in EXAMPLES[verb]:
         words = shlex.split(command.split(" > ")[0])
         assert words[:2] == ["stepjournal", verb], command

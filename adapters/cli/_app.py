@@ -35,7 +35,7 @@ from ._render import Failure, UsageError, consoles, error_line, one_line
 
 _BROKEN_PIPE_STATUS = 128 + 13  # what a shell reports for a process killed by SIGPIPE
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,7 +63,8 @@ def _merge_options(p: argparse.ArgumentParser) -> None:
                    "serves, import it for the audit and keep serving this journal's")
 
 
-def _parser() -> _Parser:
+def build_parser() -> _Parser:
+    """The whole command line's parser (shell completion reads its verbs and options from it)."""
     parser = _Parser(
         prog="stepjournal",
         description="Inspect, check, export, draw and share stepjournal journals (read-only, except reindex, prune, "
@@ -295,7 +296,7 @@ def _silence_stdout() -> None:
 
 def _main(argv: Optional[List[str]]) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
     except UsageError as exc:
         print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 2

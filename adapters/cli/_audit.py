@@ -22,7 +22,7 @@ from stepjournal._audit_rows import json_rows, releases_of
 
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._pager import paged
-from ._render import _JSON_RAW, _SURROGATE, ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, short_time
+from ._render import JSON_RAW, SURROGATE, ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, short_time
 
 __all__ = ["run"]
 
@@ -79,10 +79,10 @@ def _print_json_rows(rows: Iterable[Any]) -> None:
         text = encode_rows(batch)
         if text is None:
             text = ",\n".join(_json_row(row) for row in as_dicts(batch))
-        elif (not text.isascii() or "\x7f" in text) and _JSON_RAW.search(text):
+        elif (not text.isascii() or "\x7f" in text) and JSON_RAW.search(text):
             # C1 controls and bidi overrides: escaped, as `print_json` does (a regex over the batch
             # costs more than its encoding: asked only when the text is not plain ASCII or holds DEL)
-            text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+            text = JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
         write(("[\n" if first else ",\n") + text)
         first = False
         pending.clear()
@@ -99,10 +99,10 @@ def _print_json_rows(rows: Iterable[Any]) -> None:
 def _json_row(row: Dict[str, Any]) -> str:
     """One row as ``json.dumps([row], indent=2)`` lays it out inside the array (``  {...}``)."""
     text = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-    if _SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
+    if SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
         text = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-    if _JSON_RAW.search(text):
-        text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    if JSON_RAW.search(text):
+        text = JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return "  {\n    " + text[1:-1] + "\n  }"
 
 

@@ -36,9 +36,9 @@ def _first_words(parser: argparse.ArgumentParser) -> List[str]:
 
 def script(shell: str) -> str:
     """The completion script for `shell` (``bash`` or ``zsh``)."""
-    from ._app import _parser
+    from ._app import build_parser
 
-    verbs = _subcommands(_parser())
+    verbs = _subcommands(build_parser())
     cases = []
     for name, parser in sorted(verbs.items()):
         options, first = " ".join(_options(parser)), " ".join(_first_words(parser))

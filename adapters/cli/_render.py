@@ -43,6 +43,8 @@ __all__ = [
     "error_line",
     "fitted_table",
     "plain_table",
+    "JSON_RAW",
+    "SURROGATE",
     "Column",
 ]
 
@@ -147,9 +149,9 @@ def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False) -> A
 # C0 and C1 controls, DEL, lone surrogates, and the bidirectional overrides and isolates that
 # reorder what a terminal shows ("Trojan Source").
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 # What JSON leaves raw but a terminal acts on: DEL, C1 controls (\x9b is CSI), bidi overrides and isolates.
-_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MAX_INT_DIGITS = 4000
 
 
@@ -208,10 +210,10 @@ def json_text(value: Any) -> str:
     sys.set_int_max_str_digits(0)  # a journal may hold an int of 20 000 digits; JSON keeps it exact
     try:
         text = json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
-        if _SURROGATE.search(text):  # not encodable as UTF-8; JSON spells it as an escape
+        if SURROGATE.search(text):  # not encodable as UTF-8; JSON spells it as an escape
             text = json.dumps(value, indent=2, ensure_ascii=True, allow_nan=False)
         # Only strings hold these characters, so their \u escapes are the same JSON of the same text.
-        text = _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        text = JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     finally:
         sys.set_int_max_str_digits(old)
     return text

@@ -17,7 +17,7 @@ from stepjournal._log import get_logger
 from stepjournal.policies import ConfigError, Engine, ReplayMissError, open_engine
 
 from ._config import VerlJournalConfig, read_verl_config
-from ._nodes import _select
+from ._nodes import select
 from ._errors import VerlAdapterError, VerlStepError
 from ._calls import feed_index_step, meta_step, undecorated
 from ._hooks import JournaledRollout
@@ -193,7 +193,7 @@ def make_journaled_agent_loop_manager() -> type:
             @classmethod
             def create(cls, *args: Any, **kwargs: Any) -> Any:
                 config = kwargs.get("config", args[0] if args else None)
-                if _select(config, "trainer.use_v1", False) is True:
+                if select(config, "trainer.use_v1", False) is True:
                     # verl's default V1 trainer moves batches through TransferQueue: its own manager class.
                     from ._v1_hooks import make_journaled_agent_loop_manager_tq
 

@@ -28,7 +28,7 @@ from verl.protocol import DataProto
 
 from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
 
-__all__ = ["CODEC_NAME", "encode_dataproto", "decode_dataproto", "dataproto_diff", "register_dataproto_codec"]
+__all__ = ["CODEC_NAME", "encode_dataproto", "decode_dataproto", "dataproto_diff", "register_dataproto_codec", "value_diff"]
 
 CODEC_NAME = "verl.DataProto"
 _SCHEMA = 1
@@ -159,7 +159,9 @@ def _tensor_diff(a: torch.Tensor, b: torch.Tensor, where: str, out: List[str]) -
         out.append(f"{where}: tensor bits differ")
 
 
-def _value_diff(a: Any, b: Any, where: str, out: List[str]) -> None:
+def value_diff(a: Any, b: Any, where: str, out: List[str]) -> None:
+    """Append to `out` every difference between two decoded values under `where`: their types, tensors exactly,
+    containers item by item."""
     if type(a) is not type(b):
         out.append(f"{where}: {type(a).__name__} vs {type(b).__name__}")
     elif isinstance(a, torch.Tensor):
@@ -169,7 +171,7 @@ def _value_diff(a: Any, b: Any, where: str, out: List[str]) -> None:
             out.append(f"{where}: array {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}")
         elif a.dtype.kind == "O":
             for i, (x, y) in enumerate(zip(a.reshape(-1), b.reshape(-1))):
-                _value_diff(x, y, f"{where}[{i}]", out)
+                value_diff(x, y, f"{where}[{i}]", out)
         elif a.tobytes() != b.tobytes():
             out.append(f"{where}: array contents differ")
     elif isinstance(a, dict):
@@ -177,13 +179,13 @@ def _value_diff(a: Any, b: Any, where: str, out: List[str]) -> None:
             out.append(f"{where}: keys {list(a.keys())} vs {list(b.keys())}")
         else:
             for key in a:
-                _value_diff(a[key], b[key], f"{where}[{key!r}]", out)
+                value_diff(a[key], b[key], f"{where}[{key!r}]", out)
     elif isinstance(a, (list, tuple)):
         if len(a) != len(b):
             out.append(f"{where}: length {len(a)} vs {len(b)}")
         else:
             for i, (x, y) in enumerate(zip(a, b)):
-                _value_diff(x, y, f"{where}[{i}]", out)
+                value_diff(x, y, f"{where}[{i}]", out)
     elif isinstance(a, float):
         if not (a == b or (math.isnan(a) and math.isnan(b))):
             out.append(f"{where}: {a!r} vs {b!r}")
@@ -208,11 +210,11 @@ def _td_diff(a: TensorDictBase, b: TensorDictBase, where: str, out: List[str]) -
     for key in keys_a:
         x, y = a.get(key), b.get(key)
         if isinstance(x, NonTensorData) or isinstance(y, NonTensorData):
-            _value_diff(getattr(x, "data", x), getattr(y, "data", y), f"{where}.{key}", out)
+            value_diff(getattr(x, "data", x), getattr(y, "data", y), f"{where}.{key}", out)
         elif isinstance(x, TensorDictBase) and isinstance(y, TensorDictBase):
             _td_diff(x, y, f"{where}.{key}", out)
         else:
-            _value_diff(x, y, f"{where}.{key}", out)
+            value_diff(x, y, f"{where}.{key}", out)
 
 
 def dataproto_diff(a: DataProto, b: DataProto, *, where: str = "") -> List[str]:
@@ -228,6 +230,6 @@ def dataproto_diff(a: DataProto, b: DataProto, *, where: str = "") -> List[str]:
         out.append(f"{prefix}batch: {'None' if a.batch is None else 'TensorDict'} vs {'None' if b.batch is None else 'TensorDict'}")
     elif a.batch is not None:
         _td_diff(a.batch, b.batch, f"{prefix}batch", out)
-    _value_diff(dict(a.non_tensor_batch or {}), dict(b.non_tensor_batch or {}), f"{prefix}non_tensor_batch", out)
-    _value_diff(dict(a.meta_info or {}), dict(b.meta_info or {}), f"{prefix}meta_info", out)
+    value_diff(dict(a.non_tensor_batch or {}), dict(b.non_tensor_batch or {}), f"{prefix}non_tensor_batch", out)
+    value_diff(dict(a.meta_info or {}), dict(b.meta_info or {}), f"{prefix}meta_info", out)
     return out

@@ -29,7 +29,7 @@ from stepjournal import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, EngineOptions, StepRanges, load_config
 
 from ._fingerprint import verl_fingerprint, verl_run_key
-from ._nodes import _MISSING, _child, _is_section, _plain, _select
+from ._nodes import MISSING, child, is_section, plain, select
 
 __all__ = [
     "VerlJournalConfig",
@@ -138,8 +138,8 @@ def _journal_path(dump_dir: Any, key: str) -> str:
 
 def _form_v1(rollout: Any) -> Tuple[str, str, Tuple[str, ...]]:
     prefix = "actor_rollout_ref.rollout"
-    dump_dir = _plain(_child(rollout, "skip_dump_dir"))
-    if dump_dir is _MISSING or dump_dir is None:
+    dump_dir = plain(child(rollout, "skip_dump_dir"))
+    if dump_dir is MISSING or dump_dir is None:
         dump_dir = DEFAULT_DUMP_DIR
     # v1 dumped the first generation once and served that one file for every later call.
     return "cache@1;repeat_last", _journal_path(dump_dir, f"{prefix}.skip_dump_dir"), (
@@ -151,7 +151,7 @@ def _form_v1(rollout: Any) -> Tuple[str, str, Tuple[str, ...]]:
 def _form_v2(skip: Any) -> Tuple[str, str, str, Tuple[str, ...]]:
     prefix = "actor_rollout_ref.rollout.skip"
     known = {"enable", "dump_dir", "max_dump_step", "action", "dump_step", "post_dump_action", "compress", "_target_"}
-    data = _plain(skip) if not hasattr(skip, "__dataclass_fields__") else {
+    data = plain(skip) if not hasattr(skip, "__dataclass_fields__") else {
         k: getattr(skip, k) for k in skip.__dataclass_fields__
     }
     unknown = sorted(set(data) - known)
@@ -192,7 +192,7 @@ def _form_v2(skip: Any) -> Tuple[str, str, str, Tuple[str, ...]]:
 
 def _form_skip_manager(section: Any, role: str) -> Tuple[str, str, Tuple[str, ...]]:
     prefix = f"skip.{role}"
-    data = _plain(section) if not hasattr(section, "__dataclass_fields__") else {
+    data = plain(section) if not hasattr(section, "__dataclass_fields__") else {
         k: getattr(section, k) for k in section.__dataclass_fields__
     }
     unknown = sorted(set(data) - {"enable", "dump_dir", "steps", "action", "_target_"})
@@ -216,38 +216,38 @@ def _form_skip_manager(section: Any, role: str) -> Tuple[str, str, Tuple[str, ..
 
 def _enabled_forms(cfg: Any) -> List[Tuple[str, Any]]:
     found: List[Tuple[str, Any]] = []
-    native = _child(cfg, "stepjournal")
-    if native is not _MISSING and native is not None:
-        if not _is_section(native):
-            raise ConfigError(f"stepjournal must be a section (mapping), got {_plain(native)!r}")
-        enable = _plain(_child(native, "enable"))
-        if enable is _MISSING or _bool(enable, "stepjournal.enable"):
+    native = child(cfg, "stepjournal")
+    if native is not MISSING and native is not None:
+        if not is_section(native):
+            raise ConfigError(f"stepjournal must be a section (mapping), got {plain(native)!r}")
+        enable = plain(child(native, "enable"))
+        if enable is MISSING or _bool(enable, "stepjournal.enable"):
             found.append(("stepjournal", native))
-    rollout = _child(_child(cfg, "actor_rollout_ref"), "rollout")
-    v1 = _plain(_child(rollout, "skip_rollout"))
-    if v1 is not _MISSING and v1 is not None and _bool(v1, "actor_rollout_ref.rollout.skip_rollout"):
+    rollout = child(child(cfg, "actor_rollout_ref"), "rollout")
+    v1 = plain(child(rollout, "skip_rollout"))
+    if v1 is not MISSING and v1 is not None and _bool(v1, "actor_rollout_ref.rollout.skip_rollout"):
         found.append(("rollout_skip_v1", rollout))
-    v2 = _child(rollout, "skip")
-    if v2 is not _MISSING and v2 is not None:
-        if not _is_section(v2):
-            raise ConfigError(f"actor_rollout_ref.rollout.skip must be a section, got {_plain(v2)!r}")
-        enable = _plain(_child(v2, "enable"))
-        if enable is not _MISSING and _bool(enable, "actor_rollout_ref.rollout.skip.enable"):
+    v2 = child(rollout, "skip")
+    if v2 is not MISSING and v2 is not None:
+        if not is_section(v2):
+            raise ConfigError(f"actor_rollout_ref.rollout.skip must be a section, got {plain(v2)!r}")
+        enable = plain(child(v2, "enable"))
+        if enable is not MISSING and _bool(enable, "actor_rollout_ref.rollout.skip.enable"):
             found.append(("rollout_skip_v2", v2))
-    manager = _child(cfg, "skip")
-    if manager is not _MISSING and manager is not None and _is_section(manager):
+    manager = child(cfg, "skip")
+    if manager is not MISSING and manager is not None and is_section(manager):
         for role in ("rollout", "async_rollout", "rollout_tq"):
-            section = _child(manager, role)
-            if section is _MISSING or section is None:
+            section = child(manager, role)
+            if section is MISSING or section is None:
                 continue
-            enable = _plain(_child(section, "enable"))
-            if enable is not _MISSING and _bool(enable, f"skip.{role}.enable"):
+            enable = plain(child(section, "enable"))
+            if enable is not MISSING and _bool(enable, f"skip.{role}.enable"):
                 found.append((f"skip_manager.{role}", section))
     return found
 
 
 def _native(section: Any, overrides: Mapping[str, Any]) -> Tuple[Dict[str, Any], str, Tuple[str, ...]]:
-    data = dict(_plain(section)) if not hasattr(section, "__dataclass_fields__") else {}
+    data = dict(plain(section)) if not hasattr(section, "__dataclass_fields__") else {}
     data.update(overrides)
     unknown = sorted(set(data) - set(_NATIVE_KEYS))
     if unknown:
@@ -339,7 +339,7 @@ def read_verl_config(cfg: Any, **overrides: Any) -> Optional[VerlJournalConfig]:
         engine = load_config(settings)  # validates the policy spec, once
     except ConfigError as exc:
         raise ConfigError(f"{form}: {exc}") from None
-    rollout_n = _select(cfg, "actor_rollout_ref.rollout.n", 1)
+    rollout_n = select(cfg, "actor_rollout_ref.rollout.n", 1)
     rollout_n = rollout_n if isinstance(rollout_n, int) and not isinstance(rollout_n, bool) and rollout_n > 0 else 1
     result = VerlJournalConfig(engine=engine, form=form, step_source=step_source, rollout_n=rollout_n, keys=keys)
     log.info("verl_config_read", form=form, policy=engine.policy, path=engine.path, run=engine.run)

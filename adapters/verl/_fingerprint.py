@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ._nodes import _select
+from ._nodes import select
 
 __all__ = [
     "GENERATION_KEYS",
@@ -33,8 +33,8 @@ def _scalar(value: Any) -> Any:
 
 def verl_run_key(cfg: Any) -> str:
     """``{trainer.experiment_name}_{trainer.project_name}``: the folder verl names its dumps after."""
-    experiment = _select(cfg, "trainer.experiment_name", None)
-    project = _select(cfg, "trainer.project_name", None)
+    experiment = select(cfg, "trainer.experiment_name", None)
+    project = select(cfg, "trainer.project_name", None)
     if experiment is None:
         experiment = "default_experiment_name"
     if project is None:
@@ -70,17 +70,17 @@ def verl_fingerprint(cfg: Any) -> Dict[str, Any]:
     tokenizer paths, custom chat template, temperature, top_p, top_k, do_sample and the train files
     (`GENERATION_KEYS`).
     """
-    gbs = _select(cfg, "data.gen_batch_size", None)
+    gbs = select(cfg, "data.gen_batch_size", None)
     if gbs is None:
-        gbs = _select(cfg, "data.train_batch_size", 0)
+        gbs = select(cfg, "data.train_batch_size", 0)
     found = {
         "verl.gen_batch_size": _scalar(gbs),
-        "verl.rollout_n": _scalar(_select(cfg, "actor_rollout_ref.rollout.n", 0)),
-        "verl.max_prompt_length": _scalar(_select(cfg, "data.max_prompt_length", 0)),
-        "verl.max_response_length": _scalar(_select(cfg, "data.max_response_length", 0)),
+        "verl.rollout_n": _scalar(select(cfg, "actor_rollout_ref.rollout.n", 0)),
+        "verl.max_prompt_length": _scalar(select(cfg, "data.max_prompt_length", 0)),
+        "verl.max_response_length": _scalar(select(cfg, "data.max_response_length", 0)),
     }
     for name, key in GENERATION_KEYS.items():
-        value = _select(cfg, key, None)
+        value = select(cfg, key, None)
         if isinstance(value, (list, tuple)):
             value = ",".join(str(v) for v in value)
         if isinstance(value, float) and not value.is_integer():
@@ -98,10 +98,10 @@ def config_fingerprint_extras(cfg: Any) -> Dict[str, Any]:
     when given ``config=``.
     """
     found = {k: v for k, v in verl_fingerprint(cfg).items() if k in GENERATION_KEYS}
-    extras = _select(cfg, "stepjournal.fingerprint", None) or {}
+    extras = select(cfg, "stepjournal.fingerprint", None) or {}
     if isinstance(extras, Mapping):
         found.update(extras)
-    for key in _select(cfg, "stepjournal.fingerprint_ignore", None) or []:
+    for key in select(cfg, "stepjournal.fingerprint_ignore", None) or []:
         found.pop(key, None)
     return found
 

@@ -18,7 +18,7 @@ from stepjournal._log import get_logger
 from stepjournal.policies import Engine, Outcome
 
 from ._calls import validate_mode
-from ._v1_stages import _METHODS, named_downstream, stage_weights_version
+from ._v1_stages import STAGE_METHODS, named_downstream, stage_weights_version
 
 __all__ = ["LegacyStages", "LEGACY_STAGE_READS"]
 
@@ -49,7 +49,7 @@ class LegacyStages:
 
     def hooks(self) -> List[Tuple[Any, str, Callable[..., Any]]]:
         """(object, attribute, replacement) for each trainer method to journal."""
-        return [(self.trainer, _METHODS[stage], self._wrapped(stage, getattr(self.trainer, _METHODS[stage])))
+        return [(self.trainer, STAGE_METHODS[stage], self._wrapped(stage, getattr(self.trainer, STAGE_METHODS[stage])))
                 for stage in self.stages]
 
     def install(self) -> "LegacyStages":

@@ -8,32 +8,32 @@ from stepjournal.policies import ConfigError
 
 __all__ = ["MISSING", "child", "select", "plain", "is_section"]
 
-_MISSING = MISSING = object()
+MISSING = object()  # a key the config does not have
 
 
-def _child(node: Any, key: str) -> Any:
-    if node is None or node is _MISSING:
-        return _MISSING
+def child(node: Any, key: str) -> Any:
+    if node is None or node is MISSING:
+        return MISSING
     if isinstance(node, Mapping) or type(node).__name__ == "DictConfig":
         try:
-            return node[key] if key in node else _MISSING
+            return node[key] if key in node else MISSING
         except Exception as exc:  # an OmegaConf interpolation that does not resolve
             raise ConfigError(f"verl config key {key!r} cannot be read: {exc}") from None
     if hasattr(node, "__dataclass_fields__"):
-        return getattr(node, key, _MISSING)
-    return _MISSING
+        return getattr(node, key, MISSING)
+    return MISSING
 
 
-def _select(cfg: Any, dotted: str, default: Any = _MISSING) -> Any:
+def select(cfg: Any, dotted: str, default: Any = MISSING) -> Any:
     node = cfg
     for part in dotted.split("."):
-        node = _child(node, part)
-        if node is _MISSING:
+        node = child(node, part)
+        if node is MISSING:
             return default
-    return _plain(node)
+    return plain(node)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """OmegaConf containers as plain dicts and lists (resolved); everything else as is."""
     kind = type(value).__name__
     if kind in ("DictConfig", "ListConfig"):
@@ -43,9 +43,5 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _is_section(value: Any) -> bool:
+def is_section(value: Any) -> bool:
     return isinstance(value, Mapping) or type(value).__name__ == "DictConfig" or hasattr(value, "__dataclass_fields__")
-
-
-
-child, select, plain, is_section = _child, _select, _plain, _is_section

@@ -31,7 +31,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
 
-from ._codec import _value_diff as _codec_value_diff  # one exact comparison for both codecs
+from ._codec import value_diff as _codec_value_diff  # one exact comparison for both codecs
 
 __all__ = ["TQBatch", "TQ_CODEC_NAME", "encode_tq_batch", "decode_tq_batch", "tq_batch_diff", "register_tq_codec"]
 

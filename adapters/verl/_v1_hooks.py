@@ -65,9 +65,9 @@ def v1_trainer_mode(cfg: Any) -> str:
     Raises:
         ConfigError: the mode is not ``sync``, ``colocate_async`` or ``separate_async``.
     """
-    from ._nodes import _select
+    from ._nodes import select
 
-    mode = _select(cfg, "trainer.v1.trainer_mode", "sync")
+    mode = select(cfg, "trainer.v1.trainer_mode", "sync")
     if mode not in V1_TRAINER_MODES:
         raise ConfigError(
             f"trainer.v1.trainer_mode={mode!r} is not a V1 mode stepjournal journals: use one of "

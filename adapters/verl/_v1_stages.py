@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from stepjournal._log import get_logger
 from stepjournal.policies import ConfigError, Engine, Outcome, SpecError, StagePolicies, parse_stages
 
-from ._nodes import _select
+from ._nodes import select
 from ._v1_codec import TQBatch
 
 __all__ = [
@@ -42,13 +42,14 @@ __all__ = [
     "named_downstream",
     "stage_weights_version",
     "loggable_metrics",
+    "STAGE_METHODS",
 ]
 
 log = get_logger(__name__)
 
 DOWNSTREAM_STAGES = ("reward", "old_log_prob", "ref_log_prob", "values")
 VERL_STAGES = ("generate",) + DOWNSTREAM_STAGES + ("metrics",)
-_METHODS = {
+STAGE_METHODS = {
     "reward": "_compute_reward_colocate",
     "old_log_prob": "_compute_old_log_prob",
     "ref_log_prob": "_compute_ref_log_prob",
@@ -119,7 +120,7 @@ def stage_weights_version(trainer: Any, stage: str) -> Any:
         return f"critic@{step}"
     if stage == "ref_log_prob":
         return "ref@initial"
-    path = _select(getattr(trainer, "config", None), "reward.reward_model.model_path", None)
+    path = select(getattr(trainer, "config", None), "reward.reward_model.model_path", None)
     return f"reward_model@{path}" if isinstance(path, str) and path else None
 
 
@@ -181,8 +182,8 @@ class V1Stages:
         trainer = self.trainer
         out: List[Tuple[Any, str, Callable[..., Any]]] = []
         for stage in self.stages:
-            original = getattr(trainer, _METHODS[stage])
-            out.append((trainer, _METHODS[stage], self._wrapped(stage, original)))
+            original = getattr(trainer, STAGE_METHODS[stage])
+            out.append((trainer, STAGE_METHODS[stage], self._wrapped(stage, original)))
         compute_metrics = trainer._compute_metrics
 
         def _compute_metrics(batch: Any, metrics: Dict[str, Any], *args: Any, **kwargs: Any) -> Any:
