@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stepjournal import Journal, journaled
-from stepjournal._log import console_logging
+from stepjournal.log import console_logging
 
 DEFAULT_PATH = "./.stepjournal-demo"
 BATCH, PROMPT_LEN, RESPONSE_LEN, VOCAB = 8, 16, 32, 5000

@@ -15,7 +15,7 @@ from stepjournal import IntegrityError, Journal
 from stepjournal._digest import digest_hex
 from stepjournal._events import check_fingerprint
 from stepjournal._keys import DEFAULT_STAGE
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 
 from ._base import CallContext, Decision, GenerateCall, JournalView, Policy, RefuseCall, ServeRecorded
 from ._errors import FingerprintMismatchError, InputMismatchError, StageInputMismatchError

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional,
 import attrs
 
 from stepjournal._keys import DEFAULT_STAGE, check_stage
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 
 from ._base import (

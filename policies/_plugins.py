@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import attrs
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from ._base import is_policy
 from ._builtin import BUILTIN_POLICIES
 from ._errors import PluginError, PluginLoadError, SpecError

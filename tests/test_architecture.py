@@ -143,6 +143,14 @@ def test_no_module_imports_a_private_name_of_another():
     assert sorted(private_reach_ins(ROOT)) == []
 
 
+def test_adapters_and_policies_log_through_the_public_leaf():
+    """`stepjournal.log` is the face of the core's logging: nothing above the journal imports `stepjournal._log`."""
+    modules = module_map(ROOT)
+    users = [m for m, path in modules.items() if _layer(m) > 0 and "stepjournal._log" in imports_of(m, path, modules)]
+    assert users == []
+    assert any("stepjournal.log" in imports_of(m, p, modules) for m, p in modules.items() if _layer(m) > 0)
+
+
 def test_each_listed_exception_is_still_an_import_of_the_project():
     """An exception that no longer happens is removed from the list, so the list stays honest."""
     modules = module_map(ROOT)

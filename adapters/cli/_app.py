@@ -28,7 +28,7 @@ from typing import Any, Callable, List, Optional
 import stepjournal
 from stepjournal import IntegrityError, StepJournalError
 from stepjournal._audit import ACTIONS
-from stepjournal._log import console_logging
+from stepjournal.log import console_logging
 
 from ._examples import examples_text
 from ._render import Failure, UsageError, consoles, error_line, one_line

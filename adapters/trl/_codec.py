@@ -28,7 +28,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, SUPPORTED_TRL
 from ._errors import TrlAdapterError, TrlSignatureError

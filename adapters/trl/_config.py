@@ -12,7 +12,7 @@ import inspect
 import json
 from typing import Any, Dict, Optional, Tuple
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 
 from ._errors import TrlAdapterError, TrlSignatureError
 

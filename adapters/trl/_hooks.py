@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 import attrs
 from trl import GRPOTrainer, RLOOTrainer
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal import Journal, UnsupportedValueError
 from stepjournal.policies import (
     CallHooks,

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from trl.trainer.utils import is_async_callable
 
 from stepjournal import UnsupportedValueError
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal.policies import CallHooks, Engine, Outcome
 
 from ._codec import capture_rng_state, restore_rng_state

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from verl.protocol import DataProto
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal.policies import ConfigError, Engine, ReplayMissError, open_engine
 
 from ._config import VerlJournalConfig, read_verl_config

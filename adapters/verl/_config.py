@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import attrs
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, EngineOptions, StepRanges, load_config
 

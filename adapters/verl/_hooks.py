@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from verl.protocol import DataProto
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal import Journal
 from stepjournal.policies import CallHooks, Engine, Outcome
 

@@ -30,7 +30,7 @@ import attrs
 import zstandard
 from verl.protocol import DataProto
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal import Journal, StepJournalError
 
 from ._fingerprint import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity

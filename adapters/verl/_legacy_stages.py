@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Tuple
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal.policies import Engine, Outcome
 
 from ._calls import validate_mode

@@ -25,7 +25,7 @@ import collections
 import uuid
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, Outcome, ServeRecorded, open_engine
 
 from ._config import VerlJournalConfig, read_verl_config

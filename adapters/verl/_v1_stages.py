@@ -26,7 +26,7 @@ import numbers
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from stepjournal._log import get_logger
+from stepjournal.log import get_logger
 from stepjournal.policies import ConfigError, Engine, Outcome, SpecError, StagePolicies, parse_stages
 
 from ._nodes import select

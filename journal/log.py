@@ -1,0 +1,17 @@
+"""stepjournal's logging, for what is built on it (its adapters, codec and policy plugins, your own tools).
+
+- ``get_logger(__name__)``: a structlog logger handed to the standard `logging` hierarchy, under the
+  ``stepjournal`` logger (`LOGGER_NAME`), every record redacted (no credential reaches a log line);
+  nothing is configured globally and no handler is added.
+- ``console_logging(level)``: a context that shows the records of `level` and above on stderr, as the
+  command line's ``-v`` does.
+
+A record's fields travel as its `RECORD_ATTRIBUTE` attribute (docs/journal.md, "Logging"). This module is
+the public face of ``stepjournal._log``, the core's own.
+"""
+
+from __future__ import annotations
+
+from ._log import LOGGER_NAME, RECORD_ATTRIBUTE, console_logging, get_logger
+
+__all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging"]
