@@ -58,8 +58,8 @@ def journaled(
             same input (`StageInputMismatchError` otherwise).
         weights_version_of: for a model-dependent stage, computes the weights version from the call's
             arguments (a JSON scalar such as the global step); it is part of the input digest.
-        **option_keywords: each option as its own keyword (``verify_input=True`` ...), as before
-            `EngineOptions` existed; not together with `options`.
+        **option_keywords: each option as its own keyword (``verify_input=True`` ...), the same as
+            passing them in `options`; not together with it.
 
     Returns:
         The wrapper, with the `Engine` as its ``engine`` attribute and the last call's `Outcome` as

@@ -127,8 +127,8 @@ class Engine(ReplayChecks):
         options: the `EngineOptions` (fingerprint and input checks, bypassed modes, damaged records).
         stages: the stages this engine's caller journals (an adapter's declared stages); a per-stage
             spec naming another stage is refused. None: any stage.
-        **option_keywords: each option as its own keyword (``verify_input=True`` ...), as before
-            `EngineOptions` existed; not together with `options`.
+        **option_keywords: each option as its own keyword (``verify_input=True`` ...), the same as
+            passing them in `options`; not together with it.
 
     Attributes:
         journal, policy, options: as given. The options' names also read as attributes

@@ -117,8 +117,8 @@ class EngineOptions:
     ) -> "EngineOptions":
         """The options a function was given as ``options=`` or as the options' own keyword arguments.
 
-        For functions that take ``options=`` and, as before it existed, each option as a keyword
-        (``Engine(journal, policy, verify_input=True)``).
+        For functions that take ``options=`` or each option as its own keyword
+        (``Engine(journal, policy, verify_input=True)``), one or the other.
 
         Args:
             options: what was passed as ``options=`` (None: not passed).

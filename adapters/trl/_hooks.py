@@ -235,7 +235,7 @@ def attach(
         trainer: a `trl.GRPOTrainer` or `trl.RLOOTrainer` (or a subclass) instance.
         journal: an open, writable `Journal`.
         policy: a policy object or spec (``"cache"``, ``"replay"``, ``"dump@0-10;replay"`` ...): the
-            generate stage's, as before stages; or a per-stage spec (a mapping, or
+            generate stage's (the other stages then run as TRL runs them); or a per-stage spec (a mapping, or
             ``"generate:replay/reward:replay/ref_log_prob:replay"``) naming each stage to journal:
             ``generate``, ``reward`` (every reward function) or ``reward.<name>`` (one),
             ``old_log_prob``, ``ref_log_prob``, ``metrics`` (recorded with ``dump`` unless named).

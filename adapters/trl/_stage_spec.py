@@ -9,7 +9,7 @@ The stages (docs/trl.md):
 - ``ref_log_prob``: the reference model's per-token log-probs (``beta > 0``);
 - ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it.
 
-One spec (``"cache"``, a policy object) is generate's policy, as before stages: the downstream
+One spec (``"cache"``, a policy object) is generate's policy alone: the downstream
 stages are opt-in, each by naming it in a per-stage spec (``"generate:replay/reward:replay"`` or a
 mapping). A stage a per-stage spec does not name runs as TRL runs it and is not journaled.
 """
@@ -76,7 +76,7 @@ def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
             them apart (a PEFT model with ``beta > 0``: both are forwards of the policy model).
     """
     parsed = parse_stages(policy, stages=declared_stages(trainer))
-    if not isinstance(parsed, StagePolicies):  # one spec: generate's, as before stages
+    if not isinstance(parsed, StagePolicies):  # one spec: generate's alone
         parsed = StagePolicies({GENERATE: parsed}, name=f"{GENERATE}:{parsed.name}")
     policies = dict(parsed.policies)
     every_reward = policies.pop(REWARD, None)
