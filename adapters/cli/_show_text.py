@@ -33,11 +33,10 @@ def tokenizer_keys() -> Tuple[str, ...]:
     return (TOKENIZER_KEY,) + tuple(verl_keys)
 
 
-def _recorded_tokenizer(journal: Journal, run: str, keys: Sequence[str]) -> Optional[str]:
-    """The tokenizer the run's latest session names under the first of `keys` it holds (a non-empty string)."""
+def _named(fingerprints: Sequence[Any], keys: Sequence[str]) -> Optional[str]:
+    """The tokenizer the latest of `fingerprints` to name one names, under the first of `keys` it holds."""
     path = None
-    for _, opened in journal.sessions(run=run):
-        fingerprint = opened.fingerprint
+    for fingerprint in fingerprints:
         path = next((fingerprint[k] for k in keys if isinstance(fingerprint.get(k), str) and fingerprint[k]), None) or path
     return path
 
@@ -45,13 +44,17 @@ def _recorded_tokenizer(journal: Journal, run: str, keys: Sequence[str]) -> Opti
 def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
     """The tokenizer `--tokenizer` names, else the one the run's fingerprint names (`tokenizer_keys`), from local
     files. verl's keys are read only when no session names a ``tokenizer``: a TRL run never imports verl."""
-    path = given or _recorded_tokenizer(journal, run, (TOKENIZER_KEY,))
+    path = given
     if not path:
-        keys = tokenizer_keys()
-        path = _recorded_tokenizer(journal, run, keys)
+        fingerprints = [opened.fingerprint for _, opened in journal.sessions(run=run)]  # the log read once
+        path = _named(fingerprints, (TOKENIZER_KEY,))
         if not path:
-            raise Failure(f"run {clean(run)!r} recorded no tokenizer (its fingerprint has none of {', '.join(keys)}): "
-                          "pass --tokenizer PATH, a folder its tokenizer was saved to (save_pretrained)")
+            keys = tokenizer_keys()
+            path = _named(fingerprints, keys)
+            if not path:
+                raise Failure(f"run {clean(run)!r} recorded no tokenizer (its fingerprint has none of "
+                              f"{', '.join(keys)}): pass --tokenizer PATH, a folder its tokenizer was saved to "
+                              "(save_pretrained)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a journal is read offline: never fetch a tokenizer
     try:
         from transformers import AutoTokenizer
