@@ -10,6 +10,7 @@ import platform
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 __all__ = ["Timings", "timed", "summarize", "machine_facts", "load_average", "quiet_logs", "disk_bytes", "settle",
-           "stamped", "report_from_temp_dir", "evict_from_page_cache"]
+           "stamped", "report_from_temp_dir", "evict_from_page_cache", "cli_command"]
 
 
 def quiet_logs() -> None:
@@ -173,6 +174,56 @@ def maxrss_bytes() -> int:
     """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _anon_bytes(pid: int) -> Optional[int]:
+    """The process's private anonymous memory now (``RssAnon`` of /proc), None where that is unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def cli_command(args: List[str], *, timeout: float = 900, every: float = 0.02) -> Dict[str, Any]:
+    """``python -m stepjournal ARGS`` in a fresh process, its output discarded: what a user pays for it.
+
+    Reported: wall time; CPU time (what the wall would be on an idle machine, roughly: load stretches only
+    the wall); ``peak_rss_bytes``, the kernel's high-water mark of resident memory, which also counts the
+    journal's pages the memory map brought in (clean file pages the kernel drops under pressure); and
+    ``peak_anon_bytes``, the process's own memory (``RssAnon``), its highest value seen every `every`
+    seconds (a sampled peak: a spike shorter than that can pass unseen). A command past `timeout` is
+    killed and reported as a bound (``timed_out``, ``wall_s`` = `timeout`)."""
+    with tempfile.TemporaryFile() as errors:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "stepjournal", *args], stdout=subprocess.DEVNULL,
+                                stderr=errors)
+        peak_anon, usage, status = 0, None, 0
+        while usage is None:  # wait4 with WNOHANG, not poll(): the child's usage comes with its reaping
+            pid, status, used = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                usage = used
+                break
+            peak_anon = max(peak_anon, _anon_bytes(proc.pid) or 0)
+            if time.perf_counter() - start > timeout:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                break
+            time.sleep(every)
+        took = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status) if usage is not None else -9  # reaped here
+        errors.seek(0)
+        stderr = errors.read().decode("utf-8", "replace")
+    if usage is None:
+        return {"wall_s": float(timeout), "rc": None, "timed_out": True, "stderr_tail": ""}
+    rc = proc.returncode
+    return {"wall_s": took, "rc": rc, "timed_out": False, "stderr_tail": stderr[-300:] if rc else "",
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_bytes": usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024),
+            "peak_anon_bytes": peak_anon or None}
 
 
 def stamped(message: str) -> None:

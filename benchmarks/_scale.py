@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 from ._cli_start import bench_cli_start
-from ._measure import disk_bytes, load_average, machine_facts, quiet_logs, stamped
+from ._measure import cli_command, disk_bytes, load_average, machine_facts, quiet_logs, stamped
 
 __all__ = ["build_journal", "bench_scale", "main"]
 
@@ -95,27 +95,6 @@ def _python(args: List[str], *, timeout: float = 600) -> Dict[str, Any]:
 def _children_cpu() -> float:
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
-
-
-def _command(args: List[str], *, timeout: float = 900) -> Dict[str, Any]:
-    """Wall time of one CLI command in a fresh process (its output discarded), and the CPU time it used
-    (what the wall time would be on an idle machine, roughly: a loaded one stretches only the wall)."""
-    cpu = _children_cpu()
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "stepjournal", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        # Reported as a bound: the command took at least `timeout` seconds.
-        return {"wall_s": float(timeout), "rc": None, "timed_out": True, "stderr_tail": ""}
-    took = time.perf_counter() - start
-    return {"wall_s": took, "cpu_s": _children_cpu() - cpu, "rc": done.returncode, "timed_out": False,
-            "stderr_tail": done.stderr[-300:] if done.returncode else ""}
 
 
 # Run in a fresh process: one reading figure of the journal, timed inside the process (no CLI start).
@@ -206,16 +185,16 @@ def bench_scale(workdir: Path, events: int, progress, journal: Optional[Path] = 
         figures["decisions"] = {"large": _decisions(journal, n_steps), "small": _decisions(small, SMALL_STEPS)}
     progress("scale: reindex, runs --json, audit --json, the audit table's first screen")
     # reindex first: a journal built by an older stepjournal then has the runs index that `runs` reads.
-    reindex = _command(["reindex", str(journal)])
+    reindex = cli_command(["reindex", str(journal)])
     reindex["events_per_s"] = n_events / reindex["wall_s"]
     figures["reindex"] = reindex
     figures["journal"]["disk_after_reindex"] = disk_bytes(str(journal))
     # What a user waits for from a fresh process, CLI start included: median of 5.
-    figures["runs_json"] = _median_of(lambda: _command(["runs", "--json", str(journal)]), 5)
+    figures["runs_json"] = _median_of(lambda: cli_command(["runs", "--json", str(journal)]), 5)
     figures["runs_in_process"] = _python(["-c", _IN_PROCESS, str(journal), "runs"])
     figures["audit_first_screen"] = _median_of(lambda: _first_screen(journal), 5)
     if audit_json:
-        audit = _command(["audit", "--json", str(journal)])
+        audit = cli_command(["audit", "--json", str(journal)])
         audit["events_per_s"] = n_events / audit["wall_s"]
         figures["audit_json"] = audit
         in_process = _python(["-c", _IN_PROCESS, str(journal), "audit_json"], timeout=1800)

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ._measure import disk_bytes, load_average, machine_facts, stamped
-from ._scale import POLICIES, _command, _first_screen, _python, add_place_arguments, scale_workdir
+from ._measure import cli_command, disk_bytes, load_average, machine_facts, stamped
+from ._scale import POLICIES, _first_screen, _python, add_place_arguments, scale_workdir
 from ._workload import Workload, make_batch, mark, tensor_nbytes
 
 __all__ = ["build_big_journal", "bench_scale_big", "main"]
@@ -111,11 +111,11 @@ def bench_scale_big(workdir: Path, steps: int, progress, journal: Optional[Path]
     figures["decisions"] = _decisions(decided, n_steps, trials)
     shutil.rmtree(decided)
     progress("scale-big: runs --json, audit --json, the audit table's first screen, timeline, verify")
-    figures["runs_json"] = _command(["runs", "--json", str(journal)])
-    figures["audit_json"] = _command(["audit", "--json", str(journal)])
+    figures["runs_json"] = cli_command(["runs", "--json", str(journal)])
+    figures["audit_json"] = cli_command(["audit", "--json", str(journal)])
     figures["audit_first_screen"] = _first_screen(journal)
-    figures["timeline"] = _command(["timeline", str(journal), "--out", str(workdir / "timeline.png")])
-    verify = _command(["verify", str(journal)], timeout=3600)
+    figures["timeline"] = cli_command(["timeline", str(journal), "--out", str(workdir / "timeline.png")])
+    verify = cli_command(["verify", str(journal)], timeout=3600)
     verify["payload_bytes_per_s"] = payload / verify["wall_s"]
     figures["verify"] = verify
     return figures

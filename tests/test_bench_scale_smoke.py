@@ -48,6 +48,7 @@ def test_the_report_scale_run_writes_the_report_of_a_journal_it_grew_and_measure
     figures = report["figures"]
     assert (figures["steps"], figures["samples_per_step"]) == (12, 20)
     assert figures["report"]["rc"] == 0, figures["report"]
-    assert figures["report"]["file_bytes"] > 0 and figures["report"]["peak_rss_bytes"] > 0
-    assert {"report_file_bytes", "report_peak_rss_bytes"} == set(report["goals"])
+    done = figures["report"]
+    assert done["file_bytes"] > 0 and done["peak_rss_bytes"] >= done["peak_anon_bytes"] > 0
+    assert {"report_file_bytes", "report_peak_anon_bytes"} == set(report["goals"])
     assert all(isinstance(g["met"], bool) and g["measured"] > 0 for g in report["goals"].values())
