@@ -216,14 +216,23 @@ def test_output_to_a_pipe_carries_no_table_padding(journal, columns):
         assert done.stderr == "", (verb, done.stderr)  # no progress bar reaches a pipe
 
 
-def test_progress_is_drawn_on_a_terminal_only_and_never_with_json(journal):
-    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm", "PAGER": "cat"}
-    assert "verifying" in run_in_pty([str(SCRIPT), "verify", journal], env)
+def test_verify_shows_bytes_checked_their_rate_and_time_left_on_a_terminal_only_and_never_with_json(journal):
+    import re
+
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm", "PAGER": "cat"}
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), "verify", journal], env)).replace("\r", "\n")
+    bars = [line for line in shown.splitlines() if line.startswith("verifying")]
+    assert bars and not any("?" in line for line in bars), bars  # no bar before the total is known
+    done, total, unit = re.search(r"([\d.]+)/([\d.]+) (bytes|kB|MB|GB)", bars[-1]).groups()
+    assert done == total, bars[-1]
+    assert re.search(r"\d[\d.]* (bytes|kB|MB|GB)/s", bars[-1]), bars[-1]
+    assert re.search(r"\d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]  # elapsed, then time left
     assert "verifying" not in run_in_pty([str(SCRIPT), "verify", journal, "--json"], env)
+    assert cli("verify", journal).stderr == ""  # piped: nothing
 
 
 def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(journal, tmp_path):
-    """push, clone, pull, export (a bundle, or tensors --to a folder) and import: the bar ends with every event (or
+    """push, clone, export (a bundle, or tensors --to a folder) and import: the bar ends with every event (or
     call) done, the bytes moved, their rate and the time left; with --json, or piped, nothing reaches stderr."""
     import json
     import re
@@ -232,13 +241,14 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
 
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm", "PAGER": "cat"}
     remote, bundle = f"file://{tmp_path / 'remote'}", str(tmp_path / "j.sjb")
-    verbs = {
-        "push": ["push", journal, remote],
-        "pull": ["clone", remote, str(tmp_path / "b")],
-        "bundle": ["export", journal, "--bundle", bundle],
-        "export": ["export", journal, "--to", str(tmp_path / "tensors")],
-    }
-    for label, argv in verbs.items():
+    verbs = [
+        ("push", ["push", journal, remote]),
+        ("pull", ["clone", remote, str(tmp_path / "b")]),
+        ("bundle", ["export", journal, "--bundle", bundle]),
+        ("pull", ["import", bundle, str(tmp_path / "imported")]),  # a bundle is read as a remote is pulled
+        ("export", ["export", journal, "--to", str(tmp_path / "tensors")]),
+    ]
+    for label, argv in verbs:
         shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), *argv], env)).replace("\r", "\n")
         bars = [line for line in shown.splitlines() if re.match(rf"{label}\b.* \d+/\d+ ", line)]
         assert bars, (label, shown)
