@@ -27,3 +27,11 @@ def topology_commands(nodes: set) -> list:
             if match["node"] in nodes:
                 lines.append((match["node"], line[: match.start()].strip()))
     return lines
+
+
+def topology_doc_lines(nodes: set) -> list:
+    """The `DocLine` of each command line written for one of `nodes` (what `topology_commands` gives)."""
+    from doc_lines import command_lines
+
+    texts = {line for _, line in topology_commands(nodes)}
+    return [line for line in command_lines("docs/sharing.md", section="Topologies") if line.text in texts]

@@ -1,7 +1,11 @@
-"""`stepjournal VERB --help` ends with real examples: two or three per verb, each accepted by the parser."""
+"""`stepjournal VERB --help` ends with real examples: two or three per verb, each accepted by the parser.
+The docs' synopsis lines (``stepjournal audit JOURNAL [--run R] ...``) name only verbs and options the
+parser has, and docs/audit.md's completion line, typed in bash, installs the completion.
+"""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -9,8 +13,22 @@ import pytest
 from stepjournal.adapters.cli import _app
 from stepjournal.adapters.cli._examples import EXAMPLES
 from cli_support import run_cli
+from doc_lines import command_lines, run_line
 
 VERBS = sorted(_app.build_parser()._subparsers._group_actions[0].choices)
+_PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*(\.[A-Za-z]+)?$")  # JOURNAL, STEP, A, FILE.png
+
+
+def is_synopsis(text: str) -> bool:
+    """Whether a docs line is a usage line, with placeholders, rather than one to type as it stands."""
+    words = [w.strip("[]()|") for w in text.replace("|", " ").split()]
+    alternatives = re.search(r"\w\|\w", text) is not None  # bash|zsh (a shell pipe has blanks around it)
+    return text.startswith("stepjournal ") and ("[" in text or alternatives or any(_PLACEHOLDER.match(w) for w in words))
+
+
+SYNOPSES = [line for line in command_lines() if is_synopsis(line.text)]
+INSTALL = [line for line in command_lines("docs/audit.md") if line.text == 'eval "$(stepjournal completion bash)"']
+DOC_LINES = SYNOPSES + INSTALL
 
 
 def test_every_verb_has_two_or_three_examples_and_no_example_names_a_missing_verb():
@@ -41,10 +59,11 @@ def complete(line: str, shell: str = "bash") -> list[str]:
     import sys
 
     words = line.split(" ")
-    script = (f'eval "$({os.path.dirname(sys.executable)}/stepjournal completion {shell})"\n'
+    (install,) = INSTALL  # docs/audit.md's line, as typed
+    script = (f"{install.text.replace('completion bash', f'completion {shell}')}\n"
               f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
               '_stepjournal; printf "%s\\n" "${COMPREPLY[@]}"\n')
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    done = run_line(script, None, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -83,3 +102,43 @@ def test_zsh_registers_the_same_completion_through_bashcompinit():
     lines = done.stdout.splitlines()
     assert lines[0] == "registered: _bash_complete -o filenames -F _stepjournal"
     assert {"--session-a", "--session-b"} <= set(lines[1:]) and "audit" not in lines[1:]
+
+
+def synopsis_problems(lines) -> list:
+    """What is wrong with each synopsis line: a verb the parser lacks, or an ``--option`` / ``-o`` that
+    neither the verb nor the command line before it accepts."""
+    parser = _app.build_parser()
+    verbs = parser._subparsers._group_actions[0].choices
+    top = {o for action in parser._actions for o in action.option_strings}
+    wrong = []
+    for line in lines:
+        words = [w.strip("[]()|") for w in str(line.text).replace("|", " ").split()]
+        words = [w for w in words if w]
+        while len(words) > 2 and words[1].startswith("-"):  # options given before the verb
+            if words[1] not in top:
+                wrong.append(f"{line}: stepjournal has no option {words[1]}")
+            del words[1]
+        verb = words[1]
+        if verb not in verbs:
+            wrong.append(f"{line}: no verb {verb!r}")
+            continue
+        known = top | {o for action in verbs[verb]._actions for o in action.option_strings}
+        wrong += [f"{line}: {verb} has no option {w}" for w in words[2:] if w.startswith("-") and w not in known]
+    return wrong
+
+
+def test_the_docs_have_synopsis_lines_and_each_names_a_verb_and_options_the_parser_has():
+    assert len(SYNOPSES) >= 20
+    assert not synopsis_problems(SYNOPSES)
+
+
+def test_a_synopsis_with_a_missing_verb_or_option_is_found():
+    from doc_lines import DocLine
+
+    assert is_synopsis("stepjournal audit JOURNAL [--run R]") and not is_synopsis("stepjournal audit j --run exp")
+    assert is_synopsis("stepjournal completion bash|zsh") and not is_synopsis("stepjournal audit j | head -1")
+    planted = [DocLine("docs/x.md", 1, "stepjournal audit JOURNAL [--runn R] [-n N]"),
+               DocLine("docs/x.md", 2, "stepjournal audits JOURNAL"),
+               DocLine("docs/x.md", 3, "stepjournal -v audit JOURNAL [--run R | --json]")]
+    assert synopsis_problems(planted) == ["docs/x.md:1: stepjournal audit JOURNAL [--runn R] [-n N]: audit has no option --runn",
+                                          "docs/x.md:2: stepjournal audits JOURNAL: no verb 'audits'"]

@@ -3,7 +3,9 @@
 Each block runs on its own: a fresh namespace and a fresh temporary working directory, so a reader
 can copy any block and run it. A block fenced as ```python continuation continues the block before
 it instead (its namespace and working directory), for pages that build an example up step by step.
-A block fenced as ```text, ```console or ```yaml is shown, not run.
+A block fenced as ```console continuation runs its ``$ `` lines through a shell, in the folder of the
+block before it (what a reader types next), each printing what the page shows under it. Other
+```text, ```console or ```yaml blocks are shown, not run here.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from doc_lines import command_lines, matches, prompted_lines, run_line
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 CONTINUATION = "continuation"
+SHELL_BLOCK = re.compile(r"^```console continuation\n(.*?)^```", re.S | re.M)
 
 
 def python_blocks(path: Path) -> list[tuple[bool, str]]:
@@ -32,9 +37,29 @@ def python_blocks(path: Path) -> list[tuple[bool, str]]:
     return blocks
 
 
+def shell_blocks(path: Path) -> list[tuple[int, str]]:
+    """(how many python blocks come before it, body) of each ```console continuation block of a page."""
+    text = path.read_text(encoding="utf-8")
+    found = [(len(BLOCK.findall(text[:match.start()])), match[1]) for match in SHELL_BLOCK.finditer(text)]
+    if any(after == 0 for after, _ in found):
+        raise ValueError(f"{path.name}: a console continuation block needs a python block before it")
+    return found
+
+
+def run_shell_block(path: Path, body: str, folder: Path) -> None:
+    """Each ``$ `` line of `body` through a shell in `folder`: status 0, and the output the page shows."""
+    for command, shown in prompted_lines(body):
+        done = run_line(command, folder, env={"COLUMNS": None})
+        assert done.returncode == 0, (path.name, command, done.stderr)
+        if shown:
+            got = done.stdout.rstrip("\n").splitlines()
+            assert len(got) == len(shown) and all(map(matches, shown, got)), (path.name, command, got)
+
+
 def run_blocks(path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run a page's blocks: each in a fresh namespace and folder unless it is a continuation."""
     namespace: dict = {}
+    shells = shell_blocks(path)
     for number, (continues, block) in enumerate(python_blocks(path), 1):
         if not continues:
             namespace = {"__name__": f"docs_{path.stem}"}
@@ -43,6 +68,17 @@ def run_blocks(path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> No
             monkeypatch.chdir(folder)
         code = compile(block, f"{path.name}[block {number}]", "exec")
         exec(code, namespace)  # the docs are ours; running them is the point of this test
+        for _, body in [(after, body) for after, body in shells if after == number]:
+            run_shell_block(path, body, folder)
+
+
+def _shell_doc_lines() -> list:
+    texts = {(str(page.relative_to(ROOT)), command)
+             for page in DOCS for _, body in shell_blocks(page) for command, _ in prompted_lines(body)}
+    return [line for line in command_lines() if (line.page, line.text) in texts]
+
+
+DOC_LINES = _shell_doc_lines()
 
 
 def test_docs_folder_has_runnable_examples():

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from doc_lines import command_lines, matches, prompted_lines
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import (Journal, RemoteConfigError, RemoteUrlSecretError, add_remote, clone, list_remotes, pull, push,
                          remote_status, remove_remote)
 
 BIN = os.path.dirname(sys.executable)
+DOC_LINES = command_lines("docs/sharing.md", section="Named remotes and status")
 SHARING = Path(__file__).resolve().parent.parent / "docs" / "sharing.md"
 PASSWORD = "pA55-w0rd-4e1d-never-stored"
 
@@ -36,20 +38,7 @@ def shell(line, cwd, env=None):
 def docs_session():
     """(command, expected stdout lines) of each ``$ `` line in docs/sharing.md's "Named remotes" section."""
     section = SHARING.read_text(encoding="utf-8").split("### Named remotes and status", 1)[1].split("\n### ", 1)[0]
-    steps = []
-    for block in re.findall(r"^```console\n(.*?)^```", section, re.S | re.M):
-        for line in block.splitlines():
-            if line.startswith("$ "):
-                steps.append((line[2:], []))
-            else:
-                steps[-1][1].append(line)
-    return steps
-
-
-def matches(expected, got):
-    """Whether `got` is `expected`, ``…`` standing for any text and runs of blanks for one (table widths)."""
-    pattern = ".*?".join(re.escape(" ".join(part.split())) for part in expected.split("…"))
-    return re.fullmatch(pattern, " ".join(got.split())) is not None
+    return [step for body in re.findall(r"^```console\n(.*?)^```", section, re.S | re.M) for step in prompted_lines(body)]
 
 
 # -- the documented session, run through a shell -----------------------------------------------------
@@ -59,7 +48,7 @@ def test_the_documented_session_adds_a_remote_pushes_by_name_shows_status_and_cl
     record(tmp_path / "machine-a", [1, 2])
     bucket, env = s3_env[len("s3://"):], subprocess_env(s3_server)
     steps = docs_session()
-    assert len(steps) >= 8
+    assert len(steps) >= 8 and [command for command, _ in steps] == [line.text for line in DOC_LINES]
     for command, expected in steps:
         done = shell(command.replace("s3://bucket", s3_env), tmp_path, env)
         assert done.returncode == 0, (command, done.stderr)

@@ -16,6 +16,11 @@ import torch
 from stepjournal import Journal, JournalError, Sample
 from stepjournal._samples import samples_of_steps
 from cli_support import run_cli
+from doc_lines import command_lines, run_line
+
+# docs/reading.md's lines on its journals `j`, `a` and `b`, run through a shell as typed.
+DOC_LINES = [line for line in command_lines("docs/reading.md") if " JOURNAL " not in line.text]
+SHOW_1, SHOW_2, DIFF = (line.text for line in DOC_LINES)
 
 PAD, EOS = 0, 1
 VOCAB = ["<pad>", "</s>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "what", "is", "two", "plus", "four"]
@@ -82,7 +87,9 @@ def test_samples_decode_each_sample_with_its_reward_and_log_prob(journal_path, t
 
 
 def test_show_text_prints_prompt_response_and_reward_with_the_runs_own_tokenizer(journal_path):
-    shown = run_cli("show", journal_path, "1", "--text", env={"COLUMNS": "100"})
+    assert (SHOW_1, SHOW_2) == ("stepjournal show j 1 --text", "stepjournal show j 2 --text")
+    folder = Path(journal_path).parent
+    shown = run_line(SHOW_1, folder, env={"COLUMNS": "100"})
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0] == "run exp · train · step 1 · call #0 · generated · 2 samples"
@@ -94,7 +101,7 @@ def test_show_text_prints_prompt_response_and_reward_with_the_runs_own_tokenizer
     data = json.loads(replayed.stdout)
     assert [(s["action"], s["source_step"], s["response"]) for s in data["samples"]] == [
         ("replayed", 1, "four"), ("replayed", 1, "a mat the dog ran")]
-    header = run_cli("show", journal_path, "2", "--text").stdout.splitlines()[0]
+    header = run_line(SHOW_2, folder).stdout.splitlines()[0]
     assert header == "run exp · train · step 2 · call #0 · replayed from step 1 call #0 of run exp · 2 samples"
     # docs/reading.md shows these two outputs as they are printed here.
     page = (Path(__file__).resolve().parent.parent / "docs" / "reading.md").read_text(encoding="utf-8")
@@ -131,7 +138,8 @@ def test_diff_text_shows_the_first_differing_sample_side_by_side_with_its_first_
         with Journal(path, run="exp", fingerprint={"tokenizer": tokenizer_dir}) as journal:
             journal.record(1, batch)
             journal.record(1, {"rewards": torch.tensor([1.0, reward])}, stage="reward")
-    done = run_cli("diff", "a", "b", "--text", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert DIFF == "stepjournal diff a b --text"
+    done = run_line(DIFF, tmp_path, env={"COLUMNS": "80"})
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     start = lines.index("first differing sample: step 1 · sample 1 · first differing token at offset 3")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 from pathlib import Path
 
 import attrs
@@ -22,6 +23,9 @@ from stepjournal.policies import ReplayMissError, StepRanges
 
 from cli_support import ok
 from cli_support import run_cli as cli
+from doc_lines import command_lines, run_line
+
+DOC_LINES = [line for line in command_lines("docs/audit.md") if line.text.startswith("stepjournal timeline journal ")]
 
 
 def rollout(prompts: torch.Tensor, step: int) -> dict:
@@ -172,8 +176,13 @@ def test_sessions_are_named_in_the_order_they_opened_as_runs_and_audit_name_them
 
 
 def test_sources_a_filter_hides_are_named_in_the_text_output(journal, tmp_path):
-    result = ok(cli("timeline", journal, "--steps", "7-10", "--out", str(tmp_path / "t.png")))
-    assert "sources outside the view: 4 replays served from s1 run exp steps 2-5 (not shown)" in result.stdout
+    """docs/audit.md's ``stepjournal timeline journal --steps 7-10 --out part.png``, typed in the folder
+    of this module's journal (named ``journal``), prints what the page shows under it."""
+    (line,) = DOC_LINES
+    result = run_line(line.text, os.path.dirname(journal))
+    assert result.returncode == 0, result.stderr
+    page = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text(encoding="utf-8")
+    assert page.split(f"$ {line.text}\n", 1)[1].split("```", 1)[0] == result.stdout
     assert "4 replays served from s1 run exp steps 2-5" in (
         ok(cli("timeline", journal, "--steps", "7-10", "--out", str(tmp_path / "t.html"))).stdout)
 

@@ -2,7 +2,7 @@
 
 Both runs start from one recorded journal (test_trl_stages.py's recording, beta 0.04) and replay its
 generations; run B's reward function, under the same name, is run A's negated. The CLI is run in a
-subprocess, as a user types it.
+subprocess; docs/diff.md's ``stepjournal diff run-a run-b`` through a shell, as typed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from test_trl_adapter import GENERATION_STEPS, STEPS, forbid_generation
 from test_trl_adapter import tokenizer  # noqa: F401  (the fixtures this module uses)
 from test_trl_stages import copy_journal, grpo_beta, make_reward, model_dir, recorded  # noqa: F401
 from cli_support import run_cli
+from doc_lines import command_lines, run_line
+
+DOC_LINES = [line for line in command_lines("docs/diff.md") if line.text == "stepjournal diff run-a run-b"]
 
 
 # -- issue 16: two runs on the same generations, with different rewards -----------------------------------------
@@ -35,7 +38,8 @@ def test_diff_of_two_runs_replaying_the_same_generations_with_other_rewards_find
     def cli(*args: str) -> subprocess.CompletedProcess:
         return run_cli("diff", *args, cwd=tmp_path)
 
-    shown = cli("run-a", "run-b")
+    (line,) = DOC_LINES
+    shown = run_line(line.text, tmp_path)
     assert shown.returncode == 1, shown.stderr
     summary = " ".join(shown.stdout.split("\nA: ")[0].split())
     assert "at step 0 the first differing stage is reward.length" in summary, shown.stdout

@@ -22,12 +22,14 @@ import pytest
 
 import sharing_docs
 from s3_server import client_env, free_port, make_bucket, s3_server  # noqa: F401  (fixture)
-from test_trl_accelerate import BIN, DRIVER, launch, ranks
+from test_trl_accelerate import BIN, DRIVER, ranks
 
 from stepjournal import Journal
 from stepjournal._remote import journal_id
 
 pytestmark = pytest.mark.e2e  # accelerate launches on two machines: `make test-fast` leaves it out
+
+DOC_LINES = sharing_docs.topology_doc_lines({"node 0", "node 1", "machine B"})
 
 
 def _shell(command: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -73,15 +75,22 @@ def test_two_nodes_record_apart_push_to_one_remote_and_one_machine_with_two_proc
     bucket = f"s3://{make_bucket(s3_server)}"
     lines = [(machine, line.replace("s3://bucket", bucket))
              for machine, line in sharing_docs.topology_commands({"node 0", "node 1", "machine B"})]
-    assert [machine for machine, _ in lines] == ["node 0", "node 1", "machine B", "machine B"]
+    assert [machine for machine, _ in lines] == ["node 0", "node 1", "machine B", "machine B", "machine B"]
     _on(lines, "node 0", env, tmp_path)  # stepjournal push node0/journal s3://...
     _on(lines, "node 1", env, tmp_path)
-    clone_lines = [(machine, line) for machine, line in lines if "audit" not in line]
+    clone_lines = [(machine, line) for machine, line in lines if line.startswith("stepjournal clone")]
     _on(clone_lines, "machine B", env, tmp_path)  # stepjournal clone s3://... machine-b/journal
     machine_b = tmp_path / "machine-b" / "journal"
-    replaying = launch(machine_b, "replay", tmp_path / "replayed")  # one node, two processes
-    assert replaying.returncode == 0, replaying.stderr[-3000:]
+    # The page's launch line, typed on machine B: its train.py replays machine-b/journal.
+    (tmp_path / "replayed").mkdir()
+    (tmp_path / "train.py").write_text(
+        "import runpy, sys\n"
+        f"sys.argv = [{str(DRIVER)!r}, {str(machine_b)!r}, 'replay', {str(tmp_path / 'replayed')!r}]\n"
+        f"runpy.run_path({str(DRIVER)!r}, run_name='__main__')\n")
+    launch_lines = [(machine, line) for machine, line in lines if "accelerate launch" in line]
+    _on(launch_lines, "machine B", env, tmp_path)  # CUDA_VISIBLE_DEVICES="" accelerate launch ... train.py
     replayed = ranks(tmp_path / "replayed")
+    assert sorted(replayed) == [0, 1] and all(r["num_processes"] == 2 for r in replayed.values())  # two processes
     for rank in (0, 1):
         assert replayed[rank]["counts"] == {**replayed[rank]["counts"], "replayed": 2, "generated": 0}
         assert replayed[rank]["calls"]["generate"] == 0

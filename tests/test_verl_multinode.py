@@ -41,6 +41,10 @@ FEED = list(range(10))  # feed indices: the steps of the fully-async rollouter
 HOOK = "stepjournal.adapters.verl.install_fully_async"
 
 
+DOC_LINES = sharing_docs.topology_doc_lines({"the rollout node", "the trainer node", "machine C", "machine D",
+                                            "the rollout node (payloads on S3)", "the trainer node (payloads on S3)"})
+
+
 def topology_commands() -> list:
     """(node, line) of each command line of docs/sharing.md's Topologies section written for verl's nodes."""
     return sharing_docs.topology_commands({"the rollout node", "the trainer node", "machine C"})

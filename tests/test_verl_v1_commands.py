@@ -1,4 +1,4 @@
-"""Every verl command line in docs/verl.md works as typed: through a real shell, then verl's own Hydra.
+"""Every verl command line in docs/verl.md and docs/stages.md works as typed: through a real shell, then verl's own Hydra.
 
 Each ```console block that runs ``python -m verl...`` is run by ``bash -c`` with ``python`` on PATH
 replaced by a tiny script that writes down its argv; the overrides it received are composed by Hydra
@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from doc_lines import command_lines
+
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "verl.md"
+PAGES = ("docs/verl.md", "docs/stages.md")
+DOC_LINES = [line for page in PAGES for line in command_lines(page) if line.text.startswith("python -m verl.")]
 BLOCK = re.compile(r"(?:<!-- verl-command: (?P<expect>[^\n]*?) -->\n)?```console\n(?P<body>.*?)^```", re.S | re.M)
 
 # module -> (config folder inside the verl package, config name): what each module's @hydra.main names.
@@ -30,9 +33,10 @@ ENTRY_POINTS = {
 
 def verl_blocks():
     found = []
-    for match in BLOCK.finditer(DOC.read_text(encoding="utf-8")):
-        if "python -m verl." in match["body"]:
-            found.append((match["expect"], match["body"]))
+    for page in PAGES:
+        for match in BLOCK.finditer((ROOT / page).read_text(encoding="utf-8")):
+            if "python -m verl." in match["body"]:
+                found.append((match["expect"], match["body"]))
     return found
 
 
@@ -63,7 +67,7 @@ def compose(module: str, overrides: list):
 
 def test_docs_show_verl_command_lines_and_each_says_what_it_configures():
     blocks = verl_blocks()
-    assert len(blocks) >= 4
+    assert len(blocks) >= 4 and len(blocks) == len(DOC_LINES)  # one command line a block
     assert all(expect for expect, _ in blocks), "a verl command line in docs/verl.md has no verl-command line"
 
 

@@ -19,6 +19,7 @@ them, ``stepjournal import-verl`` migrates verl's own dumps.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,11 +27,13 @@ from pathlib import Path
 import pytest
 import torch
 from cli_support import run_cli
+from doc_lines import command_lines, run_line
 
 pytestmark = pytest.mark.e2e  # verl's V1 trainer end to end, on a Ray cluster: `make test-fast` leaves it out
 
 HERE = Path(__file__).parent
 HARNESS = HERE / "verl_v1_harness.py"
+DOC_LINES = [line for line in command_lines("docs/verl.md") if line.text.startswith("stepjournal import-verl ~/")]
 
 
 def _phase(root: Path, phase: str) -> dict:
@@ -140,3 +143,27 @@ def test_an_imported_tq_batch_pt_round_trips_exactly(runs):
         assert "responses" in nested and stored.fields.get("responses").layout == torch.jagged
         checked += 1
     assert checked == 9
+
+
+def test_the_docs_import_line_typed_with_home_and_hydra_outputs_where_it_says_imports_the_same_records(
+        runs, tmp_path):
+    """docs/verl.md's ``stepjournal import-verl ~/.verl/rollout_dump ... --config outputs/.../config.yaml``,
+    typed in a folder holding Hydra's ``outputs/`` with HOME holding verl's dumps, as a user has them."""
+    (line,) = DOC_LINES
+    home, work = tmp_path / "home", tmp_path / "work"
+    shutil.copytree(runs["root"] / "verl_dumps", home / ".verl" / "rollout_dump", ignore=shutil.ignore_patterns("stepjournal"))
+    hydra = work / "outputs" / "2026-11-30" / "10-00-00" / ".hydra"
+    hydra.mkdir(parents=True)
+    shutil.copy(runs["root"] / "verl_config.yaml", hydra / "config.yaml")
+    done = run_line(line.text, work, env={"HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+
+    def rows(journal):
+        shown = run_cli("audit", str(journal), "--json")
+        assert shown.returncode == 0, shown.stderr
+        return [(r["step"], r["gen_index"], r["mode"], r["action"], r["digest"], r["input_digest"])
+                for r in json.loads(shown.stdout)]
+
+    typed = rows(home / ".verl" / "rollout_dump" / "stepjournal")
+    assert typed == rows(runs["root"] / "verl_dumps" / "stepjournal")[:len(typed)]
+    assert len(typed) == len(runs["import"]["imported"])

@@ -17,17 +17,21 @@ sampler seed while asking to replay the old log-probs.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from doc_lines import command_lines, run_line
+
 pytestmark = pytest.mark.e2e  # verl's V1 trainer end to end, on a Ray cluster: `make test-fast` leaves it out
 
 HERE = Path(__file__).parent
 HARNESS = HERE / "verl_v1_harness.py"
 STEPS = [1, 2, 3]
+DOC_LINES = [line for line in command_lines("docs/verl.md") if line.text.startswith("stepjournal diff /ckpt/")]
 
 
 def _phase(root: Path, phase: str) -> dict:
@@ -105,14 +109,14 @@ def test_old_log_probs_recorded_on_other_trajectories_are_refused_with_stage_inp
 
 
 def test_stepjournal_diff_says_generate_is_equal_and_metrics_differ_where_the_advantage_change_acts(runs):
-    """Two replays of the same generations, one with norm_adv_by_std_in_grpo=false: the CLI as a user types it."""
+    """Two replays of the same generations, one with norm_adv_by_std_in_grpo=false: docs/verl.md's line
+    through a shell, with this run's journal and session ids in place of the page's."""
     a, b = runs["replayed"]["stages"], runs["replayed"]["stages_no_std"]
-    journal = a["journal"]
-    command = ["stepjournal", "diff", journal, journal, "--session-a", a["session"][:8], "--session-b", b["session"][:8]]
-    shown = subprocess.run([Path(sys.executable).parent / command[0], *command[1:]], capture_output=True, text=True,
-                           timeout=120)
-    as_json = subprocess.run([Path(sys.executable).parent / command[0], *command[1:], "--json"], capture_output=True,
-                             text=True, timeout=120)
+    (line,) = DOC_LINES
+    typed = (line.text.replace("/ckpt/rollouts/stepjournal", shlex.quote(a["journal"]))
+             .replace("9c64594c", a["session"][:8]).replace("fb7195fb", b["session"][:8]))
+    shown = run_line(typed, None, timeout=120)
+    as_json = run_line(typed + " --json", None, timeout=120)
     assert shown.returncode == 1 and as_json.returncode == 1, shown.stderr + as_json.stderr
     report = json.loads(as_json.stdout)
     # Advantages move only where a group's rewards differ: GRPO's std is 0 in a group that agrees.

@@ -1,6 +1,6 @@
 """A GRPO training driver as a user writes one, for `accelerate launch` (one process per rank).
 
-    accelerate launch --cpu --num_processes 2 trl_accelerate_driver.py JOURNAL POLICY OUT
+    CUDA_VISIBLE_DEVICES="" accelerate launch --multi_gpu --num_processes 2 trl_accelerate_driver.py JOURNAL POLICY OUT
 
 Every process attaches the one journal folder (LMDB is safe for several processes of one machine)
 and records or replays its own shard (mode ``train/p<rank>``). Each writes OUT/rank<k>.json: what it

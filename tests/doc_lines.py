@@ -1,0 +1,128 @@
+"""The command lines of the docs, as a reader would type them: one source for every test that runs them.
+
+A command line is a ``$ `` line of a fenced block, or, in a ```console / ```bash block with no ``$ ``
+line, every line that is not blank or a comment. A line ending in ``\\`` continues on the next one (the
+lines are joined, as the shell joins them); a comment after two spaces (``cmd   # what it does``) is
+the page's note, not the command. ```python, ```json, ```yaml and ```toml blocks hold no command lines
+(tests/test_docs.py runs the python ones).
+
+Each test that runs lines of a page takes them from here and names them in its module's ``DOC_LINES``;
+tests/test_docs_lines.py checks that every line of every page is run by one of them, or, for the lines
+that are not meant to be typed as they stand (a synopsis, a placeholder), checked another way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["README.md"] + sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
+NOT_COMMANDS = ("python", "json", "yaml", "toml")
+SHELL_BLOCKS = ("console", "bash", "sh", "shell")
+_NOTE = re.compile(r"\s{2,}#.*$")
+
+
+@dataclass(frozen=True)
+class DocLine:
+    """One command line of a page: the page (``docs/audit.md``), the line it starts on, and its text."""
+
+    page: str
+    number: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.number}: {self.text}"
+
+
+def block_lines(info: str, body: str) -> List[tuple]:
+    """(offset in the block, command text) of each command line of one fenced block."""
+    lines = body.splitlines()
+    prompted = any(line.strip().startswith("$ ") for line in lines)
+    if not prompted and info.split()[:1] not in [[b] for b in SHELL_BLOCKS]:
+        return []  # a picture of output or of a file, not lines to type
+    found, current, start = [], None, 0
+    for offset, line in enumerate(lines):
+        stripped = line.strip()
+        if current is not None:  # the previous line ended in a backslash
+            current += " " + stripped
+        elif prompted and stripped.startswith("$ "):
+            current, start = stripped[2:], offset
+        elif not prompted and stripped and not stripped.startswith("#"):
+            current, start = stripped, offset
+        else:
+            continue
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        found.append((start, _NOTE.sub("", current).strip()))
+        current = None
+    return found
+
+
+def command_lines(page: Optional[str] = None, *, section: Optional[str] = None) -> List[DocLine]:
+    """Every command line of `page` (all pages when None), in page order; with `section`, only those under
+    that heading (up to the next heading of the same or a higher level)."""
+    found: List[DocLine] = []
+    for name in [page] if page else PAGES:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        lo, hi = _section_span(text, section) if section else (0, len(text))
+        for block in FENCE.finditer(text):
+            info = block["info"].strip()
+            if not (lo <= block.start() < hi) or info.split()[:1] and info.split()[0] in NOT_COMMANDS:
+                continue
+            first = text.count("\n", 0, block.start()) + 2  # the block's first line, 1-based
+            found += [DocLine(name, first + offset, line) for offset, line in block_lines(info, block["body"])]
+    return found
+
+
+def _section_span(text: str, heading: str) -> tuple:
+    match = re.search(rf"^(#+) {re.escape(heading)}\s*$", text, re.M)
+    if not match:
+        raise ValueError(f"no heading {heading!r}")
+    end = re.compile(rf"^#{{1,{len(match[1])}}} ", re.M).search(text, match.end())
+    return match.start(), end.start() if end else len(text)
+
+
+def run_line(text: str, cwd, *, env: Optional[dict] = None, timeout: float = 600):
+    """`text` through bash in `cwd`, as typed, with this interpreter's ``bin`` first on PATH (so
+    ``stepjournal`` and ``python`` are the ones under test); ``env`` adds to (None removes from) this
+    process's environment. Output captured as text."""
+    import os
+    import subprocess
+    import sys
+
+    merged = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    for key, value in (env or {}).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return subprocess.run(["bash", "-c", text], cwd=cwd, env=merged, capture_output=True, text=True,
+                          timeout=timeout)  # a hang detector only
+
+
+def prompted_lines(body: str) -> List[tuple]:
+    """(command, the output lines the page shows under it) of each ``$ `` line of a block's body."""
+    found: List[tuple] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            found.append((line[2:], []))
+        elif found:
+            found[-1][1].append(line)
+    return found
+
+
+# A time of day changes from run to run: on both sides, each is read as "some time".
+_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?")
+
+
+def matches(expected: str, got: str) -> bool:
+    """Whether an output line is the one the page shows: runs of blanks count as one (table widths), a
+    date and time stands for any, and ``…`` for any text (a host, a cell cut to its column)."""
+    expected, got = _TIME.sub("<time>", expected), _TIME.sub("<time>", got)
+    pattern = ".*?".join(re.escape(" ".join(part.split())) for part in expected.split("…"))
+    return re.fullmatch(pattern, " ".join(got.split())) is not None
