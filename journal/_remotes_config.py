@@ -8,6 +8,10 @@ folder) under an exclusive lock of the folder, and read bounded (docs/sharing.md
 Keeping it out of LMDB also lets `push` (which opens the journal read-only, beside a live trainer)
 read it without a transaction, and ``remote add`` never waits on the trainer's write lock.
 
+Your own names, which every journal of this machine and ``clone`` see (``stepjournal remote add --global``,
+as git's and DVC's ``--global``), are kept the same way in ``remotes.json`` of ``$XDG_CONFIG_HOME/stepjournal``
+(``~/.config/stepjournal``); the functions take ``None`` for them where they take a journal.
+
 No credential is ever stored: a URL with user info or a query is refused (`RemoteUrlSecretError`).
 """
 
@@ -28,7 +32,8 @@ from ._object_client import is_url, remote_url
 from ._paths import os_error
 from ._secrets import public_url
 
-__all__ = ["CONFIG_FILE", "NamedRemote", "add_remote", "checked_url", "list_remotes", "remove_remote", "resolve_remote"]
+__all__ = ["CONFIG_FILE", "NamedRemote", "add_remote", "checked_url", "list_remotes", "remove_remote", "resolve_remote",
+           "resolve_clone_source", "user_config_folder"]
 
 CONFIG_FILE = "remotes.json"
 _FORMAT = 1
@@ -45,8 +50,24 @@ class NamedRemote:
     default: bool
 
 
+def user_config_folder() -> str:
+    """Where your own remotes live: ``$XDG_CONFIG_HOME/stepjournal``, else ``~/.config/stepjournal``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "stepjournal")
+
+
 def _folder(journal: Any) -> str:
-    return os.fspath(getattr(journal, "path", journal))
+    return user_config_folder() if journal is None else os.fspath(getattr(journal, "path", journal))
+
+
+def _whose(journal: Any) -> str:
+    return f"your remotes ({os.path.join(user_config_folder(), CONFIG_FILE)})" if journal is None else \
+        f"journal {_folder(journal)!r}"
+
+
+def _cli_place(journal: Any) -> str:
+    """How the command line names where a remote is kept: ``--global`` or the journal's folder."""
+    return "--global" if journal is None else _folder(journal)
 
 
 def _read(folder: str) -> Dict[str, Any]:
@@ -79,6 +100,8 @@ def _read(folder: str) -> Dict[str, Any]:
 
 def _existing(journal: Any) -> str:
     folder = _folder(journal)
+    if journal is None:  # your own config folder, made on the first `remote add --global`
+        return folder
     if not os.path.isfile(os.path.join(folder, "data.mdb")):
         raise JournalError(f"no journal at {folder!r}: the folder or its data.mdb is missing")
     return folder
@@ -91,6 +114,11 @@ def _changing(journal: Any) -> Iterator[Dict[str, Any]]:
     import fcntl
 
     folder = _existing(journal)
+    if journal is None:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise os_error(folder, exc, "create the config folder") from None
     lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -117,7 +145,7 @@ def _listed(config: Dict[str, Any]) -> List[NamedRemote]:
 
 
 def list_remotes(journal: Any) -> List[NamedRemote]:
-    """The named remotes of `journal` (a path or a `Journal`), in the order they were added."""
+    """The named remotes of `journal` (a path or a `Journal`; None: your own), in the order they were added."""
     return _listed(_read(_existing(journal)))
 
 
@@ -140,8 +168,9 @@ def checked_url(url: str, name: str = "NAME") -> str:
 
 
 def add_remote(journal: Any, name: str, url: str, *, default: bool = False) -> NamedRemote:
-    """Name `url` `name` in `journal`'s config; the first remote added (or one added with `default`)
-    is the default one that `push`, `pull` and `remote_status` use when given none.
+    """Name `url` `name` in `journal`'s config (None: your own, which every journal and `clone` see);
+    the first remote added (or one added with `default`) is the default one that `push`, `pull` and
+    `remote_status` use when given none (a journal's default only: yours is never used unasked).
 
     Raises:
         RemoteConfigError: the name is taken or not a name (letters, digits, ``-``, ``_``).
@@ -150,20 +179,24 @@ def add_remote(journal: Any, name: str, url: str, *, default: bool = False) -> N
     if not _NAME.fullmatch(name):
         raise RemoteConfigError(f"{name!r} is not a remote name: letters, digits, '-' and '_', at most 64, "
                                 "starting with a letter or digit")
+    if journal is None and default:
+        raise RemoteConfigError(f"your own remotes have no default (push and pull use a journal's default only, "
+                                f"never one of yours unasked): add {name!r} without --default, and name it when you "
+                                "push, pull or clone")
     url = checked_url(url, name)
     with _changing(journal) as config:
         if any(r["name"] == name for r in config["remotes"]):
-            raise RemoteConfigError(f"journal {_folder(journal)!r} has a remote named {name!r} already; remove it "
-                                    f"first: stepjournal remote remove {_folder(journal)} {name}")
+            raise RemoteConfigError(f"{_whose(journal)} has a remote named {name!r} already; remove it "
+                                    f"first: stepjournal remote remove {_cli_place(journal)} {name}")
         config["remotes"].append({"name": name, "url": url})
-        if default or config["default"] is None:
+        if journal is not None and (default or config["default"] is None):
             config["default"] = name
         return NamedRemote(name, url, config["default"] == name)
 
 
 def remove_remote(journal: Any, name: str) -> NamedRemote:
-    """Forget remote `name` of `journal` (nothing on the remote changes). When it was the default, the
-    first remote left (in the order added) becomes the default.
+    """Forget remote `name` of `journal` (None: your own; nothing on the remote changes). When it was the
+    default, the first remote left (in the order added) becomes the default.
 
     Raises:
         RemoteConfigError: `journal` has no remote of that name.
@@ -174,20 +207,20 @@ def remove_remote(journal: Any, name: str) -> NamedRemote:
             raise RemoteConfigError(_unknown(journal, name, config))
         config["remotes"].remove(found)
         removed = NamedRemote(name, found["url"], config["default"] == name)
-        if removed.default:
+        if removed.default and journal is not None:
             config["default"] = config["remotes"][0]["name"] if config["remotes"] else None
         return removed
 
 
 def _unknown(journal: Any, name: str, config: Dict[str, Any]) -> str:
     names = ", ".join(r["name"] for r in config["remotes"]) or "none"
-    return f"journal {_folder(journal)!r} has no remote named {name!r} (its remotes: {names})"
+    return f"{_whose(journal)} has no remote named {name!r} (its remotes: {names})"
 
 
 def resolve_remote(journal: Any, remote: Optional[str]) -> str:
-    """The URL a push or pull of `journal` uses for `remote`: a name of its config, None (its default),
-    a URL, or a plain path (a folder: ``../team-remote``). A name wins over a folder of the same name;
-    write ``./NAME`` for the folder.
+    """The URL a push or pull of `journal` uses for `remote`: a name of its config, else one of yours
+    (``--global``), None (its default), a URL, or a plain path (a folder: ``../team-remote``). A name
+    wins over a folder of the same name; write ``./NAME`` for the folder.
 
     Raises:
         RemoteConfigError: None and no default remote; a bare name that is neither a remote nor a folder.
@@ -200,10 +233,28 @@ def resolve_remote(journal: Any, remote: Optional[str]) -> str:
             raise RemoteConfigError(f"journal {folder!r} has no default remote: give a URL or a path, or add one: "
                                     f"stepjournal remote add {folder} NAME URL")
         remote = config["default"]
-    found = next((r for r in config["remotes"] if r["name"] == remote), None)
+    found = next((r for r in config["remotes"] + _read(user_config_folder())["remotes"] if r["name"] == remote), None)
     if found is not None:
         return found["url"]
     if is_url(remote) or not _NAME.fullmatch(remote) or os.path.exists(remote):
         return remote
-    raise RemoteConfigError(f"{_unknown(journal, remote, config)}: give a URL, a path (./{remote} for a folder "
-                            f"of that name), or add it: stepjournal remote add {folder} {remote} URL")
+    raise RemoteConfigError(f"{_unknown(journal, remote, config)}, and neither has {_whose(None)}: give a URL, a "
+                            f"path (./{remote} for a folder of that name), or add it: stepjournal remote add {folder} "
+                            f"{remote} URL")
+
+
+def resolve_clone_source(source: str) -> str:
+    """The URL `clone` reads for `source`: one of your own remote names (``--global``), a URL, or a
+    plain path. A name wins over a folder of the same name; write ``./NAME`` for the folder.
+
+    Raises:
+        RemoteConfigError: a bare name that is neither one of your remotes nor a folder.
+    """
+    config = _read(user_config_folder())
+    found = next((r for r in config["remotes"] if r["name"] == source), None)
+    if found is not None:
+        return found["url"]
+    if is_url(source) or not _NAME.fullmatch(source) or os.path.exists(source):
+        return source
+    raise RemoteConfigError(f"{_unknown(None, source, config)}: give a URL, a path (./{source} for a folder of "
+                            f"that name), or add it: stepjournal remote add --global {source} URL")

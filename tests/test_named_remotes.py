@@ -46,7 +46,7 @@ def test_the_documented_session_adds_a_remote_pushes_by_name_shows_status_and_cl
         tmp_path, s3_env, s3_server):
     """docs/sharing.md "Named remotes and status", line by line: each command's stdout as the page shows it."""
     record(tmp_path / "machine-a", [1, 2])
-    bucket, env = s3_env[len("s3://"):], subprocess_env(s3_server)
+    bucket, env = s3_env[len("s3://"):], {**subprocess_env(s3_server), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     steps = docs_session()
     assert len(steps) >= 8 and [command for command, _ in steps] == [line.text for line in DOC_LINES]
     for command, expected in steps:
@@ -159,3 +159,46 @@ def test_a_plain_relative_path_is_a_remote_for_push_pull_clone_and_status(tmp_pa
     assert "pulled 2 events, 1 payloads" in runs[1].stdout
     with Journal(str(work / "b"), readonly=True, run="exp1") as journal:
         assert journal.recorded_steps() == [1, 2, 3]
+
+
+# -- your own remotes (--global) ---------------------------------------------------------------------
+def test_your_own_remotes_are_seen_by_every_journal_and_by_clone_and_are_never_a_default(tmp_path, monkeypatch):
+    from stepjournal import resolve_clone_source, user_config_folder
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    env = {**os.environ}
+    team, other = tmp_path / "team-remote", tmp_path / "other-remote"
+    record(tmp_path / "a", [1, 2])
+    made = shell(f"stepjournal remote add --global team {team}", tmp_path, env)
+    assert made.returncode == 0 and made.stdout == f"remote team is file://{team}\n", made.stderr
+    assert user_config_folder() == str(tmp_path / "config" / "stepjournal")
+    assert [(r.name, r.default) for r in list_remotes(None)] == [("team", False)]  # yours: never a default
+    pushed = shell("stepjournal push a team", tmp_path, env)  # the journal has no remote: yours is found
+    assert pushed.returncode == 0 and f"to file://{team}" in pushed.stdout, pushed.stderr
+    bare = shell("stepjournal push a", tmp_path, env)
+    assert bare.returncode == 1 and "has no default remote" in bare.stderr  # yours is not used unasked
+    cloned = shell("stepjournal clone team b", tmp_path, env)
+    assert cloned.returncode == 0, cloned.stderr
+    assert [(r.name, r.url) for r in list_remotes(str(tmp_path / "b"))] == [("origin", f"file://{team}")]
+    add_remote(str(tmp_path / "a"), "team", str(other))  # the journal's own name wins over yours
+    assert shell("stepjournal push a team", tmp_path, env).returncode == 0 and (other / "heads").is_dir()
+    assert resolve_clone_source("s3://bucket/x") == "s3://bucket/x" and resolve_clone_source(str(team)) == str(team)
+    with pytest.raises(RemoteConfigError, match="your own remotes have no default"):
+        add_remote(None, "second", str(other), default=True)
+    unknown = shell("stepjournal clone nobody c", tmp_path, env)
+    assert unknown.returncode == 1 and "stepjournal remote add --global nobody URL" in unknown.stderr
+    assert not (tmp_path / "c").exists()
+    removed = shell("stepjournal remote remove --global team", tmp_path, env)
+    assert removed.returncode == 0 and list_remotes(None) == []
+    listed = shell("stepjournal remote list --global", tmp_path, env)
+    assert listed.stdout == "you have no remotes of your own (stepjournal remote add --global NAME URL)\n"
+
+
+@pytest.mark.parametrize("line, says", [
+    ("stepjournal remote add a team /x --global", "--global names your own remotes, not journal a's"),
+    ("stepjournal remote list", "give the JOURNAL whose remotes these are, or --global for your own"),
+    ("stepjournal remote remove team", "give the JOURNAL whose remotes these are, or --global for your own"),
+])
+def test_a_remote_verb_needs_a_journal_or_global_but_not_both(tmp_path, line, says):
+    done = shell(line, tmp_path, {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert done.returncode == 2 and says in done.stderr, done.stderr

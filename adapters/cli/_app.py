@@ -201,7 +201,8 @@ def build_parser() -> _Parser:
     _merge_options(p)
     p = command("clone", _verb("clone"), "create the journal from everything pushed to URL; it names URL origin "
                 "(writes)", journal=False)
-    p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path, or a folder path")
+    p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path, a folder path, "
+                   "or one of your own remote names (stepjournal remote add --global)")
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("--json", action="store_true", help="print the pull report as JSON")
     _merge_options(p)
@@ -246,18 +247,23 @@ def _remote_parser(sub: Any, parents: list, parser_class: type) -> None:
     p.set_defaults(fn=_verb("remote"))
     verbs = p.add_subparsers(dest="remote_command", metavar="ACTION", parser_class=parser_class)
     verbs.required = True
+    journal_help = "the journal folder (not with --global)"
+    global_help = ("your own remotes (~/.config/stepjournal/remotes.json), which every journal of this machine and "
+                   "`clone` see, instead of a journal's")
     add = verbs.add_parser("add", parents=parents, help="name a remote URL (or folder); the first one added is the default")
-    add.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    add.add_argument("journal", metavar="JOURNAL", nargs="?", help=journal_help)
     add.add_argument("name", metavar="NAME", help="the remote's name (letters, digits, '-', '_')")
     add.add_argument("url", metavar="URL", help="s3://bucket/prefix, gs://, az://, file:///path, or a folder path; "
                      "no user info or password: credentials stay in the client's environment")
     add.add_argument("--default", action="store_true", help="make it the default remote")
-    listed = verbs.add_parser("list", parents=parents, help="the journal's remotes")
-    listed.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    listed = verbs.add_parser("list", parents=parents, help="the journal's remotes (or yours: --global)")
+    listed.add_argument("journal", metavar="JOURNAL", nargs="?", help=journal_help)
     listed.add_argument("--json", action="store_true", help="print a JSON array, one object per remote")
     remove = verbs.add_parser("remove", parents=parents, help="forget a remote (nothing on the remote changes)")
-    remove.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    remove.add_argument("journal", metavar="JOURNAL", nargs="?", help=journal_help)
     remove.add_argument("name", metavar="NAME", help="the remote's name")
+    for verb in (add, listed, remove):
+        verb.add_argument("--global", dest="user", action="store_true", help=global_help)
 
 
 def _nonneg_int(text: str) -> int:

@@ -84,6 +84,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "clone": (
         ("stepjournal clone s3://bucket/team/grpo runs/grpo", "a new journal from a remote, which it names origin"),
         ("stepjournal clone /mnt/shared/grpo runs/grpo --json", "from a folder, the report as JSON"),
+        ("stepjournal clone team runs/grpo", "from one of your own remotes (stepjournal remote add --global)"),
     ),
     "status": (
         ("stepjournal status runs/grpo", "what push would send and pull would fetch (sends nothing)"),
@@ -92,7 +93,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "remote": (
         ("stepjournal remote add runs/grpo origin s3://bucket/team/grpo", "name a remote (the first is the default)"),
         ("stepjournal remote list runs/grpo", "the journal's remotes"),
-        ("stepjournal remote remove runs/grpo origin", "forget one"),
+        ("stepjournal remote add --global team s3://bucket/team", "a name of your own, for every journal and clone"),
     ),
     "diff": (
         ("stepjournal diff run-a run-b", "where two runs' recordings part"),
