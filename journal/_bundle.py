@@ -237,7 +237,7 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
     pending: Dict[str, List[Tuple[int, bytes]]] = {}
     heads: Dict[str, Dict[str, Any]] = {}
     written: set = set()
-    payloads = journal._live()
+    payloads = journal.lmdb_store()
     events, total = 0, journal.last_seq()
     released = Released(journal)  # read only if a payload is missing
     skipped: Dict[str, set] = {}  # per source: released payloads its next segment names
@@ -315,11 +315,11 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: R
     reader = _Reader(os.path.abspath(os.fspath(path)))  # a file that is not a bundle creates no journal
     try:
         if isinstance(journal, Journal):
-            report = pull_from(reader, ObjectPayloadStore._over(reader), journal, progress=progress, runs=runs,
+            report = pull_from(reader, ObjectPayloadStore.over(reader), journal, progress=progress, runs=runs,
                                keep=keep)
         else:
             with undone_on_failure(journal), Journal(journal, session=False) as opened:
-                report = pull_from(reader, ObjectPayloadStore._over(reader), opened, progress=progress, runs=runs,
+                report = pull_from(reader, ObjectPayloadStore.over(reader), opened, progress=progress, runs=runs,
                                    keep=keep)
     finally:
         reader.close()
@@ -345,7 +345,7 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
         if found is None:
             raise IntegrityError(f"{reader.url} is not a stepjournal bundle ({MANIFEST} is missing)")
         check_format(reader, MANIFEST, found)
-        objects = ObjectPayloadStore._over(reader)
+        objects = ObjectPayloadStore.over(reader)
         claims = IncomingChecks(None, ImportMap(), None, None, lambda d: reader.exists(f"payloads/{d}"), several=False)
         checked: Dict[str, Optional[str]] = {}
         for key in reader.keys("heads/"):

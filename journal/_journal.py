@@ -184,6 +184,16 @@ class Journal(Recording, Queries):
         self._live()
         return self._payloads
 
+    def lmdb_store(self) -> Store:  # the seam of the modules that work in the journal's own transactions
+        """The open LMDB `Store`, for prune, push, pull, bundles and status (docs/architecture.md, "Seams").
+        JournalClosedError once closed; a fork child's environment is reopened first."""
+        return self._live()
+
+    @property
+    def write_lock(self) -> threading.RLock:
+        """The lock this journal's appends hold; another module's write (prune, pull) takes it too."""
+        return self._lock
+
     def _live(self) -> Store:
         if self._store.closed:
             raise JournalClosedError(f"journal {self.path!r} is closed; open a new Journal on it")
@@ -227,8 +237,7 @@ class Journal(Recording, Queries):
         """Append events (and the payload blobs they reference) durably; return their seqs.
 
         The payload store decides how: the LMDB store writes the payloads in the events' own write
-        transaction (both or neither survive a crash); a remote store writes them first.
-        """
+        transaction (both or neither survive a crash); a remote store writes them first."""
         store = self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]

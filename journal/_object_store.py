@@ -80,8 +80,9 @@ class ObjectPayloadStore:
         self.cache = cache
 
     @classmethod
-    def _over(cls, remote: Any) -> "ObjectPayloadStore":
-        """A store (no cache) on an already open remote-shaped source, such as a bundle's reader."""
+    def over(cls, remote: Any) -> "ObjectPayloadStore":
+        """A store (no cache) on an already open `Remote` or remote-shaped source (a bundle's reader): what
+        a pull or an import reads payloads through."""
         found = cls.__new__(cls)
         found.remote, found.url, found.cache = remote, remote.url, None
         return found
@@ -90,7 +91,7 @@ class ObjectPayloadStore:
         return f"ObjectPayloadStore({self.url!r}, cached={self.cache is not None})"
 
     def _cache_writable(self) -> bool:
-        return self.cache is not None and not self.cache._store.readonly
+        return self.cache is not None and not self.cache.readonly
 
     # -- writing ---------------------------------------------------------------------------------
     def put(self, digest: bytes, blob: Any) -> None:

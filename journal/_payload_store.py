@@ -110,6 +110,11 @@ class LmdbPayloadStore:
         store: the journal's LMDB environment (`Journal`'s own).
     """
 
+    @property
+    def readonly(self) -> bool:
+        """Whether the environment was opened read-only (a reader's cache is never written)."""
+        return self._store.readonly
+
     def __init__(self, store: Store) -> None:
         self._store = store
         self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))

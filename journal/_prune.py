@@ -95,7 +95,7 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
         RetentionConflictError: two rule sets select one group, or the steps that must stay exceed
             ``max_bytes``; nothing was changed.
     """
-    store = journal._live()
+    store = journal.lmdb_store()
     payloads = journal.payload_store
 
     def plan_in(txn: Any) -> RetentionPlan:
@@ -119,7 +119,7 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
             remote[:] = keys
         return plan
 
-    with journal._lock:
+    with journal.write_lock:
         plan = store.write(fn)
     for key in remote:
         payloads.delete(key)

@@ -139,7 +139,7 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
             f"{len(bad)} payload(s) of journal {run.source} in {remote.url} are missing or damaged: "
             f"{', '.join(sorted(bad))}; affected steps {steps}; events {events_in[0][0]}-{events_in[-1][0]} "
             "were not pulled", step=steps[0], detail="remote payload")
-    store = journal._live()
+    store = journal.lmdb_store()
     local = LmdbPayloadStore(store)
     marker = EventsImported(source=run.source, origin=remote.url, source_first=events_in[0][0],
                             source_last=events_in[-1][0], ts=time.time(),
@@ -160,7 +160,7 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
             Projections.apply_in(txn, store, seq, translated[-1], imports=imports)
         releases.delete_in(txn, store, local, translated)
 
-    with journal._lock:
+    with journal.write_lock:
         store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)
     releases.committed()
     return len(items), sum(len(b) for _k, b in items)
@@ -204,7 +204,7 @@ def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options
         with undone_on_failure(journal), Journal(journal, session=False) as opened:
             return pull(url, opened, progress=progress, options=options, runs=runs, keep=keep)
     remote = Remote(url, options=options, create=False)
-    return pull_from(remote, ObjectPayloadStore._over(remote), journal, progress=progress, runs=runs, keep=keep)
+    return pull_from(remote, ObjectPayloadStore.over(remote), journal, progress=progress, runs=runs, keep=keep)
 
 
 _CACHED_SEGMENT_BYTES = 1 << 23  # segments the checks read are kept (decoded) for the pull up to this many bytes
@@ -281,7 +281,7 @@ def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dic
                  cache: Dict[str, Any]) -> Iterator[PlannedRun]:
     """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
     caller's thread). A payload an earlier run fetches is not fetched again."""
-    local = LmdbPayloadStore(journal._live())
+    local = LmdbPayloadStore(journal.lmdb_store())
     scheduled: Set[str] = set()
     for source, segments in wanted:
         total = sum(s.get("count", 0) for s in segments)

@@ -65,7 +65,7 @@ class PushReport:
 
 def journal_id(journal: Journal) -> str:
     """A journal's id on a remote: a digest of its creation time and its first event (stable, no write)."""
-    store = journal._live()
+    store = journal.lmdb_store()
     with store.read() as txn:
         created = bytes(txn.get(META_CREATED, db=store.db("meta")) or b"")
     first = next(iter(journal.raw_events()), None)
@@ -170,8 +170,8 @@ def pushed_head(journal: Journal, remote: Any, source: str) -> Tuple[Dict[str, A
     data, etag = remote.get_tagged(f"heads/{source}.json", limit=MAX_HEAD) if remote is not None else (None, None)
     head = parse_head(remote, source, data) or new_head(source)
     if head["last_seq"]:
-        raw = journal._log.get_raw(head["last_seq"])
-        if raw is None or digest_bytes(bytes(raw)).hex() != head.get("last_digest"):
+        seq, raw = next(iter(journal.raw_events(since=head["last_seq"] - 1)), (None, b""))
+        if seq != head["last_seq"] or digest_bytes(bytes(raw)).hex() != head.get("last_digest"):
             raise RemoteError(
                 f"{remote.url} holds another history for journal {source} at event #{head['last_seq']}: "
                 "this journal diverged from the one pushed (a copied folder recorded on?); push it to another URL"
@@ -230,7 +230,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     # sends, however many payloads the remote holds.
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
-    lmdb_payloads = journal._live()
+    lmdb_payloads = journal.lmdb_store()
 
     released = Released(journal)
 

@@ -83,7 +83,7 @@ def _to_push(journal: Journal, remote: Optional[Remote]) -> Tuple[int, int, int]
     source = journal_id(journal)
     head = pushed_head(journal, remote, source)[0]
     known: Set[str] = set()
-    local = LmdbPayloadStore(journal._live())
+    local = LmdbPayloadStore(journal.lmdb_store())
     released = Released(journal)
     events = payloads = nbytes = 0
     for batch, _through in segments_to_push(journal, head["last_seq"], known):

@@ -17,7 +17,7 @@ from stepjournal._events import check_fingerprint
 from stepjournal._keys import DEFAULT_STAGE
 from stepjournal.log import get_logger
 
-from ._base import CallContext, Decision, GenerateCall, JournalView, Policy, RefuseCall, ServeRecorded
+from ._base import CallContext, Decision, GenerateCall, Policy, RefuseCall, ServeRecorded
 from ._errors import FingerprintMismatchError, InputMismatchError, StageInputMismatchError
 from ._options import EngineOptions
 from ._without_record import WithoutRecord
@@ -149,7 +149,7 @@ class ReplayChecks:
             f"{PROMPTS_DIFFER} at step {ctx.step} index {ctx.gen_index} (input digest {str(ctx.input_digest)[:16]}, "
             f"recorded {str(source.event.input_digest)[:16]})"
         )
-        view = WithoutRecord(JournalView(self.journal, mode=ctx.mode, stage=ctx.stage), ctx.step, ctx.gen_index)
+        view = WithoutRecord(self.journal, ctx.step, ctx.gen_index, mode=ctx.mode, stage=ctx.stage)
         again = self.policy.decide(ctx, view)
         if isinstance(again, ServeRecorded):  # another step's record (repeat, nearest ...): its own checks
             return self._check_replay(ctx, again, again.policy or policy)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 from typing import List, Optional
 
-from stepjournal import RecordedGeneration
+from stepjournal import Journal, RecordedGeneration
+from stepjournal._keys import DEFAULT_STAGE
 
 from ._base import JournalView
 from ._ranges import StepRanges
@@ -26,14 +27,17 @@ class WithoutRecord(JournalView):
 
     __slots__ = ("_hidden", "_left")
 
-    def __init__(self, view: JournalView, step: int, gen_index: int) -> None:
-        super().__init__(view._journal, run=view.run, mode=view.mode, stage=view.stage)
-        self.scope = view.scope
+    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None, mode: str = "train",
+                 stage: str = DEFAULT_STAGE, scope: Optional[StepRanges] = None) -> None:
+        super().__init__(journal, run=run, mode=mode, stage=stage)
+        self.scope = scope
         self._hidden = (step, gen_index)
         self._left: Optional[List[int]] = None
 
     def restricted(self, scope: StepRanges) -> JournalView:
-        return WithoutRecord(super().restricted(scope), *self._hidden)
+        plain = super().restricted(scope)  # refuses a view restricted already
+        return WithoutRecord(self._journal, *self._hidden, run=self.run, mode=self.mode, stage=self.stage,
+                             scope=plain.scope)
 
     def lookup(self, step: int, gen_index: int = 0) -> Optional[RecordedGeneration]:
         if (step, gen_index) == self._hidden:

@@ -1,5 +1,5 @@
-"""The house's shape: imports point adapters -> policies -> journal, no module cycle appears, and no module
-imports another's private names.
+"""The house's shape: imports point adapters -> policies -> journal, no module cycle appears, no module
+imports another's private names, and none reads the private attributes of another module's classes.
 
 The checker reads the source with `ast` (every import, those inside functions too: a lazy import is
 still an arrow) and runs nothing of the project. Its own tests run it on tiny synthetic trees, so a
@@ -97,6 +97,38 @@ def private_reach_ins(root: Path) -> Set[str]:
     return found
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attribute_reach_ins(root: Path) -> Set[str]:
+    """``module: .name (of owner)``: each private attribute or method a module reads on an object other
+    than ``self``/``cls`` where only other modules' classes define that name (a name no project class
+    defines is a third-party library's, which an adapter may have to reach: verl's, TRL's)."""
+    modules = module_map(root)
+    trees = {module: ast.parse(path.read_text(encoding="utf-8")) for module, path in modules.items()}
+    owners: Dict[str, Set[str]] = {}
+    for module, tree in trees.items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for node in ast.walk(cls):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(node.name):
+                    owners.setdefault(node.name, set()).add(module)
+                elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _private(node.attr)
+                      and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    owners.setdefault(node.attr, set()).add(module)
+    found: Set[str] = set()
+    for module, tree in trees.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            defined = owners.get(node.attr, set())
+            if defined and module not in defined:
+                found.add(f"{module}: .{node.attr} (of {', '.join(sorted(defined))})")
+    return found
+
+
 def _layer(module: str) -> int:
     return max(level for package, level in LAYER.items() if module == package or module.startswith(package + "."))
 
@@ -141,6 +173,23 @@ def test_no_import_runs_backwards_and_no_module_cycle_in_the_project():
 def test_no_module_imports_a_private_name_of_another():
     """A module's underscore names are its own; what a sibling needs is a public name of the module's seam."""
     assert sorted(private_reach_ins(ROOT)) == []
+
+
+def test_no_module_reads_the_private_attributes_of_another_modules_classes():
+    """`Journal`'s store, lock and log are reached through its seam (`lmdb_store`, `write_lock`, `raw_event`),
+    not through `journal._live()`; the same holds for every class of the project."""
+    assert sorted(private_attribute_reach_ins(ROOT)) == []
+
+
+def test_the_private_attribute_checker_finds_a_planted_reach_in_and_passes_self_and_third_party_names(tmp_path):
+    root = _tree(tmp_path, {
+        "journal/_a.py": "class A:\n    def __init__(self):\n        self._lock = 1\n    def _live(self):\n"
+                         "        return self._lock\n",
+        "journal/_b.py": "def f(journal, trainer):\n    trainer._compute_metrics()\n    return journal._live()\n",
+        "adapters/_c.py": "def g(view):\n    with view._lock:\n        pass\n",
+    })
+    assert sorted(private_attribute_reach_ins(root)) == ["stepjournal._b: ._live (of stepjournal._a)",
+                                                         "stepjournal.adapters._c: ._lock (of stepjournal._a)"]
 
 
 def test_adapters_and_policies_log_through_the_public_leaf():
