@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 from typing import Dict, List, Set
 
@@ -190,6 +191,93 @@ def test_the_private_attribute_checker_finds_a_planted_reach_in_and_passes_self_
     })
     assert sorted(private_attribute_reach_ins(root)) == ["stepjournal._b: ._live (of stepjournal._a)",
                                                          "stepjournal.adapters._c: ._lock (of stepjournal._a)"]
+
+
+JOURNAL_LAYERS = ("base", "room", "facade", "reader", "face")  # bottom to top
+ANY_BELOW = "any module of a lower layer"
+
+
+def journal_table(doc: str) -> List[tuple]:
+    """(layer, [modules], allowed) of each row of docs/architecture.md's journal table; `allowed` is a set
+    of module names, or None for "any module of a lower layer"."""
+    section = doc.split("### `journal/`", 1)[1].split("\n### ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if not line.startswith("| ") or line.startswith("| layer"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        files = [f[:-3] for f in re.findall(r"`([\w]+\.py)`", cells[1])]
+        allowed = None if cells[-1] == ANY_BELOW else set(re.findall(r"`(\w+)`", cells[-1]))
+        rows.append((cells[0], files, allowed))
+    return rows
+
+
+def journal_table_problems(root: Path, doc: str) -> List[str]:
+    """Where the journal's imports and the table differ: a module in no row or in two, an import the row
+    does not name, a name the row's files do not import, an import that points to a higher layer."""
+    modules = module_map(root)
+    rows = journal_table(doc)
+    layer_of, row_of = {}, {}
+    problems = []
+    for index, (layer, files, _) in enumerate(rows):
+        if layer not in JOURNAL_LAYERS:
+            problems.append(f"{files}: unknown layer {layer!r}")
+        for name in files:
+            if name in row_of:
+                problems.append(f"{name} is in two rows")
+            layer_of[name], row_of[name] = layer, index
+    ours = {p.stem: p for p in modules.values() if p.parent == root / "journal"}
+    problems += [f"{name}.py is in no row" for name in sorted(set(ours) - set(row_of))]
+    problems += [f"{name}.py is in the table but not in journal/" for name in sorted(set(row_of) - set(ours))]
+    imported: Dict[int, Set[str]] = {}
+    for name, path in sorted(ours.items()):
+        if name not in row_of:
+            continue
+        dotted = "stepjournal" if name == "__init__" else f"stepjournal.{name}"
+        targets = {t.split(".", 1)[1] for t in imports_of(dotted, path, modules) if t.count(".") == 1
+                   and t.startswith("stepjournal.") and t.split(".", 1)[1] in ours}
+        index = row_of[name]
+        layer, files, allowed = rows[index]
+        imported.setdefault(index, set()).update(targets - set(files))
+        for target in sorted(targets - set(files)):
+            if target not in layer_of:
+                continue
+            if JOURNAL_LAYERS.index(layer_of[target]) > JOURNAL_LAYERS.index(layer):
+                problems.append(f"{name} ({layer}) imports {target} ({layer_of[target]}), a higher layer")
+            if allowed is not None and target not in allowed:
+                problems.append(f"{name} imports {target}, which its row does not name")
+            if allowed is None and JOURNAL_LAYERS.index(layer_of[target]) == JOURNAL_LAYERS.index(layer):
+                problems.append(f"{name} ({layer}) imports {target} of its own layer; its row allows lower ones")
+    for index, (layer, files, allowed) in enumerate(rows):
+        for stale in sorted((allowed or set()) - imported.get(index, set())):
+            problems.append(f"the row of {', '.join(files)} names {stale}, which none of them imports")
+    return problems
+
+
+def test_architecture_md_names_exactly_the_imports_of_each_journal_module_and_none_points_up():
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert len(journal_table(doc)) >= 35
+    assert journal_table_problems(ROOT, doc) == []
+
+
+def test_the_table_checker_finds_a_missing_row_an_unnamed_import_a_stale_name_and_an_upward_import(tmp_path):
+    root = _tree(tmp_path, {
+        "journal/_keys.py": "", "journal/_events.py": "from ._keys import K\n",
+        "journal/_audit.py": "from ._events import E\nfrom ._journal import J\n", "journal/_journal.py": "",
+        "journal/_new.py": "",
+    })
+    doc = ("### `journal/`\n\n| layer | file | job | may import |\n|---|---|---|---|\n"
+           "| face | `__init__.py` | face | any module of a lower layer |\n"
+           "| facade | `_journal.py` | the facade | any module of a lower layer |\n"
+           "| room | `_audit.py` | audit | `_journal`, `_keys` |\n"
+           "| base | `_events.py` | events | nothing |\n| base | `_keys.py` | keys | nothing |\n\n### next\n")
+    assert sorted(journal_table_problems(root, doc)) == sorted([
+        "_new.py is in no row",
+        "_audit imports _events, which its row does not name",
+        "_audit (room) imports _journal (facade), a higher layer",
+        "_events imports _keys, which its row does not name",
+        "the row of _audit names _keys, which none of them imports",
+    ])
 
 
 def test_adapters_and_policies_log_through_the_public_leaf():
