@@ -114,9 +114,10 @@ def rank_key(prefix: bytes, ordinal: int) -> bytes:
     return prefix + ordinal.to_bytes(8, "big")
 
 
-def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT_STAGE) -> bytes:
-    """The ``gen`` index key of one call."""
-    return gen_prefix(run, mode, stage) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT_STAGE, *,
+            layout: int = LAYOUT_VERSION) -> bytes:
+    """The ``gen`` index key of one call (`layout` as for `gen_prefix`)."""
+    return gen_prefix(run, mode, stage, layout=layout) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
 
 
 def parse_gen_key(key: bytes) -> Optional[GenKey]:

@@ -12,7 +12,7 @@ from ._convert import checked_body, decode_event
 from ._errors import IntegrityError, StepJournalError
 from ._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ._import_map import ImportMap
-from ._keys import LAYOUT_VERSION, gen_prefix, parse_gen_key
+from ._keys import LAYOUT_VERSION, gen_key, parse_gen_key
 from ._payload_store import PayloadStore
 
 __all__ = ["VerifyProblem", "verify"]
@@ -58,6 +58,9 @@ def verify(
 ) -> List[VerifyProblem]:
     """Check the log, the step index and the payload store against each other (see `Journal.verify`).
 
+    Three passes: the log (each event decodes; what each record uses and which index entry it implies),
+    the index against what the log implies, then every stored payload against its digest.
+
     Args:
         raw_events: (seq, stored bytes) of every event.
         index_items: reads the ``gen`` index as (key, seq) pairs (called after the log was read).
@@ -67,131 +70,142 @@ def verify(
             the payloads'. `total` grows once the log is read (the payloads' sizes are known then).
         layout: the key layout of the index on disk (1: a 0.1.0 index read as it is, read-only).
     """
-    problems: List[VerifyProblem] = []
-    expected: Dict[bytes, int] = {}
-    steps_of_digest: Dict[str, List[int]] = {}
-    size_of_digest: Dict[str, int] = {}
-    stored_size: Dict[str, int] = {}
-    users: Dict[str, List[int]] = {}  # digest -> seqs of the records using it
-    released_records: set = set()
-    released_by: Dict[str, int] = {}  # digest -> seq of the release that deleted it
-    imports = ImportMap()
-    keys = Keys()
     raw = list(raw_events)
+    fold = _LogFold(layout)
     total = sum(len(body) for _, body in raw)
     done = 0
-
-    def uses(seq: int, step: int, digest: str, nbytes: int, stored: int) -> None:
-        steps_of_digest.setdefault(digest, []).append(step)
-        size_of_digest[digest] = nbytes
-        stored_size[digest] = stored
-        users.setdefault(digest, []).append(seq)
-
     for count, (seq, body) in enumerate(raw, 1):
         done += len(body)
         if progress is not None and (count % _PROGRESS_EVERY == 0 or count == len(raw)):
             progress(done, total)
-        record = _checked_record(seq, body, keys)
+        fold.add(seq, body)
+    # A live writer may have appended (and indexed) events since the log was read: those are not
+    # checked; an entry pointing past the end of the log still is.
+    checked_up_to = raw[-1][0] if raw else 0
+    del raw
+    problems = fold.problems + _index_problems(fold.expected, dict(index_items()), checked_up_to, last_seq())
+    return problems + _payload_problems(payloads, fold, progress, done)
+
+
+@attrs.define
+class _LogFold:
+    """What the log says, event by event: the index entries it implies (`expected`), each payload's users,
+    sizes and steps, the releases, and the events that do not decode (`problems`)."""
+
+    layout: int
+    problems: List[VerifyProblem] = attrs.field(factory=list)
+    expected: Dict[bytes, int] = attrs.field(factory=dict)  # gen key -> seq of the record it should hold
+    steps_of_digest: Dict[str, List[int]] = attrs.field(factory=dict)
+    size_of_digest: Dict[str, int] = attrs.field(factory=dict)
+    stored_size: Dict[str, int] = attrs.field(factory=dict)
+    users: Dict[str, List[int]] = attrs.field(factory=dict)  # digest -> seqs of the records using it
+    released_records: set = attrs.field(factory=set)
+    released_by: Dict[str, int] = attrs.field(factory=dict)  # digest -> seq of the release that deleted it
+    imports: ImportMap = attrs.field(factory=ImportMap)
+    keys: Keys = attrs.field(factory=Keys)
+
+    def add(self, seq: int, body: bytes) -> None:
+        record = _checked_record(seq, body, self.keys)
         if record is _CALL:  # another call event that passes its class's rules: nothing to check here
-            continue
+            return
         if record is not None:  # a GenerationRecorded that passes every rule its class checks
-            for ref in (record["output"], record["input"]):
-                if ref is not None:
-                    uses(seq, record["step"], ref["digest"], ref["nbytes"], ref["stored_nbytes"])
-            if record["output"] is not None:
-                prefix = gen_prefix(record["run"], record["mode"], record["stage"], layout=layout)
-                key = prefix + record["step"].to_bytes(8, "big") + record["gen_index"].to_bytes(4, "big")
-                if imports.replaces(seq, expected.get(key)):
-                    expected[key] = seq
-            continue
+            refs = [(r["digest"], r["nbytes"], r["stored_nbytes"]) for r in (record["output"], record["input"]) if r]
+            self._recorded(seq, record["run"], record["mode"], record["stage"], record["step"], record["gen_index"],
+                           refs, record["output"] is not None)
+            return
         try:
             event = decode_event(body, seq=seq)
         except StepJournalError as exc:
-            problems.append(VerifyProblem("event", f"#{seq}", _salvage_steps(body), str(exc)))
-            continue
+            self.problems.append(VerifyProblem("event", f"#{seq}", _salvage_steps(body), str(exc)))
+            return
         if isinstance(event, EventsImported):
-            imports.marker(seq, event)
-        event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
+            self.imports.marker(seq, event)
+        event = self.imports.translate(seq, event)  # a pulled release names its record by this journal's seq
         if isinstance(event, GenerationRecorded):
-            for ref in (event.output, event.input):
-                if ref is not None:
-                    uses(seq, event.step, ref.digest, ref.nbytes, ref.stored_nbytes)
-            if event.output is not None:
-                prefix = gen_prefix(event.run, event.mode, event.stage, layout=layout)
-                key = prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")
-                if imports.replaces(seq, expected.get(key)):
-                    expected[key] = seq
+            refs = [(r.digest, r.nbytes, r.stored_nbytes) for r in (event.output, event.input) if r is not None]
+            self._recorded(seq, event.run, event.mode, event.stage, event.step, event.gen_index, refs,
+                           event.output is not None)
         elif isinstance(event, PayloadsReleased):
-            released_records.add(event.record_seq)
-            released_by.update(dict.fromkeys(event.released, seq))
-            prefix = gen_prefix(event.run, event.mode, event.stage, layout=layout)
-            key = prefix + event.step.to_bytes(8, "big") + event.gen_index.to_bytes(4, "big")
-            if expected.get(key) == event.record_seq:
-                del expected[key]
-    found = dict(index_items())
-    # A live writer may have appended (and indexed) events since the log was read: those are not
-    # checked; an entry pointing past the end of the log still is.
-    checked_up_to, now = (raw[-1][0] if raw else 0), last_seq()
-    del raw
+            self.released_records.add(event.record_seq)
+            self.released_by.update(dict.fromkeys(event.released, seq))
+            key = gen_key(event.run, event.mode, event.step, event.gen_index, event.stage, layout=self.layout)
+            if self.expected.get(key) == event.record_seq:
+                del self.expected[key]
+
+    def _recorded(self, seq: int, run: str, mode: str, stage: str, step: int, gen_index: int,
+                  refs: List[Tuple[str, int, int]], has_output: bool) -> None:
+        for digest, nbytes, stored in refs:
+            self.steps_of_digest.setdefault(digest, []).append(step)
+            self.size_of_digest[digest] = nbytes
+            self.stored_size[digest] = stored
+            self.users.setdefault(digest, []).append(seq)
+        if has_output:
+            key = gen_key(run, mode, step, gen_index, stage, layout=self.layout)
+            if self.imports.replaces(seq, self.expected.get(key)):
+                self.expected[key] = seq
+
+    def steps(self, digest: str) -> Tuple[int, ...]:
+        return tuple(sorted(set(self.steps_of_digest.get(digest, ()))))
+
+    def live(self) -> set:
+        """The payloads a record that was not released uses: they must be there, whole."""
+        return {d for d, seqs in self.users.items() if any(s not in self.released_records for s in seqs)}
+
+
+def _index_problems(expected: Dict[bytes, int], found: Dict[bytes, int], checked_up_to: int,
+                    now: int) -> List[VerifyProblem]:
+    """Each index entry that differs from what the log implies (entries a writer added after the log was
+    read, up to `now`, are not judged)."""
+    problems = []
     for key in sorted(set(expected) | set(found)):
         if checked_up_to < (found.get(key) or 0) <= now:
             continue
         if expected.get(key) != found.get(key):
             parsed = parse_gen_key(key)
-            problems.append(
-                VerifyProblem(
-                    "index",
-                    key.hex(),
-                    (parsed.step,) if parsed is not None else (),
-                    f"index has {found.get(key)}, event log says {expected.get(key)}; run `stepjournal reindex`",
-                )
-            )
-    # A payload is live while a record that was not released uses it: it must be there, whole.
-    live = {d for d, seqs in users.items() if any(s not in released_records for s in seqs)}
-    seen = set()
-    total = done + sum(stored_size.values())
+            problems.append(VerifyProblem(
+                "index", key.hex(), (parsed.step,) if parsed is not None else (),
+                f"index has {found.get(key)}, event log says {expected.get(key)}; run `stepjournal reindex`"))
+    return problems
+
+
+def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional[Callable[[int, int], Any]],
+                      done: int) -> List[VerifyProblem]:
+    """Every stored payload checked against its digest (in batches of at most `_BATCH` or about
+    `_BATCH_BYTES`), in digest order; then the live payloads that are not stored."""
+    live, seen = fold.live(), set()
+    total = done + sum(fold.stored_size.values())
     stored: List[Tuple[int, VerifyProblem]] = []  # (place in digest order, problem): reported in that order
+    check_many = getattr(payloads, "check_many", None)
 
     def check(batch: List[Tuple[int, bytes, str]]) -> None:
         nonlocal done
-        items = [(key, size_of_digest.get(hexd)) for _, key, hexd in batch]
-        if check_many is not None:
-            outcomes = check_many(items)
-        else:
-            outcomes = []
-            for key, nbytes in items:
-                try:
-                    payloads.check(key, nbytes=nbytes)
-                    outcomes.append(None)
-                except IntegrityError as exc:
-                    outcomes.append(exc)
+        items = [(key, fold.size_of_digest.get(hexd)) for _, key, hexd in batch]
+        outcomes = check_many(items) if check_many is not None else [_check_one(payloads, *item) for item in items]
         for (place, _, hexd), exc in zip(batch, outcomes):
-            done += stored_size.get(hexd, 0)
+            done += fold.stored_size.get(hexd, 0)
             if exc is None:
                 continue
             if not isinstance(exc, IntegrityError):
                 raise exc
-            steps = tuple(sorted(set(steps_of_digest.get(hexd, ()))))
             detail = "bytes do not match the digest" if exc.detail == "digest mismatch" else str(exc)
-            stored.append((place, VerifyProblem("payload", hexd, steps, detail)))
+            stored.append((place, VerifyProblem("payload", hexd, fold.steps(hexd), detail)))
         if progress is not None:
             progress(min(done, total), total)
 
-    check_many = getattr(payloads, "check_many", None)
     batch: List[Tuple[int, bytes, str]] = []
     batch_bytes = 0
     for place, key in enumerate(payloads.digests()):
         hexd = key.hex()
         seen.add(hexd)
-        if hexd in released_by and hexd not in live:
+        if hexd in fold.released_by and hexd not in live:
             stored.append((place, VerifyProblem(
-                "released_payload", hexd, tuple(sorted(set(steps_of_digest.get(hexd, ())))),
-                f"released by event #{released_by[hexd]} but still stored; `stepjournal prune JOURNAL` (no rule: it "
-                "releases nothing new) deletes it",
+                "released_payload", hexd, fold.steps(hexd),
+                f"released by event #{fold.released_by[hexd]} but still stored; `stepjournal prune JOURNAL` (no rule: "
+                "it releases nothing new) deletes it",
             )))
             continue
         batch.append((place, key, hexd))
-        batch_bytes += stored_size.get(hexd, 0)
+        batch_bytes += fold.stored_size.get(hexd, 0)
         if len(batch) >= _BATCH or batch_bytes >= _BATCH_BYTES:
             check(batch)
             batch, batch_bytes = [], 0
@@ -199,13 +213,17 @@ def verify(
         check(batch)
     if progress is not None:
         progress(total, total)
-    problems.extend(problem for _, problem in sorted(stored, key=lambda found: found[0]))
-    for hexd, steps_list in steps_of_digest.items():
-        if hexd not in seen and hexd in live:
-            problems.append(
-                VerifyProblem("missing_payload", hexd, tuple(sorted(set(steps_list))), "payload is missing")
-            )
-    return problems
+    problems = [problem for _, problem in sorted(stored, key=lambda found: found[0])]
+    return problems + [VerifyProblem("missing_payload", hexd, fold.steps(hexd), "payload is missing")
+                       for hexd in fold.steps_of_digest if hexd not in seen and hexd in live]
+
+
+def _check_one(payloads: PayloadStore, key: bytes, nbytes: Optional[int]) -> Optional[IntegrityError]:
+    try:
+        payloads.check(key, nbytes=nbytes)
+    except IntegrityError as exc:
+        return exc
+    return None
 
 
 def _checked_record(seq: int, body: bytes, keys: Keys) -> Any:
