@@ -200,6 +200,56 @@ class _Ranks:
         txn.delete(rank_key(prefix, count - 1), db=db)
 
 
+class _OrderedIndex:
+    """The ``gen`` index as `Projections.rebuild_in` writes it into the emptied table, with the ``steps``
+    rank index beside it while it can.
+
+    A trainer's log comes in key order (steps ascending): a key above every key in the table is
+    appended (no search, full pages), and while every key is, the rank index is appended in the same
+    pass (`_build_ranks_in` makes it afterwards otherwise). Any other key is put where the step index's
+    rule for pulled records (`ImportMap.replaces`) lets it.
+    """
+
+    __slots__ = ("txn", "gen", "steps", "imports", "prefixes", "last", "ranks_inline", "rank_prefix", "ordinal",
+                 "rank_last")
+
+    def __init__(self, txn: Any, store: Store, imports: ImportMap) -> None:
+        self.txn, self.gen, self.steps, self.imports = txn, store.db("gen"), store.db("steps"), imports
+        self.prefixes: dict = {}
+        self.last = b""
+        self.ranks_inline, self.rank_prefix, self.ordinal, self.rank_last = self.steps is not None, b"", 0, -1
+
+    def put(self, seq_bytes: bytes, seq: int, run: str, mode: str, stage: str, step: int, gen_index: int) -> None:
+        group = (run, mode, stage)
+        prefix = self.prefixes.get(group)
+        if prefix is None:
+            if len(self.prefixes) > 65536:  # hostile variety: keep memory bounded
+                self.prefixes.clear()
+            prefix = self.prefixes[group] = gen_prefix(*group)
+        key = prefix + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+        txn = self.txn
+        if key > self.last:
+            txn.put(key, seq_bytes if len(seq_bytes) == 8 else seq_key(seq), db=self.gen, append=True)
+            self.last = key
+            if self.ranks_inline:
+                if prefix != self.rank_prefix:
+                    self.rank_prefix, self.ordinal, self.rank_last = prefix, 0, -1
+                if step != self.rank_last:
+                    txn.put(rank_key(prefix, self.ordinal), step.to_bytes(_STEP, "big"), db=self.steps, append=True)
+                    self.ordinal, self.rank_last = self.ordinal + 1, step
+            return
+        held = txn.get(key, db=self.gen)
+        if self.imports.replaces(seq, seq_of(held) if held is not None else None):
+            txn.put(key, seq_key(seq), db=self.gen)
+        self.ranks_inline = False
+
+    def changed_elsewhere(self) -> None:
+        """An event projected by `apply_in` put (or deleted) a key: append after what the table holds now."""
+        self.ranks_inline = False
+        cur = self.txn.cursor(db=self.gen)
+        self.last = bytes(cur.key()) if cur.last() else b""
+
+
 class Projections:
     """The step index, the rank index and the sessions index of one journal.
 
@@ -273,24 +323,16 @@ class Projections:
         for name in ("sessions", "steps"):
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
-        count, runs, seq, keys, gen = 0, runs_index.RunsFold(), 0, Keys(), store.db("gen")
-        imports = ImportMap()
-        # Index keys come in key order for a trainer's log (steps ascending): each is appended to the
-        # emptied table (no search, full pages) while it is above every key there; others are put.
-        prefixes: dict = {}
-        last = b""
         from ._native_rows import index_fields, index_fields_of  # msgspec: imported by the verbs that use it
 
-        # While every ``gen`` key is appended in order, the rank index is written beside it (the same
-        # ordered pass `_build_ranks_in` makes afterwards otherwise).
-        steps = store.db("steps")
-        ranks_inline, rank_prefix, ordinal, rank_last = steps is not None, b"", 0, -1
+        count, runs, seq, keys, imports = 0, runs_index.RunsFold(), 0, Keys(), ImportMap()
+        index = _OrderedIndex(txn, store, imports)
         for seq_bytes, body in txn.cursor(db=store.db("events")):
             seq = seq_of(seq_bytes)
             # A call event msgspec decodes exactly, or whose map passes its class's rules, is projected
             # from its row's fields (no event object); anything else is decoded, which projects it or
             # raises the same error.
-            fields = index_fields_of(body, keys)
+            fields, found = index_fields_of(body, keys), None
             if fields is None:
                 found = checked_body(body)
                 row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
@@ -298,26 +340,7 @@ class Projections:
             if fields is not None:
                 run, mode, stage, step, gen_index, action, stored = fields
                 if stored is not None:
-                    group = (run, mode, stage)
-                    prefix = prefixes.get(group)
-                    if prefix is None:
-                        if len(prefixes) > 65536:  # hostile variety: keep memory bounded
-                            prefixes.clear()
-                        prefix = prefixes[group] = gen_prefix(*group)
-                    key = prefix + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
-                    if key > last:
-                        txn.put(key, seq_bytes if len(seq_bytes) == 8 else seq_key(seq), db=gen, append=True)
-                        last = key
-                        if ranks_inline and prefix != rank_prefix:
-                            rank_prefix, ordinal, rank_last = prefix, 0, -1
-                        if ranks_inline and step != rank_last:
-                            txn.put(rank_key(prefix, ordinal), step.to_bytes(_STEP, "big"), db=steps, append=True)
-                            ordinal, rank_last = ordinal + 1, step
-                    else:
-                        held = txn.get(key, db=gen)
-                        if imports.replaces(seq, seq_of(held) if held is not None else None):
-                            txn.put(key, seq_key(seq), db=gen)
-                        ranks_inline = False
+                    index.put(seq_bytes, seq, run, mode, stage, step, gen_index)
                 runs.add_call((run, stage, mode), seq, action, step, stored or 0)
                 count += 1
                 continue
@@ -332,16 +355,14 @@ class Projections:
             event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
             cls.apply_in(txn, store, seq, event, ranks=False, runs=False, imports=imports)
             if isinstance(event, (GenerationRecorded, PayloadsReleased)):
-                ranks_inline = False
-                cur = txn.cursor(db=gen)
-                last = bytes(cur.key()) if cur.last() else b""  # what was put (or deleted) there
+                index.changed_elsewhere()
             runs.add(seq, event)
             count += 1
         runs.last = seq
         runs.write_in(txn, store)
         if store.db("sessions") is not None:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
-        if ranks_inline:
+        if index.ranks_inline:
             txn.put(STEPS_FLAG, b"1", db=store.db("meta"))
         else:
             cls._build_ranks_in(txn, store)
