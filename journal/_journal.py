@@ -247,9 +247,7 @@ class Journal(Recording, Queries):
             def fn(txn):
                 if in_txn is not None:
                     in_txn(txn)
-                seqs = EventLog.append_in(txn, store, encoded)
-                for seq, event in zip(seqs, events):
-                    Projections.apply_in(txn, store, seq, event)
+                seqs = [seq for seq, _ in Projections.append_and_project_in(txn, store, events, encoded)]
                 if self._retainer is not None:
                     self._retainer.in_txn(txn, store, seqs, events)
                 return seqs

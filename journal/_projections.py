@@ -32,7 +32,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 import attrs
 
 from ._audit_rows import Keys, call_row
-from ._convert import checked_body, decode_event, event_of
+from ._convert import checked_body, decode_event, encode_event, event_of
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index
 from ._eventlog import EventLog
@@ -260,6 +260,24 @@ class Projections:
         self._log = log
 
     # -- inside write transactions ---------------------------------------------------------------
+    @classmethod
+    def append_and_project_in(cls, txn: Any, store: Store, events: List[Event], bodies: Optional[List[bytes]] = None,
+                              *, imports: Optional[ImportMap] = None, ranks: bool = True) -> List[Tuple[int, Event]]:
+        """Append `events` to the log (their stored `bodies`, else encoded here) and project each in the same
+        transaction: the one way a record, a prune and a pull add events. With `imports` (a pull), an
+        `EventsImported` marks its block and each event is projected as translated to this journal's seqs
+        (`ImportMap.translate`). Returns (seq, event as projected) of each."""
+        encoded = bodies if bodies is not None else [encode_event(e) for e in events]
+        appended = []
+        for seq, event in zip(EventLog.append_in(txn, store, encoded), events):
+            if imports is not None:
+                if isinstance(event, EventsImported):
+                    imports.marker(seq, event)
+                event = imports.translate(seq, event)
+            cls.apply_in(txn, store, seq, event, ranks=ranks, imports=imports)
+            appended.append((seq, event))
+        return appended
+
     @staticmethod
     def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True, runs: bool = True,
                  imports: Optional[ImportMap] = None) -> None:

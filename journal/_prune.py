@@ -18,8 +18,7 @@ from typing import Any, List, Optional, Sequence, Set, Tuple, Union
 
 import attrs
 
-from ._convert import decode_event, encode_event
-from ._eventlog import EventLog
+from ._convert import decode_event
 from ._events import Event, GenerationRecorded, PayloadsReleased
 from ._keys import seq_key, seq_of
 from ._log import get_logger
@@ -64,16 +63,14 @@ def _release_in(
         )
         for r in plan.releases
     ]
-    seqs = EventLog.append_in(txn, store, [encode_event(e) for e in events])
-    for seq, event in zip(seqs, events):
-        Projections.apply_in(txn, store, seq, event, ranks=ranks)
+    appended = Projections.append_and_project_in(txn, store, events, ranks=ranks)
     if not ranks:
         Projections.build_ranks_in(txn, store)
     keys = [bytes.fromhex(d) for r in plan.releases for d in r.released] + [bytes.fromhex(d) for d in plan.leftover]
     if isinstance(payloads, LmdbPayloadStore):
         payloads.delete_in(txn, keys)
         keys = []
-    return list(zip(seqs, events)), keys
+    return appended, keys
 
 
 def _stored(txn: Any, store: Store, payloads: PayloadStore, digest: str) -> bool:

@@ -19,7 +19,6 @@ import attrs
 
 from ._convert import encode_event
 from ._errors import IntegrityError, JournalError, PayloadMissingError
-from ._eventlog import EventLog
 from ._events import EventsImported, PayloadsReleased
 from ._import_checks import IncomingChecks, Renames, check_options, rename, renames_of
 from ._import_map import ImportMap
@@ -152,13 +151,8 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
 
     def fn(txn: Any) -> None:
         local.put_in(txn, items)
-        translated = []
-        for seq, event in zip(EventLog.append_in(txn, store, bodies), events):
-            if isinstance(event, EventsImported):
-                imports.marker(seq, event)
-            translated.append(imports.translate(seq, event))
-            Projections.apply_in(txn, store, seq, translated[-1], imports=imports)
-        releases.delete_in(txn, store, local, translated)
+        appended = Projections.append_and_project_in(txn, store, events, bodies, imports=imports)
+        releases.delete_in(txn, store, local, [event for _, event in appended])
 
     with journal.write_lock:
         store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)
