@@ -527,3 +527,31 @@ def test_export_without_safetensors_names_the_extra(engine, tmp_path):
     assert "pip install 'stepjournal[export]'" in result.stdout
     assert "stepjournal: error: export needs safetensors: pip install 'stepjournal[export]'" in result.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+
+
+# Each verb's error paths: one line on stderr, in the command line's words (no `name=value`, no `call(`).
+ERROR_PATHS = [
+    ["runs", "{T}/missing"], ["audit", "{J}", "--steps", "5-2"], ["audit", "{J}", "--run", "nope"],
+    ["show", "{J}", "99", "--run", "adapters"], ["show", "{J}", "1", "--run", "nope"],
+    ["show", "{J}", "1", "--run", "adapters", "--text"], ["verify", "{T}/missing"],
+    ["export", "{J}", "--to", "{T}/out", "--steps", "x"], ["export", "{J}", "--to", "{T}/out", "--run", "nope"],
+    ["timeline", "{J}", "--out", "{T}/t.gif"], ["prune", "{J}", "--keep-last", "0", "--dry-run"],
+    ["prune", "{J}", "--max-bytes", "lots"],
+    ["compact", "{T}/missing"], ["reindex", "{T}/missing"],
+    ["import-verl", "{T}/nothing", "--into", "{T}/j2", "--trust-pickle"], ["push", "{J}"],
+    ["pull", "nowhere", "{T}/j3"], ["clone", "{T}/no-remote", "{T}/j4"], ["status", "{J}", "nope"],
+    ["remote", "add", "{J}", "bad name!", "s3://b/x"], ["remote", "remove", "{J}", "nope"],
+    ["diff", "{J}", "{T}/missing"], ["report", "{J}", "-o", "{T}/r.txt"],
+    ["report", "{J}", "-o", "{T}/r.html", "--run", "nope"], ["import", "{T}/missing.bundle", "{T}/j5"],
+    ["completion", "fish"], ["audit", "{J}", "-n", "-1"],
+]
+
+
+@pytest.mark.parametrize("argv", ERROR_PATHS, ids=[" ".join(a[:2]) + f" #{i}" for i, a in enumerate(ERROR_PATHS)])
+def test_every_verbs_error_paths_say_one_line_in_the_command_lines_words(engine, tmp_path, argv):
+    (tmp_path / "nothing").mkdir()
+    done = cli(*[a.format(J=engine, T=tmp_path) for a in argv])
+    assert done.returncode in (1, 2), (argv, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stepjournal: error: "), done.stderr
+    assert not _PYTHON_WORDS.search(lines[0].replace(str(tmp_path), "T").replace(engine, "J")), lines[0]
