@@ -470,7 +470,7 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
         "         'rich.tree')\n"
         "loaded = sorted(m for m in new if m in heavy or m.split('.')[0] in heavy[:6])\n"
         "verbs = sorted(m for m in new if m.startswith('stepjournal.adapters.cli.') and m.split('.')[-1] not in\n"
-        "               ('_app', '_render', '_diff', '_examples'))\n"  # _diff: the diff verb's parser; _examples: help text
+        "               ('_app', '_render', '_args', '_examples'))\n"  # _args: shared argument types; _examples: help
 
         "assert not loaded and not verbs, (loaded, verbs)\n"
         "print('torch' in before)\n"

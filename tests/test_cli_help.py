@@ -142,3 +142,23 @@ def test_a_synopsis_with_a_missing_verb_or_option_is_found():
                DocLine("docs/x.md", 3, "stepjournal -v audit JOURNAL [--run R | --json]")]
     assert synopsis_problems(planted) == ["docs/x.md:1: stepjournal audit JOURNAL [--runn R] [-n N]: audit has no option --runn",
                                           "docs/x.md:2: stepjournal audits JOURNAL: no verb 'audits'"]
+
+
+def test_each_verb_is_one_module_holding_its_arguments_and_run_and_only_the_run_verb_is_imported():
+    import importlib
+    import json
+    import subprocess
+    import sys
+
+    assert set(_app.VERBS) == set(VERBS)
+    for name, (module, _) in _app.VERBS.items():
+        verb = importlib.import_module(f"stepjournal.adapters.cli._{module}")
+        assert callable(verb.add_arguments) and callable(verb.run), name
+    code = ("import sys\nfrom stepjournal.adapters.cli._app import build_parser\n"
+            "build_parser(['audit']).parse_args(['audit', 'J'])\n"
+            "import json\nprint(json.dumps([m.rsplit('._', 1)[1] for m in sys.modules if m.startswith('stepjournal.adapters.cli._')]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    verbs = {module for module, _ in _app.VERBS.values()}
+    assert loaded & verbs == {"audit"}, loaded

@@ -10,7 +10,14 @@ from stepjournal import AUDIT_SCHEMA_VERSION, compact
 
 from ._render import cell, human_size, print_json
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal compact``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--to", metavar="DIR", help="write the compacted journal into this new folder instead (original unchanged)")
+    p.add_argument("--json", action="store_true", help="print the sizes as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

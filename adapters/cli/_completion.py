@@ -14,7 +14,7 @@ from typing import Dict, List
 
 from rich.console import Console
 
-__all__ = ["run", "script"]
+__all__ = ["add_arguments", "run", "script"]
 
 
 def _options(parser: argparse.ArgumentParser) -> List[str]:
@@ -70,6 +70,11 @@ def script(shell: str) -> str:
     if shell == "zsh":
         lines[1:1] = ["autoload -U +X bashcompinit && bashcompinit"]
     return "\n".join(lines) + "\n"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal completion``."""
+    p.add_argument("shell", choices=("bash", "zsh"), help="the shell")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 from ._render import cell, error_line, json_text
 
-__all__ = ["add_parser", "cmd_diff"]
+__all__ = ["add_arguments", "run"]
 
 _STATE_TEXT = {
     "equal": "[green]equal[/]",
@@ -44,15 +44,11 @@ class _Usage(Exception):
     """Bad arguments or nothing to compare: exit status 2."""
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``diff`` command to an argparse subparsers object; return its parser."""
-    p = subparsers.add_parser(
-        "diff",
-        help="where two runs part: the first differing step, stage and sample",
-        description="Pair the records of two runs (or sessions) by stage, mode, step and call index and "
-        "compare them: equal digests cost nothing, differing ones are compared structurally with tolerances. "
-        "Exit 0 when equal within tolerance, 1 when they differ, 2 on bad arguments.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal diff``."""
+    p.description = ("Pair the records of two runs (or sessions) by stage, mode, step and call index and compare "
+                     "them: equal digests cost nothing, differing ones are compared structurally with tolerances. "
+                     "Exit 0 when equal within tolerance, 1 when they differ, 2 on bad arguments.")
     p.add_argument("journal_a", metavar="A", help="the first journal folder")
     p.add_argument("journal_b", metavar="B", help="the second journal folder (may be the same as A)")
     p.add_argument("--run-a", help="the run key on side A (needed when A holds several)")
@@ -75,8 +71,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "run's fingerprint names); loaded from local files only")
     p.add_argument("--no-pager", action="store_true",
                    help="never page (the table on a terminal goes through $PAGER, else less -FRX)")
-    p.set_defaults(fn=cmd_diff)
-    return p
 
 
 def _tolerance_number(text: str) -> float:
@@ -107,7 +101,7 @@ def _field_tolerances(items: List[str]) -> Dict[str, Any]:
     return found
 
 
-def cmd_diff(args: argparse.Namespace, out: Console, err: Console) -> int:
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Run ``stepjournal diff``; return the exit status (0 equal within tolerance, 1 differ, 2 usage)."""
     try:
         return _run(args, out)

@@ -16,7 +16,23 @@ from ._common import parse_steps
 from ._push import progress_to
 from ._render import Failure, UsageError, cell, human_size, print_json
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal export``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", metavar="DIR", help="a new or empty folder to write safetensors + JSON into")
+    where.add_argument("--bundle", metavar="FILE", help="a new bundle file: the selection's events and payloads, "
+                       "for `stepjournal import` (docs/sharing.md)")
+    p.add_argument("--steps", metavar="RANGES", help="only these steps (default: every recorded step)")
+    p.add_argument("--run", action="append", help="the run key (--to: needed when the journal holds several; "
+                   "--bundle: repeat for several, default every run)")
+    p.add_argument("--mode", action="append", help="the mode (--to: default train; --bundle: repeat, default every mode)")
+    p.add_argument("--stage", action="append", help="--bundle only: only this stage (repeat for several; default every stage)")
+    p.add_argument("--inputs", action="store_true", help="--to only: export stored inputs too")
+    p.add_argument("--json", action="store_true", help="--bundle only: print the bundle report as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -12,7 +12,7 @@ from stepjournal import AUDIT_SCHEMA_VERSION
 
 from ._render import Failure, cell, print_json, progress_bar
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
 
 
 def _run_config(path: Optional[str]) -> Any:
@@ -25,6 +25,22 @@ def _run_config(path: Optional[str]) -> Any:
         return OmegaConf.load(path)
     except Exception as exc:  # a missing file or YAML that does not parse: say which
         raise Failure(f"--config {path!r} cannot be read as a verl config: {exc}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal import-verl``."""
+    p.description = ("Import verl RolloutSkip (v1, v2), SkipManager and V1 skip.rollout_tq dump folders into a journal, "
+                     "keeping their steps; records are marked as imported. The dumps are Python pickles: nothing is "
+                     "loaded without --trust-pickle.")
+    p.add_argument("dump_dir", metavar="DUMP_DIR", help="verl's skip dump_dir, or a folder below it")
+    p.add_argument("--into", dest="journal", required=True, metavar="JOURNAL",
+                   help="the journal folder to write into (created when missing)")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="load the dumps although they are pickles (only for dumps you made, in a folder only you write)")
+    p.add_argument("--config", metavar="YAML", default=None,
+                   help="the verl config of the run that wrote the dumps (e.g. its .hydra/config.yaml): its model, "
+                   "sampling settings and train files join the records' fingerprint")
+    p.add_argument("--json", action="store_true", help="print the import report as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -11,7 +11,12 @@ from stepjournal.policies import plugin_report
 
 from ._render import cell, print_json
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal plugins``."""
+    p.add_argument("--json", action="store_true", help="print a JSON array, one object per plugin")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -16,9 +16,10 @@ from rich.console import Console
 from stepjournal import AUDIT_SCHEMA_VERSION, Journal, Retention, StepJournalError, prune
 from stepjournal.policies import StepRanges
 
+from ._args import nonneg_int
 from ._render import Failure, UsageError, cell, clean, human_size, print_json
 
-__all__ = ["run", "rules_from_args"]
+__all__ = ["add_arguments", "run", "rules_from_args"]
 
 
 def rules_from_args(args: argparse.Namespace) -> Optional[Retention]:
@@ -70,6 +71,21 @@ def _rule_words(args: argparse.Namespace, rules: Optional[Retention]) -> str:
         ("--mode", args.mode), ("--stage", args.stage)) if value is not None]
     flags += [flag for flag, on in (("--no-keep-replayed", args.no_keep_replayed), ("--all", args.all)) if on]
     return "under " + " ".join(flags)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal prune``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--keep-last", type=nonneg_int, metavar="N", help="keep the N largest recorded steps of each run and mode")
+    p.add_argument("--pin", metavar="RANGES", help="always keep these steps, e.g. '1-5,100'")
+    p.add_argument("--max-bytes", metavar="SIZE", help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
+    p.add_argument("--run", help="only this run key (default: every run)")
+    p.add_argument("--mode", help="only this mode (default: every mode)")
+    p.add_argument("--stage", help="only this stage (default: every stage, each kept on its own)")
+    p.add_argument("--no-keep-replayed", action="store_true", help="release steps a session replayed from too")
+    p.add_argument("--all", action="store_true", help="allow releasing every step of a run and mode")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -10,10 +10,11 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
+from ._args import add_merge_options, add_remote_argument
 from ._push import progress_to
 from ._render import UsageError, cell, human_size, print_json
 
-__all__ = ["run", "show", "pulled", "merge_options"]
+__all__ = ["add_arguments", "run", "show", "pulled", "merge_options"]
 
 
 def show(args: argparse.Namespace, out: Console, report: object) -> None:
@@ -52,6 +53,14 @@ def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable
         report = fetch(progress)
     show(args, out, report)
     return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal pull``."""
+    add_remote_argument(p)
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--json", action="store_true", help="print the pull report as JSON")
+    add_merge_options(p)
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

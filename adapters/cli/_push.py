@@ -13,9 +13,10 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, push, redact, resolve_remote
 
+from ._args import add_remote_argument
 from ._render import Failure, cell, clean, human_size, print_json, progress_bar
 
-__all__ = ["run", "progress_to"]
+__all__ = ["add_arguments", "run", "progress_to"]
 
 
 @contextlib.contextmanager
@@ -47,6 +48,13 @@ def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[..., 
     finally:
         if bar is not None:
             bar.stop()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal push``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    add_remote_argument(p)
+    p.add_argument("--json", action="store_true", help="print the push report as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -11,7 +11,12 @@ from stepjournal import Journal
 
 from ._render import Failure, cell, clean
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal reindex``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -21,11 +21,12 @@ from rich.console import Console
 from stepjournal import Journal, StepJournalError
 from stepjournal._samples import samples_of_steps
 
+from ._args import nonneg_int
 from ._common import choose_run
 from ._render import Failure, UsageError, cell, human_size
 from ._show_text import load_tokenizer
 
-__all__ = ["run", "collect", "TEXT_BUDGET"]
+__all__ = ["add_arguments", "run", "collect", "TEXT_BUDGET"]
 
 TEXT_BUDGET = 24 * 1024 * 1024  # characters of prompt and response text embedded in all
 _MIN_CHARS = 80
@@ -94,6 +95,19 @@ def _fill(entry: Dict[str, Any], found: List[Any], per_step: int, chars: int) ->
                          "length": s.response_length, "truncated": s.truncated,
                          "rewards": {k: v if math.isfinite(v) else None for k, v in s.rewards.items()}}
                         for s in found[:per_step]]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal report``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("-o", "--out", required=True, metavar="FILE.html", help="the HTML file to write")
+    p.add_argument("--run", help="the run key (needed when the journal holds several)")
+    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run's fingerprint "
+                   "names); loaded from local files only")
+    p.add_argument("--no-text", action="store_true", help="no tokenizer: lengths and rewards only")
+    p.add_argument("--samples", type=nonneg_int, default=8, metavar="N", help="samples embedded per step (default 8)")
+    p.add_argument("--chars", type=nonneg_int, default=2000, metavar="N",
+                   help="characters kept of each prompt and response (default 2000)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -18,12 +18,21 @@ from stepjournal._audit import ACTIONS
 from ._common import names_of_sessions, open_readonly
 from ._render import cell, fingerprint_text, fitted_table, human_size, plain_table, print_json, short_time
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
 
 _RUNS = (("run", "left", None), ("sessions", "right", 8), ("calls", "right", 7), ("generated", "right", 9),
          ("replayed", "right", 8), ("steps", "left", 11), ("stored", "right", 9))
 _SESSIONS = (("session", "left", 7), ("opened (UTC)", "left", 16), ("host", "left", 12), ("run", "left", None),
              ("fingerprint", "left", None))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal runs``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--wide", action="store_true", help="every column (the default view fits 80 columns)")
+    fmt.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
+    p.add_argument("--stage", help="count only the calls of this stage (generate, reward ...)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

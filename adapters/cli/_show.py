@@ -28,10 +28,11 @@ from stepjournal import (
 )
 from stepjournal.policies import StepRanges
 
+from ._args import nonneg_int
 from ._common import choose_run
 from ._render import ACTION_STYLE, Failure, UsageError, cell, clean, human_size, int_text, print_json, short_time
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
 
 
 _PREVIEW_VALUES = 6
@@ -155,6 +156,23 @@ def _tree(node: Dict[str, Any], tree: Tree) -> None:
     total = node.get("length", len(node["items"]))
     if total > len(node["items"]):
         tree.add(f"[dim]… {total - len(node['items'])} more[/]")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal show``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("step", metavar="STEP", type=nonneg_int, help="the train step")
+    p.add_argument("--index", type=nonneg_int, default=0, help="which call within the step (default 0)")
+    p.add_argument("--run", help="the run key (needed when the journal holds several)")
+    p.add_argument("--mode", default="train", help="the mode (default train)")
+    p.add_argument("--stage", default="generate", help="the stage (default generate; reward ...)")
+    p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
+    p.add_argument("--items", type=nonneg_int, default=20, help="items shown per container (default 20)")
+    p.add_argument("--text", action="store_true", help="each sample of the generate call, decoded, with its reward "
+                   "and log-prob (docs/reading.md)")
+    p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the "
+                   "run's fingerprint names); loaded from local files only")
+    p.add_argument("--json", action="store_true", help="print the structure as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -9,9 +9,17 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, redact, remote_status
 
+from ._args import add_remote_argument
 from ._render import cell, human_size, print_json
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal status``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    add_remote_argument(p)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -24,7 +24,7 @@ from ._render import Failure, UsageError, clean, progress_bar
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
 
-__all__ = [
+__all__ = ["add_arguments", 
     "COLOURS",
     "LINK_COLOUR",
     "MAX_ARROWS",
@@ -84,6 +84,15 @@ def read_rows(journal: Journal) -> List[Row]:
         if released and row["action"] == "generated" and row["seq"] in released:
             row["released_by"] = released[row["seq"]]
     return rows
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal timeline``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--out", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.html")
+    p.add_argument("--run", help="only this run key")
+    p.add_argument("--steps", metavar="RANGES", help="only these steps")
+    p.add_argument("--mode", help="only this mode")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

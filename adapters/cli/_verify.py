@@ -20,7 +20,13 @@ from stepjournal.policies import StepRanges
 from ._common import open_readonly
 from ._render import cell, human_size, print_json
 
-__all__ = ["run"]
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal verify``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
