@@ -34,11 +34,20 @@ def test_damaged_large_payloads_are_found_in_digest_order_when_checked_on_thread
     for digest in damaged:
         flip_byte(path, "payloads", key=bytes.fromhex(digest), offset=4096)
 
-    threads = set()
+    threads, calls = set(), []
     real = payload_store.stored_digest
+    # The first two checks meet here before either goes on: they run side by side on two threads, however
+    # the scheduler of a loaded machine orders them (a pool that checked one at a time would time out).
+    side_by_side = threading.Barrier(2, timeout=120)
+    lock = threading.Lock()
 
     def spied(*args, **kwargs):
         threads.add(threading.current_thread().name)
+        with lock:
+            calls.append(None)
+            first_two = len(calls) <= 2
+        if first_two:
+            side_by_side.wait()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(payload_store, "stored_digest", spied)
