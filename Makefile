@@ -17,12 +17,19 @@ $(VENV)/.base: $(VENV)/bin/python pyproject.toml constraints.txt
 	$(PIP) -e .
 	touch $@
 
-# Test install: adds the verl, TRL and S3 extras the adapter and sharing tests run against, and the test tools.
-$(VENV)/.test: $(VENV)/.base
-	$(PIP) -e ".[test,verl,trl,s3]"
+# Docs install: the light extras the pages of docs/ use (object storage, pictures, export, YAML policies), so
+# each example there runs in the demo's venv; the verl and TRL pages start with their own install line.
+DOCS_EXTRAS := s3,timeline,export,yaml
+$(VENV)/.docs: $(VENV)/.base
+	$(PIP) -e ".[$(DOCS_EXTRAS)]"
 	touch $@
 
-demo: $(VENV)/.base
+# Test install: adds the verl, TRL and docs extras the adapter and sharing tests run against, and the test tools.
+$(VENV)/.test: $(VENV)/.docs
+	$(PIP) -e ".[test,verl,trl,$(DOCS_EXTRAS)]"
+	touch $@
+
+demo: $(VENV)/.docs
 	$(PY) -m stepjournal.adapters.demo
 
 test: $(VENV)/.test

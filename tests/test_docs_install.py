@@ -3,7 +3,8 @@
 - quickstart.md's install block (and the same lines in trl.md, verl.md and sharing.md), as typed, in a
   fresh clone of this repository (``<this repository>`` is the one word filled in) with a fresh venv's
   ``pip`` first on PATH; the wheel is installed on "another machine", a second fresh venv.
-- ``make demo`` (README, quickstart) in that clone, bootstrapping its own ``.venv``.
+- ``make demo`` (README, quickstart) in that clone, bootstrapping its own ``.venv`` with the extras the
+  docs' examples use.
 - Lines that would run this suite inside itself or run for many minutes are typed with one addition
   that keeps them short, and the addition is the only change: ``make -n`` for ``make test``,
   ``test-fast``, ``soak``, ``bench``, ``bench-scale`` (the recipe each runs); ``--collect-only`` for
@@ -93,6 +94,9 @@ def test_make_demo_in_a_fresh_clone_records_then_replays_every_call(clone):
     done = run_line("make demo", clone, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "run 2 generated nothing" in done.stdout
+    # The extras the docs' examples use are there (verl.md and trl.md start with their own install line).
+    extras = run_line('.venv/bin/python -c "import obstore, matplotlib, safetensors, yaml"', clone)
+    assert extras.returncode == 0, extras.stderr
 
 
 def test_the_make_lines_that_run_the_suite_or_a_benchmark_name_targets_with_their_recipes(clone):
