@@ -19,7 +19,7 @@ import re
 import stat
 import struct
 import zipfile
-from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Optional, Tuple
 
 import attrs
 

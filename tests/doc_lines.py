@@ -42,7 +42,7 @@ def block_lines(info: str, body: str) -> List[tuple]:
     """(offset in the block, command text) of each command line of one fenced block."""
     lines = body.splitlines()
     prompted = any(line.strip().startswith("$ ") for line in lines)
-    if not prompted and info.split()[:1] not in [[b] for b in SHELL_BLOCKS]:
+    if not prompted and (info.split() or [""])[0] not in SHELL_BLOCKS:
         return []  # a picture of output or of a file, not lines to type
     found, current, start = [], None, 0
     for offset, line in enumerate(lines):
@@ -72,7 +72,7 @@ def command_lines(page: Optional[str] = None, *, section: Optional[str] = None) 
         lo, hi = _section_span(text, section) if section else (0, len(text))
         for block in FENCE.finditer(text):
             info = block["info"].strip()
-            if not (lo <= block.start() < hi) or info.split()[:1] and info.split()[0] in NOT_COMMANDS:
+            if not lo <= block.start() < hi or (info.split() or [""])[0] in NOT_COMMANDS:
                 continue
             first = text.count("\n", 0, block.start()) + 2  # the block's first line, 1-based
             found += [DocLine(name, first + offset, line) for offset, line in block_lines(info, block["body"])]
