@@ -233,7 +233,9 @@ def resolve_remote(journal: Any, remote: Optional[str]) -> str:
             raise RemoteConfigError(f"journal {folder!r} has no default remote: give a URL or a path, or add one: "
                                     f"stepjournal remote add {folder} NAME URL")
         remote = config["default"]
-    found = next((r for r in config["remotes"] + _read(user_config_folder())["remotes"] if r["name"] == remote), None)
+    found = next((r for r in config["remotes"] if r["name"] == remote), None)
+    if found is None and _NAME.fullmatch(remote):  # yours are read only when the journal has no such name
+        found = next((r for r in _read(user_config_folder())["remotes"] if r["name"] == remote), None)
     if found is not None:
         return found["url"]
     if is_url(remote) or not _NAME.fullmatch(remote) or os.path.exists(remote):
