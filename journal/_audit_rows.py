@@ -21,7 +21,7 @@ from ._events import (CALL_ACTIONS, MAX_TS, CallRefused, EventsImported, Generat
                       field_names)
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
-__all__ = ["json_rows", "call_row", "Keys", "releases_of"]
+__all__ = ["json_rows", "call_row", "KeyRuleCache", "releases_of"]
 
 _MAX_U64 = (1 << 64) - 1
 _MAX_NBYTES = (1 << 63) - 1
@@ -31,7 +31,7 @@ _CLASS_FIELDS = {cls: field_names(cls) for cls in CALL_ACTIONS}
 _REF_FIELDS, _REF_REQUIRED = field_names(PayloadRef)
 
 
-class Keys:
+class KeyRuleCache:
     """The run / mode / stage rule (`check_key` as the events' validators apply it), once per distinct value."""
 
     def __init__(self) -> None:
@@ -85,7 +85,8 @@ def _ref(value: Any) -> Optional[Dict[str, Any]]:
     return value
 
 
-def call_row(seq: int, cls: type, body: Dict[str, Any], keys: Keys, *, timed: bool = True) -> Optional[Dict[str, Any]]:
+def call_row(seq: int, cls: type, body: Dict[str, Any], keys: KeyRuleCache, *,
+             timed: bool = True) -> Optional[Dict[str, Any]]:
     """The JSON row of a call event's map when every field passes its class's rules, else None
     (`timed`: with its ``time``; without, None there, for a reader that needs no clock text)."""
     if cls not in CALL_ACTIONS:
@@ -167,7 +168,7 @@ def json_rows(
     Raises:
         EventDecodeError: an event cannot be decoded; run ``stepjournal verify`` to see what is broken.
     """
-    keys = Keys()
+    keys = KeyRuleCache()
     provenance = Provenance()
     pulled = False
     row_of = None

@@ -92,7 +92,7 @@ class _Writer:
         self._zip.close()
 
 
-class _Reader:
+class _BundleReader:
     """A bundle read as a remote (`get`, `keys`, `exists`): every read bounded, nothing extracted.
 
     Raises:
@@ -312,7 +312,7 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: R
         RemoteFormatError: the bundle was written by a newer stepjournal.
     """
     check_options(runs, keep)
-    reader = _Reader(os.path.abspath(os.fspath(path)))  # a file that is not a bundle creates no journal
+    reader = _BundleReader(os.path.abspath(os.fspath(path)))  # a file that is not a bundle creates no journal
     try:
         if isinstance(journal, Journal):
             report = pull_from(reader, ObjectPayloadStore.over(reader), journal, progress=progress, runs=runs,
@@ -337,7 +337,7 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
         IntegrityError: the file is not a bundle at all (not a ZIP, entries outside the layout).
         RemoteFormatError: the bundle was written by a newer stepjournal.
     """
-    reader = _Reader(os.path.abspath(os.fspath(path)))
+    reader = _BundleReader(os.path.abspath(os.fspath(path)))
     problems: List[VerifyProblem] = []
     events = 0
     try:
@@ -384,7 +384,7 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
     return events, _merged(problems)
 
 
-def _bundled_record(reader: _Reader, source: str, seq: int) -> Any:
+def _bundled_record(reader: _BundleReader, source: str, seq: int) -> Any:
     """Event `seq` of journal `source` as the bundle holds it, or None (a release's record, checked)."""
     try:
         head = read_head(reader, source)

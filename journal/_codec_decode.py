@@ -27,7 +27,7 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise _bad(f"msgpack ext type {code} in the header")
 
 
-class _Reader:
+class _FrameReader:
     """Validates a payload's framing and walks its header, to decode or to describe it."""
 
     def __init__(
@@ -337,11 +337,11 @@ def _head(items: list[Any], max_items: int | None) -> list[Any]:
 def _read(
     data: bytes | bytearray | memoryview,
     registry: CodecRegistry | None,
-    walk: Callable[[_Reader], Any],
+    walk: Callable[[_FrameReader], Any],
     release: Callable[[int, int], None] | None = None,
     adopt: bool = False,
 ) -> Any:
-    reader = _Reader(data, default_registry if registry is None else registry, release, adopt)
+    reader = _FrameReader(data, default_registry if registry is None else registry, release, adopt)
     try:
         return walk(reader)
     except PayloadDecodeError:

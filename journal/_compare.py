@@ -143,7 +143,7 @@ class Comparison:
         }
 
 
-class _Walk:
+class _ValueWalk:
     """One comparison: walks both values side by side, collecting differences and the paths seen."""
 
     def __init__(self, tolerances: Tolerances, registry: CodecRegistry) -> None:
@@ -432,7 +432,7 @@ def compare_values(
         The `Comparison`, and the set of key paths seen (tuples of dict keys), to check that every
         per-field tolerance named something.
     """
-    walk = _Walk(tolerances or Tolerances(), default_registry if registry is None else registry)
+    walk = _ValueWalk(tolerances or Tolerances(), default_registry if registry is None else registry)
     walk.value(a, b, "", ())
     if walk.count == 0:
         state = EQUAL

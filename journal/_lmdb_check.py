@@ -135,7 +135,7 @@ def newest_txnid(path: str) -> Optional[int]:
         os.close(fd)
 
 
-class _Walk:
+class _PageWalk:
     def __init__(self, fd: int, psize: int, pages: int, *, screen: bool = True) -> None:
         self.fd = fd
         self.screen = screen  # named trees through `_lmdb_screen` first (False: node by node only)
@@ -334,7 +334,7 @@ def check_data_file(path: str, *, journal: str = "", pinned_txnid: Optional[int]
             if meta.last_pgno + 1 > pages:
                 raise _Damaged(f"its last committed page {meta.last_pgno} lies beyond the end of the file "
                                f"({pages} pages): the file was truncated")
-            walk = _Walk(fd, meta.psize, meta.last_pgno + 1, screen=screen)
+            walk = _PageWalk(fd, meta.psize, meta.last_pgno + 1, screen=screen)
             if trees is None:  # a read-only journal checked as read never writes: LMDB reads no free page then
                 walk.tree("(free pages)", meta.free, free=True)
             only = None if trees is None else {repr(t) for t in trees}
@@ -380,7 +380,7 @@ def check_tree(path: str, name: str, record: bytes, *, psize: int, last_pgno: in
             if len(record) != _DB.size:
                 raise _Damaged(f"the record of database {name!r} is {len(record)} bytes long")
             pages = min(os.fstat(fd).st_size // psize, last_pgno + 1)
-            walk = _Walk(fd, psize, pages)
+            walk = _PageWalk(fd, psize, pages)
             walk.tree(repr(name), _DB.unpack(record), keys=keys)
         except (_Damaged, struct.error) as exc:
             raise _refusal(exc, journal or path) from None

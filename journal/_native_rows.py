@@ -5,7 +5,7 @@ types and ranges are the event classes' (exact types, no coercion but an int whe
 the digest's 64 hex digits; unknown and missing keys refused; the tag and the current schema
 version), all checked in C; then, in Python, what msgspec cannot say: no key twice, the CRC-32 over
 the stored bytes (`_convert.checksum_holds`, the rule `checked_body` applies), and the run / mode /
-stage key rule (`_audit_rows.Keys`, once per distinct value). It returns the `Row` that
+stage key rule (`_audit_rows.KeyRuleCache`, once per distinct value). It returns the `Row` that
 `_audit_rows.call_row` would build from the same bytes, or None for anything else: then the caller
 takes the existing checked path (`checked_body`, `call_row`, `decode_event`), which builds the same
 row or raises the same typed error. That is no silent fallback: every value this module does not
@@ -215,7 +215,7 @@ def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
 
 def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True, plain: bool = False) -> Any:
     """The audit row of the call event stored as `raw`, or None when it is not one this decoder accepts exactly
-    (`keys`: an `_audit_rows.Keys`; `timed`: with the row's ``time``, else None there). A `Row` for
+    (`keys`: an `_audit_rows.KeyRuleCache`; `timed`: with the row's ``time``, else None there). A `Row` for
     `encode_rows` (a small float carried as Python's text of it); with `plain`, the dict row the event
     path yields, for a reader that computes with its fields."""
     found = _checked(raw, keys)

@@ -31,7 +31,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
-from ._audit_rows import Keys, call_row
+from ._audit_rows import KeyRuleCache, call_row
 from ._convert import checked_body, decode_event, encode_event, event_of
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index
@@ -343,7 +343,7 @@ class Projections:
                 txn.drop(store.db(name), delete=False)
         from ._native_rows import index_fields, index_fields_of  # msgspec: imported by the verbs that use it
 
-        count, runs, seq, keys, imports = 0, runs_index.RunsFold(), 0, Keys(), ImportMap()
+        count, runs, seq, keys, imports = 0, runs_index.RunsFold(), 0, KeyRuleCache(), ImportMap()
         index = _OrderedIndex(txn, store, imports)
         for seq_bytes, body in txn.cursor(db=store.db("events")):
             seq = seq_of(seq_bytes)

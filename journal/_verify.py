@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import attrs
 import msgpack
 
-from ._audit_rows import Keys, call_row
+from ._audit_rows import KeyRuleCache, call_row
 from ._convert import checked_body, decode_event
 from ._errors import IntegrityError, StepJournalError
 from ._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
@@ -102,7 +102,7 @@ class _LogFold:
     released_records: set = attrs.field(factory=set)
     released_by: Dict[str, int] = attrs.field(factory=dict)  # digest -> seq of the release that deleted it
     imports: ImportMap = attrs.field(factory=ImportMap)
-    keys: Keys = attrs.field(factory=Keys)
+    keys: KeyRuleCache = attrs.field(factory=KeyRuleCache)
 
     def add(self, seq: int, body: bytes) -> None:
         record = _checked_record(seq, body, self.keys)
@@ -226,7 +226,7 @@ def _check_one(payloads: PayloadStore, key: bytes, nbytes: Optional[int]) -> Opt
     return None
 
 
-def _checked_record(seq: int, body: bytes, keys: Keys) -> Any:
+def _checked_record(seq: int, body: bytes, keys: KeyRuleCache) -> Any:
     """Without building the event: the fields verify reads of a `GenerationRecorded` (run, mode, stage,
     step, gen_index, output, input maps) whose map passes every rule of its class (the rules
     ``audit --json`` checks, `call_row`), `_CALL` for another call event that does, else None (the
