@@ -15,8 +15,8 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 import attrs
 
 from ._import_map import ImportMap
-from ._events import (CALL_ACTIONS, CallRefused, Event, EventsImported, GenerationRecorded, PayloadsReleased,
-                      ReplayServed, SessionOpened)
+from ._events import (ACTIONS, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event, EventsImported,
+                      GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened)
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -36,12 +36,7 @@ __all__ = [
 # Bump when a key of `AuditRecord.to_json` changes meaning or disappears; adding keys keeps the version.
 AUDIT_SCHEMA_VERSION = 1
 
-# The actions of the audit's rows (`CALL_ACTIONS`, the one map of call event to action, in its order).
-ACTIONS: Tuple[str, ...] = tuple(CALL_ACTIONS.values())
-
-# The event classes the audit shows (one per generate call).
-CALL_EVENT_TYPES: Tuple[type, ...] = tuple(CALL_ACTIONS)
-# What the audit reads: every call, every release of a record's payloads by retention (action
+# What the audit reads (`CALL_EVENT_TYPES` and `ACTIONS` are `_events`'s, re-exported here): every call, every release of a record's payloads by retention (action
 # "released"), and the provenance of pulled events.
 AUDIT_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (PayloadsReleased, EventsImported)
 RELEASED = "released"

@@ -28,6 +28,8 @@ __all__ = [
     "Event",
     "EVENT_TYPES",
     "CALL_ACTIONS",
+    "CALL_EVENT_TYPES",
+    "ACTIONS",
     "field_names",
     "check_fingerprint",
 ]
@@ -358,6 +360,9 @@ CALL_ACTIONS: Dict[type, str] = {
     CallBypassed: "bypassed",
     CallRefused: "refused",
 }
+# The call event classes and their actions, in that order (the audit's rows, the runs index's counts).
+CALL_EVENT_TYPES: Tuple[type, ...] = tuple(CALL_ACTIONS)
+ACTIONS: Tuple[str, ...] = tuple(CALL_ACTIONS.values())
 
 
 def field_names(cls: type) -> Tuple[FrozenSet[str], FrozenSet[str]]:

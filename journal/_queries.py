@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ._audit import CALL_EVENT_TYPES, RunSummary
+from ._audit import RunSummary
+from ._events import CALL_EVENT_TYPES
 from ._keys import DEFAULT_STAGE
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step

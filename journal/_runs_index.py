@@ -22,10 +22,10 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ._audit import ACTIONS, RunSummary
+from ._audit import RunSummary
 from ._convert import decode_event
 from ._errors import EventDecodeError
-from ._events import CALL_ACTIONS, Event, PayloadsReleased, SessionOpened
+from ._events import ACTIONS, CALL_ACTIONS, Event, PayloadsReleased, SessionOpened
 from ._keys import META_RUNS_INDEX, seq_key, seq_of
 from ._store import Store
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stepjournal import AUDIT_SCHEMA_VERSION, AuditRecord, Journal, StepJournalError, verify_bundle
-from stepjournal._audit import CALL_EVENT_TYPES
+from stepjournal._events import CALL_EVENT_TYPES
 from stepjournal._keys import parse_gen_key
 from stepjournal.policies import StepRanges
 
