@@ -116,6 +116,12 @@ def prompted_lines(body: str) -> List[tuple]:
     return found
 
 
+def shown_under(line: DocLine) -> List[str]:
+    """The output lines the page shows under `line` (a ``$ `` line), up to the end of its block."""
+    text = (ROOT / line.page).read_text(encoding="utf-8")
+    return text.split(f"$ {line.text}\n", 1)[1].split("```", 1)[0].rstrip("\n").splitlines()
+
+
 # A time of day changes from run to run: on both sides, each is read as "some time".
 _TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?")
 

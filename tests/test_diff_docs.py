@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from doc_lines import command_lines, matches, run_line
+from doc_lines import command_lines, matches, run_line, shown_under
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_LINES = [line for line in command_lines("docs/diff.md") if line.text.startswith("stepjournal diff journal journal ")]
@@ -22,8 +22,7 @@ def test_the_example_diff_prints_what_the_page_shows_and_draws_its_picture(tmp_p
     (line,) = DOC_LINES
     done = run_line(line.text, tmp_path, env={"COLUMNS": "100"})
     assert done.returncode == 1, done.stderr  # the runs differ
-    page = (ROOT / "docs" / "diff.md").read_text(encoding="utf-8")
-    shown = page.split(f"$ {line.text}\n", 1)[1].split("```", 1)[0].rstrip("\n").splitlines()
+    shown = shown_under(line)
     got = done.stdout.rstrip("\n").splitlines()
     assert len(got) == len(shown) and all(map(matches, shown, got)), got
     assert (tmp_path / "docs" / "diff-example.png").stat().st_size > 10_000

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from doc_lines import command_lines, matches, prompted_lines, run_line
+from doc_lines import command_lines, matches, prompted_lines, run_line, shown_under
 
 AUDIT = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
 DEMO = ".stepjournal-demo"
@@ -76,8 +76,8 @@ def test_verify_of_the_damaged_demo_journal_prints_what_the_page_shows(folder, t
     body["policy"] = 5  # a number where the schema says string
     put_raw(str(damaged), "events", key, msgpack.packb(body))
     flip_byte(str(damaged), "payloads", key=bytes.fromhex(digest))
-    page = AUDIT.read_text(encoding="utf-8")
-    shown = page.split(f"$ {DAMAGED}\n", 1)[1].split("```", 1)[0].rstrip("\n").splitlines()
+    (line,) = [line for line in DOC_LINES if line.text == DAMAGED]
+    shown = shown_under(line)
     done = run_line(DAMAGED, tmp_path, env={"COLUMNS": None})
     assert done.returncode == 1, done.stderr
     got = done.stdout.rstrip("\n").splitlines()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-from pathlib import Path
 
 import attrs
 import matplotlib.image
@@ -23,7 +22,7 @@ from stepjournal.policies import ReplayMissError, StepRanges
 
 from cli_support import ok
 from cli_support import run_cli as cli
-from doc_lines import command_lines, run_line
+from doc_lines import command_lines, run_line, shown_under
 
 DOC_LINES = [line for line in command_lines("docs/audit.md") if line.text.startswith("stepjournal timeline journal ")]
 
@@ -181,8 +180,7 @@ def test_sources_a_filter_hides_are_named_in_the_text_output(journal, tmp_path):
     (line,) = DOC_LINES
     result = run_line(line.text, os.path.dirname(journal))
     assert result.returncode == 0, result.stderr
-    page = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text(encoding="utf-8")
-    assert page.split(f"$ {line.text}\n", 1)[1].split("```", 1)[0] == result.stdout
+    assert shown_under(line) == result.stdout.rstrip("\n").splitlines()
     assert "4 replays served from s1 run exp steps 2-5" in (
         ok(cli("timeline", journal, "--steps", "7-10", "--out", str(tmp_path / "t.html"))).stdout)
 
