@@ -233,13 +233,11 @@ def resolve_remote(journal: Any, remote: Optional[str]) -> str:
             raise RemoteConfigError(f"journal {folder!r} has no default remote: give a URL or a path, or add one: "
                                     f"stepjournal remote add {folder} NAME URL")
         remote = config["default"]
-    found = next((r for r in config["remotes"] if r["name"] == remote), None)
+    found = _url_named(remote, config)
     if found is None and _NAME.fullmatch(remote):  # yours are read only when the journal has no such name
-        found = next((r for r in _read(user_config_folder())["remotes"] if r["name"] == remote), None)
-    if found is not None:
-        return found["url"]
-    if is_url(remote) or not _NAME.fullmatch(remote) or os.path.exists(remote):
-        return remote
+        found = _url_named(remote, _read(user_config_folder()))
+    if found is not None or _given(remote):
+        return found or remote
     raise RemoteConfigError(f"{_unknown(journal, remote, config)}, and neither has {_whose(None)}: give a URL, a "
                             f"path (./{remote} for a folder of that name), or add it: stepjournal remote add {folder} "
                             f"{remote} URL")
@@ -253,10 +251,17 @@ def resolve_clone_source(source: str) -> str:
         RemoteConfigError: a bare name that is neither one of your remotes nor a folder.
     """
     config = _read(user_config_folder())
-    found = next((r for r in config["remotes"] if r["name"] == source), None)
-    if found is not None:
-        return found["url"]
-    if is_url(source) or not _NAME.fullmatch(source) or os.path.exists(source):
-        return source
+    found = _url_named(source, config)
+    if found is not None or _given(source):
+        return found or source
     raise RemoteConfigError(f"{_unknown(None, source, config)}: give a URL, a path (./{source} for a folder of "
                             f"that name), or add it: stepjournal remote add --global {source} URL")
+
+
+def _url_named(name: str, config: Dict[str, Any]) -> Optional[str]:
+    return next((r["url"] for r in config["remotes"] if r["name"] == name), None)
+
+
+def _given(remote: str) -> bool:
+    """Whether `remote` is itself where to go: a URL, something no name can be, or an existing path."""
+    return is_url(remote) or not _NAME.fullmatch(remote) or os.path.exists(remote)
