@@ -13,7 +13,7 @@ from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle, export_payloads
 from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
-from ._push import progress_to
+from ._progress import progress_to
 from ._render import Failure, UsageError, cell, human_size, print_json
 
 __all__ = ["add_arguments", "run"]

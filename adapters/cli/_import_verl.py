@@ -10,7 +10,8 @@ from rich.table import Table
 
 from stepjournal import AUDIT_SCHEMA_VERSION
 
-from ._render import Failure, cell, print_json, progress_bar
+from ._progress import progress_bar
+from ._render import Failure, cell, print_json
 
 __all__ = ["add_arguments", "run"]
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
 from ._args import add_merge_options, add_remote_argument
-from ._push import progress_to
+from ._progress import progress_to
 from ._render import UsageError, cell, human_size, print_json
 
 __all__ = ["add_arguments", "run", "show", "pulled", "merge_options"]

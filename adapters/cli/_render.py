@@ -32,7 +32,6 @@ __all__ = [
     "ACTION_STYLE",
     "consoles",
     "make_console",
-    "progress_bar",
     "one_line",
     "print_json",
     "fingerprint_text",
@@ -125,25 +124,6 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
         yield out, make_console(stderr=True)
     finally:
         trimmed.finish()
-
-
-def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False) -> Any:
-    """A rich progress bar on `err` (use as a context manager): drawn only when `err` is a terminal and
-    not `quiet` (a ``--json`` run), so a log file or a pipe gets no bar. `moved`: a column for each task's
-    ``moved`` field (the bytes moved and their rate, as `progress_to` fills it)."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
-    if moved:
-        columns.append(TextColumn("{task.fields[moved]}"))
-    return Progress(
-        *columns,
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=quiet or not err.is_terminal,
-    )
 
 
 # C0 and C1 controls, DEL, lone surrogates, and the bidirectional overrides and isolates that

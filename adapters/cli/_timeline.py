@@ -20,7 +20,8 @@ from stepjournal import Journal
 from stepjournal._audit_rows import json_rows
 
 from ._common import names_of_sessions, open_readonly, parse_steps
-from ._render import Failure, UsageError, clean, progress_bar
+from ._progress import progress_bar
+from ._render import Failure, UsageError, clean
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Set
+from typing import Any, Dict, List, Set
 
 import attrs
 from rich.console import Console
@@ -18,7 +16,8 @@ from stepjournal._keys import parse_gen_key
 from stepjournal.policies import StepRanges
 
 from ._common import open_readonly
-from ._render import cell, human_size, print_json
+from ._progress import bytes_checked
+from ._render import cell, print_json
 
 __all__ = ["add_arguments", "run"]
 
@@ -33,38 +32,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
         events, problems = verify_bundle(args.journal)
         return _report(args, out, events, problems, "bundle")
-    with open_readonly(args.journal) as journal, _bytes_checked(err, quiet=args.json) as progress:
+    with open_readonly(args.journal) as journal, bytes_checked(err, quiet=args.json) as progress:
         # `verify` reports bytes checked (events, then payloads): the bar moves as payloads are hashed.
         problems = journal.verify(progress=progress)
         events = journal.last_seq()
         problems = _with_serving_steps(journal, problems)
     return _report(args, out, events, problems, "journal")
-
-
-@contextmanager
-def _bytes_checked(err: Console, *, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    """`Journal.verify`'s progress callback, drawn on `err` (a terminal only, never with --json): the bytes
-    checked of all, their rate over the whole verb, and the time left. The bar starts at the first report,
-    when the total is known."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    began, shown = time.monotonic(), {}
-
-    def update(done: int, total: int) -> None:
-        if not shown:
-            shown["bar"] = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                    console=err, disable=quiet or not err.is_terminal)
-            shown["bar"].start()
-            shown["task"] = shown["bar"].add_task("verifying", total=total, rate="")
-        rate = f"{human_size(int(done / max(time.monotonic() - began, 1e-6)))}/s"
-        shown["bar"].update(shown["task"], completed=done, total=total, rate=rate)
-
-    try:
-        yield update
-    finally:
-        if shown:
-            shown["bar"].stop()
 
 
 def _report(args: argparse.Namespace, out: Console, events: int, problems: List[Any], what: str) -> int:
