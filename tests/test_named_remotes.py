@@ -4,21 +4,17 @@ real S3 server (moto on 127.0.0.1) and local folders. Two journal folders stand 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from doc_lines import command_lines, matches, prompted_lines
-from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
+from doc_lines import command_lines, matches, prompted_lines, run_line
+from s3_server import client_env, s3_env, s3_server  # noqa: F401  (fixtures)
 from stepjournal import (Journal, RemoteConfigError, RemoteUrlSecretError, add_remote, clone, list_remotes, pull, push,
                          remote_status, remove_remote)
 
-BIN = os.path.dirname(sys.executable)
 DOC_LINES = command_lines("docs/sharing.md", section="Named remotes and status")
 SHARING = Path(__file__).resolve().parent.parent / "docs" / "sharing.md"
 PASSWORD = "pA55-w0rd-4e1d-never-stored"
@@ -31,8 +27,7 @@ def record(path, steps, *, run="exp1"):
 
 
 def shell(line, cwd, env=None):
-    return subprocess.run(["bash", "-c", f"export PATH={BIN}:$PATH; {line}"], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
+    return run_line(line, cwd, env=env, timeout=300)
 
 
 def docs_session():
@@ -46,7 +41,7 @@ def test_the_documented_session_adds_a_remote_pushes_by_name_shows_status_and_cl
         tmp_path, s3_env, s3_server):
     """docs/sharing.md "Named remotes and status", line by line: each command's stdout as the page shows it."""
     record(tmp_path / "machine-a", [1, 2])
-    bucket, env = s3_env[len("s3://"):], {**subprocess_env(s3_server), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    bucket, env = s3_env[len("s3://"):], {**client_env(s3_server), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     steps = docs_session()
     assert len(steps) >= 8 and [command for command, _ in steps] == [line.text for line in DOC_LINES]
     for command, expected in steps:
@@ -166,31 +161,30 @@ def test_your_own_remotes_are_seen_by_every_journal_and_by_clone_and_are_never_a
     from stepjournal import resolve_clone_source, user_config_folder
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    env = {**os.environ}
     team, other = tmp_path / "team-remote", tmp_path / "other-remote"
     record(tmp_path / "a", [1, 2])
-    made = shell(f"stepjournal remote add --global team {team}", tmp_path, env)
+    made = shell(f"stepjournal remote add --global team {team}", tmp_path)
     assert made.returncode == 0 and made.stdout == f"remote team is file://{team}\n", made.stderr
     assert user_config_folder() == str(tmp_path / "config" / "stepjournal")
     assert [(r.name, r.default) for r in list_remotes(None)] == [("team", False)]  # yours: never a default
-    pushed = shell("stepjournal push a team", tmp_path, env)  # the journal has no remote: yours is found
+    pushed = shell("stepjournal push a team", tmp_path)  # the journal has no remote: yours is found
     assert pushed.returncode == 0 and f"to file://{team}" in pushed.stdout, pushed.stderr
-    bare = shell("stepjournal push a", tmp_path, env)
+    bare = shell("stepjournal push a", tmp_path)
     assert bare.returncode == 1 and "has no default remote" in bare.stderr  # yours is not used unasked
-    cloned = shell("stepjournal clone team b", tmp_path, env)
+    cloned = shell("stepjournal clone team b", tmp_path)
     assert cloned.returncode == 0, cloned.stderr
     assert [(r.name, r.url) for r in list_remotes(str(tmp_path / "b"))] == [("origin", f"file://{team}")]
     add_remote(str(tmp_path / "a"), "team", str(other))  # the journal's own name wins over yours
-    assert shell("stepjournal push a team", tmp_path, env).returncode == 0 and (other / "heads").is_dir()
+    assert shell("stepjournal push a team", tmp_path).returncode == 0 and (other / "heads").is_dir()
     assert resolve_clone_source("s3://bucket/x") == "s3://bucket/x" and resolve_clone_source(str(team)) == str(team)
     with pytest.raises(RemoteConfigError, match="your own remotes have no default"):
         add_remote(None, "second", str(other), default=True)
-    unknown = shell("stepjournal clone nobody c", tmp_path, env)
+    unknown = shell("stepjournal clone nobody c", tmp_path)
     assert unknown.returncode == 1 and "stepjournal remote add --global nobody URL" in unknown.stderr
     assert not (tmp_path / "c").exists()
-    removed = shell("stepjournal remote remove --global team", tmp_path, env)
+    removed = shell("stepjournal remote remove --global team", tmp_path)
     assert removed.returncode == 0 and list_remotes(None) == []
-    listed = shell("stepjournal remote list --global", tmp_path, env)
+    listed = shell("stepjournal remote list --global", tmp_path)
     assert listed.stdout == "you have no remotes of your own (stepjournal remote add --global NAME URL)\n"
 
 
@@ -200,5 +194,5 @@ def test_your_own_remotes_are_seen_by_every_journal_and_by_clone_and_are_never_a
     ("stepjournal remote remove team", "give the JOURNAL whose remotes these are, or --global for your own"),
 ])
 def test_a_remote_verb_needs_a_journal_or_global_but_not_both(tmp_path, line, says):
-    done = shell(line, tmp_path, {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    done = shell(line, tmp_path, {"XDG_CONFIG_HOME": str(tmp_path / "config")})
     assert done.returncode == 2 and says in done.stderr, done.stderr

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import sharing_docs
+from doc_lines import run_line
 from s3_server import client_env, free_port, make_bucket, s3_server  # noqa: F401  (fixture)
 from test_trl_accelerate import BIN, DRIVER, ranks
 
@@ -32,16 +33,12 @@ pytestmark = pytest.mark.e2e  # accelerate launches on two machines: `make test-
 DOC_LINES = sharing_docs.topology_doc_lines({"node 0", "node 1", "machine B"})
 
 
-def _shell(command: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", command], env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-
-
 def _on(lines: list, machine: str, env: dict, cwd: Path) -> list:
     """Run the documented lines written for `machine`; return what each printed."""
     done = []
     for where, line in lines:
         if where == machine:
-            ran = _shell(line, env, cwd)
+            ran = run_line(line, cwd, env=env, timeout=900)
             assert ran.returncode == 0, f"{line}: {ran.stderr}"
             done.append(ran.stdout)
     return done
