@@ -28,7 +28,7 @@ from ._pages import MappedFile, releaser
 from ._payloads import blob_intact, own_nbytes, stored_digest, unwrap
 from ._store import Store
 
-__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest"]
+__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest", "check_all"]
 
 T = TypeVar("T")
 # ``release(start, stop)``: the caller is done with these bytes of a view (see _pages).
@@ -215,12 +215,8 @@ class LmdbPayloadStore:
             workers = min(_CHECKERS, os.cpu_count() or 1, len(items))
             side_by_side = workers > 1 and sum(len(b) for b in blobs if b is not None) >= _PARALLEL_FROM * len(items)
 
-            def check(at: int) -> Optional[Exception]:
-                try:
-                    self._check_blob(items[at][0], blobs[at], items[at][1], one_thread=side_by_side)
-                    return None
-                except IntegrityError as exc:  # PayloadMissingError is one too
-                    return exc
+            def check(at: int) -> Optional[IntegrityError]:
+                return _problem(lambda: self._check_blob(items[at][0], blobs[at], items[at][1], one_thread=side_by_side))
 
             if side_by_side:
                 with ThreadPoolExecutor(workers, thread_name_prefix="stepjournal-check") as pool:
@@ -258,3 +254,22 @@ def check_digest(digest: object) -> None:
     """Refuse a payload key that is not a digest (`DIGEST_SIZE` bytes): every store checks the keys it is given."""
     if not isinstance(digest, bytes) or len(digest) != DIGEST_SIZE:
         raise IntegrityError(f"payload digest {digest!r} is malformed: a payload key is {DIGEST_SIZE} bytes")
+
+
+def check_all(store: PayloadStore, items: Sequence[Tuple[bytes, Optional[int]]]) -> List[Optional[IntegrityError]]:
+    """`check` of each ``(digest, nbytes)`` of `items` in `store`: per item, None when it is whole, else the
+    `PayloadMissingError` or `IntegrityError` `check` raises (for `verify`). A store with its own
+    ``check_many`` (one read transaction, checks side by side) does it its way."""
+    own = getattr(store, "check_many", None)
+    if own is not None:
+        return own(items)
+    return [_problem(lambda: store.check(digest, nbytes=nbytes)) for digest, nbytes in items]
+
+
+def _problem(check: Callable[[], None]) -> Optional[IntegrityError]:
+    """What `check` raised when the payload is missing or damaged, else None; any other error propagates."""
+    try:
+        check()
+    except IntegrityError as exc:  # PayloadMissingError is one too
+        return exc
+    return None

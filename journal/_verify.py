@@ -13,7 +13,7 @@ from ._errors import IntegrityError, StepJournalError
 from ._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ._import_map import ImportMap
 from ._keys import LAYOUT_VERSION, gen_key, parse_gen_key
-from ._payload_store import PayloadStore
+from ._payload_store import PayloadStore, check_all
 
 __all__ = ["VerifyProblem", "verify"]
 
@@ -175,12 +175,11 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
     live, seen = fold.live(), set()
     total = done + sum(fold.stored_size.values())
     stored: List[Tuple[int, VerifyProblem]] = []  # (place in digest order, problem): reported in that order
-    check_many = getattr(payloads, "check_many", None)
 
     def check(batch: List[Tuple[int, bytes, str]]) -> None:
         nonlocal done
         items = [(key, fold.size_of_digest.get(hexd)) for _, key, hexd in batch]
-        outcomes = check_many(items) if check_many is not None else [_check_one(payloads, *item) for item in items]
+        outcomes = check_all(payloads, items)
         for (place, _, hexd), exc in zip(batch, outcomes):
             done += fold.stored_size.get(hexd, 0)
             if exc is None:
@@ -216,14 +215,6 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
     problems = [problem for _, problem in sorted(stored, key=lambda found: found[0])]
     return problems + [VerifyProblem("missing_payload", hexd, fold.steps(hexd), "payload is missing")
                        for hexd in fold.steps_of_digest if hexd not in seen and hexd in live]
-
-
-def _check_one(payloads: PayloadStore, key: bytes, nbytes: Optional[int]) -> Optional[IntegrityError]:
-    try:
-        payloads.check(key, nbytes=nbytes)
-    except IntegrityError as exc:
-        return exc
-    return None
 
 
 def _checked_record(seq: int, body: bytes, keys: KeyRuleCache) -> Any:

@@ -129,6 +129,20 @@ def test_a_replay_served_from_the_remote_without_a_cache_checks_the_digest_once_
             journal.load_output(journal.lookup(4))
 
 
+def test_verify_of_a_journal_whose_payloads_live_only_remotely_names_the_damaged_one_and_passes_the_rest(
+        tmp_path, s3_env):
+    """A store without ``check_many`` of its own is checked payload by payload (`check_all`)."""
+    with Journal(str(tmp_path / "j"), payload_store=s3_env) as journal:
+        recs = [journal.record(step, {"ids": torch.arange(1000) + step}) for step in (1, 2, 3)]
+    remote_only = ObjectPayloadStore(s3_env)
+    assert not hasattr(remote_only, "check_many")
+    with Journal(str(tmp_path / "j"), readonly=True, payload_store=remote_only) as journal:
+        assert journal.verify() == []
+        flip_remote(remote_only, bytes.fromhex(recs[1].event.output.digest))
+        problems = journal.verify()
+    assert [(p.kind, p.where, p.steps) for p in problems] == [("payload", recs[1].event.output.digest, (2,))]
+
+
 @pytest.mark.parametrize("n", [1000, 200_000], ids=["16 KB", "3.2 MB"])  # a bytearray, an anonymous mapping
 @pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cached"])
 def test_a_payload_fetched_from_the_remote_is_decoded_in_place_and_each_load_has_its_own(tmp_path, s3_env, cached, n):
