@@ -34,23 +34,14 @@ from ._log import get_logger
 from ._object_client import Remote
 from ._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, check_digest
-from ._payloads import MAX_ORPHAN_NBYTES, MAX_PAYLOAD_NBYTES, stored_digest, unwrap
+from ._payloads import stored_bound, stored_digest, unwrap
 
-__all__ = ["ObjectPayloadStore", "open_payload_store", "PAYLOADS_PREFIX", "stored_bound"]
+__all__ = ["ObjectPayloadStore", "open_payload_store", "PAYLOADS_PREFIX"]
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
 PAYLOADS_PREFIX = "payloads/"
-
-
-def stored_bound(nbytes: Optional[int]) -> int:
-    """The most bytes a stored object may hold for a payload of `nbytes` encoded bytes.
-
-    A zstd frame of incompressible data is a little larger than the data; nothing honest is larger.
-    """
-    limit = MAX_ORPHAN_NBYTES if nbytes is None else min(max(nbytes, 0), MAX_PAYLOAD_NBYTES)
-    return limit + (limit >> 7) + 4096
 
 
 def _payload_key(digest: bytes) -> str:

@@ -36,6 +36,8 @@ __all__ = [
     "own_nbytes",
     "MAX_PAYLOAD_NBYTES",
     "MAX_ORPHAN_NBYTES",
+    "stored_bound",
+    "stored_digest_read",
     "decode_verified",
 ]
 
@@ -48,6 +50,8 @@ MAX_ORPHAN_NBYTES = 1 << 30
 # Frames claiming more than this are decompressed in pieces of `_STREAM_CHUNK`.
 _STREAM_FROM = 1 << 26
 _STREAM_CHUNK = 1 << 22
+# The longest zstd frame header: what `zstandard.frame_content_size` needs to read the size a frame claims.
+_ZSTD_HEADER_MAX = 18
 # Payloads from this size up are hashed on a worker thread while they are decoded.
 _HASH_BESIDE_DECODE_FROM = 1 << 22
 
@@ -221,6 +225,52 @@ def stored_digest(
     for chunk in _zstd_chunks(blob, digest, step, claimed):
         hasher.update(chunk)
     return hasher.digest()
+
+
+def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Optional[int]) -> bytes:
+    """`stored_digest` of a stored blob read in pieces through ``read(size)`` (a file's ``read``), in bounded
+    memory: a zstd frame is streamed through the decompressor, the encoding hashed as it comes.
+
+    Raises:
+        IntegrityError: the blob is neither form, or its frame claims more than `unwrap` allows.
+    """
+    head = read(_ZSTD_HEADER_MAX)
+    if head[:4] == ZSTD_MAGIC:
+        claimed = _zstd_claim(head, digest, None, _limit(nbytes))
+        hasher = blake3.blake3()
+        for chunk in _zstd_chunks(_Prefixed(head, read), digest, None, claimed):
+            hasher.update(chunk)
+        return hasher.digest()
+    if head[:4] != PAYLOAD_MAGIC[:4]:
+        raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame")
+    hasher = blake3.blake3()
+    chunk = head
+    while chunk:
+        hasher.update(chunk)
+        chunk = read(_STREAM_CHUNK)
+    return hasher.digest()
+
+
+class _Prefixed:
+    """A reader that gives `head` (already read) first, then what ``read`` gives."""
+
+    def __init__(self, head: bytes, read: Callable[[int], bytes]) -> None:
+        self._head, self._read = head, read
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head[:size] if size >= 0 else self._head, self._head[size:] if size >= 0 else b""
+            return head
+        return self._read(size)
+
+
+def stored_bound(nbytes: Optional[int]) -> int:
+    """The most bytes a stored blob may hold for a payload of `nbytes` encoded bytes.
+
+    A zstd frame of incompressible data is a little larger than the data; nothing honest is larger.
+    """
+    limit = _limit(nbytes)
+    return limit + (limit >> 7) + 4096
 
 
 def blob_intact(blob: Any, key: bytes, nbytes: Optional[int] = None) -> bool:

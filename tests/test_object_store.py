@@ -14,7 +14,7 @@ from payload_store_conformance import PayloadStoreConformance, payload
 from s3_server import SECRET, s3_env, s3_server  # noqa: F401  (fixtures)
 from stepjournal import IntegrityError, Journal, ObjectPayloadStore, PayloadMissingError, RemoteError
 from stepjournal._object_client import Remote
-from stepjournal._object_store import stored_bound
+from stepjournal._payloads import stored_bound
 from stepjournal._secrets import public_url, redact
 from test_payload_store_lmdb import TestLmdbPayloadStore
 

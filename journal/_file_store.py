@@ -1,0 +1,288 @@
+"""`FilePayloadStore`: payloads as content-addressed files in a folder, written from their own buffers.
+
+Each payload is one file, ``FOLDER/<first two hex digits>/<the other 62>``, holding the stored bytes
+(an encoding, or a zstd frame of it) exactly as `LmdbPayloadStore` holds them in its table.
+
+The write order keeps the journal's rule that an event never names a payload that is not durable:
+the bytes go to a new file under ``FOLDER/tmp/`` (``writev`` of the buffers given, no joined copy),
+``fsync``, ``rename`` to the digest's name, ``fsync`` of the folder, and only then does the journal
+commit the event (`commit`). A crash in between leaves at most a file no event names: an orphan in
+``tmp/`` (`partial_files`) or a whole payload nothing references, both of which `verify` reports.
+
+A file is never changed after its rename: a payload is replaced by renaming a new file over it. A read
+copies the file into one buffer of its own (`_pages.owned_buffer`) and hands that buffer to the load,
+whose tensors are views of it, so nothing stays mapped from a file that could shrink under the
+reader. A full disk is `JournalFullError` from the write, and the partial file is removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
+
+from ._digest import DIGEST_SIZE, digest_bytes
+from ._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError
+from ._pages import HANDED_OVER, owned_buffer
+from ._payload_store import Release, WriteEvents, check_digest
+from ._payloads import blob_intact, own_nbytes, stored_bound, stored_digest_read, unwrap
+
+__all__ = ["FilePayloadStore", "TMP_FOLDER"]
+
+T = TypeVar("T")
+# Where files are written before their rename; what is left there is a write a crash cut short.
+TMP_FOLDER = "tmp"
+# `writev` takes at most IOV_MAX buffers a call; Linux's is 1024.
+_IOV_MAX = 1024
+_READ_CHUNK = 1 << 22
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class FilePayloadStore:
+    """Payloads as files under `folder`, one per digest (see the module's doc for the write order).
+
+    Args:
+        folder: the folder that holds the files (made on the first write).
+        readonly: refuse every write (a reader's store).
+    """
+
+    def __init__(self, folder: str, *, readonly: bool = False) -> None:
+        self.folder = os.fspath(folder)
+        self.readonly = readonly
+
+    def __repr__(self) -> str:
+        return f"FilePayloadStore({self.folder!r})"
+
+    def path_of(self, digest: bytes) -> str:
+        """The file that holds the payload named `digest` (whether or not it exists)."""
+        check_digest(digest)
+        name = digest.hex()
+        return os.path.join(self.folder, name[:2], name[2:])
+
+    # -- writing ---------------------------------------------------------------------------------
+    def put(self, digest: bytes, blob: Any) -> None:
+        """Store `blob` (a bytes-like value, or a sequence of them written one after another) under
+        `digest`, durably; a stored copy that still matches `digest` is kept as it is."""
+        self._refuse_if_readonly()
+        path = self.path_of(digest)
+        buffers = _buffers(blob)
+        if os.path.exists(path) and self._intact(path, digest, sum(b.nbytes for b in buffers)):
+            return
+        self._write(path, buffers)
+
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+        for digest, blob in items:
+            self.put(digest, blob)
+        return write_events(None)
+
+    def delete(self, digest: bytes) -> bool:
+        self._refuse_if_readonly()
+        path = self.path_of(digest)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        _fsync_folder(os.path.dirname(path))
+        return True
+
+    def partial_files(self) -> List[str]:
+        """The files a write left in ``tmp/`` without renaming them (a crash cut it short), oldest first."""
+        tmp = os.path.join(self.folder, TMP_FOLDER)
+        try:
+            names = os.listdir(tmp)
+        except FileNotFoundError:
+            return []
+        paths = [os.path.join(tmp, name) for name in names]
+        return sorted(paths, key=lambda p: (os.stat(p).st_mtime_ns, p))
+
+    def remove_partial_files(self) -> int:
+        """Delete what `partial_files` lists; return how many. Only for a journal no process is writing:
+        a write in flight has its file there too."""
+        self._refuse_if_readonly()
+        found = self.partial_files()
+        for path in found:
+            os.unlink(path)
+        if found:
+            _fsync_folder(os.path.join(self.folder, TMP_FOLDER))
+        return len(found)
+
+    def _refuse_if_readonly(self) -> None:
+        if self.readonly:
+            raise JournalError(f"the payload folder {self.folder} was opened read-only; open it writable to write")
+
+    def _intact(self, path: str, digest: bytes, nbytes: int) -> bool:
+        try:
+            with open(path, "rb") as f:
+                return _file_digest(f, digest, nbytes) == digest
+        except (IntegrityError, OSError):
+            return False
+
+    def _write(self, path: str, buffers: List[memoryview]) -> None:
+        tmp_folder = os.path.join(self.folder, TMP_FOLDER)
+        _make_folder(tmp_folder, self.folder)
+        _make_folder(os.path.dirname(path), self.folder)
+        tmp = os.path.join(tmp_folder, f"{os.path.basename(path)}.{uuid.uuid4().hex}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                _write_all(fd, buffers)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+        except OSError as exc:
+            _remove_quietly(tmp)
+            if exc.errno in _FULL:
+                raise JournalFullError(
+                    f"the disk holding {self.folder} is full: a payload of {sum(b.nbytes for b in buffers)} bytes "
+                    "was not written, and nothing that names it was recorded; free space there, or move the "
+                    "journal, and record again"
+                ) from None
+            raise
+        _fsync_folder(os.path.dirname(path))
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _missing(self, digest: bytes) -> PayloadMissingError:
+        return PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from {self.folder}")
+
+    def _damaged(self, digest: bytes) -> IntegrityError:
+        return IntegrityError(
+            f"payload {digest.hex()[:16]}… in {self.folder} does not match its digest: the file is damaged",
+            detail="digest mismatch",
+        )
+
+    def _read(self, digest: bytes, nbytes: Optional[int]) -> Any:
+        """The file's bytes in a writable buffer of their own, its size checked before any is read."""
+        try:
+            f = open(self.path_of(digest), "rb")
+        except FileNotFoundError:
+            raise self._missing(digest) from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size > stored_bound(nbytes):
+                raise IntegrityError(
+                    f"payload {digest.hex()[:16]}… in {self.folder} is {size} bytes, more than a payload of "
+                    f"{nbytes} bytes may be; not read", detail="oversized file",
+                )
+            buffer = owned_buffer(size)
+            view = memoryview(buffer)
+            got = 0
+            while got < size:
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+            if got != size or f.read(1):
+                raise IntegrityError(f"payload {digest.hex()[:16]}… in {self.folder} changed size while it was "
+                                     "read; a payload file must never be written in place", detail="changed file")
+            return buffer
+
+    @contextmanager
+    def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> Iterator[Tuple[Any, Optional[Release]]]:
+        blob = self._read(digest, nbytes)
+        try:
+            raw = unwrap(blob, digest.hex(), None, nbytes)
+        except IntegrityError as exc:
+            raise IntegrityError(f"{exc} ({self.folder})", detail=exc.detail) from None
+        # The buffer was made for this read alone: the load keeps it, its tensors views of it.
+        yield raw, (HANDED_OVER if raw is blob else None)
+
+    def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
+        with self.view(digest, nbytes=nbytes) as (raw, _):
+            if digest_bytes(raw) != digest:
+                raise self._damaged(digest)
+            return bytes(raw)
+
+    def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
+        try:
+            f = open(self.path_of(digest), "rb")
+        except FileNotFoundError:
+            raise self._missing(digest) from None
+        with f:
+            if os.fstat(f.fileno()).st_size > stored_bound(nbytes):
+                raise IntegrityError(f"payload {digest.hex()[:16]}… in {self.folder} is larger than a payload of "
+                                     f"{nbytes} bytes may be", detail="oversized file")
+            if _file_digest(f, digest, nbytes) != digest:
+                raise self._damaged(digest)
+
+    def has(self, digest: bytes) -> bool:
+        return os.path.isfile(self.path_of(digest))
+
+    def __contains__(self, digest: object) -> bool:
+        return isinstance(digest, bytes) and len(digest) == DIGEST_SIZE and self.has(digest)
+
+    def digests(self) -> Iterator[bytes]:
+        try:
+            fans = sorted(os.listdir(self.folder))
+        except FileNotFoundError:
+            return
+        for fan in fans:
+            if len(fan) != 2 or fan == TMP_FOLDER:
+                continue
+            try:
+                names = sorted(os.listdir(os.path.join(self.folder, fan)))
+            except NotADirectoryError:
+                continue
+            for name in names:
+                try:
+                    digest = bytes.fromhex(fan + name)
+                except ValueError:
+                    continue  # not one of ours
+                if len(digest) == DIGEST_SIZE and digest.hex() == fan + name:
+                    yield digest
+
+
+def _buffers(blob: Any) -> List[memoryview]:
+    parts = blob if isinstance(blob, (list, tuple)) else [blob]
+    return [memoryview(part).cast("B") for part in parts]
+
+
+def _write_all(fd: int, buffers: List[memoryview]) -> None:
+    """Every byte of `buffers`, in order, with as few system calls as the kernel allows (``writev``)."""
+    pending = [b for b in buffers if b.nbytes]
+    while pending:
+        written = os.writev(fd, pending[:_IOV_MAX])
+        while pending and written >= pending[0].nbytes:
+            written -= pending[0].nbytes
+            pending.pop(0)
+        if written:
+            pending[0] = pending[0][written:]
+
+
+def _file_digest(f: Any, digest: bytes, nbytes: Optional[int]) -> bytes:
+    return stored_digest_read(f.read, digest.hex(), nbytes)
+
+
+def _make_folder(path: str, root: str) -> None:
+    """Make `path` (and `root` above it) if missing, durably: the new entry's parent is synced."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if path != root and not os.path.isdir(parent):
+        _make_folder(parent, root)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise JournalFullError(f"the disk holding {root} is full: the folder {path} could not be made") from None
+        raise
+    _fsync_folder(parent)
+
+
+def _fsync_folder(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
