@@ -17,6 +17,7 @@ from ._errors import InvalidKeyError
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
 __all__ = [
+    "call_refs",
     "PayloadRef",
     "SessionOpened",
     "GenerationRecorded",
@@ -369,3 +370,12 @@ def field_names(cls: type) -> Tuple[FrozenSet[str], FrozenSet[str]]:
     """The names of an attrs class's fields, and of those a stored body must hold (the fields without a default)."""
     fields = attrs.fields(cls)
     return (frozenset(f.name for f in fields), frozenset(f.name for f in fields if f.default is attrs.NOTHING))
+
+
+def call_refs(event: Any) -> List[PayloadRef]:
+    """The payloads an event names (its output, and a recorded call's stored input)."""
+    if isinstance(event, GenerationRecorded):
+        return [r for r in (event.output, event.input) if r is not None]
+    if isinstance(event, ReplayServed):
+        return [event.output]
+    return []

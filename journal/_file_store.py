@@ -26,18 +26,26 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError
 from ._pages import HANDED_OVER, owned_buffer
-from ._payload_store import Release, WriteEvents, check_digest
-from ._payloads import blob_intact, own_nbytes, stored_bound, stored_digest_read, unwrap
+from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
+from ._payloads import own_nbytes, stored_bound, stored_digest_read, unwrap
 
-__all__ = ["FilePayloadStore", "TMP_FOLDER"]
+__all__ = ["FilePayloadStore", "TMP_FOLDER", "PAYLOAD_FOLDER", "local_payload_store"]
 
 T = TypeVar("T")
+# A journal's payload files: this folder of the journal's own.
+PAYLOAD_FOLDER = "payloads"
 # Where files are written before their rename; what is left there is a write a crash cut short.
 TMP_FOLDER = "tmp"
 # `writev` takes at most IOV_MAX buffers a call; Linux's is 1024.
 _IOV_MAX = 1024
 _READ_CHUNK = 1 << 22
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def local_payload_store(store: Any) -> LmdbPayloadStore:
+    """A journal's own payload store: its LMDB table, with large payloads in its ``payloads/`` folder."""
+    files = FilePayloadStore(os.path.join(store.path, PAYLOAD_FOLDER), readonly=store.readonly)
+    return LmdbPayloadStore(store, files=files)
 
 
 class FilePayloadStore:
@@ -68,7 +76,9 @@ class FilePayloadStore:
         self._refuse_if_readonly()
         path = self.path_of(digest)
         buffers = _buffers(blob)
-        if os.path.exists(path) and self._intact(path, digest, sum(b.nbytes for b in buffers)):
+        # The check is bounded by the size of the value being stored, never by the file's.
+        nbytes = own_nbytes(buffers[0]) if len(buffers) == 1 else sum(b.nbytes for b in buffers)
+        if os.path.exists(path) and self._intact(path, digest, nbytes):
             return
         self._write(path, buffers)
 
@@ -137,8 +147,8 @@ class FilePayloadStore:
             if exc.errno in _FULL:
                 raise JournalFullError(
                     f"the disk holding {self.folder} is full: a payload of {sum(b.nbytes for b in buffers)} bytes "
-                    "was not written, and nothing that names it was recorded; free space there, or move the "
-                    "journal, and record again"
+                    "was not written and nothing names it; nothing already recorded was harmed. Free space, or "
+                    "continue without recording (see docs/reliability.md)"
                 ) from None
             raise
         _fsync_folder(os.path.dirname(path))
@@ -195,7 +205,8 @@ class FilePayloadStore:
                 raise self._damaged(digest)
             return bytes(raw)
 
-    def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
+    def check(self, digest: bytes, *, nbytes: Optional[int] = None, one_thread: bool = False) -> None:
+        """`PayloadStore.check`; `one_thread`: hashed on this thread only (a caller checks one per core)."""
         try:
             f = open(self.path_of(digest), "rb")
         except FileNotFoundError:
@@ -204,8 +215,27 @@ class FilePayloadStore:
             if os.fstat(f.fileno()).st_size > stored_bound(nbytes):
                 raise IntegrityError(f"payload {digest.hex()[:16]}… in {self.folder} is larger than a payload of "
                                      f"{nbytes} bytes may be", detail="oversized file")
-            if _file_digest(f, digest, nbytes) != digest:
+            if _file_digest(f, digest, nbytes, one_thread) != digest:
                 raise self._damaged(digest)
+
+    def total_bytes(self) -> int:
+        """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder)."""
+        total = 0
+        for folder, _, names in os.walk(self.folder):
+            for name in names:
+                try:
+                    total += os.stat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    continue  # deleted meanwhile
+        return total
+
+    def stored(self, digest: bytes) -> Optional[bytes]:
+        """The file's bytes as they are stored, unchecked; None when there is no such file."""
+        try:
+            with open(self.path_of(digest), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
 
     def has(self, digest: bytes) -> bool:
         return os.path.isfile(self.path_of(digest))
@@ -251,8 +281,8 @@ def _write_all(fd: int, buffers: List[memoryview]) -> None:
             pending[0] = pending[0][written:]
 
 
-def _file_digest(f: Any, digest: bytes, nbytes: Optional[int]) -> bytes:
-    return stored_digest_read(f.read, digest.hex(), nbytes)
+def _file_digest(f: Any, digest: bytes, nbytes: Optional[int], one_thread: bool = False) -> bytes:
+    return stored_digest_read(f.read, digest.hex(), nbytes, one_thread=one_thread)
 
 
 def _make_folder(path: str, root: str) -> None:

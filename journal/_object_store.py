@@ -200,17 +200,17 @@ class ObjectPayloadStore:
         return iter(sorted(found))
 
 
-def open_payload_store(payload_store: Any, store: Any) -> PayloadStore:
-    """The `PayloadStore` a `Journal` uses for its ``payload_store=`` argument.
+def open_payload_store(payload_store: Any, local: LmdbPayloadStore) -> PayloadStore:
+    """The `PayloadStore` a `Journal` uses for its ``payload_store=`` argument, given its own (`local`).
 
-    None: the journal's own LMDB store; a URL string: an `ObjectPayloadStore` there, with the
-    journal's LMDB payload table as its verified cache; anything else: that store, as it is.
+    None: the journal's own store; a URL string: an `ObjectPayloadStore` there, with the journal's
+    own store as its verified cache; anything else: that store, as it is.
     """
     if payload_store is None:
-        return LmdbPayloadStore(store)
+        return local
     if isinstance(payload_store, (str, os.PathLike)):
         url = os.fspath(payload_store)
-        found = ObjectPayloadStore(url, cache=LmdbPayloadStore(store))
+        found = ObjectPayloadStore(url, cache=local)
         log.info("payload_store_opened", url=found.url)
         return found
     return payload_store

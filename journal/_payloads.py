@@ -227,9 +227,12 @@ def stored_digest(
     return hasher.digest()
 
 
-def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Optional[int]) -> bytes:
+def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Optional[int], *,
+                       one_thread: bool = False) -> bytes:
     """`stored_digest` of a stored blob read in pieces through ``read(size)`` (a file's ``read``), in bounded
     memory: a zstd frame is streamed through the decompressor, the encoding hashed as it comes.
+
+    `one_thread`: BLAKE3 on the calling thread only.
 
     Raises:
         IntegrityError: the blob is neither form, or its frame claims more than `unwrap` allows.
@@ -237,13 +240,13 @@ def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Option
     head = read(_ZSTD_HEADER_MAX)
     if head[:4] == ZSTD_MAGIC:
         claimed = _zstd_claim(head, digest, None, _limit(nbytes))
-        hasher = blake3.blake3()
+        hasher = blake3.blake3(max_threads=1 if one_thread else blake3.blake3.AUTO)
         for chunk in _zstd_chunks(_Prefixed(head, read), digest, None, claimed):
             hasher.update(chunk)
         return hasher.digest()
     if head[:4] != PAYLOAD_MAGIC[:4]:
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame")
-    hasher = blake3.blake3()
+    hasher = blake3.blake3(max_threads=1 if one_thread else blake3.blake3.AUTO)
     chunk = head
     while chunk:
         hasher.update(chunk)

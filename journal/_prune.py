@@ -49,11 +49,11 @@ def catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[
 def _release_in(
     txn: Any, store: Store, payloads: PayloadStore, plan: RetentionPlan, *, ranks: bool
 ) -> Tuple[List[Tuple[int, Event]], List[bytes]]:
-    """Append the plan's events and project them in `txn`; delete what the LMDB store holds.
+    """Append the plan's events and project them in `txn`; delete what the LMDB table holds.
 
     Returns:
-        The appended ``(seq, event)`` pairs, and the digests a store outside the transaction must
-        delete once it commits (empty for the LMDB store).
+        The appended ``(seq, event)`` pairs, and the digests that must be deleted once `txn` commits:
+        a remote store's, or the journal's payload files.
     """
     now = time.time()
     events = [
@@ -68,14 +68,13 @@ def _release_in(
         Projections.build_ranks_in(txn, store)
     keys = [bytes.fromhex(d) for r in plan.releases for d in r.released] + [bytes.fromhex(d) for d in plan.leftover]
     if isinstance(payloads, LmdbPayloadStore):
-        payloads.delete_in(txn, keys)
-        keys = []
+        keys = payloads.delete_in(txn, keys)  # its payload files are deleted once the transaction commits
     return appended, keys
 
 
-def _stored(txn: Any, store: Store, payloads: PayloadStore, digest: str) -> bool:
+def _stored(txn: Any, payloads: PayloadStore, digest: str) -> bool:
     if isinstance(payloads, LmdbPayloadStore):
-        return txn.get(bytes.fromhex(digest), db=store.db("payloads")) is not None
+        return payloads.has_in(txn, bytes.fromhex(digest))
     return payloads.has(bytes.fromhex(digest))
 
 
@@ -102,7 +101,7 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
         if plan.warnings:
             raise RetentionConflictError("; ".join(plan.warnings))
         # Only what is really still stored is left over (a release deletes in its own transaction).
-        return attrs.evolve(plan, leftover=tuple(d for d in plan.leftover if _stored(txn, store, payloads, d)))
+        return attrs.evolve(plan, leftover=tuple(d for d in plan.leftover if _stored(txn, payloads, d)))
 
     if dry_run:
         with store.read() as txn:

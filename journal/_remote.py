@@ -29,14 +29,14 @@ import attrs
 from ._convert import decode_event
 from ._digest import digest_bytes
 from ._errors import IntegrityError, JournalError, RemoteError
-from ._events import EventsImported, PayloadsReleased
+from ._events import EventsImported, PayloadsReleased, call_refs
 from ._journal import Journal
 from ._keys import META_CREATED
 from ._log import get_logger
 from ._progress import Progress, report_progress
 from ._object_client import Remote
 from ._payloads import blob_intact
-from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, call_refs, check_manifest, encode_segment, new_head, parse_head
+from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, check_manifest, encode_segment, new_head, parse_head
 from ._remotes_config import resolve_remote
 
 __all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "local_payload", "one_ahead", "pushed_head",
@@ -117,13 +117,11 @@ def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Iterator[Tuple[T, R
             current = following
 
 
-def local_payload(store: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
-    """(stored bytes, None) of the payload `ref` names in a journal's LMDB table, checked against its
-    digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
+def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
+    """(stored bytes, None) of the payload `ref` names in a journal's own store (`Journal.local_payloads`),
+    checked against its digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
     key = bytes.fromhex(ref.digest)
-    with store.read() as txn:
-        blob = txn.get(key, db=store.db("payloads"))
-        blob = bytes(blob) if blob is not None else None
+    blob = payloads.stored(key)
     if blob is None:
         return None, "missing"
     return (blob, None) if blob_intact(blob, key, ref.nbytes) else (None, "damaged")
@@ -230,7 +228,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     # sends, however many payloads the remote holds.
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
-    lmdb_payloads = journal.lmdb_store()
+    own_payloads = journal.local_payloads()
 
     released = Released(journal)
 
@@ -239,7 +237,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
         # The next payload is looked up on the remote, and read and checked against its digest when
         # it is not there (None when it is), while this one is sent (one ahead).
         def read(item: Tuple[Any, int, int]) -> Optional[Tuple[Optional[bytes], Optional[str]]]:
-            return None if remote.exists(f"payloads/{item[0].digest}") else local_payload(lmdb_payloads, item[0])
+            return None if remote.exists(f"payloads/{item[0].digest}") else local_payload(own_payloads, item[0])
 
         for (ref, seq, step), found in one_ahead(payloads_of(events, known).values(), read):
             if found is None:
