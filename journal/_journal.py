@@ -37,7 +37,7 @@ from ._paths import security_warnings
 from ._object_store import open_payload_store
 from ._file_store import local_payload_store
 from ._payload_store import LmdbPayloadStore, PayloadStore
-from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
+from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined, stored_size
 from ._projections import Projections, RecordedGeneration, layout_of
 from ._prune import Retainer
 from ._queries import Queries
@@ -242,14 +242,14 @@ class Journal(Recording, Queries):
 
     # -- writing -------------------------------------------------------------------------------
     def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> List[int]:
-        """Append events (and the payload blobs they reference) durably; return their seqs.
-
-        The payload store decides how: the LMDB store writes the payloads in the events' own write
-        transaction (both or neither survive a crash); a remote store writes them first."""
+        """Append events (and the payload blobs they reference) durably; return their seqs. The payload
+        store decides how (`PayloadStore.commit`): each payload is durable when its event commits."""
         store = self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
-        needed = sum(len(blob) for _, blob in payloads) + sum(len(b) for b in encoded)
+        if not getattr(self._payloads, "takes_pieces", False):  # a store of the user's: bytes, as the protocol says
+            payloads = [(key, joined(blob)) for key, blob in payloads]
+        needed = sum(stored_size(blob) for _, blob in payloads) + sum(len(b) for b in encoded)
 
         def write_events(in_txn):
             def fn(txn):

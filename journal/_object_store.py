@@ -34,7 +34,7 @@ from ._log import get_logger
 from ._object_client import Remote
 from ._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, check_digest
-from ._payloads import stored_bound, stored_digest, unwrap
+from ._payloads import joined, stored_bound, stored_digest, unwrap
 
 __all__ = ["ObjectPayloadStore", "open_payload_store", "PAYLOADS_PREFIX"]
 
@@ -85,13 +85,17 @@ class ObjectPayloadStore:
         return self.cache is not None and not self.cache.readonly
 
     # -- writing ---------------------------------------------------------------------------------
+    takes_pieces = True  # a payload's pieces (a list) are joined once here, for the remote
+
     def put(self, digest: bytes, blob: Any) -> None:
         check_digest(digest)
+        blob = joined(blob)
         self.remote.put(_payload_key(digest), blob)  # overwrite: a damaged remote copy is replaced
         if self._cache_writable():
             self.cache.put(digest, blob)
 
     def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+        items = [(digest, joined(blob)) for digest, blob in items]
         for digest, blob in items:
             check_digest(digest)
             # A payload in the cache was written to the remote before its first event committed.

@@ -27,7 +27,7 @@ from typing import Any, Callable, ContextManager, Iterator, List, Optional, Prot
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import IntegrityError, JournalFullError, PayloadMissingError
 from ._pages import MappedFile, releaser
-from ._payloads import blob_intact, own_nbytes, stored_digest, unwrap
+from ._payloads import blob_intact, joined, own_nbytes, stored_digest, stored_size, unwrap
 from ._store import Store
 
 __all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest", "check_all", "FILE_FROM"]
@@ -135,8 +135,12 @@ class LmdbPayloadStore:
         self.files = files
         self._file_from = FILE_FROM if file_from is None else file_from
 
+    # `commit`, `put` and `put_in` take a payload's pieces too (a list, `_payloads.prepare_payload`'s
+    # ``copy=False``): a file is written from them as they are, a value in LMDB joined first.
+    takes_pieces = True
+
     def _to_files(self, blob: Any) -> bool:
-        return self.files is not None and len(blob) >= self._file_from
+        return self.files is not None and stored_size(blob) >= self._file_from
 
     def _db(self):
         return self._store.db("payloads")
@@ -148,10 +152,10 @@ class LmdbPayloadStore:
         cap = self._store.max_size
         if cap is not None and not self.files.has(digest):
             used = self._store.used_bytes() + self.files.total_bytes()
-            if used + len(blob) > cap:
+            if used + stored_size(blob) > cap:
                 raise JournalFullError(
                     f"journal {self._store.path!r} reached its size cap of {cap} bytes ({used} used, a payload of "
-                    f"{len(blob)} bytes to write); nothing already recorded was harmed. Raise max_size, or continue "
+                    f"{stored_size(blob)} bytes to write); nothing already recorded was harmed. Raise max_size, or continue "
                     "without recording (see docs/reliability.md)")
         self.files.put(digest, blob)
 
@@ -164,6 +168,7 @@ class LmdbPayloadStore:
             if self._to_files(blob):
                 self._to_file(key, blob)
                 continue
+            blob = joined(blob)
             # Content-addressed: identical payloads are stored once. A stored copy that no longer
             # matches its digest (damaged on disk) is replaced: the new bytes are what the key names.
             # The check is bounded by the size of the value being recorded, never by what is stored:
@@ -178,7 +183,7 @@ class LmdbPayloadStore:
             self._to_file(digest, blob)
             return
         # buffers: checking a stored duplicate hashes it in place instead of copying it out first.
-        self._store.write(lambda txn: self.put_in(txn, [(digest, blob)]), needed=len(blob), buffers=True)
+        self._store.write(lambda txn: self.put_in(txn, [(digest, blob)]), needed=stored_size(blob), buffers=True)
 
     def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
         # Files first, outside the transaction (which may run again when the map grows): each is durable
@@ -189,7 +194,7 @@ class LmdbPayloadStore:
             if self._to_files(blob):
                 self._to_file(key, blob)
             else:
-                small.append((key, blob))
+                small.append((key, joined(blob)))
         if not small:
             return write_events(None)
         return write_events(lambda txn: self.put_in(txn, small))

@@ -16,7 +16,7 @@ import attrs
 import blake3
 import zstandard
 
-from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
+from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes, digest_pieces
 from ._errors import IntegrityError, JournalError, PayloadDecodeError
 from ._events import PayloadRef
 from ._pages import HandedOver, ReleaseBehind
@@ -37,6 +37,8 @@ __all__ = [
     "MAX_PAYLOAD_NBYTES",
     "MAX_ORPHAN_NBYTES",
     "stored_bound",
+    "stored_size",
+    "joined",
     "stored_digest_read",
     "decode_verified",
 ]
@@ -85,7 +87,8 @@ class PreparedPayload:
 
     @property
     def blob(self) -> Any:
-        """The bytes as stored: the encoding, or a zstd frame of it (compressed once, on first use)."""
+        """The bytes as stored: the encoding, or a zstd frame of it (compressed once, on first use). A
+        payload prepared with ``copy=False`` gives the encoding's pieces (a list, see `joined`)."""
         if not self._packed:
             if self._raw is None:
                 raise JournalError(
@@ -94,7 +97,7 @@ class PreparedPayload:
                 )
             blob = self._raw
             if self.compression == "zstd":
-                blob = zstandard.ZstdCompressor(level=3, threads=-1).compress(self._raw)
+                blob = zstandard.ZstdCompressor(level=3, threads=-1).compress(joined(self._raw))
             self._packed.append(blob)
         return self._packed[0]
 
@@ -102,18 +105,29 @@ class PreparedPayload:
     def ref(self) -> PayloadRef:
         """The `PayloadRef` an event stores for this payload (compresses it first, when compressing)."""
         return PayloadRef(
-            digest=self.digest, nbytes=self.nbytes, stored_nbytes=len(self.blob), compression=self.compression
+            digest=self.digest, nbytes=self.nbytes, stored_nbytes=stored_size(self.blob), compression=self.compression
         )
 
 
 def prepare_payload(
-    value: Any, *, registry: Optional[CodecRegistry], compression: Optional[str], store: bool = True
+    value: Any, *, registry: Optional[CodecRegistry], compression: Optional[str], store: bool = True,
+    copy: bool = True,
 ) -> PreparedPayload:
     """Encode and hash `value`; keep the encoding for storage unless `store` is False.
+
+    `copy` False (and no compression): the encoding is kept as its pieces, the tensors' and arrays' own
+    memory where they are laid out in C order (`encode_payload_parts`), so storing it copies nothing
+    more; the value must not change until it is stored.
 
     Raises:
         UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
     """
+    if not copy and store and compression is None:
+        from ._codec import encode_payload_parts
+
+        pieces = encode_payload_parts(value, registry=registry)
+        key = digest_pieces(pieces)
+        return PreparedPayload(key.hex(), key, stored_size(pieces), None, raw=pieces)
     # A numpy buffer, not a bytearray: no zero-fill of fresh 4 KiB pages before the copy (see _codec).
     from ._codec import encode_payload_array
 
@@ -265,6 +279,28 @@ class _Prefixed:
             head, self._head = self._head[:size] if size >= 0 else self._head, self._head[size:] if size >= 0 else b""
             return head
         return self._read(size)
+
+
+def stored_size(blob: Any) -> int:
+    """The size of a stored form: a bytes-like value, or a list of pieces (`prepare_payload`'s ``copy=False``)."""
+    if isinstance(blob, list):
+        return sum(memoryview(piece).nbytes for piece in blob)
+    return memoryview(blob).nbytes
+
+
+def joined(blob: Any) -> Any:
+    """A stored form as one bytes-like value (pieces are joined into one new buffer; anything else as it is)."""
+    if not isinstance(blob, list):
+        return blob
+    import numpy as np  # here: a verb that stores nothing does not load it
+
+    out = np.empty(stored_size(blob), dtype=np.uint8)
+    at = 0
+    for piece in blob:
+        view = memoryview(piece).cast("B")
+        out[at:at + view.nbytes] = np.frombuffer(view, dtype=np.uint8)
+        at += view.nbytes
+    return out
 
 
 def stored_bound(nbytes: Optional[int]) -> int:
