@@ -327,10 +327,6 @@ class LmdbPayloadStore:
         merged = heapq.merge(self._lmdb_digests(), self.files.digests())
         return (d for d, _ in itertools.groupby(merged))  # one digest stored in both is listed once
 
-    def partial_files(self) -> List[str]:
-        """The payload files a crash left half written (`FilePayloadStore.partial_files`)."""
-        return self.files.partial_files() if self.files is not None else []
-
     def _lmdb_digests(self) -> Iterator[bytes]:
         # Short read transactions, as `Journal.raw_events` does: none stays open in the caller's loop.
         after = b""
