@@ -19,7 +19,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import Journal, journaled
+from stepjournal import Journal, journaled, session_names
 from stepjournal.log import console_logging
 
 DEFAULT_PATH = "./.stepjournal-demo"
@@ -63,13 +63,12 @@ def call_table(journal: Journal) -> Table:
     table = Table(title=f"every generate call in {journal.path}")
     for column in ("session", "step", "call", "action", "served from", "policy"):
         table.add_column(column)
-    session_no: dict = {}
+    names = session_names(event.session for _, event in journal.sessions())  # s1, s2 ..., as every verb shows
     colour = {"generated": "green", "replayed": "blue", "bypassed": "white", "refused": "red"}
     for record in journal.audit():
-        number = session_no.setdefault(record.session, len(session_no) + 1)
         source = "-" if record.source_step is None else f"step {record.source_step} call {record.source_gen_index}"
         action = f"[{colour[record.action]}]{record.action}[/]"
-        table.add_row(str(number), str(record.step), str(record.gen_index), action, source, record.policy)
+        table.add_row(names[record.session], str(record.step), str(record.gen_index), action, source, record.policy)
     return table
 
 

@@ -16,6 +16,9 @@ def test_demo_prints_generated_and_replayed_calls_and_run_two_generates_nothing(
     )
     assert result.returncode == 0, result.stderr
     assert "generated" in result.stdout and "replayed" in result.stdout and "step 1 call 0" in result.stdout
+    # Sessions by the one name every verb shows them by: s1 recorded, s2 replayed.
+    rows = [line.split("│")[1:3] for line in result.stdout.splitlines() if line.startswith("│")]
+    assert {(session.strip(), step.strip()) for session, step in rows} >= {("s1", "1"), ("s2", "8")}
     with Journal(path, readonly=True) as journal:
         records = journal.audit()
     first, second = records[0].session, records[-1].session
