@@ -163,19 +163,25 @@ class FilePayloadStore:
             detail="digest mismatch",
         )
 
-    def _read(self, digest: bytes, nbytes: Optional[int]) -> Any:
-        """The file's bytes in a writable buffer of their own, its size checked before any is read."""
+    def _open(self, digest: bytes, nbytes: Optional[int]) -> Tuple[Any, int]:
+        """(the open file, its size), refused when missing or larger than a payload of `nbytes` may be."""
         try:
             f = open(self.path_of(digest), "rb")
         except FileNotFoundError:
             raise self._missing(digest) from None
+        size = os.fstat(f.fileno()).st_size
+        if size > stored_bound(nbytes):
+            f.close()
+            raise IntegrityError(
+                f"payload {digest.hex()[:16]}… in {self.folder} is {size} bytes, more than a payload of "
+                f"{nbytes} bytes may be; not read", detail="oversized file",
+            )
+        return f, size
+
+    def _read(self, digest: bytes, nbytes: Optional[int]) -> Any:
+        """The file's bytes in a writable buffer of their own, its size checked before any is read."""
+        f, size = self._open(digest, nbytes)
         with f:
-            size = os.fstat(f.fileno()).st_size
-            if size > stored_bound(nbytes):
-                raise IntegrityError(
-                    f"payload {digest.hex()[:16]}… in {self.folder} is {size} bytes, more than a payload of "
-                    f"{nbytes} bytes may be; not read", detail="oversized file",
-                )
             buffer = owned_buffer(size)
             view = memoryview(buffer)
             got = 0
@@ -207,14 +213,8 @@ class FilePayloadStore:
 
     def check(self, digest: bytes, *, nbytes: Optional[int] = None, one_thread: bool = False) -> None:
         """`PayloadStore.check`; `one_thread`: hashed on this thread only (a caller checks one per core)."""
-        try:
-            f = open(self.path_of(digest), "rb")
-        except FileNotFoundError:
-            raise self._missing(digest) from None
+        f, _ = self._open(digest, nbytes)
         with f:
-            if os.fstat(f.fileno()).st_size > stored_bound(nbytes):
-                raise IntegrityError(f"payload {digest.hex()[:16]}… in {self.folder} is larger than a payload of "
-                                     f"{nbytes} bytes may be", detail="oversized file")
             if _file_digest(f, digest, nbytes, one_thread) != digest:
                 raise self._damaged(digest)
 
