@@ -151,10 +151,11 @@ def test_five_hundred_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_p
             totals[key] = merge(totals.get(key, 0), value)
 
     for round_ in range(10):  # a fresh journal every 50 kills keeps verify-after-each-kill affordable
-        add(kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, reach=300))
+        add(kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, reach=300, file_kills=6))
     add(kill_loop(tmp_path / "spawned", 20, context="spawn", seed=7))
     assert totals["kills"] == 520 and totals["kills_in_flight"] > 0
     assert totals["in_flight_committed"] > 0 and totals["kills_in_a_write"] > 0
+    assert totals["kills_in_a_file"] >= 50  # issue 29: ≥ 50 kills inside the writing of a payload file
     report("crash_soak", **totals, context="forkserver (500) + spawn (20)")
 
 
