@@ -9,15 +9,22 @@ the bytes go to a new file under ``FOLDER/tmp/`` (``writev`` of the buffers give
 commit the event (`commit`). A crash in between leaves at most a file no event names: an orphan in
 ``tmp/`` (`partial_files`) or a whole payload nothing references, both of which `verify` reports.
 
-A file is never changed after its rename: a payload is replaced by renaming a new file over it. A read
-copies the file into one buffer of its own (`_pages.owned_buffer`) and hands that buffer to the load,
-whose tensors are views of it, so nothing stays mapped from a file that could shrink under the
-reader. A full disk is `JournalFullError` from the write, and the partial file is removed.
+A file is never changed after its rename: a payload is replaced by renaming a new file over it, and
+removed by unlinking it, neither of which touches a reader's open file. A replay maps the file
+(``mmap``, private and copy-on-write) and hands the mapping to the load, whose tensors are views of
+it: no copy, and a tensor written to changes only its own pages. Before mapping, the file's size is
+checked against the event's (an uncompressed payload is exactly ``nbytes`` long), so a file cut short
+is refused, never mapped; the digest is checked over the mapping before anything is returned.
+The rule for files that change underneath: nothing may truncate or rewrite a file in ``payloads/``
+in place while a process replays from it (a mapped page past a new end raises SIGBUS when touched);
+`verify` reports any such damage afterwards. A zstd frame is decompressed from the mapping into a
+buffer of its own. A full disk is `JournalFullError` from the write, and the partial file is removed.
 """
 
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import uuid
 from contextlib import contextmanager
@@ -25,9 +32,9 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError
-from ._pages import HANDED_OVER, owned_buffer
+from ._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
-from ._payloads import own_nbytes, stored_bound, stored_digest_read, unwrap
+from ._payloads import ZSTD_MAGIC, own_nbytes, stored_bound, stored_digest_read, unwrap
 
 __all__ = ["FilePayloadStore", "TMP_FOLDER", "PAYLOAD_FOLDER", "local_payload_store"]
 
@@ -178,26 +185,21 @@ class FilePayloadStore:
             )
         return f, size
 
-    def _read(self, digest: bytes, nbytes: Optional[int]) -> Any:
-        """The file's bytes in a writable buffer of their own, its size checked before any is read."""
+    def _map(self, digest: bytes, nbytes: Optional[int]) -> Any:
+        """The file mapped private and copy-on-write, its size checked against the event's first."""
         f, size = self._open(digest, nbytes)
         with f:
-            buffer = owned_buffer(size)
-            view = memoryview(buffer)
-            got = 0
-            while got < size:
-                n = f.readinto(view[got:])
-                if not n:
-                    break
-                got += n
-            if got != size or f.read(1):
-                raise IntegrityError(f"payload {digest.hex()[:16]}… in {self.folder} changed size while it was "
-                                     "read; a payload file must never be written in place", detail="changed file")
-            return buffer
+            head = os.pread(f.fileno(), len(ZSTD_MAGIC), 0)
+            if size == 0 or (head != ZSTD_MAGIC and nbytes is not None and size != nbytes):
+                raise IntegrityError(
+                    f"payload {digest.hex()[:16]}… in {self.folder} is {size} bytes, its event says {nbytes}: the "
+                    "file was cut short or grown; not served (run `stepjournal verify`)", detail="size mismatch",
+                )
+            return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
 
     @contextmanager
     def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> Iterator[Tuple[Any, Optional[Release]]]:
-        blob = self._read(digest, nbytes)
+        blob = self._map(digest, nbytes)
         try:
             raw = unwrap(blob, digest.hex(), None, nbytes)
         except IntegrityError as exc:

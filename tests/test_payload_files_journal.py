@@ -95,6 +95,48 @@ def test_a_damaged_payload_file_is_reported_with_its_step_and_never_replayed(tmp
             journal.load_output(journal.lookup(3))
 
 
+def _mapped_from(address: int, path: str) -> bool:
+    """True when `address` lies in a private (copy-on-write) mapping of the file `path` in this process."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5].rstrip("\n") == os.path.realpath(path):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if start <= address < end:
+                    return fields[1][3] == "p"
+    return False
+
+
+def test_a_replayed_tensor_is_a_copy_on_write_view_of_its_file_that_outlives_its_removal(tmp_path):
+    path = tmp_path / "j"
+    with Journal(path) as journal:
+        digest = journal.record(1, big(1)).event.output.digest
+    target = os.path.join(path, PAYLOAD_FOLDER, digest[:2], digest[2:])
+    with Journal(path, readonly=True) as journal:
+        ids = journal.load_output(journal.lookup(1))["ids"]
+    assert _mapped_from(ids.data_ptr(), target), "the tensor is a view of the file's mapping, not a copy"
+    ids += 1  # a trainer writing into its batch changes its own pages only
+    assert digest_bytes(open(target, "rb").read()).hex() == digest
+    with Journal(path, readonly=True) as journal:
+        assert same(journal.load_output(journal.lookup(1)), big(1))
+    os.unlink(target)  # retention or compact removing the file while the tensor lives
+    assert torch.equal(ids, big(1)["ids"] + 1)
+
+
+def test_a_file_cut_short_is_refused_by_its_size_before_it_is_mapped(tmp_path):
+    path = tmp_path / "j"
+    with Journal(path) as journal:
+        digest = journal.record(2, big(2)).event.output.digest
+    target = os.path.join(path, PAYLOAD_FOLDER, digest[:2], digest[2:])
+    os.chmod(target, 0o644)
+    with open(target, "r+b") as f:
+        f.truncate(os.path.getsize(target) - 4096)
+    with Journal(path, readonly=True) as journal:
+        with pytest.raises(IntegrityError, match=r"its event says \d+: the file was cut short or grown; not served"):
+            journal.load_output(journal.lookup(2))
+        assert [(p.kind, p.steps) for p in journal.verify()] == [("payload", (2,))]
+
+
 def test_retention_deletes_a_released_payload_file_once_its_release_commits(tmp_path):
     path = tmp_path / "j"
     with Journal(path) as journal:

@@ -61,7 +61,7 @@ def test_the_buffers_given_are_written_one_after_another_without_joining_them(tm
     assert torch.equal(decode_payload(store.get(digest))["a"], torch.arange(70_000))
 
 
-def test_a_read_hands_the_load_a_buffer_of_its_own_so_tensors_are_views_of_it(tmp_path):
+def test_a_read_hands_the_load_a_private_mapping_of_the_file_so_tensors_are_views_of_it(tmp_path):
     from stepjournal._pages import HANDED_OVER
 
     store = FilePayloadStore(str(tmp_path / "payloads"))
