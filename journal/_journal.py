@@ -37,7 +37,7 @@ from ._paths import security_warnings
 from ._object_store import open_payload_store
 from ._file_store import local_payload_store
 from ._payload_store import LmdbPayloadStore, PayloadStore
-from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined, stored_size
+from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
 from ._projections import Projections, RecordedGeneration, layout_of
 from ._prune import Retainer
 from ._queries import Queries
@@ -249,7 +249,8 @@ class Journal(Recording, Queries):
         encoded = [encode_event(e) for e in events]
         if not getattr(self._payloads, "takes_pieces", False):  # a store of the user's: bytes, as the protocol says
             payloads = [(key, joined(blob)) for key, blob in payloads]
-        needed = sum(stored_size(blob) for _, blob in payloads) + sum(len(b) for b in encoded)
+        in_lmdb = getattr(self._payloads, "lmdb_bytes", None)  # the map grows for what LMDB will hold
+        needed = (in_lmdb(payloads) if in_lmdb else 0) + sum(len(b) for b in encoded)
 
         def write_events(in_txn):
             def fn(txn):

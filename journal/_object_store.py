@@ -106,6 +106,10 @@ class ObjectPayloadStore:
         cache = self.cache
         return write_events(lambda txn: cache.put_in(txn, items))
 
+    def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
+        """The bytes of `items` that `commit` puts in the local cache's LMDB pages."""
+        return self.cache.lmdb_bytes(items) if self._cache_writable() else 0
+
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)
         key = _payload_key(digest)

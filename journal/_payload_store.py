@@ -142,6 +142,10 @@ class LmdbPayloadStore:
     def _to_files(self, blob: Any) -> bool:
         return self.files is not None and stored_size(blob) >= self._file_from
 
+    def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
+        """The bytes of `items` that `commit` puts in LMDB's pages (a payload file takes none)."""
+        return sum(stored_size(blob) for _, blob in items if not self._to_files(blob))
+
     def _db(self):
         return self._store.db("payloads")
 
