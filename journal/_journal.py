@@ -39,7 +39,7 @@ from ._file_store import local_payload_store
 from ._payload_store import LmdbPayloadStore, PayloadStore
 from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
 from ._projections import Projections, RecordedGeneration, layout_of
-from ._prune import Retainer
+from ._release import Retainer
 from ._queries import Queries
 from ._recording import Recording
 from ._store import Store

@@ -31,7 +31,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
-from ._audit_rows import KeyRuleCache, call_row
+from ._call_rows import KeyRuleCache, call_row
 from ._convert import checked_body, decode_event, encode_event, event_of
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index

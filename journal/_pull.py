@@ -29,7 +29,7 @@ from ._object_client import Remote, remote_url
 from ._object_store import ObjectPayloadStore
 from ._payload_store import LmdbPayloadStore
 from ._projections import Projections
-from ._prune import catch_up_in
+from ._release import catch_up_in
 from ._remote import journal_id, one_ahead
 from ._remote_layout import check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, resolve_remote

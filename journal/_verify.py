@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import attrs
 import msgpack
 
-from ._audit_rows import KeyRuleCache, call_row
+from ._call_rows import KeyRuleCache, call_row
 from ._convert import checked_body, decode_event
 from ._errors import IntegrityError, StepJournalError
 from ._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
