@@ -231,11 +231,14 @@ class FilePayloadStore:
                     continue  # deleted meanwhile
         return total
 
-    def stored(self, digest: bytes) -> Optional[bytes]:
-        """The file's bytes as they are stored, unchecked; None when there is no such file."""
+    def stored(self, digest: bytes) -> Optional[Any]:
+        """The file's bytes as they are stored, unchecked, as a read-only mapping of the file (a push of a
+        GB payload holds page cache, not a copy of it); None when there is no such file."""
         try:
             with open(self.path_of(digest), "rb") as f:
-                return f.read()
+                if os.fstat(f.fileno()).st_size == 0:
+                    return b""
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
             return None
 

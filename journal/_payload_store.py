@@ -223,9 +223,9 @@ class LmdbPayloadStore:
         """`has`, seen from inside the open transaction `txn`."""
         return txn.get(digest, db=self._db()) is not None or (self.files is not None and self.files.has(digest))
 
-    def stored(self, digest: bytes) -> Optional[bytes]:
-        """The bytes stored under `digest` as they are stored (a zstd frame stays one), unchecked;
-        None when nothing is (what push and a bundle send)."""
+    def stored(self, digest: bytes) -> Optional[Any]:
+        """The bytes stored under `digest` as they are stored (a zstd frame stays one), unchecked: bytes,
+        or a payload file's read-only mapping; None when nothing is (what push and a bundle send)."""
         check_digest(digest)
         with self._store.read() as txn:
             blob = txn.get(digest, db=self._db())
