@@ -111,8 +111,14 @@ class FilePayloadStore:
             names = os.listdir(tmp)
         except FileNotFoundError:
             return []
-        paths = [os.path.join(tmp, name) for name in names]
-        return sorted(paths, key=lambda p: (os.stat(p).st_mtime_ns, p))
+        found = []
+        for name in names:
+            path = os.path.join(tmp, name)
+            try:
+                found.append((os.stat(path).st_mtime_ns, path))
+            except FileNotFoundError:
+                continue  # a write in flight renamed it meanwhile: not left behind
+        return [path for _, path in sorted(found)]
 
     def remove_partial_files(self) -> int:
         """Delete what `partial_files` lists; return how many. Only for a journal no process is writing:

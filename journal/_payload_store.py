@@ -249,8 +249,6 @@ class LmdbPayloadStore:
             yield found
 
     def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
-        if self.files is not None and not self._lmdb_has(digest) and self.files.has(digest):
-            return self.files.get(digest, nbytes=nbytes)
         with self.view(digest, nbytes=nbytes) as (raw, _):
             if digest_bytes(raw) != digest:
                 raise IntegrityError(
