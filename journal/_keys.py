@@ -44,6 +44,7 @@ __all__ = [
     "prefix_end",
     "gen_prefix",
     "gen_key",
+    "gen_key_at",
     "parse_gen_key",
     "check_key",
     "check_step",
@@ -117,7 +118,12 @@ def rank_key(prefix: bytes, ordinal: int) -> bytes:
 def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT_STAGE, *,
             layout: int = LAYOUT_VERSION) -> bytes:
     """The ``gen`` index key of one call (`layout` as for `gen_prefix`)."""
-    return gen_prefix(run, mode, stage, layout=layout) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+    return gen_key_at(gen_prefix(run, mode, stage, layout=layout), step, gen_index)
+
+
+def gen_key_at(prefix: bytes, step: int, gen_index: int) -> bytes:
+    """`gen_key` under a `gen_prefix` already made (a writer of many keys makes each prefix once)."""
+    return prefix + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
 
 
 def parse_gen_key(key: bytes) -> Optional[GenKey]:
