@@ -30,7 +30,7 @@ from ._object_store import ObjectPayloadStore
 from ._payload_store import LmdbPayloadStore
 from ._projections import Projections
 from ._release import catch_up_in
-from ._remote import journal_id, one_ahead
+from ._remote import in_parallel, journal_id, one_ahead
 from ._remote_layout import check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, resolve_remote
 from ._retention import RetentionState
@@ -44,6 +44,7 @@ log = get_logger("stepjournal._remote")
 # Payload bytes per pulled transaction: the next run is fetched while one commits, so a pull holds
 # two of these (each may pass it by one payload); smaller runs overlap better, each costs a sync.
 _PULL_RUN_BYTES = 1 << 26
+_FETCHES_AT_ONCE = 8  # payloads a pull fetches at once
 # The most journals a pull reads the heads of: more is a remote to split (or not one stepjournal wrote).
 _MAX_SOURCES = 100_000
 
@@ -87,18 +88,26 @@ class PlannedRun:
 
 
 def _fetch_run(objects: Any, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
-    """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only."""
+    """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only,
+    several payloads at once (`in_parallel`: a request's latency, not the bandwidth, bounds many)."""
     blobs: Dict[bytes, Any] = {}
     bad: Dict[str, Set[int]] = {}
-    for digest, (ref, steps) in run.wanted.items():
-        key = bytes.fromhex(digest)
+
+    def fetch(digest: str) -> Tuple[Any, Optional[Exception]]:
         try:
-            blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
-        except PayloadMissingError:
+            return objects.fetch(bytes.fromhex(digest), nbytes=run.wanted[digest][0].nbytes)[0], None
+        except IntegrityError as exc:  # PayloadMissingError is one: told apart below
+            return None, exc
+
+    for digest, (blob, error) in in_parallel(list(run.wanted), fetch, _FETCHES_AT_ONCE):
+        steps = run.wanted[digest][1]
+        if error is None:
+            blobs[bytes.fromhex(digest)] = blob
+        elif isinstance(error, PayloadMissingError):
             if digest not in run.released:  # retention released it before the push: not sent, not damage
                 bad.setdefault(f"{digest[:16]}… (PayloadMissingError)", set()).update(steps)
-        except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
-            bad.setdefault(f"{digest[:16]}… ({type(exc).__name__})", set()).update(steps)
+        else:  # oversized, truncated or damaged: never stored
+            bad.setdefault(f"{digest[:16]}… ({type(error).__name__})", set()).update(steps)
     return blobs, bad
 
 
