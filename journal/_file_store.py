@@ -26,9 +26,11 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 import uuid
+import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ._digest import DIGEST_SIZE, digest_bytes
 from ._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError
@@ -36,7 +38,7 @@ from ._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
 from ._payloads import ZSTD_MAGIC, own_nbytes, stored_bound, stored_digest_read, unwrap
 
-__all__ = ["FilePayloadStore", "TMP_FOLDER", "PAYLOAD_FOLDER", "local_payload_store"]
+__all__ = ["FilePayloadStore", "StagedFile", "TMP_FOLDER", "PAYLOAD_FOLDER", "local_payload_store"]
 
 T = TypeVar("T")
 # A journal's payload files: this folder of the journal's own.
@@ -66,6 +68,7 @@ class FilePayloadStore:
     def __init__(self, folder: str, *, readonly: bool = False) -> None:
         self.folder = os.fspath(folder)
         self.readonly = readonly
+        self._staged: Dict[bytes, "StagedFile"] = {}  # digest -> a file written ahead of its `put` (`stage`)
 
     def __repr__(self) -> str:
         return f"FilePayloadStore({self.folder!r})"
@@ -82,6 +85,10 @@ class FilePayloadStore:
         `digest`, durably; a stored copy that still matches `digest` is kept as it is."""
         self._refuse_if_readonly()
         path = self.path_of(digest)
+        staged = self._staged.pop(digest, None)
+        if staged is not None and staged.pid == os.getpid():  # a forked child writes its own
+            staged.finish(path)
+            return
         buffers = _buffers(blob)
         # The check is bounded by the size of the value being stored, never by the file's.
         nbytes = own_nbytes(buffers[0]) if len(buffers) == 1 else sum(b.nbytes for b in buffers)
@@ -103,6 +110,20 @@ class FilePayloadStore:
             return False
         _fsync_folder(os.path.dirname(path))
         return True
+
+    def stage(self, blob: Any) -> "StagedFile":
+        """Start writing `blob` (bytes-like, or a sequence of them) to a new file under ``tmp/`` on a
+        thread of its own, so that the caller can hash the same bytes meanwhile; `StagedFile.named`
+        then lets the `put` of that digest finish it (``fsync``, ``rename``, folder ``fsync``) instead
+        of writing the bytes again."""
+        self._refuse_if_readonly()
+        return StagedFile(self, _buffers(blob))
+
+    def discard_staged(self, digest: bytes) -> None:
+        """Remove the file staged for `digest`, if any (its record was refused before it was stored)."""
+        staged = self._staged.pop(digest, None)
+        if staged is not None:
+            staged.discard()
 
     def partial_files(self) -> List[str]:
         """The files a write left in ``tmp/`` without renaming them (a crash cut it short), oldest first."""
@@ -142,11 +163,14 @@ class FilePayloadStore:
         except (IntegrityError, OSError):
             return False
 
-    def _write(self, path: str, buffers: List[memoryview]) -> None:
+    def _new_tmp(self) -> str:
+        """A new name under ``tmp/`` (the folder made if missing)."""
         tmp_folder = os.path.join(self.folder, TMP_FOLDER)
         _make_folder(tmp_folder, self.folder)
-        _make_folder(os.path.dirname(path), self.folder)
-        tmp = os.path.join(tmp_folder, f"{os.path.basename(path)}.{uuid.uuid4().hex}")
+        return os.path.join(tmp_folder, uuid.uuid4().hex)
+
+    def _write_tmp(self, tmp: str, buffers: List[memoryview]) -> None:
+        """`buffers` written to the new file `tmp` and fsynced; on an error the file is removed."""
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
@@ -154,17 +178,35 @@ class FilePayloadStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(tmp, path)
         except OSError as exc:
             _remove_quietly(tmp)
-            if exc.errno in _FULL:
-                raise JournalFullError(
-                    f"the disk holding {self.folder} is full: a payload of {sum(b.nbytes for b in buffers)} bytes "
-                    "was not written and nothing names it; nothing already recorded was harmed. Free space, or "
-                    "continue without recording (see docs/reliability.md)"
-                ) from None
-            raise
+            raise self._full(exc, sum(b.nbytes for b in buffers)) from None
+
+    def _rename_into_place(self, tmp: str, path: str) -> None:
+        """`tmp` (written and fsynced) renamed to `path`, then its folder fsynced."""
+        try:
+            _make_folder(os.path.dirname(path), self.folder)
+            os.rename(tmp, path)
+        except OSError as exc:
+            nbytes = os.path.getsize(tmp) if os.path.exists(tmp) else 0
+            _remove_quietly(tmp)
+            raise self._full(exc, nbytes) from None
         _fsync_folder(os.path.dirname(path))
+
+    def _full(self, exc: OSError, nbytes: int) -> OSError:
+        """`JournalFullError` for a full disk, else `exc` itself."""
+        if exc.errno in _FULL:
+            return JournalFullError(
+                f"the disk holding {self.folder} is full: a payload of {nbytes} bytes "
+                "was not written and nothing names it; nothing already recorded was harmed. Free space, or "
+                "continue without recording (see docs/reliability.md)"
+            )
+        return exc
+
+    def _write(self, path: str, buffers: List[memoryview]) -> None:
+        tmp = self._new_tmp()
+        self._write_tmp(tmp, buffers)
+        self._rename_into_place(tmp, path)
 
     # -- reading ---------------------------------------------------------------------------------
     def _missing(self, digest: bytes) -> PayloadMissingError:
@@ -273,6 +315,53 @@ class FilePayloadStore:
                     continue  # not one of ours
                 if len(digest) == DIGEST_SIZE and digest.hex() == fan + name:
                     yield digest
+
+
+class StagedFile:
+    """A payload file written on a thread of its own while its writer hashes the same bytes
+    (`FilePayloadStore.stage`), then put in place by the `put` of its digest.
+
+    `named` registers it under its digest and ties it to the object that will be recorded (a
+    `PreparedPayload`): if that object goes away unrecorded, the file is removed. A crash leaves it in
+    ``tmp/``, where `verify` reports it and `compact` removes it, as any write a crash cut short.
+    """
+
+    def __init__(self, store: FilePayloadStore, buffers: List[memoryview]) -> None:
+        self._store = store
+        self.pid = os.getpid()  # the process whose thread writes it
+        self._tmp = store._new_tmp()
+        self._error: Optional[BaseException] = None
+        self._digest: Optional[bytes] = None
+        self._thread = threading.Thread(target=self._run, args=(buffers,), name="stepjournal-stage", daemon=True)
+        self._thread.start()
+
+    def _run(self, buffers: List[memoryview]) -> None:
+        try:
+            self._store._write_tmp(self._tmp, buffers)
+        except BaseException as exc:  # raised where the record waits for it (`finish`)
+            self._error = exc
+
+    def named(self, digest: bytes, owner: Any) -> None:
+        """The bytes hash to `digest`: the `put` of that digest finishes this file; and when `owner`
+        goes away first (never recorded), the file is removed."""
+        self._digest = digest
+        self._store._staged[digest] = self
+        weakref.finalize(owner, self.discard)
+
+    def finish(self, path: str) -> None:
+        """Wait for the write, then rename the file to `path` and fsync its folder (a file already there
+        holds the same bytes, its name being their digest, and is replaced)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        self._store._rename_into_place(self._tmp, path)
+
+    def discard(self) -> None:
+        """Wait for the write and remove the file (not recorded)."""
+        self._thread.join()
+        if self._digest is not None and self._store._staged.get(self._digest) is self:
+            del self._store._staged[self._digest]
+        _remove_quietly(self._tmp)
 
 
 def _buffers(blob: Any) -> List[memoryview]:

@@ -142,6 +142,13 @@ class LmdbPayloadStore:
     def _to_files(self, blob: Any) -> bool:
         return self.files is not None and stored_size(blob) >= self._file_from
 
+    def stage(self, blob: Any) -> Optional[Any]:
+        """Start writing a payload that `commit` will put in a file (`FilePayloadStore.stage`), so its
+        bytes are written while the caller hashes them; None for one that goes to LMDB."""
+        if not self._to_files(blob) or self.files.readonly:
+            return None
+        return self.files.stage(blob)
+
     def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
         """The bytes of `items` that `commit` puts in LMDB's pages (a payload file takes none)."""
         return sum(stored_size(blob) for _, blob in items if not self._to_files(blob))
@@ -157,6 +164,7 @@ class LmdbPayloadStore:
         if cap is not None and not self.files.has(digest):
             used = self._store.used_bytes() + self.files.total_bytes()
             if used + stored_size(blob) > cap:
+                self.files.discard_staged(digest)
                 raise JournalFullError(
                     f"journal {self._store.path!r} reached its size cap of {cap} bytes ({used} used, a payload of "
                     f"{stored_size(blob)} bytes to write); nothing already recorded was harmed. Raise max_size, or continue "

@@ -111,13 +111,15 @@ class PreparedPayload:
 
 def prepare_payload(
     value: Any, *, registry: Optional[CodecRegistry], compression: Optional[str], store: bool = True,
-    copy: bool = True,
+    copy: bool = True, stage: Optional[Callable[[Any], Any]] = None,
 ) -> PreparedPayload:
     """Encode and hash `value`; keep the encoding for storage unless `store` is False.
 
     `copy` False (and no compression): the encoding is kept as its pieces, the tensors' and arrays' own
     memory where they are laid out in C order (`encode_payload_parts`), so storing it copies nothing
-    more; the value must not change until it is stored.
+    more; the value must not change until it is stored. `stage` (with `copy` False): the payload
+    store's `stage`, which starts writing the pieces while they are hashed (a large payload's file;
+    None from it: nothing staged); the staged file is tied to the returned payload.
 
     Raises:
         UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
@@ -126,8 +128,17 @@ def prepare_payload(
         from ._codec import encode_payload_parts
 
         pieces = encode_payload_parts(value, registry=registry)
-        key = digest_pieces(pieces)
-        return PreparedPayload(key.hex(), key, stored_size(pieces), None, raw=pieces)
+        staged = stage(pieces) if stage is not None else None
+        try:
+            key = digest_pieces(pieces)  # while the staged file is written, on its own thread
+        except BaseException:
+            if staged is not None:
+                staged.discard()
+            raise
+        prepared = PreparedPayload(key.hex(), key, stored_size(pieces), None, raw=pieces)
+        if staged is not None:
+            staged.named(key, prepared)
+        return prepared
     # A numpy buffer, not a bytearray: no zero-fill of fresh 4 KiB pages before the copy (see _codec).
     from ._codec import encode_payload_array
 

@@ -50,14 +50,18 @@ class Recording:
                 compared, never stored.
             copy: False keeps the encoding as pieces that are the tensors' own memory where they are laid
                 out in C order (no copy of them): for a value recorded right away, which must not change
-                until then (`record` and the policies' engine prepare so).
+                until then (`record` and the policies' engine prepare so). A payload large enough to be
+                a file is written while it is hashed; dropped without being recorded, its file is removed.
 
         Raises:
             UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
         """
         if isinstance(value, PreparedPayload):
             return value
-        return prepare_payload(value, registry=self._registry, compression=self.compression, store=store, copy=copy)
+        # Not copied: a large payload's file is written while it is hashed (its store's `stage`).
+        stage = None if copy else getattr(self._payloads, "stage", None)
+        return prepare_payload(value, registry=self._registry, compression=self.compression, store=store, copy=copy,
+                               stage=stage)
 
     def record(
         self,

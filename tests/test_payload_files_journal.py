@@ -76,6 +76,7 @@ def test_the_size_cap_counts_payload_files_and_a_record_past_it_is_journal_full_
                 journal.record(step, big(step))
                 recorded.append(step)
         assert 2 <= len(recorded) < 6 and journal.recorded_steps() == recorded and journal.verify() == []
+        assert tmp_files(path) == []  # the refused record's file, written while it was hashed, is gone
     on_disk = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names if n != "lock.mdb")
     assert on_disk <= cap
 
@@ -93,6 +94,31 @@ def test_a_damaged_payload_file_is_reported_with_its_step_and_never_replayed(tmp
         assert [(p.kind, p.where, p.steps) for p in journal.verify()] == [("payload", digest, (3,))]
         with pytest.raises(IntegrityError, match="does not match its digest"):
             journal.load_output(journal.lookup(3))
+
+
+def tmp_files(path) -> list:
+    tmp = os.path.join(path, PAYLOAD_FOLDER, TMP_FOLDER)
+    return sorted(os.listdir(tmp)) if os.path.isdir(tmp) else []
+
+
+def test_a_large_payload_is_written_while_it_is_hashed_and_put_in_place_by_its_record(tmp_path):
+    """`prepare(copy=False)` (as `record` and the engine prepare) starts the file before the digest is
+    known; the record renames it into place instead of writing the bytes a second time."""
+    import gc
+
+    path = tmp_path / "j"
+    with Journal(path) as journal:
+        prepared = journal.prepare(big(1), copy=False)
+        staged = tmp_files(path)
+        assert len(staged) == 1 and os.path.getsize(os.path.join(path, PAYLOAD_FOLDER, TMP_FOLDER, staged[0])) == prepared.nbytes
+        journal.record(1, prepared)
+        assert tmp_files(path) == [] and files_of(path) == [prepared.digest]
+        dropped = journal.prepare(big(2), copy=False)  # never recorded: its file goes with it
+        assert len(tmp_files(path)) == 1
+        del dropped
+        gc.collect()
+        assert tmp_files(path) == [] and files_of(path) == [prepared.digest]
+        assert same(journal.load_output(journal.lookup(1)), big(1)) and journal.verify() == []
 
 
 def _mapped_from(address: int, path: str) -> bool:
@@ -203,18 +229,18 @@ KILLED_RECORD = """
 
     path, point, big = sys.argv[1], sys.argv[2], int(sys.argv[3])
     real_fsync, real_rename = os.fsync, os.rename
-    fsyncs = []
+    renamed = []
 
     def fsync(fd):
         real_fsync(fd)
-        fsyncs.append(stat.S_ISREG(os.fstat(fd).st_mode))
-        if point == "file-synced" and fsyncs[-1]:
+        if point == "file-synced" and stat.S_ISREG(os.fstat(fd).st_mode):
             os.kill(os.getpid(), signal.SIGKILL)
-        if point == "folder-synced" and not fsyncs[-1] and True in fsyncs:
+        if point == "folder-synced" and stat.S_ISDIR(os.fstat(fd).st_mode) and renamed:  # the renamed file's folder
             os.kill(os.getpid(), signal.SIGKILL)
 
     def rename(a, b):
         real_rename(a, b)
+        renamed.append(b)
         if point == "renamed":
             os.kill(os.getpid(), signal.SIGKILL)
 
