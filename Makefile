@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
 
-.PHONY: demo test test-fast soak bench bench-scale bench-report clean
+.PHONY: demo test test-fast soak bench bench-scale bench-report bench-files clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ bench-scale: $(VENV)/.test
 # `stepjournal report` of 10 000 steps of 500 samples: its time, memory and file size; about 5 minutes here.
 bench-report: $(VENV)/.test
 	$(PY) -m benchmarks._bench_report
+
+# Where payload files start to pay: a durable record in LMDB vs as a file, by payload size (issue 29).
+bench-files: $(VENV)/.test
+	$(PY) -m benchmarks._bench_file_threshold
 
 clean:
 	rm -rf $(VENV) .stepjournal-demo build dist *.egg-info

@@ -40,7 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from ._bench_s3 import _BUCKET, _CREDENTIALS, moto_server
+from ._bench_s3 import _BUCKET, get_durably, moto_bucket
 from ._measure import quiet_logs
 from ._report import _goal
 from ._workload import Workload, make_batch, mark
@@ -69,20 +69,13 @@ def _timed(fn: Callable[[], Any], cpu: List[float]) -> float:
 
 
 def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progress: Callable[[str], None]) -> Dict[str, Any]:
-    import boto3
     import obstore
-    from obstore.store import S3Store
 
     from stepjournal import Journal, ObjectPayloadStore, clone, push
 
-    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", *_CREDENTIALS)}
-    os.environ.update(_CREDENTIALS)
     root = Path(tempfile.mkdtemp(prefix="remote-", dir=workdir))
     try:
-        with moto_server() as endpoint:
-            os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"})
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=_BUCKET)
-            store = S3Store(_BUCKET, endpoint=endpoint, client_options={"allow_http": True})
+        with moto_bucket() as (_endpoint, store):
             source = root / "recorded"
             with Journal(source, run="bench") as journal:
                 for step in range(1, steps + 1):
@@ -109,12 +102,7 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
                 durable = root / f"durable{rep}"
 
                 def raw_get_durable() -> None:
-                    durable.mkdir()
-                    for i in range(len(blobs)):
-                        with open(durable / str(i), "wb") as out:
-                            out.write(obstore.get(store, f"raw-{prefix}/{i}").bytes())
-                            out.flush()
-                            os.fsync(out.fileno())
+                    get_durably(store, [f"raw-{prefix}/{i}" for i in range(len(blobs))], durable)
 
                 # Alternated, so neither side always meets the server first.
                 order = [("raw_put", raw_put), ("push", lambda: push(str(source), url))]
@@ -138,11 +126,6 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
                 progress(f"remote rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     med = {k: statistics.median(v) for k, v in times.items()}
     mib = nbytes / (1 << 20)
     ratios = {

@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["bench_s3_clients", "moto_server", "main"]
+__all__ = ["aws_environment", "bench_s3_clients", "get_durably", "moto_bucket", "moto_server", "main"]
 
 _BUCKET = "bench"
 _CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_REGION": "us-east-1"}
@@ -54,6 +54,49 @@ def moto_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def aws_environment(values: Dict[str, str]) -> Iterator[None]:
+    """`values` set in ``os.environ`` (as a user's shell would, so child processes see them too); every
+    AWS variable set inside is put back as it was on the way out."""
+    names = ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", *_CREDENTIALS, *values)
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def moto_bucket() -> Iterator[Tuple[str, Any]]:
+    """`moto_server` with the bench bucket made and the AWS environment pointing at it, so a
+    ``stepjournal`` child process finds it too; yields (endpoint, obstore S3Store)."""
+    import boto3
+    from obstore.store import S3Store
+
+    with aws_environment(_CREDENTIALS), moto_server() as endpoint:
+        os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"})
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=_BUCKET)
+        yield endpoint, S3Store(_BUCKET, endpoint=endpoint, client_options={"allow_http": True})
+
+
+def get_durably(store: Any, keys: List[str], folder: Any) -> None:
+    """obstore's get of each key written to a new file of its own in `folder`, fsynced: a get plus the
+    durable write no durable pull can skip."""
+    import obstore
+
+    os.makedirs(folder)
+    for i, key in enumerate(keys):
+        with open(os.path.join(folder, str(i)), "wb") as out:
+            out.write(obstore.get(store, key).bytes())
+            out.flush()
+            os.fsync(out.fileno())
 
 
 Client = Tuple[Callable[[str, bytes], None], Callable[[str], bytes]]
@@ -95,9 +138,7 @@ CANDIDATES: Dict[str, Callable[[str], Client]] = {"obstore": _obstore, "boto3": 
 
 def bench_s3_clients(*, sizes_mib: List[int], reps: int, progress: Callable[[str], None] = lambda m: None) -> Dict[str, Any]:
     """Put and get throughput (MiB/s, median of `reps`) of each installed client, per object size."""
-    saved = {k: os.environ.get(k) for k in _CREDENTIALS}
-    os.environ.update(_CREDENTIALS)
-    try:
+    with aws_environment(_CREDENTIALS):
         with moto_server() as endpoint:
             import boto3  # moto[server] depends on it: creating the bucket needs no candidate
 
@@ -135,12 +176,6 @@ def bench_s3_clients(*, sizes_mib: List[int], reps: int, progress: Callable[[str
                     f"{n} put {result['clients'][n][f'put_{size}mib_mib_s']} get {result['clients'][n][f'get_{size}mib_mib_s']} MiB/s"
                     for n in names))
             return result
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def main(argv: Optional[List[str]] = None) -> int:

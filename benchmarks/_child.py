@@ -14,10 +14,10 @@ import os
 import time
 from typing import Any, Dict
 
-__all__ = ["replay_in_child"]
+__all__ = ["peak_reset", "replay_in_child", "status_bytes"]
 
 
-def _status_bytes(field: str) -> int | None:
+def status_bytes(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -28,12 +28,12 @@ def _status_bytes(field: str) -> int | None:
     return None
 
 
-def _reset_peak() -> bool:
+def peak_reset() -> bool:
     """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not possible."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _status_bytes("VmHWM") is not None
+        return status_bytes("VmHWM") is not None
     except OSError:
         return False
 
@@ -57,7 +57,7 @@ def _tensor_bytes(value: Any) -> int:
 
 
 def _child(spec: Dict[str, Any]) -> Dict[str, Any]:
-    from ._measure import maxrss_bytes, quiet_logs
+    from ._measure import evict_from_page_cache, maxrss_bytes, quiet_logs
 
     quiet_logs()
     import numpy  # imported before the baseline: imports are not part of a replay
@@ -113,42 +113,60 @@ def _child(spec: Dict[str, Any]) -> Dict[str, Any]:
     prime()
     gc.collect()
     rusage_base = maxrss_bytes()
-    exact = _reset_peak()
-    rss_before = _status_bytes("VmRSS") if exact else rusage_base
+    exact = peak_reset()
+    rss_before = status_bytes("VmRSS") if exact else rusage_base
     start = time.perf_counter()
     value = op()
     first = time.perf_counter() - start
-    peak = (_status_bytes("VmHWM") if exact else maxrss_bytes()) or 0
+    peak = (status_bytes("VmHWM") if exact else maxrss_bytes()) or 0
     loaded = _tensor_bytes(value)
     del value
     gc.collect()
-    times = []
-    for _ in range(spec["reps"]):
+
+    def timed(evict: bool) -> float:
+        if evict:
+            for name in _files_under(path):
+                evict_from_page_cache(name)
         prime()
         start = time.perf_counter()
         value = op()
-        times.append(time.perf_counter() - start)
+        seconds = time.perf_counter() - start
         del value
         gc.collect()
+        return seconds
+
+    times = [timed(False) for _ in range(spec["reps"])]
+    # Cold: every file of the source dropped from the page cache first (a journal: data.mdb and each
+    # payload file), as after a reboot; reported beside the warm figure, not in its place.
+    cold = [timed(True) for _ in range(spec.get("cold_reps", 0))]
     return {
         "first_s": first,
         "times_s": times,
+        "cold_times_s": cold,
         "peak_rss_delta_bytes": max(0, peak - (rss_before or 0)),
         "rss_method": "VmHWM" if exact else "ru_maxrss",
         "loaded_bytes": loaded,
     }
 
 
+def _files_under(path: str) -> list:
+    if not os.path.isdir(path):
+        return [path]
+    return [os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names
+            if name != "lock.mdb"]
+
+
 def replay_in_child(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Run one replay kind (`journal`, `verl`, `plain`, `plain_into`) in a spawned process.
 
     Args:
-        spec: ``kind``, ``path``, ``reps``, ``warm_bytes`` (see `_measure.settle`); for journals also
-            ``step`` and ``dataproto``.
+        spec: ``kind``, ``path``, ``reps``, ``warm_bytes`` (see `_measure.settle`), ``cold_reps``
+            (replays after dropping the source's files from the page cache); for journals also ``step``
+            and ``dataproto``.
 
     Returns:
         ``first_s`` (first replay in the fresh process), ``times_s`` (the warm repetitions, each with a
-        fresh handle), ``peak_rss_delta_bytes`` of the first replay, and ``loaded_bytes``.
+        fresh handle), ``cold_times_s``, ``peak_rss_delta_bytes`` of the first replay, and ``loaded_bytes``.
     """
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as pool:

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from rich.console import Console
+from rich.table import Table
 
 from ._bench_diff import bench_diff
 from ._bench_record_growing import bench_record_growing
 from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
+from ._bench_share_cli import bench_share_cli
 from ._bench_verify import bench_verify
 from ._cli_start import bench_cli_start
 from ._measure import load_average, machine_facts, quiet_logs
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "verify": bench_verify,
         "diff": bench_diff,
         "remote": bench_remote,
+        "share_cli": bench_share_cli,
     }
     try:
         for name, section in sections.items():
@@ -137,6 +140,20 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
     return report
 
 
+def goal_table(goals: Dict[str, Any]) -> Table:
+    """Every goal in one table: its target, what this run measured, and met / not met."""
+    table = Table(title="goals", title_justify="left")
+    for column in ("goal", "target", "measured", ""):
+        table.add_column(column, justify="right" if column in ("target", "measured") else "left")
+    for name, goal in goals.items():
+        unit = goal.get("unit", "")
+        measured = goal.get("measured")
+        table.add_row(name, f"{goal.get('op', '')} {goal['goal']}{unit}",
+                      "not measured" if measured is None else f"{measured:.3g}{unit}",
+                      "met" if goal["met"] else "NOT MET")
+    return table
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: prints the report to stdout (progress to stderr); returns 0 whatever the goals say."""
     args = _parser().parse_args(argv)
@@ -147,6 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n", encoding="utf-8")
     print(text)
+    console.print(goal_table(report["goals"]))
     met = sum(goal["met"] for goal in report["goals"].values())
     console.log(f"{met} of {len(report['goals'])} goals met; elapsed {report['elapsed_s']} s")
     return 0

@@ -109,7 +109,7 @@ out = {"open_s": start - opened}
 if what == "runs":
     out["runs"] = len(journal.run_summaries())
 elif what == "audit_json":
-    from stepjournal._audit_rows import json_rows
+    from stepjournal._call_rows import json_rows
     from stepjournal.adapters.cli._audit import _print_json_rows
     sink = open(os.devnull, "w")
     sys.stdout, real = sink, sys.stdout

@@ -171,9 +171,11 @@ def bench_replay(ctx: Context) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for name, spec in ctx.replay_sources.items():
         ctx.progress(f"replay: {name} in a fresh process")
-        result = replay_in_child({**spec, "reps": ctx.reps, "warm_bytes": 2 * ctx.payload_nbytes + (64 << 20)})
+        result = replay_in_child({**spec, "reps": ctx.reps, "warm_bytes": 2 * ctx.payload_nbytes + (64 << 20),
+                                  "cold_reps": min(3, ctx.reps)})
         out[name] = {
             **summarize(result["times_s"]),
+            "cold_median_s": statistics.median(result["cold_times_s"]) if result["cold_times_s"] else None,
             "first_in_fresh_process_s": result["first_s"],
             "peak_rss_delta_bytes": result["peak_rss_delta_bytes"],
             "rss_method": result["rss_method"],

@@ -10,13 +10,14 @@ from ._version import __version__
 
 _MODULE_OF_NAMES = {
     "_samples": ("Sample",),
-    "_audit": ("AUDIT_SCHEMA_VERSION", "AuditRecord", "RunSummary", "session_names", "summarize_runs"),
+    "_audit": ("AuditRecord", "session_names", "summarize_runs"),
     "_codec": ("CodecRegistry", "decode_payload", "default_registry", "describe_payload", "encode_payload", "register_codec"),
     "_compare": ("Comparison", "Difference", "compare_values"),
     "_diff": ("diff_journals",),
     "_diff_report": ("DIFF_SCHEMA_VERSION", "DiffReport", "DiffSide", "PairDiff"),
     "_errors": ("CodecPluginError", "DiffError", "EventDecodeError", "ImportClaimError", "ImportConflictError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "RemoteConfigError", "RemoteConflictError", "RemoteCredentialsError", "RemoteError", "RemoteFormatError", "RemoteMissingError", "RemotePlainHttpError", "RemoteRegionError", "RemoteUnreachableError", "RemoteUrlSecretError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
-    "_events": ("CallBypassed", "CallRefused", "EventsImported", "GenerationRecorded", "PayloadRef", "PayloadsReleased", "ReplayServed", "SessionOpened"),
+    "_events": ("AUDIT_SCHEMA_VERSION", "CallBypassed", "CallRefused", "EventsImported", "GenerationRecorded", "PayloadRef", "PayloadsReleased", "ReplayServed", "SessionOpened"),
+    "_runs_index": ("RunSummary",),
     "_retention": ("Retention", "RetentionConflictError", "RetentionError", "RetentionPlan", "PlannedRelease", "plan_retention"),
     "_prune": ("prune", "find_release"),
     "_compact": ("compact", "CompactError", "JournalBusyError"),

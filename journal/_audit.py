@@ -9,21 +9,19 @@ versioned by `AUDIT_SCHEMA_VERSION` and documented in docs/audit.md.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
 from ._import_map import ImportMap
-from ._events import (ACTIONS, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event, EventsImported,
-                      GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened)
+from ._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event, EventsImported,
+                      GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened, iso_time)
+from ._runs_index import RunSummary
 
 __all__ = [
-    "AUDIT_SCHEMA_VERSION",
     "AUDIT_FIELDS",
     "ACTIONS",
     "AuditRecord",
-    "RunSummary",
     "CALL_EVENT_TYPES",
     "AUDIT_EVENT_TYPES",
     "RELEASED",
@@ -33,8 +31,6 @@ __all__ = [
     "session_names",
 ]
 
-# Bump when a key of `AuditRecord.to_json` changes meaning or disappears; adding keys keeps the version.
-AUDIT_SCHEMA_VERSION = 1
 
 # What the audit reads (`CALL_EVENT_TYPES` and `ACTIONS` are `_events`'s, re-exported here): every call, every release of a record's payloads by retention (action
 # "released"), and the provenance of pulled events.
@@ -49,14 +45,6 @@ def _pairs(source: EventSource, **filters: Any) -> Iterable[Tuple[int, Event]]:
     if callable(read):
         return read(**filters)  # a journal filters while it reads (fewer events decoded into records)
     return source
-
-
-def iso_time(ts: Optional[float]) -> Optional[str]:
-    """A Unix time as ISO-8601 UTC with milliseconds (``2026-01-31T12:00:00.123Z``)."""
-    if ts is None:
-        return None
-    moment = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def session_names(opened: Iterable[str]) -> Dict[str, str]:
@@ -297,70 +285,6 @@ def call_records(pairs: Iterable[Tuple[int, Event]]) -> Iterable[AuditRecord]:
         if found is not None:
             record = attrs.evolve(record, origin_journal=found[0], origin_seq=found[1], source_seq=found[2])
         yield record
-
-
-@attrs.frozen
-class RunSummary:
-    """What a journal holds for one run key: its sessions and how its calls went.
-
-    Attributes:
-        run: the run key.
-        sessions: every `SessionOpened` of the run, in order, with its sequence number.
-        counts: calls per action (every action in `ACTIONS` is a key).
-        modes: calls per mode.
-        stages: calls per stage (``{"generate": 8, "reward": 8}``), in order of first call.
-        first_step, last_step: the smallest and largest step of any call (None without calls).
-        stored_bytes: encoded size of the outputs this run's calls stored (duplicates counted each time).
-    """
-
-    run: str
-    sessions: Tuple[Tuple[int, SessionOpened], ...]
-    counts: Dict[str, int]
-    modes: Dict[str, int]
-    first_step: Optional[int]
-    last_step: Optional[int]
-    stored_bytes: int
-    stages: Dict[str, int] = attrs.field(factory=dict)
-
-    @property
-    def calls(self) -> int:
-        return sum(self.counts.values())
-
-    def fingerprints(self) -> List[Dict[str, Any]]:
-        """The distinct fingerprints its sessions opened with, in order of first use."""
-        found: List[Dict[str, Any]] = []
-        for _, session in self.sessions:
-            if session.fingerprint not in found:
-                found.append(session.fingerprint)
-        return found
-
-    def to_json(self) -> Dict[str, Any]:
-        """This summary as a JSON object (the row format of ``stepjournal runs --json``)."""
-        return {
-            "schema_version": AUDIT_SCHEMA_VERSION,
-            "run": self.run,
-            "calls": self.calls,
-            "counts": dict(self.counts),
-            "modes": dict(self.modes),
-            "stages": dict(self.stages),
-            "first_step": self.first_step,
-            "last_step": self.last_step,
-            "stored_bytes": self.stored_bytes,
-            "fingerprints": self.fingerprints(),
-            "sessions": [
-                {
-                    "seq": seq,
-                    "session": s.session,
-                    "fingerprint": s.fingerprint,
-                    "library_version": s.library_version,
-                    "host": s.host,
-                    "pid": s.pid,
-                    "ts": s.ts,
-                    "time": iso_time(s.ts),
-                }
-                for seq, s in self.sessions
-            ],
-        }
 
 
 def summarize_runs(source: EventSource) -> List[RunSummary]:

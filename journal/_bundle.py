@@ -25,7 +25,7 @@ import attrs
 
 from ._convert import decode_event
 from ._errors import ImportClaimError, IntegrityError, JournalError, PayloadMissingError, StepJournalError
-from ._events import EventsImported, SessionOpened
+from ._events import EventsImported, SessionOpened, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options
 from ._import_map import ImportMap
 from ._journal import Journal
@@ -34,7 +34,7 @@ from ._progress import Progress, report_progress
 from ._object_store import ObjectPayloadStore
 from ._pull import PullReport, pull_from
 from ._remote import Released, journal_id, local_payload
-from ._remote_layout import (MANIFEST, call_refs, check_format, encode_segment, event_in, manifest_bytes, new_head,
+from ._remote_layout import (MANIFEST, check_format, encode_segment, event_in, manifest_bytes, new_head,
                              read_head, read_json, read_segment)
 from ._undo import undone_on_failure
 from ._verify import VerifyProblem
@@ -237,7 +237,7 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
     pending: Dict[str, List[Tuple[int, bytes]]] = {}
     heads: Dict[str, Dict[str, Any]] = {}
     written: set = set()
-    payloads = journal.lmdb_store()
+    payloads = journal.local_payloads()
     events, total = 0, journal.last_seq()
     released = Released(journal)  # read only if a payload is missing
     skipped: Dict[str, set] = {}  # per source: released payloads its next segment names

@@ -9,7 +9,7 @@ limits: read its docstring for the format), `_codec_registry` (custom types by n
 from __future__ import annotations
 
 from ._codec_decode import decode_payload, decode_payload_releasing, describe_payload
-from ._codec_encode import encode_payload, encode_payload_array
+from ._codec_encode import encode_payload, encode_payload_array, encode_payload_parts
 from ._codec_format import FORMAT_VERSION, MAX_DEPTH, PAYLOAD_MAGIC
 from ._codec_registry import CodecRegistry, default_registry, register_codec
 
@@ -24,5 +24,6 @@ __all__ = [
     "describe_payload",
     "encode_payload",
     "encode_payload_array",
+    "encode_payload_parts",
     "register_codec",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, List, Tuple
 
 import msgpack
 import numpy as np
@@ -16,7 +16,7 @@ from ._codec_format import (FORMAT_VERSION, INT_MAX, INT_MIN, MAX_DEPTH, PAYLOAD
 from ._codec_registry import CodecRegistry, default_registry
 from ._unstorable import storing_hint
 
-__all__ = ["encode_payload", "encode_payload_array"]
+__all__ = ["encode_payload", "encode_payload_array", "encode_payload_parts"]
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
@@ -224,7 +224,51 @@ def encode_payload_array(value: Any, *, registry: CodecRegistry | None = None) -
     return _encode(value, registry, lambda size: np.empty(size, dtype=np.uint8))
 
 
-def _encode(value: Any, registry: CodecRegistry | None, allocate: Callable[[int], Any]) -> Any:
+def encode_payload_parts(value: Any, *, registry: CodecRegistry | None = None) -> List[Any]:
+    """`encode_payload` as its pieces in order, not joined (for a ``writev`` of them).
+
+    The first piece is the prefix and header with the padding up to the first buffer; then each
+    tensor's or array's bytes and the padding after it. A contiguous CPU tensor or C-contiguous array
+    is its own memory, not copied (a view, valid while the value is unchanged); anything else (another
+    device, strides, a conjugate) is copied once. Joined, the pieces are `encode_payload`'s bytes.
+    """
+    encoder, header, data_start, total = _lay_out(value, registry)
+    head = np.zeros(data_start, dtype=np.uint8)
+    PREFIX.pack_into(memoryview(head), 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
+    head[PREFIX.size : PREFIX.size + len(header)] = np.frombuffer(header, dtype=np.uint8)
+    parts: List[Any] = [head]
+    written = data_start
+    for offset, nbytes, source in encoder.buffers:
+        start = data_start + offset
+        if start > written:
+            parts.append(bytes(start - written))
+        parts.append(_own_bytes(source, nbytes))
+        written = start + nbytes
+    if total > written:
+        parts.append(bytes(total - written))
+    return parts
+
+
+def _own_bytes(source: Any, nbytes: int) -> Any:
+    """A value's bytes in C order: a view of its own memory when it is laid out so, else a copy."""
+    if isinstance(source, torch.Tensor):
+        src = source.detach()
+        width = SAME_WIDTH_INT.get(src.element_size())
+        if (width is not None and src.device.type == "cpu" and src.is_contiguous() and not src.is_conj()
+                and not src.is_neg()):
+            return src.view(width).reshape(-1).numpy().view(np.uint8)
+        out = np.empty(nbytes, dtype=np.uint8)
+        _write_tensor(out, 0, nbytes, source)
+        return out
+    if source.flags.c_contiguous:
+        return source.reshape(-1).view(np.uint8)
+    out = np.empty(nbytes, dtype=np.uint8)
+    out.view(source.dtype).reshape(source.shape)[...] = source
+    return out
+
+
+def _lay_out(value: Any, registry: CodecRegistry | None) -> Tuple[_Encoder, bytes, int, int]:
+    """(the walked value, its header, where its buffers start, the payload's size)."""
     encoder = _Encoder(default_registry if registry is None else registry)
     try:
         tree = encoder.node(value, None, 0)
@@ -235,7 +279,11 @@ def _encode(value: Any, registry: CodecRegistry | None, allocate: Callable[[int]
         ) from None
     header = msgpack.packb(tree, use_bin_type=True, unicode_errors="surrogatepass")
     data_start = align(PREFIX.size + len(header))
-    total = data_start + encoder.size
+    return encoder, header, data_start, data_start + encoder.size
+
+
+def _encode(value: Any, registry: CodecRegistry | None, allocate: Callable[[int], Any]) -> Any:
+    encoder, header, data_start, total = _lay_out(value, registry)
     out = allocate(total)
     view = memoryview(out).cast("B")
     PREFIX.pack_into(view, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))

@@ -15,6 +15,11 @@ retry), and the next one to open sets the lock file up again, as after a reboot.
 
 On any failure before the swap the original is untouched and the partial copy removed; a crash
 (SIGKILL) leaves at most a ``.compact-*`` folder, which the next compaction removes.
+
+The journal's payload files (``payloads/``) are tidied under the same lock: what a write a crash cut
+short left in ``payloads/tmp/``, and a whole file no event names (its event never committed), are
+removed; nothing is removed when an event cannot be read (it might name one). `compact(path, to=DIR)`
+copies the payload files the events name beside the compacted copy.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from ._errors import JournalError, JournalFullError
+from ._convert import decode_event
+from ._errors import JournalError, JournalFullError, StepJournalError
+from ._events import call_refs
+from ._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ._log import get_logger
 from ._store import MAX_DBS, open_in_this_process
 
@@ -59,11 +67,13 @@ class CompactResult:
         path: the journal compacted (or the folder written, with ``to``).
         before_bytes: size of ``data.mdb`` before.
         after_bytes: size of the compacted ``data.mdb``.
+        files_removed: payload files removed: half-written ones, and whole ones no event names.
     """
 
     path: str
     before_bytes: int
     after_bytes: int
+    files_removed: int = 0
 
 
 def _lock_exclusive(lock_file: str, path: str) -> int:
@@ -128,6 +138,48 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
     return os.path.getsize(data)
 
 
+def _named_digests(folder: str) -> Optional[set]:
+    """The digests (hex) the journal's events name, or None when an event cannot be read."""
+    env = lmdb.open(folder, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    named: set = set()
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"events", txn=txn, create=False)
+            for key, body in txn.cursor(db=db):
+                try:
+                    event = decode_event(bytes(body))
+                except StepJournalError:
+                    return None
+                named.update(ref.digest for ref in call_refs(event))
+    finally:
+        env.close()
+    return named
+
+
+def _tidy_payload_files(folder: str) -> int:
+    """Remove the payload files a crash left behind (see the module's doc); return how many."""
+    files = FilePayloadStore(os.path.join(folder, PAYLOAD_FOLDER))
+    removed = files.remove_partial_files()
+    named = _named_digests(folder) if os.path.isdir(files.folder) else set()
+    if named is None:
+        log.warning("payload_files_not_tidied", path=folder, reason="an event cannot be read; run `stepjournal verify`")
+        return removed
+    for digest in list(files.digests()):
+        if digest.hex() not in named:
+            removed += files.delete(digest)
+    return removed
+
+
+def _copy_payload_files(folder: str, to: str) -> None:
+    """Copy the payload files the events name into the journal at `to`, each made durable."""
+    source = FilePayloadStore(os.path.join(folder, PAYLOAD_FOLDER), readonly=True)
+    named = _named_digests(folder) or set()
+    target = FilePayloadStore(os.path.join(to, PAYLOAD_FOLDER))
+    for digest in source.digests():
+        if digest.hex() in named:
+            target.put(digest, source.stored(digest))
+
+
 def _fsync_dir(folder: str) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -179,10 +231,11 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
             os.ftruncate(fd, 0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        removed = _tidy_payload_files(folder)
     finally:
         os.close(fd)
-    log.info("journal_compacted", path=path, before_bytes=before, after_bytes=after)
-    return CompactResult(path=path, before_bytes=before, after_bytes=after)
+    log.info("journal_compacted", path=path, before_bytes=before, after_bytes=after, files_removed=removed)
+    return CompactResult(path=path, before_bytes=before, after_bytes=after, files_removed=removed)
 
 
 def _compact_to(folder: str, to: str, path: str, before: int) -> CompactResult:
@@ -193,12 +246,14 @@ def _compact_to(folder: str, to: str, path: str, before: int) -> CompactResult:
         os.makedirs(to, 0o700)
     try:
         after = _copy(folder, to, path)
+        _copy_payload_files(folder, to)
     except BaseException:
         if created:
             shutil.rmtree(to, ignore_errors=True)
         else:
             for name in os.listdir(to):
-                os.unlink(os.path.join(to, name))
+                target = os.path.join(to, name)
+                shutil.rmtree(target) if os.path.isdir(target) else os.unlink(target)
         raise
     log.info("journal_compacted", path=path, to=to, before_bytes=before, after_bytes=after)
     return CompactResult(path=to, before_bytes=before, after_bytes=after)

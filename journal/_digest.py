@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import blake3
 
-__all__ = ["DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex"]
+__all__ = ["DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex", "digest_pieces"]
 
 DIGEST_SIZE = 32
 # Hashing a payload of tens of MB is on the record and replay paths; BLAKE3 spreads it over cores.
@@ -37,6 +37,16 @@ def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = No
         stop = min(start + _CHUNK, view.nbytes)
         hasher.update(view[start:stop])
         after_chunk(start, stop)
+    return hasher.digest()
+
+
+def digest_pieces(pieces) -> bytes:
+    """The digest of the bytes of `pieces` (bytes-like values) one after another, none copied or joined."""
+    views = [memoryview(p).cast("B") for p in pieces]
+    threads = blake3.blake3.AUTO if sum(v.nbytes for v in views) >= _THREADS_FROM else 1
+    hasher = blake3.blake3(max_threads=threads)
+    for view in views:
+        hasher.update(view)
     return hasher.digest()
 
 

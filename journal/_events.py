@@ -8,6 +8,7 @@ step, resume positions) is a projection of these events.
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
@@ -17,6 +18,9 @@ from ._errors import InvalidKeyError
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
 __all__ = [
+    "AUDIT_SCHEMA_VERSION",
+    "iso_time",
+    "call_refs",
     "PayloadRef",
     "SessionOpened",
     "GenerationRecorded",
@@ -369,3 +373,24 @@ def field_names(cls: type) -> Tuple[FrozenSet[str], FrozenSet[str]]:
     """The names of an attrs class's fields, and of those a stored body must hold (the fields without a default)."""
     fields = attrs.fields(cls)
     return (frozenset(f.name for f in fields), frozenset(f.name for f in fields if f.default is attrs.NOTHING))
+
+
+def call_refs(event: Any) -> List[PayloadRef]:
+    """The payloads an event names (its output, and a recorded call's stored input)."""
+    if isinstance(event, GenerationRecorded):
+        return [r for r in (event.output, event.input) if r is not None]
+    if isinstance(event, ReplayServed):
+        return [event.output]
+    return []
+
+
+# Bump when a key of an audit row (`AuditRecord.to_json`) or a `RunSummary.to_json` changes meaning or disappears; adding keys keeps the version.
+AUDIT_SCHEMA_VERSION = 1
+
+
+def iso_time(ts: Optional[float]) -> Optional[str]:
+    """A Unix time as ISO-8601 UTC with milliseconds (``2026-01-31T12:00:00.123Z``)."""
+    if ts is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

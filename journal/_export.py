@@ -21,10 +21,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ._audit import iso_time, summarize_runs
+from ._audit import summarize_runs
 from ._codec import CodecRegistry, describe_payload
 from ._errors import JournalError
-from ._events import PayloadRef
+from ._events import PayloadRef, iso_time
 from ._journal import Journal
 from ._progress import report_progress
 from ._version import __version__

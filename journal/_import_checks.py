@@ -22,10 +22,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Uni
 import attrs
 
 from ._errors import ImportClaimError, ImportConflictError, JournalError
-from ._events import EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
+from ._events import EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed, call_refs
 from ._import_map import ImportMap
 from ._keys import check_key
-from ._remote_layout import call_refs
 
 __all__ = ["KEEP_RULES", "Renames", "IncomingChecks", "check_options", "rename", "renames_of"]
 

@@ -7,8 +7,8 @@ with one job (see docs/architecture.md):
 - `_eventlog.EventLog`: appending and reading the ``events`` database (the truth);
 - `_projections.Projections`: the ``gen`` step index, the ``steps`` rank index and the ``sessions``
   index, kept by each append and rebuilt by `reindex` (nothing cached in memory);
-- `_payloads` (encode -> digest -> compress on store) and a `_payload_store.PayloadStore`
-  (`LmdbPayloadStore` by default: payloads commit in the event's own write transaction);
+- `_payloads` (encode -> digest -> compress on store) and a `PayloadStore` (by default the journal's
+  own, `_file_store.local_payload_store`: small payloads in the event's transaction, large ones files);
 - `_verify.verify` and `_audit.audit`: pure functions over what the rooms read.
 
 On disk: see `_keys` (key layout) and docs/architecture.md (databases).
@@ -35,10 +35,11 @@ from ._keys import check_key as _check_key
 from ._log import get_logger
 from ._paths import security_warnings
 from ._object_store import open_payload_store
-from ._payload_store import PayloadStore
-from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key
+from ._file_store import local_payload_store
+from ._payload_store import LmdbPayloadStore, PayloadStore
+from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
 from ._projections import Projections, RecordedGeneration, layout_of
-from ._prune import Retainer
+from ._release import Retainer
 from ._queries import Queries
 from ._recording import Recording
 from ._store import Store
@@ -86,7 +87,8 @@ class Journal(Recording, Queries):
         readonly: open without writing anything (no session is recorded).
         compression: ``"zstd"`` to compress payloads, or ``None``.
         map_size: initial LMDB map size in bytes; it grows by itself.
-        max_size: cap on the journal's size in bytes; reaching it raises `JournalFullError`.
+        max_size: cap on the journal's size in bytes (LMDB's file and the payload files); reaching it raises
+            `JournalFullError`.
         sync: flush each commit to disk (default True).
         registry: codecs for custom payload types; defaults to the process-wide registry.
         session: False opens for writing without recording a `SessionOpened` (for maintenance such as
@@ -136,7 +138,8 @@ class Journal(Recording, Queries):
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
-        self._payloads: PayloadStore = open_payload_store(payload_store, self._store)
+        self._local_payloads = local_payload_store(self._store)
+        self._payloads: PayloadStore = open_payload_store(payload_store, self._local_payloads)
         self._retainer = Retainer(retention, self._payloads) if retention is not None else None
         self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
         self.session: Optional[str] = None
@@ -183,6 +186,11 @@ class Journal(Recording, Queries):
         """Where this journal's payloads live (its `PayloadStore`)."""
         self._live()
         return self._payloads
+
+    def local_payloads(self) -> LmdbPayloadStore:  # what push, pull, bundles and status read and write
+        """This journal's own payloads (LMDB table, ``payloads/`` files), whatever its `payload_store`."""
+        self._live()
+        return self._local_payloads
 
     def lmdb_store(self) -> Store:  # the seam of the modules that work in the journal's own transactions
         """The open LMDB `Store`, for prune, push, pull, bundles and status (docs/architecture.md, "Seams").
@@ -234,14 +242,15 @@ class Journal(Recording, Queries):
 
     # -- writing -------------------------------------------------------------------------------
     def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> List[int]:
-        """Append events (and the payload blobs they reference) durably; return their seqs.
-
-        The payload store decides how: the LMDB store writes the payloads in the events' own write
-        transaction (both or neither survive a crash); a remote store writes them first."""
+        """Append events (and the payload blobs they reference) durably; return their seqs. The payload
+        store decides how (`PayloadStore.commit`): each payload is durable when its event commits."""
         store = self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
-        needed = sum(len(blob) for _, blob in payloads) + sum(len(b) for b in encoded)
+        if not getattr(self._payloads, "takes_pieces", False):  # a store of the user's: bytes, as the protocol says
+            payloads = [(key, joined(blob)) for key, blob in payloads]
+        in_lmdb = getattr(self._payloads, "lmdb_bytes", None)  # the map grows for what LMDB will hold
+        needed = (in_lmdb(payloads) if in_lmdb else 0) + sum(len(b) for b in encoded)
 
         def write_events(in_txn):
             def fn(txn):
@@ -432,15 +441,8 @@ class Journal(Recording, Queries):
         return security_warnings(self.path)
 
     def verify(self, *, progress: Any = None) -> List[VerifyProblem]:
-        """Check everything: each event decodes, each payload matches its digest, the index matches the log.
-
-        Args:
-            progress: an optional callable ``progress(done, total)`` called as work advances.
-
-        Returns:
-            The problems found; empty when the journal is whole.
-        """
-        self._live()
+        """Check everything: each event decodes, each payload matches its digest, the index matches the log;
+        return the problems found (empty: whole). `progress`: called as ``progress(done, total)`` in bytes."""
         store = self._live()
         with store.read() as txn:
             layout = layout_of(txn, store)

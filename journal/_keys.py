@@ -19,6 +19,7 @@ the separators and the 12 bytes of step and index counted in.
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple, Optional
 
 from ._errors import InvalidKeyError
@@ -44,6 +45,7 @@ __all__ = [
     "prefix_end",
     "gen_prefix",
     "gen_key",
+    "gen_key_at",
     "parse_gen_key",
     "check_key",
     "check_step",
@@ -117,7 +119,13 @@ def rank_key(prefix: bytes, ordinal: int) -> bytes:
 def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT_STAGE, *,
             layout: int = LAYOUT_VERSION) -> bytes:
     """The ``gen`` index key of one call (`layout` as for `gen_prefix`)."""
-    return gen_prefix(run, mode, stage, layout=layout) + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+    return gen_key_at(gen_prefix(run, mode, stage, layout=layout), step, gen_index)
+
+
+def gen_key_at(prefix: bytes, step: int, gen_index: int, _pack=struct.Struct(">QI").pack) -> bytes:
+    """`gen_key` under a `gen_prefix` already made (a writer of many keys makes each prefix once): the
+    step in 8 bytes and the call's index in 4, big-endian, so keys sort as (step, index)."""
+    return prefix + _pack(step, gen_index)
 
 
 def parse_gen_key(key: bytes) -> Optional[GenKey]:

@@ -5,12 +5,12 @@ types and ranges are the event classes' (exact types, no coercion but an int whe
 the digest's 64 hex digits; unknown and missing keys refused; the tag and the current schema
 version), all checked in C; then, in Python, what msgspec cannot say: no key twice, the CRC-32 over
 the stored bytes (`_convert.checksum_holds`, the rule `checked_body` applies), and the run / mode /
-stage key rule (`_audit_rows.KeyRuleCache`, once per distinct value). It returns the `Row` that
-`_audit_rows.call_row` would build from the same bytes, or None for anything else: then the caller
+stage key rule (`_call_rows.KeyRuleCache`, once per distinct value). It returns the `Row` that
+`_call_rows.call_row` would build from the same bytes, or None for anything else: then the caller
 takes the existing checked path (`checked_body`, `call_row`, `decode_event`), which builds the same
 row or raises the same typed error. That is no silent fallback: every value this module does not
 accept exactly is decided by the code that decided it before, so output and errors stay the event
-path's, byte for byte (`tests/test_audit_rows.py` compares them, hostile events included).
+path's, byte for byte (`tests/test_call_rows.py` compares them, hostile events included).
 `index_fields_of` is the same decode for `reindex`: the fields the indexes need, no row.
 
 `encode_rows` writes a batch of rows as the indented JSON `print_json` writes, through msgspec's
@@ -29,9 +29,10 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
-from ._audit import AUDIT_FIELDS, AUDIT_SCHEMA_VERSION, iso_time
+from ._audit import AUDIT_FIELDS
 from ._convert import MAX_EVENT_BYTES, checksum_holds
-from ._events import (CALL_ACTIONS, EVENT_TYPES, MAX_TS, CallBypassed, CallRefused, GenerationRecorded, ReplayServed,
+from ._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, MAX_TS, CallBypassed, CallRefused, GenerationRecorded,
+                      ReplayServed, iso_time,
                       field_names)
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
@@ -215,7 +216,7 @@ def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
 
 def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True, plain: bool = False) -> Any:
     """The audit row of the call event stored as `raw`, or None when it is not one this decoder accepts exactly
-    (`keys`: an `_audit_rows.KeyRuleCache`; `timed`: with the row's ``time``, else None there). A `Row` for
+    (`keys`: an `_call_rows.KeyRuleCache`; `timed`: with the row's ``time``, else None there). A `Row` for
     `encode_rows` (a small float carried as Python's text of it); with `plain`, the dict row the event
     path yields, for a reader that computes with its fields."""
     found = _checked(raw, keys)

@@ -34,7 +34,7 @@ from ._log import get_logger
 from ._object_client import Remote
 from ._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, check_digest
-from ._payloads import stored_bound, stored_digest, unwrap
+from ._payloads import joined, stored_bound, stored_digest, unwrap
 
 __all__ = ["ObjectPayloadStore", "open_payload_store", "PAYLOADS_PREFIX"]
 
@@ -85,13 +85,17 @@ class ObjectPayloadStore:
         return self.cache is not None and not self.cache.readonly
 
     # -- writing ---------------------------------------------------------------------------------
+    takes_pieces = True  # a payload's pieces (a list) are joined once here, for the remote
+
     def put(self, digest: bytes, blob: Any) -> None:
         check_digest(digest)
+        blob = joined(blob)
         self.remote.put(_payload_key(digest), blob)  # overwrite: a damaged remote copy is replaced
         if self._cache_writable():
             self.cache.put(digest, blob)
 
     def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+        items = [(digest, joined(blob)) for digest, blob in items]
         for digest, blob in items:
             check_digest(digest)
             # A payload in the cache was written to the remote before its first event committed.
@@ -101,6 +105,10 @@ class ObjectPayloadStore:
             return write_events(None)
         cache = self.cache
         return write_events(lambda txn: cache.put_in(txn, items))
+
+    def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
+        """The bytes of `items` that `commit` puts in the local cache's LMDB pages."""
+        return self.cache.lmdb_bytes(items) if self._cache_writable() else 0
 
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)
@@ -200,17 +208,17 @@ class ObjectPayloadStore:
         return iter(sorted(found))
 
 
-def open_payload_store(payload_store: Any, store: Any) -> PayloadStore:
-    """The `PayloadStore` a `Journal` uses for its ``payload_store=`` argument.
+def open_payload_store(payload_store: Any, local: LmdbPayloadStore) -> PayloadStore:
+    """The `PayloadStore` a `Journal` uses for its ``payload_store=`` argument, given its own (`local`).
 
-    None: the journal's own LMDB store; a URL string: an `ObjectPayloadStore` there, with the
-    journal's LMDB payload table as its verified cache; anything else: that store, as it is.
+    None: the journal's own store; a URL string: an `ObjectPayloadStore` there, with the journal's
+    own store as its verified cache; anything else: that store, as it is.
     """
     if payload_store is None:
-        return LmdbPayloadStore(store)
+        return local
     if isinstance(payload_store, (str, os.PathLike)):
         url = os.fspath(payload_store)
-        found = ObjectPayloadStore(url, cache=LmdbPayloadStore(store))
+        found = ObjectPayloadStore(url, cache=local)
         log.info("payload_store_opened", url=found.url)
         return found
     return payload_store

@@ -17,18 +17,20 @@ Every store must pass the shared conformance suite in ``tests/payload_store_conf
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
 
 from ._digest import DIGEST_SIZE, digest_bytes
-from ._errors import IntegrityError, PayloadMissingError
+from ._errors import IntegrityError, JournalFullError, PayloadMissingError
 from ._pages import MappedFile, releaser
-from ._payloads import blob_intact, own_nbytes, stored_digest, unwrap
+from ._payloads import blob_intact, joined, own_nbytes, stored_digest, stored_size, unwrap
 from ._store import Store
 
-__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest", "check_all"]
+__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest", "check_all", "FILE_FROM"]
 
 T = TypeVar("T")
 # ``release(start, stop)``: the caller is done with these bytes of a view (see _pages).
@@ -38,6 +40,10 @@ Release = Callable[[int, int], None]
 WriteEvents = Callable[[Optional[Callable[[Any], None]]], T]
 # Digests per read transaction of `digests()`.
 _DIGEST_BATCH = 4096
+# Payloads stored from this size up go to the journal's payload files when it has them (`FilePayloadStore`);
+# smaller ones ride in the event's LMDB transaction. Measured (`make bench-files`, docs/performance.md
+# "Payload files"): below 4 MiB a file's two extra fsyncs cost 1.2-2.5x LMDB's put; from 16 MiB files win.
+FILE_FROM = 8 << 20
 # `check_many` checks values of this size on average, or more, on up to `_CHECKERS` threads.
 _PARALLEL_FROM = 1 << 20
 _CHECKERS = 4
@@ -106,8 +112,15 @@ class LmdbPayloadStore:
     this process as soon as the reader is done with them (`_pages`), so a replay holds the decoded
     tensors and not also a mapped copy of the payload.
 
+    Payloads of `file_from` bytes and more, when `files` is given, are files in that store instead
+    (`_file_store.FilePayloadStore`, the journal's ``payloads/`` folder): written and made durable
+    before the event's transaction commits, found by every read here, deleted once the transaction that
+    releases them commits (`delete_in` returns them).
+
     Args:
         store: the journal's LMDB environment (`Journal`'s own).
+        files: where large payloads live (`_file_store.local_payload_store` gives the journal's), or None.
+        file_from: the stored size from which a payload goes to `files` (None: `FILE_FROM` as it is now).
     """
 
     @property
@@ -115,20 +128,59 @@ class LmdbPayloadStore:
         """Whether the environment was opened read-only (a reader's cache is never written)."""
         return self._store.readonly
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, files: Optional[Any] = None, file_from: Optional[int] = None) -> None:
         self._store = store
         self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))
         self._mapped = MappedFile(self._data_file)
+        self.files = files
+        self._file_from = FILE_FROM if file_from is None else file_from
+
+    # `commit`, `put` and `put_in` take a payload's pieces too (a list, `_payloads.prepare_payload`'s
+    # ``copy=False``): a file is written from them as they are, a value in LMDB joined first.
+    takes_pieces = True
+
+    def _to_files(self, blob: Any) -> bool:
+        return self.files is not None and stored_size(blob) >= self._file_from
+
+    def stage(self, blob: Any) -> Optional[Any]:
+        """Start writing a payload that `commit` will put in a file (`FilePayloadStore.stage`), so its
+        bytes are written while the caller hashes them; None for one that goes to LMDB."""
+        if not self._to_files(blob) or self.files.readonly:
+            return None
+        return self.files.stage(blob)
+
+    def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
+        """The bytes of `items` that `commit` puts in LMDB's pages (a payload file takes none)."""
+        return sum(stored_size(blob) for _, blob in items if not self._to_files(blob))
 
     def _db(self):
         return self._store.db("payloads")
 
     # -- writing ---------------------------------------------------------------------------------
+    def _to_file(self, digest: bytes, blob: Any) -> None:
+        """Write one large payload as a file, within the journal's size cap (`Journal(max_size=...)`):
+        the cap counts LMDB's pages in use and every payload file."""
+        cap = self._store.max_size
+        if cap is not None and not self.files.has(digest):
+            used = self._store.used_bytes() + self.files.total_bytes()
+            if used + stored_size(blob) > cap:
+                self.files.discard_staged(digest)
+                raise JournalFullError(
+                    f"journal {self._store.path!r} reached its size cap of {cap} bytes ({used} used, a payload of "
+                    f"{stored_size(blob)} bytes to write); nothing already recorded was harmed. Raise max_size, or continue "
+                    "without recording (see docs/reliability.md)")
+        self.files.put(digest, blob)
+
     def put_in(self, txn: Any, items: Sequence[Tuple[bytes, Any]]) -> None:
-        """Write `items` inside an open write transaction `txn` (opened with ``buffers=True``)."""
+        """Write `items` inside an open write transaction `txn` (opened with ``buffers=True``); a large
+        one is made a durable file first, before `txn` can commit."""
         db = self._db()
         for key, blob in items:
             check_digest(key)
+            if self._to_files(blob):
+                self._to_file(key, blob)
+                continue
+            blob = joined(blob)
             # Content-addressed: identical payloads are stored once. A stored copy that no longer
             # matches its digest (damaged on disk) is replaced: the new bytes are what the key names.
             # The check is bounded by the size of the value being recorded, never by what is stored:
@@ -138,23 +190,56 @@ class LmdbPayloadStore:
                 txn.put(key, blob, db=db)
 
     def put(self, digest: bytes, blob: Any) -> None:
+        if self._to_files(blob):
+            check_digest(digest)
+            self._to_file(digest, blob)
+            return
         # buffers: checking a stored duplicate hashes it in place instead of copying it out first.
-        self._store.write(lambda txn: self.put_in(txn, [(digest, blob)]), needed=len(blob), buffers=True)
+        self._store.write(lambda txn: self.put_in(txn, [(digest, blob)]), needed=stored_size(blob), buffers=True)
 
     def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
-        if not items:
+        # Files first, outside the transaction (which may run again when the map grows): each is durable
+        # before the events that name it commit.
+        small = []
+        for key, blob in items:
+            check_digest(key)
+            if self._to_files(blob):
+                self._to_file(key, blob)
+            else:
+                small.append((key, joined(blob)))
+        if not small:
             return write_events(None)
-        return write_events(lambda txn: self.put_in(txn, items))
+        return write_events(lambda txn: self.put_in(txn, small))
 
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)
-        return bool(self._store.write(lambda txn: txn.delete(digest, db=self._db())))
+        found = self.files is not None and self.files.delete(digest)
+        if self._lmdb_has(digest):
+            found = bool(self._store.write(lambda txn: txn.delete(digest, db=self._db()))) or found
+        return found
 
-    def delete_in(self, txn: Any, digests: Sequence[bytes]) -> None:
-        """Delete `digests` inside an open write transaction `txn` (retention's releases)."""
+    def delete_in(self, txn: Any, digests: Sequence[bytes]) -> List[bytes]:
+        """Delete `digests` inside an open write transaction `txn` (retention's releases); return those
+        that are files, for the caller to `delete` once `txn` has committed (a file deleted before
+        would be missing if it did not)."""
         for digest in digests:
             check_digest(digest)
             txn.delete(digest, db=self._db())
+        return [d for d in digests if self.files is not None and self.files.has(d)]
+
+    def has_in(self, txn: Any, digest: bytes) -> bool:
+        """`has`, seen from inside the open transaction `txn`."""
+        return txn.get(digest, db=self._db()) is not None or (self.files is not None and self.files.has(digest))
+
+    def stored(self, digest: bytes) -> Optional[Any]:
+        """The bytes stored under `digest` as they are stored (a zstd frame stays one), unchecked: bytes,
+        or a payload file's read-only mapping; None when nothing is (what push and a bundle send)."""
+        check_digest(digest)
+        with self._store.read() as txn:
+            blob = txn.get(digest, db=self._db())
+            if blob is not None:
+                return bytes(blob)
+        return self.files.stored(digest) if self.files is not None else None
 
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager
@@ -162,10 +247,14 @@ class LmdbPayloadStore:
         check_digest(digest)
         with self._store.read(buffers=True) as txn:
             blob = txn.get(digest, db=self._db())
-            if blob is None:
-                raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
-            raw = unwrap(blob, digest.hex(), None, nbytes)
-            yield raw, (releaser(raw, self._data_file) if raw is blob else None)
+            if blob is not None:
+                raw = unwrap(blob, digest.hex(), None, nbytes)
+                yield raw, (releaser(raw, self._data_file) if raw is blob else None)
+                return
+        if self.files is None or not self.files.has(digest):
+            raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
+        with self.files.view(digest, nbytes=nbytes) as found:
+            yield found
 
     def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
         with self.view(digest, nbytes=nbytes) as (raw, _):
@@ -179,7 +268,11 @@ class LmdbPayloadStore:
     def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
         check_digest(digest)
         with self._store.read(buffers=True) as txn:
-            self._check_blob(digest, txn.get(digest, db=self._db()), nbytes)
+            blob = txn.get(digest, db=self._db())
+            if blob is not None or self.files is None or not self.files.has(digest):
+                self._check_blob(digest, blob, nbytes)
+                return
+        self.files.check(digest, nbytes=nbytes)
 
     def _check_blob(self, digest: bytes, blob: Any, nbytes: Optional[int], one_thread: bool = False) -> None:
         """`check` of a value read in a ``buffers=True`` transaction still open (None: missing);
@@ -213,10 +306,15 @@ class LmdbPayloadStore:
             # per core (up to `_CHECKERS`), each hashed on its own thread (BLAKE3's threads on top of
             # them slowed it down); small ones cost Python time, which threads would not share.
             workers = min(_CHECKERS, os.cpu_count() or 1, len(items))
-            side_by_side = workers > 1 and sum(len(b) for b in blobs if b is not None) >= _PARALLEL_FROM * len(items)
+            # A payload file's size is its event's (a stored frame is smaller: that errs towards one thread).
+            sizes = [len(b) if b is not None else (items[at][1] or 0) for at, b in enumerate(blobs)]
+            side_by_side = workers > 1 and sum(sizes) >= _PARALLEL_FROM * len(items)
 
             def check(at: int) -> Optional[IntegrityError]:
-                return _problem(lambda: self._check_blob(items[at][0], blobs[at], items[at][1], one_thread=side_by_side))
+                digest, nbytes = items[at]
+                if blobs[at] is None and self.files is not None and self.files.has(digest):
+                    return _problem(lambda: self.files.check(digest, nbytes=nbytes, one_thread=side_by_side))
+                return _problem(lambda: self._check_blob(digest, blobs[at], nbytes, one_thread=side_by_side))
 
             if side_by_side:
                 with ThreadPoolExecutor(workers, thread_name_prefix="stepjournal-check") as pool:
@@ -224,6 +322,9 @@ class LmdbPayloadStore:
             return [check(at) for at in range(len(items))]
 
     def has(self, digest: bytes) -> bool:
+        return self._lmdb_has(digest) or (self.files is not None and self.files.has(digest))
+
+    def _lmdb_has(self, digest: bytes) -> bool:
         with self._store.read(buffers=True) as txn:
             return txn.get(digest, db=self._db()) is not None
 
@@ -231,6 +332,12 @@ class LmdbPayloadStore:
         return isinstance(digest, bytes) and len(digest) == DIGEST_SIZE and self.has(digest)
 
     def digests(self) -> Iterator[bytes]:
+        if self.files is None:
+            return self._lmdb_digests()
+        merged = heapq.merge(self._lmdb_digests(), self.files.digests())
+        return (d for d, _ in itertools.groupby(merged))  # one digest stored in both is listed once
+
+    def _lmdb_digests(self) -> Iterator[bytes]:
         # Short read transactions, as `Journal.raw_events` does: none stays open in the caller's loop.
         after = b""
         while True:

@@ -16,7 +16,7 @@ import attrs
 import blake3
 import zstandard
 
-from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes
+from ._digest import DIGEST_SIZE, DigestInBackground, digest_bytes, digest_pieces
 from ._errors import IntegrityError, JournalError, PayloadDecodeError
 from ._events import PayloadRef
 from ._pages import HandedOver, ReleaseBehind
@@ -37,6 +37,8 @@ __all__ = [
     "MAX_PAYLOAD_NBYTES",
     "MAX_ORPHAN_NBYTES",
     "stored_bound",
+    "stored_size",
+    "joined",
     "stored_digest_read",
     "decode_verified",
 ]
@@ -85,7 +87,8 @@ class PreparedPayload:
 
     @property
     def blob(self) -> Any:
-        """The bytes as stored: the encoding, or a zstd frame of it (compressed once, on first use)."""
+        """The bytes as stored: the encoding, or a zstd frame of it (compressed once, on first use). A
+        payload prepared with ``copy=False`` gives the encoding's pieces (a list, see `joined`)."""
         if not self._packed:
             if self._raw is None:
                 raise JournalError(
@@ -94,7 +97,7 @@ class PreparedPayload:
                 )
             blob = self._raw
             if self.compression == "zstd":
-                blob = zstandard.ZstdCompressor(level=3, threads=-1).compress(self._raw)
+                blob = zstandard.ZstdCompressor(level=3, threads=-1).compress(joined(self._raw))
             self._packed.append(blob)
         return self._packed[0]
 
@@ -102,18 +105,40 @@ class PreparedPayload:
     def ref(self) -> PayloadRef:
         """The `PayloadRef` an event stores for this payload (compresses it first, when compressing)."""
         return PayloadRef(
-            digest=self.digest, nbytes=self.nbytes, stored_nbytes=len(self.blob), compression=self.compression
+            digest=self.digest, nbytes=self.nbytes, stored_nbytes=stored_size(self.blob), compression=self.compression
         )
 
 
 def prepare_payload(
-    value: Any, *, registry: Optional[CodecRegistry], compression: Optional[str], store: bool = True
+    value: Any, *, registry: Optional[CodecRegistry], compression: Optional[str], store: bool = True,
+    copy: bool = True, stage: Optional[Callable[[Any], Any]] = None,
 ) -> PreparedPayload:
     """Encode and hash `value`; keep the encoding for storage unless `store` is False.
+
+    `copy` False (and no compression): the encoding is kept as its pieces, the tensors' and arrays' own
+    memory where they are laid out in C order (`encode_payload_parts`), so storing it copies nothing
+    more; the value must not change until it is stored. `stage` (with `copy` False): the payload
+    store's `stage`, which starts writing the pieces while they are hashed (a large payload's file;
+    None from it: nothing staged); the staged file is tied to the returned payload.
 
     Raises:
         UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
     """
+    if not copy and store and compression is None:
+        from ._codec import encode_payload_parts
+
+        pieces = encode_payload_parts(value, registry=registry)
+        staged = stage(pieces) if stage is not None else None
+        try:
+            key = digest_pieces(pieces)  # while the staged file is written, on its own thread
+        except BaseException:
+            if staged is not None:
+                staged.discard()
+            raise
+        prepared = PreparedPayload(key.hex(), key, stored_size(pieces), None, raw=pieces)
+        if staged is not None:
+            staged.named(key, prepared)
+        return prepared
     # A numpy buffer, not a bytearray: no zero-fill of fresh 4 KiB pages before the copy (see _codec).
     from ._codec import encode_payload_array
 
@@ -227,9 +252,12 @@ def stored_digest(
     return hasher.digest()
 
 
-def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Optional[int]) -> bytes:
+def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Optional[int], *,
+                       one_thread: bool = False) -> bytes:
     """`stored_digest` of a stored blob read in pieces through ``read(size)`` (a file's ``read``), in bounded
     memory: a zstd frame is streamed through the decompressor, the encoding hashed as it comes.
+
+    `one_thread`: BLAKE3 on the calling thread only.
 
     Raises:
         IntegrityError: the blob is neither form, or its frame claims more than `unwrap` allows.
@@ -237,13 +265,13 @@ def stored_digest_read(read: Callable[[int], bytes], digest: str, nbytes: Option
     head = read(_ZSTD_HEADER_MAX)
     if head[:4] == ZSTD_MAGIC:
         claimed = _zstd_claim(head, digest, None, _limit(nbytes))
-        hasher = blake3.blake3()
+        hasher = blake3.blake3(max_threads=1 if one_thread else blake3.blake3.AUTO)
         for chunk in _zstd_chunks(_Prefixed(head, read), digest, None, claimed):
             hasher.update(chunk)
         return hasher.digest()
     if head[:4] != PAYLOAD_MAGIC[:4]:
         raise IntegrityError(f"payload {digest[:16]}… is neither a payload nor a zstd frame")
-    hasher = blake3.blake3()
+    hasher = blake3.blake3(max_threads=1 if one_thread else blake3.blake3.AUTO)
     chunk = head
     while chunk:
         hasher.update(chunk)
@@ -262,6 +290,28 @@ class _Prefixed:
             head, self._head = self._head[:size] if size >= 0 else self._head, self._head[size:] if size >= 0 else b""
             return head
         return self._read(size)
+
+
+def stored_size(blob: Any) -> int:
+    """The size of a stored form: a bytes-like value, or a list of pieces (`prepare_payload`'s ``copy=False``)."""
+    if isinstance(blob, list):
+        return sum(memoryview(piece).nbytes for piece in blob)
+    return memoryview(blob).nbytes
+
+
+def joined(blob: Any) -> Any:
+    """A stored form as one bytes-like value (pieces are joined into one new buffer; anything else as it is)."""
+    if not isinstance(blob, list):
+        return blob
+    import numpy as np  # here: a verb that stores nothing does not load it
+
+    out = np.empty(stored_size(blob), dtype=np.uint8)
+    at = 0
+    for piece in blob:
+        view = memoryview(piece).cast("B")
+        out[at:at + view.nbytes] = np.frombuffer(view, dtype=np.uint8)
+        at += view.nbytes
+    return out
 
 
 def stored_bound(nbytes: Optional[int]) -> int:

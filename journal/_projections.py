@@ -31,7 +31,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
-from ._audit_rows import KeyRuleCache, call_row
+from ._call_rows import KeyRuleCache, call_row
 from ._convert import checked_body, decode_event, encode_event, event_of
 from ._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
 from . import _runs_index as runs_index
@@ -46,7 +46,7 @@ from ._keys import (
     MAX_STEP,
     META_SESSIONS_INDEX,
     META_STEPS_INDEX,
-    gen_key,
+    gen_key_at,
     gen_prefix,
     prefix_end,
     rank_key,
@@ -200,36 +200,42 @@ class _Ranks:
         txn.delete(rank_key(prefix, count - 1), db=db)
 
 
-class _OrderedIndex:
-    """The ``gen`` index as `Projections.rebuild_in` writes it into the emptied table, with the ``steps``
-    rank index beside it while it can.
+class _GenIndex:
+    """Where every record lands in the ``gen`` step index and the ``steps`` rank index: the one writer
+    of both, for an append (`Projections.apply_in`) and for `reindex` (`Projections.rebuild_in`).
 
-    A trainer's log comes in key order (steps ascending): a key above every key in the table is
-    appended (no search, full pages), and while every key is, the rank index is appended in the same
-    pass (`_build_ranks_in` makes it afterwards otherwise). Any other key is put where the step index's
-    rule for pulled records (`ImportMap.replaces`) lets it.
+    A record's key goes in unless the step index's rule for pulled records (`ImportMap.replaces`)
+    keeps the one there; a step new to its (run, mode, stage) takes its rank. Rebuilding, the table
+    starts empty and a trainer's log comes in key order (steps ascending): a key above every key in
+    the table is appended (no search, full pages), and while every key is, the rank index is appended
+    in the same pass (`_build_ranks_in` makes it afterwards otherwise).
     """
 
-    __slots__ = ("txn", "gen", "steps", "imports", "prefixes", "last", "ranks_inline", "rank_prefix", "ordinal",
-                 "rank_last")
+    __slots__ = ("txn", "store", "gen", "steps", "imports", "rebuilding", "prefixes", "last", "ranks_inline",
+                 "rank_prefix", "ordinal", "rank_last")
 
-    def __init__(self, txn: Any, store: Store, imports: ImportMap) -> None:
-        self.txn, self.gen, self.steps, self.imports = txn, store.db("gen"), store.db("steps"), imports
+    def __init__(self, txn: Any, store: Store, imports: Optional[ImportMap], *, rebuilding: bool = False) -> None:
+        self.txn, self.store, self.gen, self.steps = txn, store, store.db("gen"), store.db("steps")
+        self.imports, self.rebuilding = imports, rebuilding
         self.prefixes: dict = {}
         self.last = b""
-        self.ranks_inline, self.rank_prefix, self.ordinal, self.rank_last = self.steps is not None, b"", 0, -1
+        self.ranks_inline, self.rank_prefix, self.ordinal, self.rank_last = rebuilding and self.steps is not None, b"", 0, -1
 
-    def put(self, seq_bytes: bytes, seq: int, run: str, mode: str, stage: str, step: int, gen_index: int) -> None:
+    def put(self, seq: int, run: str, mode: str, stage: str, step: int, gen_index: int, *, ranks: bool = True,
+            seq_bytes: Optional[bytes] = None) -> None:
+        """Index the record `seq` of one call (`ranks`: keep the rank index too, when it exists; a
+        rebuild keeps it inline or builds it after); `seq_bytes`: its stored key, when at hand."""
         group = (run, mode, stage)
         prefix = self.prefixes.get(group)
         if prefix is None:
             if len(self.prefixes) > 65536:  # hostile variety: keep memory bounded
                 self.prefixes.clear()
             prefix = self.prefixes[group] = gen_prefix(*group)
-        key = prefix + step.to_bytes(8, "big") + gen_index.to_bytes(4, "big")
+        key = gen_key_at(prefix, step, gen_index)
         txn = self.txn
-        if key > self.last:
-            txn.put(key, seq_bytes if len(seq_bytes) == 8 else seq_key(seq), db=self.gen, append=True)
+        value = seq_bytes if seq_bytes is not None and len(seq_bytes) == 8 else seq_key(seq)
+        if self.rebuilding and key > self.last:
+            txn.put(key, value, db=self.gen, append=True)
             self.last = key
             if self.ranks_inline:
                 if prefix != self.rank_prefix:
@@ -238,13 +244,25 @@ class _OrderedIndex:
                     txn.put(rank_key(prefix, self.ordinal), step.to_bytes(_STEP, "big"), db=self.steps, append=True)
                     self.ordinal, self.rank_last = self.ordinal + 1, step
             return
-        held = txn.get(key, db=self.gen)
-        if self.imports.replaces(seq, seq_of(held) if held is not None else None):
-            txn.put(key, seq_key(seq), db=self.gen)
-        self.ranks_inline = False
+        if self.imports is not None:
+            held = txn.get(key, db=self.gen)
+            if not self.imports.replaces(seq, seq_of(held) if held is not None else None):
+                return
+        if self.rebuilding:
+            txn.put(key, value, db=self.gen)
+            self.ranks_inline = False
+            return
+        new_step = ranks and self.steps is not None and not _has_step_in(txn, self.gen, prefix, step)
+        txn.put(key, value, db=self.gen)
+        if new_step:
+            r = _Ranks(txn, self.store, prefix)
+            if r.db is not None:
+                r.insert(step)
 
     def changed_elsewhere(self) -> None:
-        """An event projected by `apply_in` put (or deleted) a key: append after what the table holds now."""
+        """A release deleted a key: append after what the table holds now."""
+        if not self.rebuilding:
+            return
         self.ranks_inline = False
         cur = self.txn.cursor(db=self.gen)
         self.last = bytes(cur.key()) if cur.last() else b""
@@ -280,37 +298,27 @@ class Projections:
 
     @staticmethod
     def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True, runs: bool = True,
-                 imports: Optional[ImportMap] = None) -> None:
+                 imports: Optional[ImportMap] = None, index: Optional[_GenIndex] = None) -> None:
         """Project one appended event, in the transaction that appends it (`ranks`: the rank index
         too; `runs`: the runs index too; `imports`: the journal's pulled blocks, which decide whether
-        a pulled record takes its call's entry, `ImportMap.replaces`)."""
+        a pulled record takes its call's entry, `ImportMap.replaces`; `index`: the rebuild's writer of
+        the step and rank indexes, else one for this event)."""
         if runs:
             runs_index.apply_in(txn, store, seq, event)
         if isinstance(event, GenerationRecorded):
             if event.output is not None:
-                gen = store.db("gen")
-                new_step = False
-                prefix = gen_prefix(event.run, event.mode, event.stage)
-                key = gen_key(event.run, event.mode, event.step, event.gen_index, event.stage)
-                if imports is not None:
-                    held = txn.get(key, db=gen)
-                    if not imports.replaces(seq, seq_of(held) if held is not None else None):
-                        return
-                if ranks and store.db("steps") is not None:
-                    new_step = not _has_step_in(txn, gen, prefix, event.step)
-                txn.put(key, seq_key(seq), db=gen)
-                if new_step:
-                    r = _Ranks(txn, store, prefix)
-                    if r.db is not None:
-                        r.insert(event.step)
+                (index or _GenIndex(txn, store, imports)).put(seq, event.run, event.mode, event.stage, event.step,
+                                                             event.gen_index, ranks=ranks)
         elif isinstance(event, PayloadsReleased):
             # Retention released the record: `lookup` and the step queries stop seeing it.
             gen, prefix = store.db("gen"), gen_prefix(event.run, event.mode, event.stage)
-            key = gen_key(event.run, event.mode, event.step, event.gen_index, event.stage)
+            key = gen_key_at(prefix, event.step, event.gen_index)
             raw = txn.get(key, db=gen)
             if raw is not None and seq_of(raw) == event.record_seq:
                 txn.delete(key, db=gen)
-                if ranks and store.db("steps") is not None and not _has_step_in(txn, gen, prefix, event.step):
+                if index is not None:
+                    index.changed_elsewhere()
+                elif ranks and store.db("steps") is not None and not _has_step_in(txn, gen, prefix, event.step):
                     r = _Ranks(txn, store, prefix)
                     if r.db is not None:
                         r.remove(event.step)
@@ -344,7 +352,7 @@ class Projections:
         from ._native_rows import index_fields, index_fields_of  # msgspec: imported by the verbs that use it
 
         count, runs, seq, keys, imports = 0, runs_index.RunsFold(), 0, KeyRuleCache(), ImportMap()
-        index = _OrderedIndex(txn, store, imports)
+        index = _GenIndex(txn, store, imports, rebuilding=True)
         for seq_bytes, body in txn.cursor(db=store.db("events")):
             seq = seq_of(seq_bytes)
             # A call event msgspec decodes exactly, or whose map passes its class's rules, is projected
@@ -358,7 +366,7 @@ class Projections:
             if fields is not None:
                 run, mode, stage, step, gen_index, action, stored = fields
                 if stored is not None:
-                    index.put(seq_bytes, seq, run, mode, stage, step, gen_index)
+                    index.put(seq, run, mode, stage, step, gen_index, seq_bytes=seq_bytes)
                 runs.add_call((run, stage, mode), seq, action, step, stored or 0)
                 count += 1
                 continue
@@ -371,9 +379,7 @@ class Projections:
             if isinstance(event, EventsImported):
                 imports.marker(seq, event)
             event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
-            cls.apply_in(txn, store, seq, event, ranks=False, runs=False, imports=imports)
-            if isinstance(event, (GenerationRecorded, PayloadsReleased)):
-                index.changed_elsewhere()
+            cls.apply_in(txn, store, seq, event, runs=False, imports=imports, index=index)
             runs.add(seq, event)
             count += 1
         runs.last = seq

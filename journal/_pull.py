@@ -19,7 +19,7 @@ import attrs
 
 from ._convert import encode_event
 from ._errors import IntegrityError, JournalError, PayloadMissingError
-from ._events import EventsImported, PayloadsReleased
+from ._events import EventsImported, PayloadsReleased, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options, rename, renames_of
 from ._import_map import ImportMap
 from ._journal import Journal
@@ -29,9 +29,9 @@ from ._object_client import Remote, remote_url
 from ._object_store import ObjectPayloadStore
 from ._payload_store import LmdbPayloadStore
 from ._projections import Projections
-from ._prune import catch_up_in
-from ._remote import journal_id, one_ahead
-from ._remote_layout import call_refs, check_manifest, event_in, read_head, read_segment
+from ._release import catch_up_in
+from ._remote import in_parallel, journal_id, one_ahead
+from ._remote_layout import check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, resolve_remote
 from ._retention import RetentionState
 from ._secrets import public_url
@@ -44,6 +44,7 @@ log = get_logger("stepjournal._remote")
 # Payload bytes per pulled transaction: the next run is fetched while one commits, so a pull holds
 # two of these (each may pass it by one payload); smaller runs overlap better, each costs a sync.
 _PULL_RUN_BYTES = 1 << 26
+_FETCHES_AT_ONCE = 8  # payloads a pull fetches at once
 # The most journals a pull reads the heads of: more is a remote to split (or not one stepjournal wrote).
 _MAX_SOURCES = 100_000
 
@@ -87,18 +88,26 @@ class PlannedRun:
 
 
 def _fetch_run(objects: Any, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
-    """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only."""
+    """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only,
+    several payloads at once (`in_parallel`: a request's latency, not the bandwidth, bounds many)."""
     blobs: Dict[bytes, Any] = {}
     bad: Dict[str, Set[int]] = {}
-    for digest, (ref, steps) in run.wanted.items():
-        key = bytes.fromhex(digest)
+
+    def fetch(digest: str) -> Tuple[Any, Optional[Exception]]:
         try:
-            blobs[key] = objects.fetch(key, nbytes=ref.nbytes)[0]
-        except PayloadMissingError:
+            return objects.fetch(bytes.fromhex(digest), nbytes=run.wanted[digest][0].nbytes)[0], None
+        except IntegrityError as exc:  # PayloadMissingError is one: told apart below
+            return None, exc
+
+    for digest, (blob, error) in in_parallel(list(run.wanted), fetch, _FETCHES_AT_ONCE):
+        steps = run.wanted[digest][1]
+        if error is None:
+            blobs[bytes.fromhex(digest)] = blob
+        elif isinstance(error, PayloadMissingError):
             if digest not in run.released:  # retention released it before the push: not sent, not damage
                 bad.setdefault(f"{digest[:16]}… (PayloadMissingError)", set()).update(steps)
-        except IntegrityError as exc:  # missing, oversized, truncated or damaged: never stored
-            bad.setdefault(f"{digest[:16]}… ({type(exc).__name__})", set()).update(steps)
+        else:  # oversized, truncated or damaged: never stored
+            bad.setdefault(f"{digest[:16]}… ({type(error).__name__})", set()).update(steps)
     return blobs, bad
 
 
@@ -113,6 +122,8 @@ class _PulledReleases:
     def __init__(self) -> None:
         self._state: Optional[RetentionState] = None
         self._dirty = False
+        self._files: List[bytes] = []  # payload files to delete once the transaction commits
+        self._local: Optional[LmdbPayloadStore] = None
 
     def delete_in(self, txn: Any, store: Any, local: LmdbPayloadStore, events: List[Any]) -> None:
         releases = [e for e in events if isinstance(e, PayloadsReleased)]
@@ -123,10 +134,13 @@ class _PulledReleases:
         self._dirty = True
         catch_up_in(txn, store, self._state)  # this run's events included: the transaction sees them
         gone = {d for e in releases for d in e.released if d not in self._state.users}
-        local.delete_in(txn, [bytes.fromhex(d) for d in sorted(gone)])
+        self._files, self._local = local.delete_in(txn, [bytes.fromhex(d) for d in sorted(gone)]), local
 
     def committed(self) -> None:
         self._dirty = False
+        files, self._files = self._files, []
+        for key in files:
+            self._local.delete(key)
 
 
 def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
@@ -139,7 +153,7 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
             f"{', '.join(sorted(bad))}; affected steps {steps}; events {events_in[0][0]}-{events_in[-1][0]} "
             "were not pulled", step=steps[0], detail="remote payload")
     store = journal.lmdb_store()
-    local = LmdbPayloadStore(store)
+    local = journal.local_payloads()
     marker = EventsImported(source=run.source, origin=remote.url, source_first=events_in[0][0],
                             source_last=events_in[-1][0], ts=time.time(),
                             runs={o: n for o, n in renamed.items() if any(getattr(e, "run", None) == o
@@ -275,7 +289,7 @@ def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dic
                  cache: Dict[str, Any]) -> Iterator[PlannedRun]:
     """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
     caller's thread). A payload an earlier run fetches is not fetched again."""
-    local = LmdbPayloadStore(journal.lmdb_store())
+    local = journal.local_payloads()
     scheduled: Set[str] = set()
     for source, segments in wanted:
         total = sum(s.get("count", 0) for s in segments)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ._audit import RunSummary
 from ._events import CALL_EVENT_TYPES
 from ._keys import DEFAULT_STAGE
 from ._keys import check_key as _check_key
 from ._keys import check_step as _check_step
 from ._projections import Projections, RecordedGeneration
-from ._runs_index import RunsFold, summaries
+from ._runs_index import RunSummary, RunsFold, summaries
 
 __all__ = ["Queries"]
 

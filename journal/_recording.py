@@ -38,7 +38,7 @@ class Recording:
     def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> List[int]:  # pragma: no cover
         raise NotImplementedError
 
-    def prepare(self, value: Any, *, store: bool = True) -> PreparedPayload:
+    def prepare(self, value: Any, *, store: bool = True, copy: bool = True) -> PreparedPayload:
         """Encode and hash a value for storage, without writing anything.
 
         Compression (when the journal compresses) waits until the payload is stored or its `ref` is
@@ -48,13 +48,20 @@ class Recording:
             value: any encodable value (a `PreparedPayload` is returned as it is).
             store: False keeps only the digest (the encoding is dropped): for an input that is
                 compared, never stored.
+            copy: False keeps the encoding as pieces that are the tensors' own memory where they are laid
+                out in C order (no copy of them): for a value recorded right away, which must not change
+                until then (`record` and the policies' engine prepare so). A payload large enough to be
+                a file is written while it is hashed; dropped without being recorded, its file is removed.
 
         Raises:
             UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
         """
         if isinstance(value, PreparedPayload):
             return value
-        return prepare_payload(value, registry=self._registry, compression=self.compression, store=store)
+        # Not copied: a large payload's file is written while it is hashed (its store's `stage`).
+        stage = None if copy else getattr(self._payloads, "stage", None)
+        return prepare_payload(value, registry=self._registry, compression=self.compression, store=store, copy=copy,
+                               stage=stage)
 
     def record(
         self,
@@ -95,7 +102,7 @@ class Recording:
         payloads: List[Tuple[bytes, Any]] = []
         out_ref = in_ref = None
         if store_output:
-            out = self.prepare(output)
+            out = self.prepare(output, copy=False)  # stored below, before the caller gets control back
             out_ref = out.ref
             payloads.append((out.key, out.blob))
         if input is not None and (store_input or input_digest is None):

@@ -29,17 +29,17 @@ import attrs
 from ._convert import decode_event
 from ._digest import digest_bytes
 from ._errors import IntegrityError, JournalError, RemoteError
-from ._events import EventsImported, PayloadsReleased
+from ._events import EventsImported, PayloadsReleased, call_refs
 from ._journal import Journal
 from ._keys import META_CREATED
 from ._log import get_logger
 from ._progress import Progress, report_progress
 from ._object_client import Remote
 from ._payloads import blob_intact
-from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, call_refs, check_manifest, encode_segment, new_head, parse_head
+from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, check_manifest, encode_segment, new_head, parse_head
 from ._remotes_config import resolve_remote
 
-__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "local_payload", "one_ahead", "pushed_head",
+__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "in_parallel", "local_payload", "one_ahead", "pushed_head",
            "segments_to_push", "payloads_of"]
 
 log = get_logger(__name__)
@@ -49,6 +49,7 @@ R = TypeVar("R")
 
 _SEGMENT_EVENTS = 4096
 _BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pushed segment
+_SENDS_AT_ONCE = 8  # payloads a push sends at once
 
 
 @attrs.frozen
@@ -117,13 +118,24 @@ def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Iterator[Tuple[T, R
             current = following
 
 
-def local_payload(store: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
-    """(stored bytes, None) of the payload `ref` names in a journal's LMDB table, checked against its
-    digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
+def in_parallel(items: List[T], work: Callable[[T], R], workers: int) -> Iterator[Tuple[T, R]]:
+    """``(item, work(item))`` for each of `items`, in their order, up to `workers` of them worked on at
+    once on threads. An error is raised in its item's place once the running ones have finished, and
+    the items not started yet never are (nor when the caller stops reading)."""
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="stepjournal-remote")
+    try:
+        futures = [(item, pool.submit(work, item)) for item in items]
+        for item, future in futures:
+            yield item, future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
+    """(stored bytes, None) of the payload `ref` names in a journal's own store (`Journal.local_payloads`),
+    checked against its digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
     key = bytes.fromhex(ref.digest)
-    with store.read() as txn:
-        blob = txn.get(key, db=store.db("payloads"))
-        blob = bytes(blob) if blob is not None else None
+    blob = payloads.stored(key)
     if blob is None:
         return None, "missing"
     return (blob, None) if blob_intact(blob, key, ref.nbytes) else (None, "damaged")
@@ -230,33 +242,40 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     # sends, however many payloads the remote holds.
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
-    lmdb_payloads = journal.lmdb_store()
+    own_payloads = journal.local_payloads()
 
     released = Released(journal)
 
     def flush(events: List[Tuple[int, bytes, Any]], through: Tuple[int, bytes]) -> None:
         skipped: Set[str] = set()
-        # The next payload is looked up on the remote, and read and checked against its digest when
-        # it is not there (None when it is), while this one is sent (one ahead).
-        def read(item: Tuple[Any, int, int]) -> Optional[Tuple[Optional[bytes], Optional[str]]]:
-            return None if remote.exists(f"payloads/{item[0].digest}") else local_payload(lmdb_payloads, item[0])
+        # Each payload is looked up on the remote and, when it is not there, read, checked against its
+        # digest and sent; several at once (`in_parallel`), since a request's latency, not the
+        # bandwidth, bounds a push of many payloads. None: it was there; else (bytes sent, problem).
+        def send(item: Tuple[Any, int, int]) -> Optional[Tuple[int, Optional[str]]]:
+            ref = item[0]
+            if remote.exists(f"payloads/{ref.digest}"):
+                return None
+            blob, problem = local_payload(own_payloads, ref)
+            if problem:
+                return 0, problem
+            remote.put(f"payloads/{ref.digest}", blob)
+            return len(blob), None
 
-        for (ref, seq, step), found in one_ahead(payloads_of(events, known).values(), read):
+        for (ref, seq, step), found in in_parallel(list(payloads_of(events, known).values()), send, _SENDS_AT_ONCE):
             if found is None:
                 known.add(ref.digest)
                 continue
-            blob, problem = found
+            size, problem = found
             if problem == "missing" and ref.digest in released:
                 skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
                 continue
-            if problem:
+            if problem:  # what was sent meanwhile is harmless: content-addressed, and no segment lists it
                 raise IntegrityError(
                     f"payload {ref.digest[:16]}… of event #{seq} (step {step}) is "
                     f"{problem} in {journal.path!r}; run `stepjournal verify`", step=step)
-            remote.put(f"payloads/{ref.digest}", blob)
             known.add(ref.digest)
             sent["payloads"] += 1
-            sent["bytes"] += len(blob)
+            sent["bytes"] += size
         if events:
             name, body, entry = encode_segment(source, [(seq, raw) for seq, raw, _ in events], skipped)
             remote.put(name, body)

@@ -18,9 +18,8 @@ from ._bounded_parse import json_document, segment_body
 from ._convert import decode_event
 from ._digest import digest_bytes
 from ._errors import EventDecodeError, IntegrityError, RemoteError, RemoteFormatError
-from ._events import GenerationRecorded, ReplayServed
 
-__all__ = ["REMOTE_FORMAT", "MANIFEST", "MAX_HEAD", "call_refs", "check_format", "check_manifest", "encode_segment",
+__all__ = ["REMOTE_FORMAT", "MANIFEST", "MAX_HEAD", "check_format", "check_manifest", "encode_segment",
            "event_in", "manifest_bytes", "new_head", "parse_head", "read_head", "read_json", "read_segment",
            "segment_name"]
 
@@ -149,14 +148,6 @@ def segment_name(source: str, first: int, last: int) -> str:
     """The object name of journal `source`'s segment holding its events `first` to `last`."""
     return f"segments/{source}/{first:020d}-{last:020d}.msgpack"
 
-
-def call_refs(event: Any) -> List[Any]:
-    """The payloads an event names (its output, and a recorded call's stored input)."""
-    if isinstance(event, GenerationRecorded):
-        return [r for r in (event.output, event.input) if r is not None]
-    if isinstance(event, ReplayServed):
-        return [event.output]
-    return []
 
 
 def read_segment(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List[Tuple[int, bytes, Any]], Set[str]]:

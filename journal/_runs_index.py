@@ -20,16 +20,17 @@ mid-append leaves index and log alike. `summaries` turns the rows into the `RunS
 from __future__ import annotations
 
 import struct
+
+import attrs
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ._audit import RunSummary
 from ._convert import decode_event
 from ._errors import EventDecodeError
-from ._events import ACTIONS, CALL_ACTIONS, Event, PayloadsReleased, SessionOpened
+from ._events import ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, Event, PayloadsReleased, SessionOpened, iso_time
 from ._keys import META_RUNS_INDEX, seq_key, seq_of
 from ._store import Store
 
-__all__ = ["RunsFold", "apply_in", "catch_up_in", "summaries"]
+__all__ = ["RunSummary", "RunsFold", "apply_in", "catch_up_in", "summaries"]
 
 _ROW = struct.Struct(">8Q")
 _NO_STEP = (1 << 64) - 1  # `lo` of a group without a step (any step is smaller)
@@ -39,6 +40,70 @@ _AT_OF_ACTION = {action: 2 + i for i, action in enumerate(ACTIONS)}
 _COUNT_AT = {cls: _AT_OF_ACTION[action] for cls, action in CALL_ACTIONS.items()}
 _GENERATED_AT, _REFUSED_AT = _AT_OF_ACTION["generated"], _AT_OF_ACTION["refused"]
 Group = Tuple[str, str, str]  # run, stage, mode
+
+
+@attrs.frozen
+class RunSummary:
+    """What a journal holds for one run key: its sessions and how its calls went.
+
+    Attributes:
+        run: the run key.
+        sessions: every `SessionOpened` of the run, in order, with its sequence number.
+        counts: calls per action (every action in `ACTIONS` is a key).
+        modes: calls per mode.
+        stages: calls per stage (``{"generate": 8, "reward": 8}``), in order of first call.
+        first_step, last_step: the smallest and largest step of any call (None without calls).
+        stored_bytes: encoded size of the outputs this run's calls stored (duplicates counted each time).
+    """
+
+    run: str
+    sessions: Tuple[Tuple[int, SessionOpened], ...]
+    counts: Dict[str, int]
+    modes: Dict[str, int]
+    first_step: Optional[int]
+    last_step: Optional[int]
+    stored_bytes: int
+    stages: Dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def calls(self) -> int:
+        return sum(self.counts.values())
+
+    def fingerprints(self) -> List[Dict[str, Any]]:
+        """The distinct fingerprints its sessions opened with, in order of first use."""
+        found: List[Dict[str, Any]] = []
+        for _, session in self.sessions:
+            if session.fingerprint not in found:
+                found.append(session.fingerprint)
+        return found
+
+    def to_json(self) -> Dict[str, Any]:
+        """This summary as a JSON object (the row format of ``stepjournal runs --json``)."""
+        return {
+            "schema_version": AUDIT_SCHEMA_VERSION,
+            "run": self.run,
+            "calls": self.calls,
+            "counts": dict(self.counts),
+            "modes": dict(self.modes),
+            "stages": dict(self.stages),
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "stored_bytes": self.stored_bytes,
+            "fingerprints": self.fingerprints(),
+            "sessions": [
+                {
+                    "seq": seq,
+                    "session": s.session,
+                    "fingerprint": s.fingerprint,
+                    "library_version": s.library_version,
+                    "host": s.host,
+                    "pid": s.pid,
+                    "ts": s.ts,
+                    "time": iso_time(s.ts),
+                }
+                for seq, s in self.sessions
+            ],
+        }
 
 
 def _group_key(group: Group) -> bytes:

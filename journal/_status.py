@@ -16,7 +16,6 @@ import attrs
 from ._errors import RemoteMissingError
 from ._journal import Journal
 from ._object_client import Remote, remote_url
-from ._payload_store import LmdbPayloadStore
 from ._pull import incoming, planned_runs
 from ._remote import Released, journal_id, payloads_of, pushed_head, segments_to_push
 from ._remote_layout import MANIFEST, encode_segment
@@ -83,7 +82,7 @@ def _to_push(journal: Journal, remote: Optional[Remote]) -> Tuple[int, int, int]
     source = journal_id(journal)
     head = pushed_head(journal, remote, source)[0]
     known: Set[str] = set()
-    local = LmdbPayloadStore(journal.lmdb_store())
+    local = journal.local_payloads()
     released = Released(journal)
     events = payloads = nbytes = 0
     for batch, _through in segments_to_push(journal, head["last_seq"], known):

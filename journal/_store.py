@@ -273,6 +273,11 @@ class Store:
             raise JournalError(f"journal {self.path!r} is closed")
         return self._shared
 
+    def used_bytes(self) -> int:
+        """The bytes of LMDB's pages in use (what the size cap counts of the LMDB file)."""
+        env = self._env().env
+        return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+
     def db(self, name: str):
         """The handle of a named database; checked as read, its whole tree is checked first (once)."""
         shared = self._env()

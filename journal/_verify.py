@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import attrs
 import msgpack
 
-from ._audit_rows import KeyRuleCache, call_row
+from ._call_rows import KeyRuleCache, call_row
 from ._convert import checked_body, decode_event
 from ._errors import IntegrityError, StepJournalError
 from ._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
@@ -34,8 +34,9 @@ class VerifyProblem:
     """One thing `Journal.verify` found broken.
 
     Attributes:
-        kind: ``event``, ``payload``, ``index``, ``missing_payload`` or ``released_payload`` (a payload
-            retention released is still stored).
+        kind: ``event``, ``payload``, ``index``, ``missing_payload``, ``released_payload`` (a payload
+            retention released is still stored), ``orphan_file`` (a payload file no event names) or
+            ``partial_file`` (a payload file a write left half done).
         where: the event sequence number, payload digest or index key concerned.
         steps: the train steps affected, when known.
         detail: what is wrong.
@@ -84,7 +85,8 @@ def verify(
     checked_up_to = raw[-1][0] if raw else 0
     del raw
     problems = fold.problems + _index_problems(fold.expected, dict(index_items()), checked_up_to, last_seq())
-    return problems + _payload_problems(payloads, fold, progress, done)
+    problems += _payload_problems(payloads, fold, progress, done)
+    return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
 
 
 @attrs.define
@@ -215,6 +217,22 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
     problems = [problem for _, problem in sorted(stored, key=lambda found: found[0])]
     return problems + [VerifyProblem("missing_payload", hexd, fold.steps(hexd), "payload is missing")
                        for hexd in fold.steps_of_digest if hexd not in seen and hexd in live]
+
+
+def _left_files(payloads: PayloadStore, fold: _LogFold, settled: Callable[[], bool]) -> List[VerifyProblem]:
+    """The journal's payload files no event names, and half-written ones: what a record a crash cut short
+    leaves. Judged only when no event was appended meanwhile (a record in flight has its file first)."""
+    files = getattr(payloads, "files", None)
+    if files is None:
+        return []
+    partial = files.partial_files()
+    orphans = [d.hex() for d in files.digests() if d.hex() not in fold.steps_of_digest and d.hex() not in fold.released_by]
+    if not settled():
+        return []
+    fix = ("`stepjournal compact JOURNAL` removes it once no process has the journal open (a record being "
+           "written right now has one too: verify again if a writer is running)")
+    return ([VerifyProblem("orphan_file", hexd, (), f"no event names this payload file; {fix}") for hexd in orphans]
+            + [VerifyProblem("partial_file", path, (), f"a payload file a write left half done; {fix}") for path in partial])
 
 
 def _checked_record(seq: int, body: bytes, keys: KeyRuleCache) -> Any:

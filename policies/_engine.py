@@ -314,7 +314,7 @@ class Engine(ReplayChecks):
         prepared_output = prepared_input = None
         if store:
             try:
-                prepared_output = self.journal.prepare(output)
+                prepared_output = self.journal.prepare(output, copy=False)  # recorded right after
             except Exception as exc:  # UnsupportedValueError, or a registered codec's own failure
                 missed.append(("output", exc))
         if input is not None and (store or ctx.input_digest is None):

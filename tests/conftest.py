@@ -27,3 +27,12 @@ for _name in ("COLUMNS", "LINES", "PAGER"):
 def jpath(tmp_path):
     """A path for a new journal folder (not created yet)."""
     return str(tmp_path / "journal")
+
+
+@pytest.fixture
+def lmdb_payloads(monkeypatch):
+    """Journals opened in the test keep large payloads in LMDB, as journals made before payload files
+    hold them (`FILE_FROM` out of reach)."""
+    import stepjournal._payload_store as payload_store
+
+    monkeypatch.setattr(payload_store, "FILE_FROM", 1 << 62)

@@ -30,6 +30,19 @@ def flip_byte(path: str, db_name: str, key: bytes | None = None, offset: int = -
         env.close()
 
 
+def flip_payload_byte(path: str, key: bytes, offset: int = -1) -> None:
+    """Flip one byte of the stored payload `key`, in its payload file or, without one, in LMDB."""
+    name = key.hex()
+    file = os.path.join(path, "payloads", name[:2], name[2:])
+    if not os.path.exists(file):
+        flip_byte(path, "payloads", key=key, offset=offset)
+        return
+    data = bytearray(open(file, "rb").read())
+    data[offset] ^= 0xFF
+    with open(file, "wb") as f:
+        f.write(data)
+
+
 def put_raw(path: str, db_name: str, key: bytes, value: bytes) -> None:
     """Overwrite one value in a named database with raw bytes."""
     env = lmdb.open(path, max_dbs=8, subdir=True, map_size=_room(path))

@@ -68,8 +68,9 @@ def worker_context(kind: str = "forkserver"):
 
 
 # Payload sizes the writer children cycle through: small ones make many short commits, large ones
-# make commits long enough that a random kill often lands inside LMDB's write and fsync.
-SIZES = (2_000, 40_000, 500_000, 2_000_000, 120_000, 1_000_000, 8_000, 3_000_000)
+# make commits long enough that a random kill often lands inside LMDB's write and fsync, and the
+# largest (over `FILE_FROM`, 8 MiB) is a payload file written before its event commits.
+SIZES = (2_000, 40_000, 500_000, 2_000_000, 120_000, 1_000_000, 8_000, 9_000_000)
 
 
 def expected_output(step: int, sizes: tuple = SIZES) -> dict:

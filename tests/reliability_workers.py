@@ -35,7 +35,8 @@ def crash_writer(path: str, ack_path: str, run: str = "crash", stop_after: int =
         ``E``        `stop_after` calls made; exiting normally
 
     With `lockstep` (the child's end of a `kill_points` pipe) each line is also a point the writer
-    waits at, and so is each write into LMDB and each commit (the journal's open included).
+    waits at, and so is each write into LMDB and each commit (the journal's open included), and each
+    step of writing a payload file (its new file opened in ``payloads/tmp/``, its rename).
     """
     from stepjournal import Journal
     from stepjournal.adapters import journaled
@@ -48,6 +49,8 @@ def crash_writer(path: str, ack_path: str, run: str = "crash", stop_after: int =
         if points is not None:
             points.point(text)
 
+    if points is not None:
+        points.filesystem(os.path.join(path, "payloads"))(True)
     with points.lmdb_writes() if points is not None else nullcontext():
         with Journal(path, run=run) as journal:
             recorded = journal.recorded_steps()

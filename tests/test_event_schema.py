@@ -1,6 +1,6 @@
 """The event schema is written once: the attrs classes of `_events.py`, with their tags and versions.
 
-The fast readers decode call events without building them. `_audit_rows` takes its field lists from the
+The fast readers decode call events without building them. `_call_rows` takes its field lists from the
 classes (`field_names`); `_native_rows` declares msgspec structs, whose types and ranges msgspec checks
 in C from the declaration, so they are compared here with the classes (fields, which have defaults,
 types, tag, version) and a drift fails. The action each call event is named by is written once
@@ -114,7 +114,7 @@ def test_the_schema_check_reports_a_planted_drift(struct, cls, tag_version, drif
 
 
 def test_the_readers_derived_lists_follow_a_field_added_to_an_event_class(monkeypatch):
-    """What `_audit_rows` accepts and what `_native_rows` counts come from the class, not from a copy."""
+    """What `_call_rows` accepts and what `_native_rows` counts come from the class, not from a copy."""
     from stepjournal import _events
 
     before = _events.field_names(GenerationRecorded)

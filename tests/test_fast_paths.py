@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-import lmdb
 import numpy as np
 import pytest
 import torch
@@ -17,6 +16,8 @@ from stepjournal._codec import encode_payload_array
 from stepjournal._codec_encode import _encode
 from stepjournal._digest import digest_hex
 from stepjournal._pages import ReleaseBehind, releaser
+
+from lmdb_raw import flip_payload_byte
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pages are released on Linux only")
 
@@ -57,7 +58,7 @@ def test_releaser_refuses_memory_that_is_not_a_journal_mapping(tmp_path):
 
 
 @linux_only
-def test_a_large_replay_releases_its_mapped_pages_and_still_reads_right(jpath):
+def test_a_large_replay_releases_its_mapped_pages_and_still_reads_right(jpath, lmdb_payloads):
     value = {"x": torch.arange(4 << 20, dtype=torch.int64), "y": torch.randn(1024, 256)}
     with Journal(jpath) as journal:
         recorded = journal.record(1, value)
@@ -69,24 +70,16 @@ def test_a_large_replay_releases_its_mapped_pages_and_still_reads_right(jpath):
             assert torch.equal(out["x"], value["x"]) and torch.equal(out["y"], value["y"])
 
 
-def _flip_byte(path: str, key: bytes, offset: int) -> None:
-    env = lmdb.open(path, max_dbs=8, subdir=True, map_size=1 << 30)  # room to rewrite a large value
-    try:
-        db = env.open_db(b"payloads")
-        with env.begin(write=True, db=db) as txn:
-            value = bytearray(txn.get(key))
-            value[offset] ^= 0xFF
-            txn.put(key, bytes(value))
-    finally:
-        env.close()
-
-
+@pytest.mark.parametrize("where", ["files", "lmdb"])
 @pytest.mark.parametrize("offset", [20, -1], ids=["header", "data"])
-def test_a_damaged_large_payload_reports_the_digest_mismatch_not_a_decode_error(jpath, offset):
-    value = {"x": torch.arange(1 << 20, dtype=torch.int64)}  # 8 MB: hashed beside the decode
+def test_a_damaged_large_payload_reports_the_digest_mismatch_not_a_decode_error(jpath, request, offset, where):
+    """A payload file, and a value in LMDB's map (hashed beside the decode; a journal made before payload files)."""
+    if where == "lmdb":
+        request.getfixturevalue("lmdb_payloads")
+    value = {"x": torch.arange(1 << 20, dtype=torch.int64)}  # 8 MB
     with Journal(jpath) as journal:
         recorded = journal.record(1, value)
-    _flip_byte(jpath, bytes.fromhex(recorded.event.output.digest), offset)
+    flip_payload_byte(jpath, bytes.fromhex(recorded.event.output.digest), offset)
     with Journal(jpath, readonly=True) as journal:
         with pytest.raises(IntegrityError, match="does not match its digest"):
             journal.load_output(journal.lookup(1))

@@ -16,7 +16,8 @@ import torch
 from stepjournal import Journal, JournalFullError
 
 MAP = 64 << 20
-PAYLOAD_ELEMENTS = 2 << 20 >> 3  # 2 MB of int64
+PAYLOAD_ELEMENTS = 512 << 10 >> 3  # 512 KiB of int64: under FILE_FROM, so each one goes into the map
+RECORDS = 256  # 128 MiB in all: overflows the 64 MiB map
 
 
 def _vm_size() -> int:
@@ -36,7 +37,7 @@ def _grow_under_a_cap(path: str, out: str) -> None:
     step = 0
     resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + (48 << 20), hard))  # room for the payloads, not a 128 MiB map
     try:
-        for step in range(64):  # 64 x 2 MB overflows the 64 MiB map
+        for step in range(RECORDS):
             journal.record(step, _value(step))
             result["recorded_before"] += 1
     except JournalFullError as exc:
@@ -67,7 +68,7 @@ def test_a_map_that_cannot_grow_for_lack_of_memory_raises_journal_full_and_the_h
         result = json.load(fh)
     assert result["error"] is not None and result["error"][0] == "JournalFullError", result
     assert "could not grow its memory map" in result["error"][1] and "stays usable" in result["error"][1]
-    assert 10 <= result["recorded_before"] < 64
+    assert 10 <= result["recorded_before"] < RECORDS
     assert result["earlier_intact"]
     assert result["recorded_after"] == result["recorded_before"] + 1
     assert result["problems"] == []

@@ -61,7 +61,7 @@ def test_the_buffers_given_are_written_one_after_another_without_joining_them(tm
     assert torch.equal(decode_payload(store.get(digest))["a"], torch.arange(70_000))
 
 
-def test_a_read_hands_the_load_a_buffer_of_its_own_so_tensors_are_views_of_it(tmp_path):
+def test_a_read_hands_the_load_a_private_mapping_of_the_file_so_tensors_are_views_of_it(tmp_path):
     from stepjournal._pages import HANDED_OVER
 
     store = FilePayloadStore(str(tmp_path / "payloads"))
@@ -197,3 +197,16 @@ def test_a_full_disk_is_journal_full_error_and_leaves_no_partial_file(tmp_path):
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("JournalFullError ") and str(where / "payloads") in lines[0], result.stdout
     assert lines[1:] == ["tmp []", "still reads True True"]
+
+
+def test_what_push_and_a_bundle_send_is_a_read_only_mapping_of_the_file_not_a_copy(tmp_path):
+    import mmap
+
+    store = FilePayloadStore(str(tmp_path / "payloads"))
+    digest, raw = payload({"ids": torch.arange(300_000)})
+    store.put(digest, raw)
+    sent = store.stored(digest)
+    assert isinstance(sent, mmap.mmap) and sent[:] == raw
+    with pytest.raises(TypeError):
+        sent[0] = 0  # read-only: a push cannot change the file
+    assert store.stored(bytes(32)) is None

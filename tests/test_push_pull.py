@@ -18,7 +18,7 @@ from stepjournal import _pull as pull_module, _remote as remote_module
 from stepjournal._events import EventsImported
 from stepjournal._object_client import Remote
 from stepjournal._remote import Released, journal_id
-from stepjournal._remote_layout import call_refs
+from stepjournal._events import call_refs
 from stepjournal.adapters.cli import main as cli
 
 

@@ -74,3 +74,23 @@ def test_the_cli_audits_and_verifies_the_release_journal(release):
     assert audit.stdout.count('"replayed"') >= 3 and '"refused"' in audit.stdout
     verify = run_cli("verify", release)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_the_release_journal_replays_and_takes_new_large_records_as_payload_files(release):
+    """A journal from before payload files: its records replay from LMDB, a new large one is a file."""
+    import os
+
+    from stepjournal._file_store import PAYLOAD_FOLDER
+
+    assert not os.path.exists(os.path.join(release, PAYLOAD_FOLDER))
+    from stepjournal._payload_store import FILE_FROM
+
+    large = {"ids": torch.arange(FILE_FROM // 8 + 1)}
+    with Journal(release, run="exp") as journal:
+        assert _same(journal.load_output(journal.lookup(2)), rollout(2, 0))
+        digest = journal.record(9, large).event.output.digest
+    assert os.path.isfile(os.path.join(release, PAYLOAD_FOLDER, digest[:2], digest[2:]))
+    with Journal(release, run="exp", readonly=True) as journal:
+        assert journal.verify() == []
+        assert torch.equal(journal.load_output(journal.lookup(9))["ids"], large["ids"])
+        assert _same(journal.load_output(journal.lookup(1)), rollout(1, 0))

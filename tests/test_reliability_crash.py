@@ -21,7 +21,7 @@ import threading
 import pytest
 import torch
 
-from stepjournal import GenerationRecorded, Journal
+from stepjournal import GenerationRecorded, Journal, compact
 
 from kill_points import start_process
 from reliability_support import expected_output, report, same_output, worker_context
@@ -36,9 +36,11 @@ def _read_lines(path: str) -> list[str]:
 
 
 def _check_journal_after_kill(path: str, acked_max: int, in_flight: int | None, checked_upto: int) -> int:
-    """Assert the journal state a kill must leave; return the number of recorded steps."""
+    """Assert the journal state a kill must leave; return the number of recorded steps. A kill between a
+    payload file and its event leaves a file no event names (whole, or half written in tmp/): verify
+    names it, and nothing else."""
     with Journal(path, run="crash", readonly=True) as journal:
-        assert journal.verify() == []
+        assert {p.kind for p in journal.verify()} <= {"orphan_file", "partial_file"}
         steps = journal.recorded_steps()
         count = len(steps)
         assert steps == list(range(1, count + 1)), "recorded steps have a gap"
@@ -53,21 +55,42 @@ def _check_journal_after_kill(path: str, acked_max: int, in_flight: int | None, 
     return count
 
 
-def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 8, reach: int = 120) -> dict:
+def _nth_file_step(n: int):
+    """A `run_to` stop at the `n`-th step of writing a payload file (its new file opened in tmp/, its rename)."""
+    seen = [0]
+
+    def stop(label: str) -> bool:
+        seen[0] += label.startswith(_FILE_WRITE)
+        return seen[0] == n
+
+    return stop
+
+
+_FILE_WRITE = ("open tmp/", "os.rename tmp/")
+
+
+def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 8, reach: int = 120,
+              file_kills: int = 0) -> dict:
     """Start a resuming writer `kills` times and SIGKILL it at a seeded one of its first `reach` points
-    (its open and two replays take about 20, a call about 10); check after each."""
+    (its open and two replays take about 20, a call about 10); the first `file_kills` times, at a seeded
+    one of its first four steps of writing a payload file instead; check after each."""
     rng = random.Random(seed)
     ctx = worker_context(context)
     path = str(tmp_path / "journal")
     Journal(path, run="crash").close()
     acked_max = recorded = 0
     figures = {"kills": 0, "kills_in_flight": 0, "in_flight_committed": 0, "kills_in_a_write": 0,
-               "replayed": 0, "generated": 0}
+               "kills_in_a_file": 0, "replayed": 0, "generated": 0}
     os.makedirs(tmp_path, exist_ok=True)
     for k in range(kills):
         ack = str(tmp_path / f"ack{k}")
         release = rng.random() < 0.5
-        said = start_process(ctx, crash_writer, path, ack, "crash", 0).kill_at(rng.randint(1, reach), release=release)
+        child = start_process(ctx, crash_writer, path, ack, "crash", 0)
+        if k < file_kills:
+            said = child.run_to(_nth_file_step(rng.randint(1, 4)), release=release)
+            figures["kills_in_a_file"] += said[-1].startswith(_FILE_WRITE) or release  # released: just past it
+        else:
+            said = child.kill_at(rng.randint(1, reach), release=release)
         # Waiting inside a write transaction, or inside one (or its commit) on the way to the next point.
         figures["kills_in_a_write"] += said[-1].startswith("lmdb ") and said[-1] != "lmdb committed"
         lines = _read_lines(ack)
@@ -99,7 +122,9 @@ def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 
     assert lines[0] == f"O{max(1, recorded - 1)}" and lines[-1] == "E"
     assert [line[0] for line in lines if line[0] in "ARX"] == ["R"] * min(2, recorded) + ["A"] * (4 - min(2, recorded))
     final = _check_journal_after_kill(path, recorded + 4 - min(2, recorded), None, recorded)
+    figures["files_left"] = compact(path).files_removed  # what the kills left, removed
     with Journal(path, readonly=True) as journal:
+        assert journal.verify() == []
         figures["journal_bytes"] = os.path.getsize(os.path.join(path, "data.mdb"))
         figures["events"] = journal.last_seq()
     figures["steps_recorded"] = final
@@ -110,9 +135,9 @@ def kill_loop(tmp_path, kills: int, *, context: str = "forkserver", seed: int = 
 
 def test_fifty_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_path):
     """≥ 50 kills at seeded points, large payloads, a resuming `cache` writer each time."""
-    figures = kill_loop(tmp_path, 50)
+    figures = kill_loop(tmp_path, 50, file_kills=4)
     assert figures["kills"] == 50 and figures["kills_in_flight"] > 0
-    assert figures["in_flight_committed"] > 0 and figures["kills_in_a_write"] > 0
+    assert figures["in_flight_committed"] > 0 and figures["kills_in_a_write"] > 0 and figures["kills_in_a_file"] >= 4
     report("crash", **figures, context="forkserver")
 
 
@@ -126,10 +151,11 @@ def test_five_hundred_random_sigkills_lose_nothing_acknowledged_and_resume(tmp_p
             totals[key] = merge(totals.get(key, 0), value)
 
     for round_ in range(10):  # a fresh journal every 50 kills keeps verify-after-each-kill affordable
-        add(kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, reach=300))
+        add(kill_loop(tmp_path / f"round{round_}", 50, seed=1000 + round_, reach=300, file_kills=6))
     add(kill_loop(tmp_path / "spawned", 20, context="spawn", seed=7))
     assert totals["kills"] == 520 and totals["kills_in_flight"] > 0
     assert totals["in_flight_committed"] > 0 and totals["kills_in_a_write"] > 0
+    assert totals["kills_in_a_file"] >= 50  # issue 29: ≥ 50 kills inside the writing of a payload file
     report("crash_soak", **totals, context="forkserver (500) + spawn (20)")
 
 
@@ -158,7 +184,7 @@ def _record_in_thread(path: str, step: int, timeout: float) -> bool:
     def body():
         with Journal(path, run="after-kill") as journal:
             journal.record(step, {"x": torch.zeros(4)})
-            result.append(journal.verify())
+            result.append([p for p in journal.verify() if p.kind != "orphan_file"])
 
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
@@ -188,14 +214,14 @@ def test_writer_killed_inside_its_transaction_does_not_block_the_next_writer(tmp
     rng = random.Random(3)
     inside = 0
     for k in range(8):
-        # At a write of its open's transaction or of its first two records' (48 MB each), or at the
-        # start of a commit; released, the kill lands on the way from there (into the commit).
+        # At a write of its open's transaction or of its first two records' (each after a 48 MB payload
+        # file), or at the start of a commit; released, the kill lands on the way from there (into the commit).
         release, stop = rng.random() < 0.5, _NthWrite(rng.randint(1, 16))
         start_process(ctx, locked_writer, path, 48 << 20).run_to(stop, release=release)
         # Killed waiting inside the transaction, or on the way to its next write or commit: inside it.
         inside += not (release and stop.label == "lmdb commit")
         assert _record_in_thread(path, k, timeout=60), f"the writer after kill {k} could not record"
     assert inside >= 4, inside  # the rest were released into a commit: inside it, or just past it
-    with Journal(path, readonly=True) as journal:
-        assert journal.verify() == []
+    with Journal(path, readonly=True) as journal:  # a killed record's payload file, whole, that no event names
+        assert {p.kind for p in journal.verify()} <= {"orphan_file"}
         assert journal.recorded_steps(run="after-kill") == list(range(8))

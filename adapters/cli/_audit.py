@@ -18,7 +18,7 @@ from rich.console import Console
 
 from stepjournal import AuditRecord, Journal
 from stepjournal._audit import ACTIONS, AUDIT_FIELDS
-from stepjournal._audit_rows import json_rows, releases_of
+from stepjournal._call_rows import json_rows, releases_of
 
 from ._args import nonneg_int
 from ._common import names_of_sessions, open_readonly, parse_steps

@@ -23,9 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     result = compact(args.journal, to=args.to)
     if args.json:
-        print_json({"schema_version": AUDIT_SCHEMA_VERSION, "path": result.path, "before_bytes": result.before_bytes, "after_bytes": result.after_bytes})
+        print_json({"schema_version": AUDIT_SCHEMA_VERSION, "path": result.path, "before_bytes": result.before_bytes, "after_bytes": result.after_bytes,
+                    "files_removed": result.files_removed})
         return 0
     where = f"into {cell(result.path)}" if args.to else "in place"
     out.print(f"compacted {cell(args.journal)} {where}: data.mdb {human_size(result.before_bytes)} -> "
-              f"{human_size(result.after_bytes)}", soft_wrap=True)
+              f"{human_size(result.after_bytes)}"
+              + (f"; {result.files_removed} payload file(s) no event names removed" if result.files_removed else ""),
+              soft_wrap=True)
     return 0

@@ -1,4 +1,5 @@
-"""The audit's JSON rows straight from the stored bytes: ``stepjournal audit --json`` / ``--csv`` at scale.
+"""The checked call-row decoder: a call event's audit row straight from its stored bytes, for
+``stepjournal audit --json`` / ``--csv`` at scale, `verify` and `reindex`.
 
 `json_rows` yields what ``AuditRecord.from_event(seq, decode_event(raw)).to_json()`` would, row for
 row (with `call_records`' provenance and the filters of ``stepjournal audit``), without building an
@@ -6,7 +7,7 @@ event or a record per call: a call event whose checksum holds (`checked_body`) i
 its class's rules here (exact types, the validators' ranges; the run / mode / stage key rule once
 per distinct value) and turned into its row from the map. Anything else, and any value these checks
 do not pass, takes the event path (`decode_event`), which builds the same row or raises the same
-error, so the output is the event path's (`tests/test_audit_rows.py` compares them byte for byte).
+error, so the output is the event path's (`tests/test_call_rows.py` compares them byte for byte).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 import math
 from typing import Any, Container, Dict, Iterable, Iterator, Optional, Tuple
 
-from ._audit import AUDIT_EVENT_TYPES, AUDIT_SCHEMA_VERSION, RELEASED, AuditRecord, Provenance, iso_time
+from ._audit import AUDIT_EVENT_TYPES, RELEASED, AuditRecord, Provenance
 from ._convert import checked_body, event_of
 from ._errors import InvalidKeyError
-from ._events import (CALL_ACTIONS, MAX_TS, CallRefused, EventsImported, GenerationRecorded, PayloadRef, ReplayServed,
+from ._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, MAX_TS, CallRefused, EventsImported, GenerationRecorded, PayloadRef,
+                      ReplayServed, iso_time,
                       field_names)
 from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 

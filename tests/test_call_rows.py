@@ -14,7 +14,7 @@ import pytest
 
 from stepjournal import Journal, Retention, prune, pull, push
 from stepjournal._audit import AUDIT_FIELDS, call_records, AUDIT_EVENT_TYPES
-from stepjournal._audit_rows import json_rows
+from stepjournal._call_rows import json_rows
 from stepjournal._eventlog import EventLog
 from stepjournal.adapters.cli._audit import _print_json_rows
 from stepjournal.adapters.cli._render import print_json
