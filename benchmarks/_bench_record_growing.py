@@ -79,11 +79,7 @@ def _child(workdir: Path, steps: int, quick: bool) -> Dict[str, Any]:
             os.fsync(f.fileno())
 
     def record(step: int) -> None:
-        exact = peak_reset()
-        before = status_bytes("VmRSS") if exact else None
         dump(step=step)
-        if exact and before is not None:
-            added.append(max(0, (status_bytes("VmHWM") or 0) - before))
 
     def verl_save(step: int) -> None:
         folder = workdir / "verl" / str(step)
@@ -106,10 +102,14 @@ def _child(workdir: Path, steps: int, quick: bool) -> Dict[str, Any]:
         current["dataproto"] = dataproto
         names = list(ops)
         for name in names[step % len(names):] + names[: step % len(names)]:
+            # The record's peak memory is read around it, outside its timing (VmHWM reset just before).
+            before = status_bytes("VmRSS") if name == "journal_dump" and peak_reset() else None
             started_cpu, started = _cpu(), time.perf_counter()
             ops[name](step)
             wall[name].append(time.perf_counter() - started)
             cpu[name].append(_cpu() - started_cpu)
+            if before is not None:
+                added.append(max(0, (status_bytes("VmHWM") or 0) - before))
     journal.close()
     data = workdir / "journal" / "data.mdb"
     return {

@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 from ._bench_s3 import _BUCKET, get_durably, moto_bucket
-from ._measure import quiet_logs
+from ._measure import cli_command, quiet_logs
 from ._report import _goal
 
 __all__ = ["GOAL_CLONE", "GOAL_PUSH", "bench_share_cli", "main"]
@@ -43,18 +42,19 @@ PAYLOADS = 40
 
 def bench_share_cli(ctx: Any) -> Dict[str, Any]:
     """The section for `benchmarks._cli`; `ctx` is a `benchmarks._suite.Context`."""
-    quick = ctx.reps <= 3
-    return _bench(ctx.workdir, total=TOTAL_BYTES // 20 if quick else TOTAL_BYTES, payloads=8 if quick else PAYLOADS,
-                  reps=2 if quick else 3, progress=ctx.progress)
+    return _bench(ctx.workdir, quick=ctx.reps <= 3, progress=ctx.progress)
 
 
-def _cli(*args: str) -> float:
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "stepjournal", *args], check=True, capture_output=True)
-    return time.perf_counter() - started
+def _cli(*args: str) -> None:
+    """``stepjournal ARGS`` in a fresh process (`cli_command`, its memory sampled every 5 ms)."""
+    done = cli_command(list(args), every=0.005)
+    if done["rc"] != 0:
+        raise RuntimeError(f"stepjournal {args[0]} failed ({done['rc']}): {done['stderr_tail']}")
 
 
-def _bench(workdir: Path, *, total: int, payloads: int, reps: int, progress: Callable[[str], None]) -> Dict[str, Any]:
+def _bench(workdir: Path, *, quick: bool, progress: Callable[[str], None]) -> Dict[str, Any]:
+    """quick: 4.2 MB in 8 payloads, 2 repetitions; else 84 MB in 40, 3 repetitions."""
+    total, payloads, reps = (TOTAL_BYTES // 20, 8, 2) if quick else (TOTAL_BYTES, PAYLOADS, 3)
     import obstore
     import torch
 
@@ -124,9 +124,7 @@ def main(argv: List[str] | None = None) -> int:
     args = p.parse_args(argv)
     quiet_logs()
     with tempfile.TemporaryDirectory(prefix="stepjournal-bench-share-") as workdir:
-        report = _bench(Path(workdir), total=TOTAL_BYTES // 20 if args.quick else TOTAL_BYTES,
-                        payloads=8 if args.quick else PAYLOADS, reps=2 if args.quick else 3,
-                        progress=lambda m: print(m, file=sys.stderr))
+        report = _bench(Path(workdir), quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
     print(json.dumps(report, indent=2))
     return 0
 

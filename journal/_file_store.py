@@ -182,13 +182,12 @@ class FilePayloadStore:
             _remove_quietly(tmp)
             raise self._full(exc, sum(b.nbytes for b in buffers)) from None
 
-    def _rename_into_place(self, tmp: str, path: str) -> None:
-        """`tmp` (written and fsynced) renamed to `path`, then its folder fsynced."""
+    def _rename_into_place(self, tmp: str, path: str, nbytes: int) -> None:
+        """`tmp` (`nbytes` written and fsynced) renamed to `path`, then its folder fsynced."""
         try:
             _make_folder(os.path.dirname(path), self.folder)
             os.rename(tmp, path)
         except OSError as exc:
-            nbytes = os.path.getsize(tmp) if os.path.exists(tmp) else 0
             _remove_quietly(tmp)
             raise self._full(exc, nbytes) from None
         _fsync_folder(os.path.dirname(path))
@@ -206,7 +205,7 @@ class FilePayloadStore:
     def _write(self, path: str, buffers: List[memoryview]) -> None:
         tmp = self._new_tmp()
         self._write_tmp(tmp, buffers)
-        self._rename_into_place(tmp, path)
+        self._rename_into_place(tmp, path, sum(b.nbytes for b in buffers))
 
     # -- reading ---------------------------------------------------------------------------------
     def _missing(self, digest: bytes) -> PayloadMissingError:
@@ -330,6 +329,7 @@ class StagedFile:
         self._store = store
         self.pid = os.getpid()  # the process whose thread writes it
         self._tmp = store._new_tmp()
+        self._nbytes = sum(b.nbytes for b in buffers)
         self._error: Optional[BaseException] = None
         self._digest: Optional[bytes] = None
         self._thread = threading.Thread(target=self._run, args=(buffers,), name="stepjournal-stage", daemon=True)
@@ -354,7 +354,7 @@ class StagedFile:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        self._store._rename_into_place(self._tmp, path)
+        self._store._rename_into_place(self._tmp, path, self._nbytes)
 
     def discard(self) -> None:
         """Wait for the write and remove the file (not recorded)."""

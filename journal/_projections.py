@@ -201,8 +201,9 @@ class _Ranks:
 
 
 class _GenIndex:
-    """Where every record lands in the ``gen`` step index and the ``steps`` rank index: the one writer
-    of both, for an append (`Projections.apply_in`) and for `reindex` (`Projections.rebuild_in`).
+    """Where every record lands in the ``gen`` step index and the ``steps`` rank index, and where a
+    release takes it out: the one writer of both, for an append (`Projections.apply_in`) and for
+    `reindex` (`Projections.rebuild_in`).
 
     A record's key goes in unless the step index's rule for pulled records (`ImportMap.replaces`)
     keeps the one there; a step new to its (run, mode, stage) takes its rank. Rebuilding, the table
@@ -259,13 +260,25 @@ class _GenIndex:
             if r.db is not None:
                 r.insert(step)
 
-    def changed_elsewhere(self) -> None:
-        """A release deleted a key: append after what the table holds now."""
-        if not self.rebuilding:
+    def release(self, record_seq: int, run: str, mode: str, stage: str, step: int, gen_index: int, *,
+                ranks: bool = True) -> None:
+        """Retention released the record `record_seq`: its key goes, when it still names that record, and
+        the step's rank with it when no other record of the step is left (`ranks`, as for `put`)."""
+        prefix = gen_prefix(run, mode, stage)
+        key = gen_key_at(prefix, step, gen_index)
+        txn = self.txn
+        raw = txn.get(key, db=self.gen)
+        if raw is None or seq_of(raw) != record_seq:
             return
-        self.ranks_inline = False
-        cur = self.txn.cursor(db=self.gen)
-        self.last = bytes(cur.key()) if cur.last() else b""
+        txn.delete(key, db=self.gen)
+        if self.rebuilding:  # appends go after what the table holds now; the ranks are built after
+            self.ranks_inline = False
+            cur = txn.cursor(db=self.gen)
+            self.last = bytes(cur.key()) if cur.last() else b""
+        elif ranks and self.steps is not None and not _has_step_in(txn, self.gen, prefix, step):
+            r = _Ranks(txn, self.store, prefix)
+            if r.db is not None:
+                r.remove(step)
 
 
 class Projections:
@@ -311,17 +324,8 @@ class Projections:
                                                              event.gen_index, ranks=ranks)
         elif isinstance(event, PayloadsReleased):
             # Retention released the record: `lookup` and the step queries stop seeing it.
-            gen, prefix = store.db("gen"), gen_prefix(event.run, event.mode, event.stage)
-            key = gen_key_at(prefix, event.step, event.gen_index)
-            raw = txn.get(key, db=gen)
-            if raw is not None and seq_of(raw) == event.record_seq:
-                txn.delete(key, db=gen)
-                if index is not None:
-                    index.changed_elsewhere()
-                elif ranks and store.db("steps") is not None and not _has_step_in(txn, gen, prefix, event.step):
-                    r = _Ranks(txn, store, prefix)
-                    if r.db is not None:
-                        r.remove(event.step)
+            (index or _GenIndex(txn, store, imports)).release(event.record_seq, event.run, event.mode, event.stage,
+                                                             event.step, event.gen_index, ranks=ranks)
         elif isinstance(event, SessionOpened):
             sessions = store.db("sessions")
             key = session_key(event.session)
