@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tiers import marked_e2e, starts
+
+TESTS = Path(__file__).resolve().parent
+# The group of the files that start a Ray cluster, an accelerate launch or verl's V1 harness (tests/tiers.py).
+CLUSTER_GROUP = "cluster"
 
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -21,6 +28,25 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 for _name in ("COLUMNS", "LINES", "PAGER"):
     os.environ.pop(_name, None)
     os.unsetenv(_name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Shape the parallel run (``make test`` runs ``pytest -n auto --dist loadgroup``).
+
+    Each test file is one group, run whole by one worker, so its module fixtures are built once; the
+    files that start a cluster-wide run share one group and run one after another, never two Ray
+    clusters or accelerate launches at once. End-to-end files come first: the longest groups start
+    early instead of leaving one worker busy alone at the end. Each file's tests keep their order.
+    """
+    files = {}
+    for item in items:
+        path = Path(str(item.path))
+        if path not in files:
+            files[path] = (CLUSTER_GROUP if starts(path, TESTS) else path.stem, marked_e2e(path))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(files[path][0]))
+    items.sort(key=lambda item: not files[Path(str(item.path))][1])
 
 
 @pytest.fixture
