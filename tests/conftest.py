@@ -59,6 +59,6 @@ def jpath(tmp_path):
 def lmdb_payloads(monkeypatch):
     """Journals opened in the test keep large payloads in LMDB, as journals made before payload files
     hold them (`FILE_FROM` out of reach)."""
-    import stepjournal._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store
 
     monkeypatch.setattr(payload_store, "FILE_FROM", 1 << 62)

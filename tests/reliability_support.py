@@ -62,7 +62,7 @@ def worker_context(kind: str = "forkserver"):
     """
     ctx = mp.get_context(kind)
     if kind == "forkserver":
-        ctx.set_forkserver_preload(["torch", "stepjournal._codec", "stepjournal._journal", "stepjournal.adapters._raw",
+        ctx.set_forkserver_preload(["torch", "stepjournal.payloads._codec", "stepjournal._journal", "stepjournal.adapters._raw",
                                     "reliability_workers"])
     return ctx
 

@@ -193,62 +193,80 @@ def test_the_private_attribute_checker_finds_a_planted_reach_in_and_passes_self_
                                                          "stepjournal.adapters._c: ._lock (of stepjournal._a)"]
 
 
-JOURNAL_LAYERS = ("base", "room", "facade", "reader", "face")  # bottom to top
-ANY_BELOW = "any module of a lower layer"
+# The journal's groups, bottom to top. Each below the facade is a folder of journal/; the facade and the
+# face are the files at journal/'s top.
+JOURNAL_GROUPS = ("base", "events", "storage", "payloads", "index", "upkeep", "facade", "sharing", "tools", "face")
+TOP_GROUPS = ("facade", "face")
+ANY_BELOW = "any module of its group or a lower one"
 
 
 def journal_table(doc: str) -> List[tuple]:
-    """(layer, [modules], allowed) of each row of docs/architecture.md's journal table; `allowed` is a set
-    of module names, or None for "any module of a lower layer"."""
+    """(group, [files], allowed) of each row of docs/architecture.md's journal table; a file is its path
+    under journal/ without ``.py`` (``storage/_store``), `allowed` a set of module names (``_store``), or
+    None for "any module of its group or a lower one"."""
     section = doc.split("### `journal/`", 1)[1].split("\n### ", 1)[0]
     rows = []
     for line in section.splitlines():
-        if not line.startswith("| ") or line.startswith("| layer"):
+        if not line.startswith("| ") or line.startswith("| group"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        files = [f[:-3] for f in re.findall(r"`([\w]+\.py)`", cells[1])]
+        files = [f[:-3] for f in re.findall(r"`([\w/]+\.py)`", cells[1])]
         allowed = None if cells[-1] == ANY_BELOW else set(re.findall(r"`(\w+)`", cells[-1]))
         rows.append((cells[0], files, allowed))
     return rows
 
 
 def journal_table_problems(root: Path, doc: str) -> List[str]:
-    """Where the journal's imports and the table differ: a module in no row or in two, an import the row
-    does not name, a name the row's files do not import, an import that points to a higher layer."""
+    """Where the journal's imports and the table differ: a module in no row or in two, in another group's
+    folder, an import the row does not name, a name the row's files do not import, an import that points
+    to a higher group."""
     modules = module_map(root)
     rows = journal_table(doc)
-    layer_of, row_of = {}, {}
+    group_of, row_of = {}, {}
     problems = []
-    for index, (layer, files, _) in enumerate(rows):
-        if layer not in JOURNAL_LAYERS:
-            problems.append(f"{files}: unknown layer {layer!r}")
-        for name in files:
+    for index, (group, files, _) in enumerate(rows):
+        if group not in JOURNAL_GROUPS:
+            problems.append(f"{files}: unknown group {group!r}")
+            continue
+        for file in files:
+            folder, _, name = file.rpartition("/")
             if name in row_of:
                 problems.append(f"{name} is in two rows")
-            layer_of[name], row_of[name] = layer, index
-    ours = {p.stem: p for p in modules.values() if p.parent == root / "journal"}
-    problems += [f"{name}.py is in no row" for name in sorted(set(ours) - set(row_of))]
-    problems += [f"{name}.py is in the table but not in journal/" for name in sorted(set(row_of) - set(ours))]
+            if folder != ("" if group in TOP_GROUPS else group):
+                problems.append(f"{file}.py is in the {group} group's row, which lives in "
+                                f"journal/{'' if group in TOP_GROUPS else group + '/'}")
+            group_of[name], row_of[name] = group, index
+    journal = root / "journal"
+    files_of = {str(p.relative_to(journal).with_suffix("")): (dotted, p) for dotted, p in modules.items()
+                if journal in p.parents}
+    # A group folder's __init__.py holds its docstring only: no row, and no import.
+    for file, (dotted, path) in sorted(files_of.items()):
+        if file.endswith("/__init__") and imports_of(dotted, path, modules):
+            problems.append(f"{file}.py imports {sorted(imports_of(dotted, path, modules))}; "
+                            "a group's __init__.py holds its docstring only")
+    ours = {file.rpartition("/")[2]: entry for file, entry in files_of.items() if not file.endswith("/__init__")}
+    found = {file for file in files_of if not file.endswith("/__init__")}
+    listed = {file for _, files, _ in rows for file in files}
+    problems += [f"{name}.py is in no row" for name in sorted(found - listed)]
+    problems += [f"{name}.py is in the table but not in journal/" for name in sorted(listed - found)]
     imported: Dict[int, Set[str]] = {}
-    for name, path in sorted(ours.items()):
+    stem_of = {dotted: stem for stem, (dotted, _) in ours.items()}
+    for name, (dotted, path) in sorted(ours.items()):
         if name not in row_of:
             continue
-        dotted = "stepjournal" if name == "__init__" else f"stepjournal.{name}"
-        targets = {t.split(".", 1)[1] for t in imports_of(dotted, path, modules) if t.count(".") == 1
-                   and t.startswith("stepjournal.") and t.split(".", 1)[1] in ours}
+        targets = {stem_of[t] for t in imports_of(dotted, path, modules) if t in stem_of}
         index = row_of[name]
-        layer, files, allowed = rows[index]
-        imported.setdefault(index, set()).update(targets - set(files))
-        for target in sorted(targets - set(files)):
-            if target not in layer_of:
+        group, files, allowed = rows[index]
+        names = {f.rpartition("/")[2] for f in files}
+        imported.setdefault(index, set()).update(targets - names)
+        for target in sorted(targets - names):
+            if target not in group_of:
                 continue
-            if JOURNAL_LAYERS.index(layer_of[target]) > JOURNAL_LAYERS.index(layer):
-                problems.append(f"{name} ({layer}) imports {target} ({layer_of[target]}), a higher layer")
+            if JOURNAL_GROUPS.index(group_of[target]) > JOURNAL_GROUPS.index(group):
+                problems.append(f"{name} ({group}) imports {target} ({group_of[target]}), a higher group")
             if allowed is not None and target not in allowed:
                 problems.append(f"{name} imports {target}, which its row does not name")
-            if allowed is None and JOURNAL_LAYERS.index(layer_of[target]) == JOURNAL_LAYERS.index(layer):
-                problems.append(f"{name} ({layer}) imports {target} of its own layer; its row allows lower ones")
-    for index, (layer, files, allowed) in enumerate(rows):
+    for index, (group, files, allowed) in enumerate(rows):
         for stale in sorted((allowed or set()) - imported.get(index, set())):
             problems.append(f"the row of {', '.join(files)} names {stale}, which none of them imports")
     return problems
@@ -260,30 +278,47 @@ def test_architecture_md_names_exactly_the_imports_of_each_journal_module_and_no
     assert journal_table_problems(ROOT, doc) == []
 
 
+def _table(*rows: str) -> str:
+    """A docs/architecture.md journal section holding the face's row and `rows` (``group | file | allowed``)."""
+    lines = [f"| {group} | {file} | job | {allowed} |" for group, file, allowed in (r.split(" | ") for r in rows)]
+    return ("### `journal/`\n\n| group | file | job | may import |\n|---|---|---|---|\n"
+            f"| face | `__init__.py` | face | {ANY_BELOW} |\n" + "\n".join(lines) + "\n\n### next\n")
+
+
 def test_the_table_checker_finds_a_missing_row_an_unnamed_import_a_stale_name_and_an_upward_import(tmp_path):
     root = _tree(tmp_path, {
-        "journal/_keys.py": "", "journal/_events.py": "from ._keys import K\n",
-        "journal/_audit.py": "from ._events import E\nfrom ._journal import J\n", "journal/_journal.py": "",
-        "journal/_new.py": "",
+        "journal/events/_keys.py": "", "journal/events/_events.py": "from ._keys import K\n",
+        "journal/index/_audit.py": "from ..events._events import E\nfrom .._journal import J\n",
+        "journal/_journal.py": "", "journal/storage/_new.py": "",
     })
-    doc = ("### `journal/`\n\n| layer | file | job | may import |\n|---|---|---|---|\n"
-           "| face | `__init__.py` | face | any module of a lower layer |\n"
-           "| facade | `_journal.py` | the facade | any module of a lower layer |\n"
-           "| room | `_audit.py` | audit | `_journal`, `_keys` |\n"
-           "| base | `_events.py` | events | nothing |\n| base | `_keys.py` | keys | nothing |\n\n### next\n")
+    doc = _table(f"facade | `_journal.py` | {ANY_BELOW}", "index | `index/_audit.py` | `_journal`, `_keys`",
+                 "events | `events/_events.py` | nothing", "events | `events/_keys.py` | nothing")
     assert sorted(journal_table_problems(root, doc)) == sorted([
-        "_new.py is in no row",
+        "storage/_new.py is in no row",
         "_audit imports _events, which its row does not name",
-        "_audit (room) imports _journal (facade), a higher layer",
+        "_audit (index) imports _journal (facade), a higher group",
         "_events imports _keys, which its row does not name",
-        "the row of _audit names _keys, which none of them imports",
+        "the row of index/_audit names _keys, which none of them imports",
+    ])
+
+
+def test_the_table_checker_finds_a_planted_backwards_group_import_and_a_file_in_another_groups_folder(tmp_path):
+    root = _tree(tmp_path, {
+        "journal/storage/_store.py": "from ..payloads._file_store import F\n",
+        "journal/payloads/_file_store.py": "", "journal/payloads/_keys.py": "",
+    })
+    doc = _table("storage | `storage/_store.py` | `_file_store`", "payloads | `payloads/_file_store.py` | nothing",
+                 "events | `payloads/_keys.py` | nothing")
+    assert sorted(journal_table_problems(root, doc)) == sorted([
+        "_store (storage) imports _file_store (payloads), a higher group",
+        "payloads/_keys.py is in the events group's row, which lives in journal/events/",
     ])
 
 
 def test_adapters_and_policies_log_through_the_public_leaf():
-    """`stepjournal.log` is the face of the core's logging: nothing above the journal imports `stepjournal._log`."""
+    """`stepjournal.log` is the face of the core's logging: nothing above the journal imports `stepjournal.base._log`."""
     modules = module_map(ROOT)
-    users = [m for m, path in modules.items() if _layer(m) > 0 and "stepjournal._log" in imports_of(m, path, modules)]
+    users = [m for m, path in modules.items() if _layer(m) > 0 and "stepjournal.base._log" in imports_of(m, path, modules)]
     assert users == []
     assert any("stepjournal.log" in imports_of(m, p, modules) for m, p in modules.items() if _layer(m) > 0)
 
@@ -311,8 +346,8 @@ def test_the_checker_passes_a_tree_whose_imports_point_down(tmp_path):
     root = _tree(
         tmp_path,
         {
-            "journal/_log.py": "",
-            "policies/_engine.py": "from stepjournal import _log\n",
+            "journal/base/_log.py": "",
+            "policies/_engine.py": "from stepjournal.base import _log\n",
             "adapters/verl/_hooks.py": "from stepjournal.policies._engine import x\nfrom ._errors import E\n",
             "adapters/verl/_errors.py": "",
         },
@@ -349,13 +384,13 @@ def test_the_checker_finds_a_cycle_between_modules(tmp_path):
 
 def test_the_private_name_checker_finds_a_planted_reach_in_and_passes_public_names_and_submodules(tmp_path):
     root = _tree(tmp_path, {
-        "journal/_store.py": "_ENVS = {}\nMAX_DBS = 8\n",
-        "journal/_compact.py": "from ._store import MAX_DBS\nfrom . import _store\n",
-        "journal/_prune.py": "def f():\n    from stepjournal._store import _ENVS, __doc__\n",
+        "journal/storage/_store.py": "_ENVS = {}\nMAX_DBS = 8\n",
+        "journal/upkeep/_compact.py": "from ._store import MAX_DBS\nfrom . import _store\n",
+        "journal/upkeep/_prune.py": "def f():\n    from stepjournal.storage._store import _ENVS, __doc__\n",
         "adapters/cli/_a.py": "from ._b import _x\n", "adapters/cli/_b.py": "_x = 1\n",
     })
-    assert sorted(private_reach_ins(root)) == ["stepjournal._prune -> stepjournal._store._ENVS",
-                                               "stepjournal.adapters.cli._a -> stepjournal.adapters.cli._b._x"]
+    assert sorted(private_reach_ins(root)) == ["stepjournal.adapters.cli._a -> stepjournal.adapters.cli._b._x",
+                                               "stepjournal.upkeep._prune -> stepjournal.storage._store._ENVS"]
 
 
 def test_the_checker_allows_a_backwards_import_only_where_it_is_listed(tmp_path):

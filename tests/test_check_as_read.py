@@ -1,6 +1,6 @@
 """A read-only journal checked as read (`Journal(..., check="as-read")`, what `runs` and `audit` use).
 
-The structure check of data.mdb (journal/_lmdb_check.py) then costs what a read touches, not the
+The structure check of data.mdb (journal/storage/_lmdb_check.py) then costs what a read touches, not the
 file's size: the small trees at open, the event log range by range as it is read. No page may reach
 LMDB unchecked, and a damaged page is refused in the same words as the check at open, by whichever
 read first reaches it; a damaged page that a verb does not read does not stop it.
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from stepjournal import IntegrityError, Journal
-from stepjournal._lmdb_check import check_data_file
+from stepjournal.storage._lmdb_check import check_data_file
 
 import lmdb_pages as pages
 from test_hostile_files import _cli, journal  # noqa: F401 - `journal`: a fresh copy of this module's template

@@ -22,7 +22,7 @@ from safetensors import safe_open
 import attrs
 
 from stepjournal import Journal, journaled, register_codec
-from stepjournal._audit import AUDIT_FIELDS
+from stepjournal.index._audit import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
 from lmdb_raw import flip_byte, items, put_raw
@@ -461,7 +461,7 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
     """Only what `import stepjournal` itself loads may be loaded by `stepjournal --help`."""
     code = (
         "import sys\n"
-        "import stepjournal._log  # the package and its logging (structlog, which imports rich.table)\n"
+        "import stepjournal.base._log  # the package and its logging (structlog, which imports rich.table)\n"
         "before = set(sys.modules)\n"
         "from stepjournal.adapters.cli import main\n"
         "assert main(['--help']) == 0\n"
@@ -477,7 +477,7 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    # The journal's payload codec imports torch today (journal/_codec.py), so `import stepjournal` does.
+    # The journal's payload codec imports torch today (journal/payloads/_codec.py), so `import stepjournal` does.
     assert result.stdout.split()[-1] in ("True", "False")
 
 

@@ -2,7 +2,7 @@
 
 structlog's package imports rich's traceback and pretty-printing modules, about half of what the
 CLI's start imported once torch was gone: the library's loggers build their structlog logger at the
-first event their level lets through (journal/_log.py).
+first event their level lets through (journal/base/_log.py).
 """
 
 from __future__ import annotations

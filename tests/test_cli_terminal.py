@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from stepjournal import DIFF_SCHEMA_VERSION, Journal
-from stepjournal._audit import AUDIT_FIELDS
+from stepjournal.index._audit import AUDIT_FIELDS
 from cli_support import CLI, run_cli
 
 SCRIPT = Path(sys.executable).with_name("stepjournal")
@@ -412,7 +412,7 @@ def test_help_and_version_load_nothing_heavy_beyond_the_package_itself():
     `import stepjournal` loads (which is torch today, through the journal's codec and diff modules)."""
     code = (
         "import sys, io, contextlib\n"
-        "import stepjournal._log  # the package and its logging\n"
+        "import stepjournal.base._log  # the package and its logging\n"
         "before = set(sys.modules)\n"
         "from stepjournal.adapters.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"

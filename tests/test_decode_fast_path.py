@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stepjournal import CallBypassed, GenerationRecorded, PayloadRef, ReplayServed
-from stepjournal._convert import _decode_fast, converter, decode_event, encode_event
+from stepjournal.events._convert import _decode_fast, converter, decode_event, encode_event
 
 ref = st.builds(
     PayloadRef,

@@ -28,9 +28,9 @@ from stepjournal import (
     diff_journals,
     journaled,
 )
-from stepjournal._diff_report import STAGE_ORDER, stage_rank
+from stepjournal.tools._diff_report import STAGE_ORDER, stage_rank
 from stepjournal.adapters.cli._diff_plot import render_diff
-from stepjournal._keys import seq_key
+from stepjournal.events._keys import seq_key
 from cli_support import run_cli
 
 

@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 
 from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, SessionOpened, journaled
-from stepjournal._convert import converter
-from stepjournal._keys import seq_key
+from stepjournal.events._convert import converter
+from stepjournal.events._keys import seq_key
 from stepjournal.policies import (
     CallHooks,
     ConfigError,

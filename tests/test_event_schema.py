@@ -19,13 +19,13 @@ import attrs
 import msgspec.inspect as mi
 import pytest
 
-from stepjournal import _native_rows
-from stepjournal._audit import ACTIONS
-from stepjournal._events import CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef
+from stepjournal.index import _native_rows
+from stepjournal.index._audit import ACTIONS
+from stepjournal.events._events import CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_FOLDERS = ("journal", "policies", "adapters")
-ACTION_MAP_HOME = Path("journal/_events.py")
+ACTION_MAP_HOME = Path("journal/events/_events.py")
 STRUCT_ONLY = {"v", "crc32"}  # the stored envelope: the version and the checksum (the tag is the struct's)
 _HINT_KIND = {str: "str", int: "int", float: "float", PayloadRef: "ref"}
 
@@ -115,7 +115,7 @@ def test_the_schema_check_reports_a_planted_drift(struct, cls, tag_version, drif
 
 def test_the_readers_derived_lists_follow_a_field_added_to_an_event_class(monkeypatch):
     """What `_call_rows` accepts and what `_native_rows` counts come from the class, not from a copy."""
-    from stepjournal import _events
+    from stepjournal.events import _events
 
     before = _events.field_names(GenerationRecorded)
     allowed, required = _events.field_names(_GeneratedWithANewField)

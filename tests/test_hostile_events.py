@@ -1,7 +1,7 @@
 """CRC-valid events with wild values, and the public API asked to record them.
 
 A checksum proves an event's bytes are the ones written, not that a sane program wrote them. Events
-are crafted here with a correct CRC-32 (computed as journal/_convert.py does) and appended to a real
+are crafted here with a correct CRC-32 (computed as journal/events/_convert.py does) and appended to a real
 journal with py-lmdb; the CLI, run in a subprocess, must report a verify problem or a clean error,
 never a traceback. The API must refuse the values that would make such events.
 """
@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 from stepjournal import EventDecodeError, InvalidKeyError, Journal
-from stepjournal._convert import decode_event
+from stepjournal.events._convert import decode_event
 
 from lmdb_raw import items, put_raw
 from cli_support import run_cli as _cli
@@ -131,7 +131,7 @@ def test_a_reason_with_a_lone_surrogate_is_refused_with_a_typed_error(tmp_path):
 _COMPILES_NOTHING = """
 import sys
 import msgpack
-from stepjournal._convert import decode_event
+from stepjournal.events._convert import decode_event
 from stepjournal import EventDecodeError
 ran = []
 sys.addaudithook(lambda event, args: ran.append(event) if event in ("compile", "exec") else None)

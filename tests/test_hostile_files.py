@@ -1,7 +1,7 @@
 """Hostile journal files: crafted LMDB pages and files that are not what they seem.
 
 A journal handed over by someone else may be built to crash or abuse the reader. LMDB trusts its own
-pages, so stepjournal walks data.mdb's structure before LMDB reads it (journal/_lmdb_check.py), and
+pages, so stepjournal walks data.mdb's structure before LMDB reads it (journal/storage/_lmdb_check.py), and
 refuses LMDB files that are links, special files or someone else's before LMDB opens them. Every
 crafted file here is read by the real CLI in a subprocess: it must exit with a clean error, never a
 signal or a traceback.
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from stepjournal import IntegrityError, Journal, UnsafePathError
-from stepjournal._lmdb_check import check_data_file
+from stepjournal.storage._lmdb_check import check_data_file
 
 import lmdb_pages as pages
 from cli_support import run_cli as _cli

@@ -24,7 +24,7 @@ import torch
 from payload_store_conformance import payload
 from s3_server import client_env
 from stepjournal import IntegrityError, Journal, ObjectPayloadStore, RemoteError
-from stepjournal._object_client import Remote
+from stepjournal.payloads._object_client import Remote
 
 HEAD = b"Last-Modified: Tue, 01 Dec 2026 00:00:00 GMT\r\nETag: \"e\"\r\nConnection: close\r\n"
 PIECE = b"x" * (1 << 20)

@@ -19,9 +19,9 @@ import torch
 from stepjournal import (EventsImported, GenerationRecorded, ImportClaimError, ImportConflictError, Journal,
                          PayloadsReleased, Retention, clone, compact, export_bundle, import_bundle, journaled, prune,
                          pull, push, verify_bundle)
-from stepjournal._convert import encode_event
-from stepjournal._digest import digest_bytes
-from stepjournal._remote import journal_id
+from stepjournal.events._convert import encode_event
+from stepjournal.base._digest import digest_bytes
+from stepjournal.sharing._remote import journal_id
 from stepjournal.policies import ReplayMissError
 
 BIN = os.path.dirname(sys.executable)

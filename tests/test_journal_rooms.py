@@ -11,7 +11,7 @@ import torch
 
 from journal_workers import record_steps
 from stepjournal import IntegrityError, Journal, JournalError
-from stepjournal._projections import SESSIONS_FLAG
+from stepjournal.index._projections import SESSIONS_FLAG
 
 
 def _drop_sessions_index(path: str) -> None:
@@ -130,7 +130,7 @@ def test_a_digest_only_preparation_cannot_be_stored(jpath):
 
 
 def test_journal_audit_reads_the_same_records_as_the_audit_of_its_events(jpath):
-    from stepjournal._audit import audit
+    from stepjournal.index._audit import audit
 
     with Journal(jpath) as journal:
         rec = journal.record(1, "a")

@@ -1,4 +1,4 @@
-"""The vectorised screen (journal/_lmdb_screen.py) never passes what the node-by-node walk refuses.
+"""The vectorised screen (journal/storage/_lmdb_screen.py) never passes what the node-by-node walk refuses.
 
 `check_data_file(screen=False)` walks every tree node by node: the reference. With the screen on, a
 sound file must give the same figures, and a damaged one the same refusal, word for word. Files are
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from stepjournal import IntegrityError, Journal
-from stepjournal._lmdb_check import check_data_file
+from stepjournal.storage._lmdb_check import check_data_file
 
 
 def _outcome(path: str, screen: bool):

@@ -17,9 +17,9 @@ import torch
 from stepjournal import (IntegrityError, Journal, Retention, clone, compact, export_bundle, import_bundle, prune,
                          push)
 from stepjournal import encode_payload
-from stepjournal._digest import digest_bytes
-from stepjournal._file_store import PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore
-from stepjournal._payload_store import FILE_FROM
+from stepjournal.base._digest import digest_bytes
+from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore
+from stepjournal.payloads._payload_store import FILE_FROM
 
 BIG = FILE_FROM // 8 + 4096  # int64: just over FILE_FROM encoded
 
@@ -227,7 +227,7 @@ def test_push_clone_and_a_bundle_carry_payload_files_and_land_them_as_files(tmp_
 KILLED_RECORD = """
     import os, signal, stat, sys
     import torch
-    import stepjournal._file_store as files
+    import stepjournal.payloads._file_store as files
     from stepjournal import Journal
 
     path, point, big = sys.argv[1], sys.argv[2], int(sys.argv[3])

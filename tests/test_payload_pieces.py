@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-import stepjournal._file_store as file_store
+import stepjournal.payloads._file_store as file_store
 from stepjournal import Journal, encode_payload
-from stepjournal._codec import encode_payload_parts
-from stepjournal._digest import digest_bytes, digest_pieces
-from stepjournal._payload_store import FILE_FROM
+from stepjournal.payloads._codec import encode_payload_parts
+from stepjournal.base._digest import digest_bytes, digest_pieces
+from stepjournal.payloads._payload_store import FILE_FROM
 
 N = FILE_FROM // 8 + 1024  # int64 elements: a payload file
 

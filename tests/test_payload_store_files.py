@@ -16,8 +16,8 @@ import torch
 
 from payload_store_conformance import PayloadStoreConformance, payload
 from stepjournal import IntegrityError, JournalError, PayloadMissingError, decode_payload, encode_payload
-from stepjournal._digest import digest_bytes
-from stepjournal._file_store import TMP_FOLDER, FilePayloadStore
+from stepjournal.base._digest import digest_bytes
+from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore
 
 
 class TestFilePayloadStore(PayloadStoreConformance):
@@ -62,7 +62,7 @@ def test_the_buffers_given_are_written_one_after_another_without_joining_them(tm
 
 
 def test_a_read_hands_the_load_a_private_mapping_of_the_file_so_tensors_are_views_of_it(tmp_path):
-    from stepjournal._pages import HANDED_OVER
+    from stepjournal.base._pages import HANDED_OVER
 
     store = FilePayloadStore(str(tmp_path / "payloads"))
     digest, raw = payload({"ids": torch.arange(300_000)})
@@ -120,9 +120,9 @@ KILLED_WRITER = """
     import os, signal, stat, sys
     import torch
     from stepjournal import encode_payload
-    from stepjournal._digest import digest_bytes
-    from stepjournal._file_store import FilePayloadStore
-    import stepjournal._file_store as files
+    from stepjournal.base._digest import digest_bytes
+    from stepjournal.payloads._file_store import FilePayloadStore
+    import stepjournal.payloads._file_store as files
 
     folder, where = sys.argv[1], sys.argv[2]
     raw = bytes(encode_payload({"ids": torch.arange(200_000)}))
@@ -168,8 +168,8 @@ FILL_THEN_WRITE = """
     import os, sys
     import torch
     from stepjournal import JournalFullError, encode_payload
-    from stepjournal._digest import digest_bytes
-    from stepjournal._file_store import FilePayloadStore
+    from stepjournal.base._digest import digest_bytes
+    from stepjournal.payloads._file_store import FilePayloadStore
 
     folder = sys.argv[1]
     store = FilePayloadStore(folder)

@@ -14,11 +14,11 @@ import torch
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteConflictError, RemoteError,
                          RemoteFormatError, Retention, clone, compact, journaled, prune, pull, push)
-from stepjournal import _pull as pull_module, _remote as remote_module
-from stepjournal._events import EventsImported
-from stepjournal._object_client import Remote
-from stepjournal._remote import Released, journal_id
-from stepjournal._events import call_refs
+from stepjournal.sharing import _pull as pull_module, _remote as remote_module
+from stepjournal.events._events import EventsImported
+from stepjournal.payloads._object_client import Remote
+from stepjournal.sharing._remote import Released, journal_id
+from stepjournal.events._events import call_refs
 from stepjournal.adapters.cli import main as cli
 
 

@@ -133,7 +133,7 @@ def test_opening_a_journal_another_process_grew_meanwhile_adopts_the_new_map_siz
 
     import lmdb
 
-    from stepjournal._lmdb_check import check_env_structure
+    from stepjournal.storage._lmdb_check import check_env_structure
 
     path = str(tmp_path / "journal")
     Journal(path, map_size=64 * 1024).close()

@@ -26,7 +26,7 @@ from stepjournal import (
     ReplayServed,
     SessionOpened,
 )
-from stepjournal._convert import decode_event, encode_event
+from stepjournal.events._convert import decode_event, encode_event
 from stepjournal.adapters import journaled
 
 from lmdb_raw import flip_byte, items, put_raw

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stepjournal import Journal, Retention, SessionOpened, compact, prune, pull, push, summarize_runs
-from stepjournal._eventlog import EventLog
-from stepjournal._convert import encode_event
-from stepjournal._events import CallBypassed
-from stepjournal._projections import Projections
+from stepjournal.storage._eventlog import EventLog
+from stepjournal.events._convert import encode_event
+from stepjournal.events._events import CallBypassed
+from stepjournal.index._projections import Projections
 
 from kill_points import nth_after, start_script
 

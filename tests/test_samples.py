@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from stepjournal import Journal, JournalError, Sample
-from stepjournal._samples import samples_of_steps
+from stepjournal.index._samples import samples_of_steps
 from cli_support import run_cli
 from doc_lines import command_lines, run_line
 
@@ -164,7 +164,7 @@ def test_verl_v1_batches_jagged_rows_are_read_through_the_tq_batch_codec(tmp_pat
     from transformers import AutoTokenizer
 
     from stepjournal.adapters.verl import TOKENIZER_KEYS
-    from stepjournal.adapters.verl._v1_codec import TQBatch, register_tq_codec
+    from stepjournal.adapters.verl.v1._codec import TQBatch, register_tq_codec
 
     register_tq_codec()
     jagged = lambda rows: torch.nested.nested_tensor([torch.tensor(r) for r in rows], layout=torch.jagged)  # noqa: E731

@@ -28,8 +28,8 @@ from stepjournal import (
     UnsupportedSchemaVersionError,
     journaled,
 )
-from stepjournal._convert import _decode_fast, decode_event, encode_event
-from stepjournal._keys import LAYOUT_VERSION, META_LAYOUT, gen_key, parse_gen_key, seq_key
+from stepjournal.events._convert import _decode_fast, decode_event, encode_event
+from stepjournal.events._keys import LAYOUT_VERSION, META_LAYOUT, gen_key, parse_gen_key, seq_key
 from stepjournal.policies import (
     ConfigError,
     Engine,

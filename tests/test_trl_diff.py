@@ -77,7 +77,7 @@ def test_diff_of_two_runs_replaying_the_same_generations_with_other_rewards_find
 
 
 def test_each_reward_functions_stage_sorts_with_reward_in_a_step():
-    from stepjournal._diff_report import stage_rank
+    from stepjournal.tools._diff_report import stage_rank
 
     stages = ["metrics", "reward.length", "old_log_prob", "generate", "reward", "reward.format", "zeta", "rewarding"]
     assert sorted(stages, key=stage_rank) == [

@@ -12,11 +12,11 @@ import threading
 import pytest
 import torch
 
-import stepjournal._payload_store as payload_store
+import stepjournal.payloads._payload_store as payload_store
 from stepjournal import Journal
 
-import stepjournal._file_store as file_store
-from stepjournal._payload_store import FILE_FROM
+import stepjournal.payloads._file_store as file_store
+from stepjournal.payloads._payload_store import FILE_FROM
 from lmdb_raw import flip_payload_byte
 
 

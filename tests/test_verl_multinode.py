@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster
 import sharing_docs
 from s3_server import client_env, make_bucket, s3_server  # noqa: F401  (fixture)
 from stepjournal import Journal, journaled
-from stepjournal._object_client import Remote
+from stepjournal.payloads._object_client import Remote
 from stepjournal.adapters.verl import dataproto_diff
 from test_verl_support import answer_token
 from verl_ray_support import RUN_KEY, Rollouter, SeededSampler, reward, rollout_config, shell
@@ -262,7 +262,7 @@ def _local(line: str, cwd: str) -> dict:
 
 
 def _source(path: Path) -> str:
-    from stepjournal._remote import journal_id
+    from stepjournal.sharing._remote import journal_id
 
     with Journal(str(path), readonly=True) as journal:
         return journal_id(journal)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from stepjournal.adapters.verl import read_verl_config
-from stepjournal.adapters.verl._v1_stages import VERL_STAGES, check_verl_stages, loggable_metrics
+from stepjournal.adapters.verl.v1._stages import VERL_STAGES, check_verl_stages, loggable_metrics
 from stepjournal.policies import ConfigError, StagePolicies
 
 from test_verl_v1_commands import compose
