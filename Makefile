@@ -33,7 +33,7 @@ demo: $(VENV)/.docs
 	$(PY) -m stepjournal.adapters.demo
 
 # Both run on every core (pytest-xdist); tests/conftest.py says which tests share a worker.
-PARALLEL := -n auto --dist loadgroup
+PARALLEL := -n auto --dist loadfile --no-loadscope-reorder
 
 test: $(VENV)/.test
 	$(VENV)/bin/pytest -q -m "not soak" $(PARALLEL)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tiers import marked_e2e, starts
+from tiers import CLUSTER_GROUP, marked_e2e, worker_group
 
 TESTS = Path(__file__).resolve().parent
-# The group of the files that start a Ray cluster, an accelerate launch or verl's V1 harness (tests/tiers.py).
-CLUSTER_GROUP = "cluster"
 
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -30,23 +29,33 @@ for _name in ("COLUMNS", "LINES", "PAGER"):
     os.unsetenv(_name)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Shape the parallel run (``make test`` runs ``pytest -n auto --dist loadgroup``).
+    """The cluster group first, then the other end-to-end files, then the rest (each file's tests keep their
+    order): under ``make test``'s parallel run the longest units start early instead of leaving one worker
+    busy alone at the end."""
+    rank = lru_cache(maxsize=None)(lambda path: 0 if worker_group(path, TESTS) == CLUSTER_GROUP else
+                                   1 if marked_e2e(path) else 2)
+    items.sort(key=lambda item: rank(Path(str(item.path))))
 
-    Each test file is one group, run whole by one worker, so its module fixtures are built once; the
-    files that start a cluster-wide run share one group and run one after another, never two Ray
-    clusters or accelerate launches at once. End-to-end files come first: the longest groups start
-    early instead of leaving one worker busy alone at the end. Each file's tests keep their order.
-    """
-    files = {}
-    for item in items:
-        path = Path(str(item.path))
-        if path not in files:
-            files[path] = (CLUSTER_GROUP if starts(path, TESTS) else path.stem, marked_e2e(path))
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(files[path][0]))
-    items.sort(key=lambda item: not files[Path(str(item.path))][1])
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs ``pytest -n auto --dist loadfile``: each test file runs whole in one worker, so its
+    module fixtures are built once, and the files that start a Ray cluster, an accelerate launch or verl's
+    V1 harness (tests/tiers.py) are one unit, run one after another, never two clusters at once. Work goes
+    out in collection order (``--no-loadscope-reorder``), end-to-end files first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root = Path(str(config.rootpath))
+    group = lru_cache(maxsize=None)(lambda file: worker_group(root / file, TESTS))
+
+    class ByFileWithClusterGroup(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group(nodeid.split("::", 1)[0])
+
+    return ByFileWithClusterGroup(config, log)
 
 
 @pytest.fixture

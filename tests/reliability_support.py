@@ -1,4 +1,4 @@
-"""Shared pieces of the reliability tests (tests/test_reliability_*.py).
+"""Shared pieces of the reliability tests (tests/integration/test_reliability_*.py).
 
 - `report`: figures for docs/reliability.md, merged into the JSON file named by the environment
   variable ``STEPJOURNAL_RELIABILITY_REPORT`` (nothing is written when it is unset).

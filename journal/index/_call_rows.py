@@ -7,7 +7,7 @@ event or a record per call: a call event whose checksum holds (`checked_body`) i
 its class's rules here (exact types, the validators' ranges; the run / mode / stage key rule once
 per distinct value) and turned into its row from the map. Anything else, and any value these checks
 do not pass, takes the event path (`decode_event`), which builds the same row or raises the same
-error, so the output is the event path's (`tests/test_call_rows.py` compares them byte for byte).
+error, so the output is the event path's (`tests/unit/test_call_rows.py` compares them byte for byte).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ stage key rule (`_call_rows.KeyRuleCache`, once per distinct value). It returns 
 takes the existing checked path (`checked_body`, `call_row`, `decode_event`), which builds the same
 row or raises the same typed error. That is no silent fallback: every value this module does not
 accept exactly is decided by the code that decided it before, so output and errors stay the event
-path's, byte for byte (`tests/test_call_rows.py` compares them, hostile events included).
+path's, byte for byte (`tests/unit/test_call_rows.py` compares them, hostile events included).
 `index_fields_of` is the same decode for `reindex`: the fields the indexes need, no row.
 
 `encode_rows` writes a batch of rows as the indented JSON `print_json` writes, through msgspec's
@@ -95,7 +95,7 @@ class _Refused(_Call, tag=EVENT_TYPES[CallRefused][0]):
     stage: Union[str, UnsetType] = UNSET
 
 
-# The event class each struct decodes (by its tag); `tests/test_event_schema.py` checks that the struct's
+# The event class each struct decodes (by its tag); `tests/unit/test_event_schema.py` checks that the struct's
 # fields, defaults, types and version are the class's.
 _CLASS_OF_TAG = {tag: cls for cls, (tag, _version) in EVENT_TYPES.items()}
 _EVENT_OF = {struct: _CLASS_OF_TAG[struct.__struct_config__.tag] for struct in (_Generated, _Replayed, _Bypassed, _Refused)}

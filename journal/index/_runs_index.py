@@ -14,7 +14,7 @@ the log holds after it (events another writer appended without this index: none,
 so the answer is the scan's; a journal without the index (written before it, opened read-only)
 is folded from its first event. Each append updates it in its own write transaction, so a kill
 mid-append leaves index and log alike. `summaries` turns the rows into the `RunSummary` list that
-`summarize_runs` computes from the whole log (`tests/test_runs_index.py` checks they are equal).
+`summarize_runs` computes from the whole log (`tests/unit/test_runs_index.py` checks they are equal).
 """
 
 from __future__ import annotations

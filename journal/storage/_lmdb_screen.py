@@ -10,7 +10,7 @@ walk checks on a page or a node is checked on all of them at once.
 It answers only "every condition holds" (the tree's pages, in walk order) or "something does not"
 (None). It never explains: on None the caller runs the exact walk, which finds the first problem and
 words it. So a damaged or crafted file costs the exact walk, and a sound one the screen. The screen
-must never pass what the exact walk refuses; tests/test_lmdb_screen.py checks that on mutated files.
+must never pass what the exact walk refuses; tests/unit/test_lmdb_screen.py checks that on mutated files.
 """
 
 from __future__ import annotations
