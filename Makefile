@@ -32,12 +32,15 @@ $(VENV)/.test: $(VENV)/.docs
 demo: $(VENV)/.docs
 	$(PY) -m stepjournal.adapters.demo
 
+# Both run on every core (pytest-xdist); tests/conftest.py says which tests share a worker.
+PARALLEL := -n auto --dist loadfile --no-loadscope-reorder
+
 test: $(VENV)/.test
-	$(VENV)/bin/pytest -q -m "not soak"
+	$(VENV)/bin/pytest -q -m "not soak" $(PARALLEL)
 
 # The fast tier, for the edit-test loop: everything but the soak runs and the end-to-end (`e2e`) files.
 test-fast: $(VENV)/.test
-	$(VENV)/bin/pytest -q -m "not soak and not e2e"
+	$(VENV)/bin/pytest -q -m "not soak and not e2e" $(PARALLEL)
 
 $(VENV)/.soak: $(VENV)/.test
 	$(PIP) -e ".[test,verl,trl,s3,soak]"

@@ -1,6 +1,6 @@
 """Where payload files start to pay: a durable record of one payload in LMDB vs as a file, by size.
 
-A journal stores a payload of `stepjournal._payload_store.FILE_FROM` bytes and more as a file of its
+A journal stores a payload of `stepjournal.payloads._payload_store.FILE_FROM` bytes and more as a file of its
 own (``payloads/``), written and fsynced before the event's LMDB transaction commits; a smaller one
 rides in that transaction. This section measures where the line belongs. In one fresh process, two
 journals grow side by side, one keeping every payload in LMDB and one writing every payload as a file;
@@ -32,7 +32,7 @@ SIZES = [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 21, 1 << 22, 6 << 20, 1 << 23,
 def bench_file_threshold(workdir: Path, reps: int, sizes: List[int] = SIZES) -> Dict[str, Any]:
     import torch
 
-    import stepjournal._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store
     from stepjournal import Journal
 
     quiet_logs()

@@ -60,7 +60,7 @@ def main(argv: List[str] | None = None) -> int:
     from obstore.store import S3Store
 
     from stepjournal import Journal, ObjectPayloadStore, push
-    from stepjournal._object_client import Remote
+    from stepjournal.payloads._object_client import Remote
 
     counted_read = Remote._read
     os.environ.update(_CREDENTIALS)

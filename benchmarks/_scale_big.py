@@ -43,7 +43,7 @@ from stepjournal.adapters import journaled
 # The codec is imported on the first payload decode; a trainer that records has it loaded, and the
 # figure is the fresh handle's first decision, so the import is timed apart (codec_import_s).
 imported = time.perf_counter()
-import stepjournal._codec  # noqa: F401,E402
+import stepjournal.payloads._codec  # noqa: F401,E402
 codec_import_s = time.perf_counter() - imported
 path, policy, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
 opened = time.perf_counter()

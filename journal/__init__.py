@@ -6,34 +6,34 @@ verl, TRL and raw loops in `stepjournal.adapters`.
 
 # Names are imported on first use (PEP 562), so `import stepjournal` stays light: the command
 # line's --help and --version, and a verb that reads only events, never load torch or numpy.
-from ._version import __version__
+from .base._version import __version__
 
 _MODULE_OF_NAMES = {
-    "_samples": ("Sample",),
-    "_audit": ("AuditRecord", "session_names", "summarize_runs"),
-    "_codec": ("CodecRegistry", "decode_payload", "default_registry", "describe_payload", "encode_payload", "register_codec"),
-    "_compare": ("Comparison", "Difference", "compare_values"),
-    "_diff": ("diff_journals",),
-    "_diff_report": ("DIFF_SCHEMA_VERSION", "DiffReport", "DiffSide", "PairDiff"),
-    "_errors": ("CodecPluginError", "DiffError", "EventDecodeError", "ImportClaimError", "ImportConflictError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "RemoteConfigError", "RemoteConflictError", "RemoteCredentialsError", "RemoteError", "RemoteFormatError", "RemoteMissingError", "RemotePlainHttpError", "RemoteRegionError", "RemoteUnreachableError", "RemoteUrlSecretError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
-    "_events": ("AUDIT_SCHEMA_VERSION", "CallBypassed", "CallRefused", "EventsImported", "GenerationRecorded", "PayloadRef", "PayloadsReleased", "ReplayServed", "SessionOpened"),
-    "_runs_index": ("RunSummary",),
-    "_retention": ("Retention", "RetentionConflictError", "RetentionError", "RetentionPlan", "PlannedRelease", "plan_retention"),
-    "_prune": ("prune", "find_release"),
-    "_compact": ("compact", "CompactError", "JournalBusyError"),
-    "_export": ("EXPORT_FORMAT_VERSION", "ExportError", "OpaqueReader", "OpaqueValue", "export_payloads"),
+    "index._samples": ("Sample",),
+    "index._audit": ("AuditRecord", "session_names", "summarize_runs"),
+    "payloads._codec": ("CodecRegistry", "decode_payload", "default_registry", "describe_payload", "encode_payload", "register_codec"),
+    "tools._compare": ("Comparison", "Difference", "compare_values"),
+    "tools._diff": ("diff_journals",),
+    "tools._diff_report": ("DIFF_SCHEMA_VERSION", "DiffReport", "DiffSide", "PairDiff"),
+    "base._errors": ("CodecPluginError", "DiffError", "EventDecodeError", "ImportClaimError", "ImportConflictError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "RemoteConfigError", "RemoteConflictError", "RemoteCredentialsError", "RemoteError", "RemoteFormatError", "RemoteMissingError", "RemotePlainHttpError", "RemoteRegionError", "RemoteUnreachableError", "RemoteUrlSecretError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
+    "events._events": ("AUDIT_SCHEMA_VERSION", "CallBypassed", "CallRefused", "EventsImported", "GenerationRecorded", "PayloadRef", "PayloadsReleased", "ReplayServed", "SessionOpened"),
+    "index._runs_index": ("RunSummary",),
+    "upkeep._retention": ("Retention", "RetentionConflictError", "RetentionError", "RetentionPlan", "PlannedRelease", "plan_retention"),
+    "upkeep._prune": ("prune", "find_release"),
+    "upkeep._compact": ("compact", "CompactError", "JournalBusyError"),
+    "tools._export": ("EXPORT_FORMAT_VERSION", "ExportError", "OpaqueReader", "OpaqueValue", "export_payloads"),
     "_journal": ("DEFAULT_RUN", "Journal", "PreparedPayload", "RecordedGeneration", "VerifyProblem"),
-    "_paths": ("resolve_journal_path",),
-    "_object_store": ("ObjectPayloadStore", "open_payload_store"),
-    "_payload_store": ("LmdbPayloadStore", "PayloadStore"),
-    "_remote": ("PushReport", "push"),
-    "_pull": ("PullReport", "clone", "pull"),
-    "_remotes_config": ("NamedRemote", "add_remote", "list_remotes", "remove_remote", "resolve_clone_source",
+    "base._paths": ("resolve_journal_path",),
+    "payloads._object_store": ("ObjectPayloadStore", "open_payload_store"),
+    "payloads._payload_store": ("LmdbPayloadStore", "PayloadStore"),
+    "sharing._remote": ("PushReport", "push"),
+    "sharing._pull": ("PullReport", "clone", "pull"),
+    "sharing._remotes_config": ("NamedRemote", "add_remote", "list_remotes", "remove_remote", "resolve_clone_source",
                         "resolve_remote", "user_config_folder"),
-    "_status": ("RemoteStatus", "remote_status"),
-    "_bundle": ("BundleReport", "export_bundle", "import_bundle", "verify_bundle"),
-    "_secrets": ("redact",),
-    "_tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
+    "sharing._status": ("RemoteStatus", "remote_status"),
+    "sharing._bundle": ("BundleReport", "export_bundle", "import_bundle", "verify_bundle"),
+    "base._secrets": ("redact",),
+    "tools._tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
 }
 _MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
 

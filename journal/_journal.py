@@ -24,31 +24,31 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ._audit import AUDIT_EVENT_TYPES, audit as _audit
-from ._convert import decode_event, encode_event
-from ._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
-from ._eventlog import EventLog
-from ._events import Event, EventsImported, PayloadRef, SessionOpened, check_fingerprint
-from ._import_map import ImportMap
-from ._keys import META_CREATED, META_FORMAT
-from ._keys import check_key as _check_key
-from ._log import get_logger
-from ._paths import security_warnings
-from ._object_store import open_payload_store
-from ._file_store import local_payload_store
-from ._payload_store import LmdbPayloadStore, PayloadStore
-from ._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
-from ._projections import Projections, RecordedGeneration, layout_of
-from ._release import Retainer
+from .index._audit import AUDIT_EVENT_TYPES, audit as _audit
+from .events._convert import decode_event, encode_event
+from .base._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
+from .storage._eventlog import EventLog
+from .events._events import Event, EventsImported, PayloadRef, SessionOpened, check_fingerprint
+from .index._import_map import ImportMap
+from .events._keys import META_CREATED, META_FORMAT
+from .events._keys import check_key as _check_key
+from .base._log import get_logger
+from .base._paths import security_warnings
+from .payloads._object_store import open_payload_store
+from .payloads._file_store import local_payload_store
+from .payloads._payload_store import LmdbPayloadStore, PayloadStore
+from .payloads._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
+from .index._projections import Projections, RecordedGeneration, layout_of
+from .upkeep._release import Retainer
 from ._queries import Queries
 from ._recording import Recording
-from ._store import Store
-from ._verify import VerifyProblem, verify as _verify
-from ._version import __version__
+from .storage._store import Store
+from .upkeep._verify import VerifyProblem, verify as _verify
+from .base._version import __version__
 from ._writers import RunWriter
 
 if TYPE_CHECKING:  # the codec imports torch; a verb that reads no payload never loads it
-    from ._codec import CodecRegistry
+    from .payloads._codec import CodecRegistry
 
 __all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", "DEFAULT_RUN"]
 
@@ -395,14 +395,14 @@ class Journal(Recording, Queries):
 
     # -- audit -----------------------------------------------------------------------------------
     def audit(self, **filters: Any) -> List[Any]:
-        """One typed record per generate call, in log order (see `stepjournal._audit.audit`)."""
+        """One typed record per generate call, in log order (see `stepjournal.index._audit.audit`)."""
         return _audit(self.events(types=AUDIT_EVENT_TYPES), **filters)  # it filters, seeing provenance
 
     def samples(self, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
                 tokenizer: Any = None, decoded: Optional[int] = None) -> List[Any]:
         """The samples of the generate call at `step`, with their rewards and log-probs (`stepjournal.Sample`;
-        see `stepjournal._samples.samples`)."""
-        from ._samples import samples  # here: it reads tensors (torch), which a push or clone never loads
+        see `stepjournal.index._samples.samples`)."""
+        from .index._samples import samples  # here: it reads tensors (torch), which a push or clone never loads
 
         return samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer, decoded=decoded)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ._events import CALL_EVENT_TYPES
-from ._keys import DEFAULT_STAGE
-from ._keys import check_key as _check_key
-from ._keys import check_step as _check_step
-from ._projections import Projections, RecordedGeneration
-from ._runs_index import RunSummary, RunsFold, summaries
+from .events._events import CALL_EVENT_TYPES
+from .events._keys import DEFAULT_STAGE
+from .events._keys import check_key as _check_key
+from .events._keys import check_step as _check_step
+from .index._projections import Projections, RecordedGeneration
+from .index._runs_index import RunSummary, RunsFold, summaries
 
 __all__ = ["Queries"]
 

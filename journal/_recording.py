@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._errors import JournalError
-from ._events import CallBypassed, CallRefused, Event, GenerationRecorded, ReplayServed
-from ._keys import DEFAULT_STAGE
-from ._keys import check_key as _check_key
-from ._keys import check_step as _check_step
-from ._log import get_logger
-from ._payloads import PreparedPayload, prepare_payload
-from ._projections import RecordedGeneration
+from .base._errors import JournalError
+from .events._events import CallBypassed, CallRefused, Event, GenerationRecorded, ReplayServed
+from .events._keys import DEFAULT_STAGE
+from .events._keys import check_key as _check_key
+from .events._keys import check_step as _check_step
+from .base._log import get_logger
+from .payloads._payloads import PreparedPayload, prepare_payload
+from .index._projections import RecordedGeneration
 
 __all__ = ["Recording"]
 

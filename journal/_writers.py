@@ -30,9 +30,9 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from ._events import Event, GenerationRecorded
-from ._log import get_logger
-from ._paths import writer_lock_name
+from .events._events import Event, GenerationRecorded
+from .base._log import get_logger
+from .base._paths import writer_lock_name
 
 __all__ = ["RunWriter", "WriterLock"]
 

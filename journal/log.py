@@ -7,11 +7,11 @@
   command line's ``-v`` does.
 
 A record's fields travel as its `RECORD_ATTRIBUTE` attribute (docs/journal.md, "Logging"). This module is
-the public face of ``stepjournal._log``, the core's own.
+the public face of ``stepjournal.base._log``, the core's own.
 """
 
 from __future__ import annotations
 
-from ._log import LOGGER_NAME, RECORD_ATTRIBUTE, console_logging, get_logger
+from .base._log import LOGGER_NAME, RECORD_ATTRIBUTE, console_logging, get_logger
 
 __all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging"]

@@ -8,7 +8,7 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 import attrs
 
 from stepjournal import GenerationRecorded, Journal, RecordedGeneration, find_release
-from stepjournal._keys import DEFAULT_STAGE
+from stepjournal.events._keys import DEFAULT_STAGE
 
 from ._ranges import StepRanges
 

@@ -12,9 +12,9 @@ from typing import Any, Optional
 import attrs
 
 from stepjournal import IntegrityError, Journal
-from stepjournal._digest import digest_hex
-from stepjournal._events import check_fingerprint
-from stepjournal._keys import DEFAULT_STAGE
+from stepjournal.base._digest import digest_hex
+from stepjournal.events._events import check_fingerprint
+from stepjournal.events._keys import DEFAULT_STAGE
 from stepjournal.log import get_logger
 
 from ._base import CallContext, Decision, GenerateCall, Policy, RefuseCall, ServeRecorded

@@ -10,7 +10,7 @@ import attrs
 import cattrs
 
 from stepjournal import Journal, Retention, StepJournalError
-from stepjournal._convert import converter
+from stepjournal.events._convert import converter
 
 from ._engine import Engine
 from ._errors import ConfigError, PluginError, SpecError

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional,
 
 import attrs
 
-from stepjournal._keys import DEFAULT_STAGE, check_stage
+from stepjournal.events._keys import DEFAULT_STAGE, check_stage
 from stepjournal.log import get_logger
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 

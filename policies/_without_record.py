@@ -11,7 +11,7 @@ import bisect
 from typing import List, Optional
 
 from stepjournal import Journal, RecordedGeneration
-from stepjournal._keys import DEFAULT_STAGE
+from stepjournal.events._keys import DEFAULT_STAGE
 
 from ._base import JournalView
 from ._ranges import StepRanges

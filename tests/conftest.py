@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tiers import CLUSTER_GROUP, marked_e2e, worker_group
+
+TESTS = Path(__file__).resolve().parent
 
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -23,6 +29,35 @@ for _name in ("COLUMNS", "LINES", "PAGER"):
     os.unsetenv(_name)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The cluster group first, then the other end-to-end files, then the rest (each file's tests keep their
+    order): under ``make test``'s parallel run the longest units start early instead of leaving one worker
+    busy alone at the end."""
+    rank = lru_cache(maxsize=None)(lambda path: 0 if worker_group(path, TESTS) == CLUSTER_GROUP else
+                                   1 if marked_e2e(path) else 2)
+    items.sort(key=lambda item: rank(Path(str(item.path))))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs ``pytest -n auto --dist loadfile``: each test file runs whole in one worker, so its
+    module fixtures are built once, and the files that start a Ray cluster, an accelerate launch or verl's
+    V1 harness (tests/tiers.py) are one unit, run one after another, never two clusters at once. Work goes
+    out in collection order (``--no-loadscope-reorder``), end-to-end files first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root = Path(str(config.rootpath))
+    group = lru_cache(maxsize=None)(lambda file: worker_group(root / file, TESTS))
+
+    class ByFileWithClusterGroup(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group(nodeid.split("::", 1)[0])
+
+    return ByFileWithClusterGroup(config, log)
+
+
 @pytest.fixture
 def jpath(tmp_path):
     """A path for a new journal folder (not created yet)."""
@@ -33,6 +68,6 @@ def jpath(tmp_path):
 def lmdb_payloads(monkeypatch):
     """Journals opened in the test keep large payloads in LMDB, as journals made before payload files
     hold them (`FILE_FROM` out of reach)."""
-    import stepjournal._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store
 
     monkeypatch.setattr(payload_store, "FILE_FROM", 1 << 62)

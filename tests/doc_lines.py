@@ -4,10 +4,10 @@ A command line is a ``$ `` line of a fenced block, or, in a ```console / ```bash
 line, every line that is not blank or a comment. A line ending in ``\\`` continues on the next one (the
 lines are joined, as the shell joins them); a comment after two spaces (``cmd   # what it does``) is
 the page's note, not the command. ```python, ```json, ```yaml and ```toml blocks hold no command lines
-(tests/test_docs.py runs the python ones).
+(tests/integration/test_docs.py runs the python ones).
 
 Each test that runs lines of a page takes them from here and names them in its module's ``DOC_LINES``;
-tests/test_docs_lines.py checks that every line of every page is run by one of them, or, for the lines
+tests/unit/test_docs_lines.py checks that every line of every page is run by one of them, or, for the lines
 that are not meant to be typed as they stand (a synopsis, a placeholder), checked another way.
 """
 

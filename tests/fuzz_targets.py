@@ -54,7 +54,7 @@ def _valid_payloads() -> list:
 
 def _valid_events() -> list:
     from stepjournal import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
-    from stepjournal._convert import encode_event
+    from stepjournal.events._convert import encode_event
 
     ref = PayloadRef(digest="ab" * 32, nbytes=100, stored_nbytes=90, compression="zstd")
     events = [
@@ -182,7 +182,7 @@ def fuzz_with_hypothesis(examples: int, seed: int, deadline_ms: int) -> None:
     from hypothesis import seed as fixed_seed
 
     from stepjournal import decode_payload, describe_payload
-    from stepjournal._convert import decode_event
+    from stepjournal.events._convert import decode_event
 
     @fixed_seed(seed)
     @settings(max_examples=examples, deadline=timedelta(milliseconds=deadline_ms), database=None,
@@ -211,7 +211,7 @@ def _leak_check(cases: int, seed: int) -> int:
     import random
 
     from stepjournal import decode_payload, describe_payload
-    from stepjournal._convert import decode_event
+    from stepjournal.events._convert import decode_event
 
     seeds = _valid_payloads() + _valid_events()
     rng = random.Random(seed)
@@ -243,7 +243,7 @@ def run_fuzz(examples: int, seed: int, out_path: str, deadline_ms: int = 2000, e
     """Process target: fuzz with hypothesis under a memory cap and an audit hook; write JSON to out_path."""
     import stepjournal  # noqa: F401 - imported before the hook and the cap: its imports are not findings
 
-    from stepjournal._convert import decode_event
+    from stepjournal.events._convert import decode_event
 
     # Warm up before watching: numpy and torch import some dtype support lazily, and cattrs compiles
     # its structuring function for each event class on first use (from our classes, never from input).
@@ -280,7 +280,7 @@ def _atheris_main(argv: list) -> None:  # pragma: no cover - run by the soak tes
 
     with atheris.instrument_imports(include=["stepjournal"]):
         from stepjournal import StepJournalError, decode_payload, describe_payload
-        from stepjournal._convert import decode_event
+        from stepjournal.events._convert import decode_event
 
     seeds = _valid_payloads() + _valid_events()
 
@@ -307,7 +307,7 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 # -- LMDB files (hostile data.mdb) ---------------------------------------------------------------------
-# A crafted data.mdb must never crash the reader: stepjournal walks its trees (journal/_lmdb_check.py)
+# A crafted data.mdb must never crash the reader: stepjournal walks its trees (journal/storage/_lmdb_check.py)
 # before LMDB reads them. Each case damages a real journal's file in a structure-aware way, then runs the
 # check; a file the check lets through is read completely with py-lmdb alone, every value of every
 # database touched. A signal (SIGBUS, SIGSEGV, an LMDB assertion) kills the child: the parent reports
@@ -405,7 +405,7 @@ def lmdb_case(folder: str, data: bytes) -> str:
     import lmdb
 
     from stepjournal import IntegrityError
-    from stepjournal._lmdb_check import check_data_file
+    from stepjournal.storage._lmdb_check import check_data_file
 
     with open(os.path.join(folder, "data.mdb"), "wb") as fh:
         fh.write(data)

@@ -1,4 +1,4 @@
-"""Workers for tests/test_never_lose_work.py, importable by `spawn` children."""
+"""Workers for tests/integration/test_never_lose_work.py, importable by `spawn` children."""
 
 from __future__ import annotations
 

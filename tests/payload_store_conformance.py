@@ -8,7 +8,7 @@ A store's test module subclasses `PayloadStoreConformance` and gives it two hook
   it runs the store's ``in_txn`` (when handed one) where the journal would, then returns ``[1]``,
   or raises `RuntimeError` before committing when `fail`.
 
-Every test here then runs against that store. See tests/test_payload_store_lmdb.py.
+Every test here then runs against that store. See tests/integration/test_payload_store_lmdb.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import zstandard
 
 from stepjournal import IntegrityError, PayloadMissingError, PayloadStore, decode_payload, encode_payload
-from stepjournal._digest import digest_bytes
+from stepjournal.base._digest import digest_bytes
 
 
 def payload(value: Any) -> tuple:

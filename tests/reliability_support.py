@@ -1,4 +1,4 @@
-"""Shared pieces of the reliability tests (tests/test_reliability_*.py).
+"""Shared pieces of the reliability tests (tests/integration/test_reliability_*.py).
 
 - `report`: figures for docs/reliability.md, merged into the JSON file named by the environment
   variable ``STEPJOURNAL_RELIABILITY_REPORT`` (nothing is written when it is unset).
@@ -62,7 +62,7 @@ def worker_context(kind: str = "forkserver"):
     """
     ctx = mp.get_context(kind)
     if kind == "forkserver":
-        ctx.set_forkserver_preload(["torch", "stepjournal._codec", "stepjournal._journal", "stepjournal.adapters._raw",
+        ctx.set_forkserver_preload(["torch", "stepjournal.payloads._codec", "stepjournal._journal", "stepjournal.adapters._raw",
                                     "reliability_workers"])
     return ctx
 

@@ -31,9 +31,9 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.utils.ray_utils import auto_await
 from verl.utils.skip import SkipManager
 
-from test_verl_legacy_stages import Workers as StageWorkers
-from test_verl_support import GBS, N, PROMPT_LEN, RESPONSE_LEN, FakeGenerator, make_rows, score
-from test_verl_v1_commands import compose
+from verl_support import Workers as StageWorkers
+from verl_support import GBS, N, PROMPT_LEN, RESPONSE_LEN, FakeGenerator, make_rows, score
+from verl_support import compose
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "verl.md"
 ADDED = "# +"  # how the docs' block marks the line a user adds to verl's fit

@@ -1,4 +1,4 @@
-"""Ray actors for the multi-node fully-async test (no tests here; tests/test_verl_multinode.py uses them).
+"""Ray actors for the multi-node fully-async test (no tests here; tests/e2e/test_verl_multinode.py uses them).
 
 Ray workers import this module by name (the test puts tests/ on their PYTHONPATH), so it holds only
 what a worker process needs: the rollouter around verl's real ``FullyAsyncAgentLoopManager`` and the
@@ -16,9 +16,9 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
-from test_verl_support import FakeGenerator, make_rows
+from verl_support import FakeGenerator, make_rows
 
-RUN_KEY = "exp_proj"  # verl_run_key of test_verl_support.verl_config: {experiment}_{project}
+RUN_KEY = "exp_proj"  # verl_run_key of verl_support.verl_config: {experiment}_{project}
 
 
 def rollout_config(dump_dir: str, *, n: int = 2, experiment: str = "exp", policy: str = "",
@@ -29,7 +29,7 @@ def rollout_config(dump_dir: str, *, n: int = 2, experiment: str = "exp", policy
     command line); with one, a ``stepjournal`` section (``step_source: feed_index``) instead, whose
     ``payload_store`` is `payload_store` when given.
     """
-    from test_verl_support import verl_config
+    from verl_support import verl_config
 
     stores = {"payload_store": payload_store} if payload_store else {}
     cfg = verl_config(dump_dir, policy=policy, step_source="feed_index", **stores) if policy else verl_config(dump_dir)

@@ -137,7 +137,7 @@ class RewardModelStandIn:
                          meta_info={"reward_extra_keys": []})
 
 
-# -- the runs of the stage phases (tests/test_verl_v1_stages.py) --------------------------------------------
+# -- the runs of the stage phases (tests/e2e/test_verl_v1_stages.py) --------------------------------------------
 
 ALL_STAGES = "generate:cache/reward:cache/old_log_prob:cache/ref_log_prob:cache"
 

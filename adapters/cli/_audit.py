@@ -17,8 +17,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from rich.console import Console
 
 from stepjournal import AuditRecord, Journal
-from stepjournal._audit import ACTIONS, AUDIT_FIELDS
-from stepjournal._call_rows import json_rows, releases_of
+from stepjournal.index._audit import ACTIONS, AUDIT_FIELDS
+from stepjournal.index._call_rows import json_rows, releases_of
 
 from ._args import nonneg_int
 from ._common import names_of_sessions, open_readonly, parse_steps
@@ -90,7 +90,7 @@ def _print_json_rows(rows: Iterable[Any]) -> None:
     indented layout, Python's text of every value); a batch it cannot write as Python would goes
     through the C encoder of the standard library, row by row.
     """
-    from stepjournal._native_rows import Row, as_dicts, as_row, encode_rows
+    from stepjournal.index._native_rows import Row, as_dicts, as_row, encode_rows
 
     write, pending, first = sys.stdout.write, [], True
 

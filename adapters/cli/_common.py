@@ -20,8 +20,8 @@ def open_readonly(path: str, check: str = "open") -> Journal:
 
 
 def choose_run(journal: Journal, run: Optional[str]) -> str:
-    """`stepjournal._export.choose_run`, imported when called: the export module loads torch."""
-    from stepjournal._export import choose_run as choose
+    """`stepjournal.tools._export.choose_run`, imported when called: the export module loads torch."""
+    from stepjournal.tools._export import choose_run as choose
 
     return choose(journal, run)
 

@@ -17,7 +17,7 @@ import attrs
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal._errors import StepJournalError
+from stepjournal.base._errors import StepJournalError
 
 if TYPE_CHECKING:
     from stepjournal import DiffReport
@@ -204,8 +204,8 @@ def _table(report: DiffReport, width: int) -> Any:
     from rich import box
     from rich.table import Table
 
-    from stepjournal._compare import json_float
-    from stepjournal._diff_report import compact_steps
+    from stepjournal.tools._compare import json_float
+    from stepjournal.tools._diff_report import compact_steps
 
     modes = {p.mode for p in report.pairs}
     show_call = len(modes) > 1 or any(p.gen_index for p in report.pairs)

@@ -13,7 +13,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from stepjournal import DiffReport, PairDiff
-from stepjournal._diff_report import stage_rank
+from stepjournal.tools._diff_report import stage_rank
 
 __all__ = ["MAX_COLUMNS", "STATE_COLOURS", "render_diff"]
 

@@ -1,6 +1,6 @@
 """Two or three real command lines per verb, shown at the end of ``stepjournal VERB --help``.
 
-Each line is checked by the parser itself in tests/test_cli_help.py, so an example cannot name an
+Each line is checked by the parser itself in tests/integration/test_cli_help.py, so an example cannot name an
 option that does not exist.
 """
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal import redact
-from stepjournal._events import iso_time
+from stepjournal.events._events import iso_time
 
 __all__ = [
     "UsageError",

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 
 from stepjournal import Journal, StepJournalError
-from stepjournal._samples import samples_of_steps
+from stepjournal.index._samples import samples_of_steps
 
 from ._args import nonneg_int
 from ._common import choose_run

@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 from rich.console import Console
 
-from stepjournal._events import ACTIONS
+from stepjournal.events._events import ACTIONS
 
 from ._common import names_of_sessions, open_readonly
 from ._render import cell, fingerprint_text, fitted_table, human_size, plain_table, print_json, short_time

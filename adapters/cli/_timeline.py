@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal import Journal
-from stepjournal._call_rows import json_rows
+from stepjournal.index._call_rows import json_rows
 
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._progress import progress_bar
@@ -65,7 +65,7 @@ class _Cleaned(dict):
 
 def read_rows(journal: Journal) -> List[Row]:
     """Every call of the journal as an audit row (what `Journal.audit` gives, as rows straight from the
-    stored maps: `stepjournal._call_rows`), with its journal text (run, mode, policy, reason, source
+    stored maps: `stepjournal.index._call_rows`), with its journal text (run, mode, policy, reason, source
     run) made safe to draw and print (`clean`): a picture's labels and the lines below it never carry
     a journal's control characters."""
     released: Dict[int, int] = {}

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from stepjournal import AUDIT_SCHEMA_VERSION, AuditRecord, Journal, StepJournalError, verify_bundle
-from stepjournal._events import CALL_EVENT_TYPES
-from stepjournal._keys import parse_gen_key
+from stepjournal.events._events import CALL_EVENT_TYPES
+from stepjournal.events._keys import parse_gen_key
 from stepjournal.policies import StepRanges
 
 from ._common import open_readonly

@@ -22,8 +22,8 @@ The package has the inner shape of every adapter (docs/adapters.md): ``_config``
 forms), ``_codec`` (the DataProto codec), ``_hooks`` (the wrapped ``generate_sequences``),
 ``_attach`` (the ways to install it), ``_import`` (verl's dumps into a journal), ``_errors``, with
 ``_nodes`` (reading dict / OmegaConf / dataclass configs) and ``_fingerprint`` under ``_config``; the V1
-(TransferQueue) trainer has ``_v1_codec`` (its batches), ``_v1_hooks`` (submit and sample), ``_v1_stages``
-(reward, log-probs, values and metrics) and ``_v1_import`` (its ``tq_batch.pt`` dumps).
+(TransferQueue) trainer has the same shape in ``v1/``: ``v1._codec`` (its batches), ``v1._hooks`` (submit
+and sample), ``v1._stages`` (reward, log-probs, values and metrics) and ``v1._import`` (its ``tq_batch.pt`` dumps).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ try:
     from ._calls import feed_index_step, meta_step, validate_mode
     from ._hooks import JournaledRollout, align_batch
     from ._import import ImportedRecord, ImportReport, SkippedDump, VerlDump, find_verl_dumps, import_verl_dumps
-    from ._v1_codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
-    from ._v1_hooks import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
-    from ._v1_stages import VERL_STAGES, V1Stages
+    from .v1._codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
+    from .v1._hooks import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
+    from .v1._stages import VERL_STAGES, V1Stages
 except ModuleNotFoundError as exc:
     if exc.name is None or exc.name.split(".")[0] not in _VERL_MODULES:
         raise

@@ -106,7 +106,7 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
     Raises:
         ConfigError: the config enables no form (and no ``policy=`` was given), or enables two.
     """
-    from ._v1_hooks import attach_v1, is_v1_trainer
+    from .v1._hooks import attach_v1, is_v1_trainer
 
     if is_v1_trainer(trainer):
         return attach_v1(trainer, config=config, **overrides)
@@ -128,7 +128,7 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
         )
     # A per-stage spec naming reward, old_log_prob, ref_log_prob or values journals those methods too.
     from ._legacy_stages import LegacyStages
-    from ._v1_stages import check_verl_stages
+    from .v1._stages import check_verl_stages
 
     try:
         check_verl_stages(rollout.config.policy)
@@ -195,7 +195,7 @@ def make_journaled_agent_loop_manager() -> type:
                 config = kwargs.get("config", args[0] if args else None)
                 if select(config, "trainer.use_v1", False) is True:
                     # verl's default V1 trainer moves batches through TransferQueue: its own manager class.
-                    from ._v1_hooks import make_journaled_agent_loop_manager_tq
+                    from .v1._hooks import make_journaled_agent_loop_manager_tq
 
                     return make_journaled_agent_loop_manager_tq().create(*args, **kwargs)
                 return super().create(*args, **kwargs)

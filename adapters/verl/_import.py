@@ -35,7 +35,7 @@ from stepjournal import Journal, StepJournalError
 
 from ._fingerprint import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
 from ._errors import PickleRefusedError, VerlDumpError
-from ._v1_import import is_v1_dump_folder, load_tq_dump
+from .v1._import import is_v1_dump_folder, load_tq_dump
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
 

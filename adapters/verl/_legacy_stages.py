@@ -18,7 +18,7 @@ from stepjournal.log import get_logger
 from stepjournal.policies import Engine, Outcome
 
 from ._calls import validate_mode
-from ._v1_stages import STAGE_METHODS, named_downstream, stage_weights_version
+from .v1._stages import STAGE_METHODS, named_downstream, stage_weights_version
 
 __all__ = ["LegacyStages", "LEGACY_STAGE_READS"]
 

@@ -1,0 +1,267 @@
+"""Named remotes: ``origin`` for ``s3://bucket/team``, kept in the journal folder's ``remotes.json``.
+
+A remote's name is configuration of this copy of the journal, not something the journal recorded:
+it is no event (the log holds what happened; a remote added or removed changes nothing that
+happened), it travels with no push, bundle or clone, and it changes in place. So it is a small JSON
+file beside ``data.mdb``, written whole and atomically (a temporary file, fsync, rename, fsync of the
+folder) under an exclusive lock of the folder, and read bounded (docs/sharing.md, "Named remotes").
+Keeping it out of LMDB also lets `push` (which opens the journal read-only, beside a live trainer)
+read it without a transaction, and ``remote add`` never waits on the trainer's write lock.
+
+Your own names, which every journal of this machine and ``clone`` see (``stepjournal remote add --global``,
+as git's and DVC's ``--global``), are kept the same way in ``remotes.json`` of ``$XDG_CONFIG_HOME/stepjournal``
+(``~/.config/stepjournal``); the functions take ``None`` for them where they take a journal.
+
+No credential is ever stored: a URL with user info or a query is refused (`RemoteUrlSecretError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
+
+import attrs
+
+from ._bounded_parse import json_document
+from ..base._errors import JournalError, RemoteConfigError, RemoteUrlSecretError
+from ..payloads._object_client import is_url, remote_url
+from ..base._paths import os_error
+from ..base._secrets import public_url
+
+__all__ = ["CONFIG_FILE", "NamedRemote", "add_remote", "checked_url", "list_remotes", "remove_remote", "resolve_remote",
+           "resolve_clone_source", "user_config_folder"]
+
+CONFIG_FILE = "remotes.json"
+_FORMAT = 1
+_MAX_CONFIG = 1 << 20
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+@attrs.frozen
+class NamedRemote:
+    """A remote of a journal: its `name`, its `url` (no credentials), and whether it is the `default`."""
+
+    name: str
+    url: str
+    default: bool
+
+
+def user_config_folder() -> str:
+    """Where your own remotes live: ``$XDG_CONFIG_HOME/stepjournal``, else ``~/.config/stepjournal``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "stepjournal")
+
+
+def _folder(journal: Any) -> str:
+    return user_config_folder() if journal is None else os.fspath(getattr(journal, "path", journal))
+
+
+def _whose(journal: Any) -> str:
+    return f"your remotes ({os.path.join(user_config_folder(), CONFIG_FILE)})" if journal is None else \
+        f"journal {_folder(journal)!r}"
+
+
+def _cli_place(journal: Any) -> str:
+    """How the command line names where a remote is kept: ``--global`` or the journal's folder."""
+    return "--global" if journal is None else _folder(journal)
+
+
+def _read(folder: str) -> Dict[str, Any]:
+    """The config of the journal at `folder` (an empty one when it has none), checked for its shape."""
+    path = os.path.join(folder, CONFIG_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {"format": _FORMAT, "default": None, "remotes": []}
+    except OSError as exc:
+        raise RemoteConfigError(f"cannot read {path!r} ({exc.strerror}): fix or remove it") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(_MAX_CONFIG + 1)
+    try:
+        if len(data) > _MAX_CONFIG:
+            raise ValueError(f"more than {_MAX_CONFIG} bytes")
+        config = json_document(data)
+        remotes = config["remotes"]
+        if config.get("format") != _FORMAT or not isinstance(remotes, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("url"), str)
+                and _NAME.fullmatch(r["name"]) for r in remotes):
+            raise ValueError("not a remotes file of format 1")
+        if config.get("default") not in (None, *(r["name"] for r in remotes)):
+            raise ValueError("its default names no remote")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RemoteConfigError(f"{path!r} is damaged ({str(exc)[:200]}); fix or remove it, then add the "
+                                "remotes again (stepjournal remote add)") from None
+    return config
+
+
+def _existing(journal: Any) -> str:
+    folder = _folder(journal)
+    if journal is None:  # your own config folder, made on the first `remote add --global`
+        return folder
+    if not os.path.isfile(os.path.join(folder, "data.mdb")):
+        raise JournalError(f"no journal at {folder!r}: the folder or its data.mdb is missing")
+    return folder
+
+
+@contextmanager
+def _changing(journal: Any) -> Iterator[Dict[str, Any]]:
+    """The config of `journal`, to change in place: written back atomically when the block ends,
+    under an exclusive lock of the folder (two ``remote add`` at once do not lose one)."""
+    import fcntl
+
+    folder = _existing(journal)
+    if journal is None:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise os_error(folder, exc, "create the config folder") from None
+    lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        config = _read(folder)
+        yield config
+        tmp = os.path.join(folder, f".{CONFIG_FILE}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(config, f, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(folder, CONFIG_FILE))
+            os.fsync(lock)
+        except OSError as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise os_error(folder, exc, "change the remotes of") from None
+    finally:
+        os.close(lock)
+
+
+def _listed(config: Dict[str, Any]) -> List[NamedRemote]:
+    return [NamedRemote(r["name"], r["url"], r["name"] == config["default"]) for r in config["remotes"]]
+
+
+def list_remotes(journal: Any) -> List[NamedRemote]:
+    """The named remotes of `journal` (a path or a `Journal`; None: your own), in the order they were added."""
+    return _listed(_read(_existing(journal)))
+
+
+def checked_url(url: str, name: str = "NAME") -> str:
+    """`url` as a remote's config keeps it: a plain path as its absolute ``file://`` URL.
+
+    Raises:
+        RemoteUrlSecretError: it holds user info (a user or password) or a query (a token, a signature).
+    """
+    url = remote_url(url)
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        held = "user info (a user or password)" if "@" in parts.netloc else "a query (a token or signature)"
+        raise RemoteUrlSecretError(
+            f"refused remote {name!r}: its URL {public_url(url)} was given with {held}, and a journal keeps no "
+            "credentials; put them in the client's environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY ...) or "
+            f"config files (~/.aws/credentials) and add the URL without them: stepjournal remote add JOURNAL {name} "
+            f"{public_url(url)}")
+    return url
+
+
+def add_remote(journal: Any, name: str, url: str, *, default: bool = False) -> NamedRemote:
+    """Name `url` `name` in `journal`'s config (None: your own, which every journal and `clone` see);
+    the first remote added (or one added with `default`) is the default one that `push`, `pull` and
+    `remote_status` use when given none (a journal's default only: yours is never used unasked).
+
+    Raises:
+        RemoteConfigError: the name is taken or not a name (letters, digits, ``-``, ``_``).
+        RemoteUrlSecretError: the URL holds credentials (nothing is written).
+    """
+    if not _NAME.fullmatch(name):
+        raise RemoteConfigError(f"{name!r} is not a remote name: letters, digits, '-' and '_', at most 64, "
+                                "starting with a letter or digit")
+    if journal is None and default:
+        raise RemoteConfigError(f"your own remotes have no default (push and pull use a journal's default only, "
+                                f"never one of yours unasked): add {name!r} without --default, and name it when you "
+                                "push, pull or clone")
+    url = checked_url(url, name)
+    with _changing(journal) as config:
+        if any(r["name"] == name for r in config["remotes"]):
+            raise RemoteConfigError(f"{_whose(journal)} has a remote named {name!r} already; remove it "
+                                    f"first: stepjournal remote remove {_cli_place(journal)} {name}")
+        config["remotes"].append({"name": name, "url": url})
+        if journal is not None and (default or config["default"] is None):
+            config["default"] = name
+        return NamedRemote(name, url, config["default"] == name)
+
+
+def remove_remote(journal: Any, name: str) -> NamedRemote:
+    """Forget remote `name` of `journal` (None: your own; nothing on the remote changes). When it was the
+    default, the first remote left (in the order added) becomes the default.
+
+    Raises:
+        RemoteConfigError: `journal` has no remote of that name.
+    """
+    with _changing(journal) as config:
+        found = next((r for r in config["remotes"] if r["name"] == name), None)
+        if found is None:
+            raise RemoteConfigError(_unknown(journal, name, config))
+        config["remotes"].remove(found)
+        removed = NamedRemote(name, found["url"], config["default"] == name)
+        if removed.default and journal is not None:
+            config["default"] = config["remotes"][0]["name"] if config["remotes"] else None
+        return removed
+
+
+def _unknown(journal: Any, name: str, config: Dict[str, Any]) -> str:
+    names = ", ".join(r["name"] for r in config["remotes"]) or "none"
+    return f"{_whose(journal)} has no remote named {name!r} (its remotes: {names})"
+
+
+def resolve_remote(journal: Any, remote: Optional[str]) -> str:
+    """The URL a push or pull of `journal` uses for `remote`: a name of its config, else one of yours
+    (``--global``), None (its default), a URL, or a plain path (a folder: ``../team-remote``). A name
+    wins over a folder of the same name; write ``./NAME`` for the folder.
+
+    Raises:
+        RemoteConfigError: None and no default remote; a bare name that is neither a remote nor a folder.
+    """
+    folder = _folder(journal)
+    exists = os.path.isfile(os.path.join(folder, "data.mdb"))
+    config = _read(folder) if exists else {"default": None, "remotes": []}
+    if remote is None:
+        if config["default"] is None:
+            raise RemoteConfigError(f"journal {folder!r} has no default remote: give a URL or a path, or add one: "
+                                    f"stepjournal remote add {folder} NAME URL")
+        remote = config["default"]
+    found = _url_named(remote, config)
+    if found is None and _NAME.fullmatch(remote):  # yours are read only when the journal has no such name
+        found = _url_named(remote, _read(user_config_folder()))
+    if found is not None or _given(remote):
+        return found or remote
+    raise RemoteConfigError(f"{_unknown(journal, remote, config)}, and neither has {_whose(None)}: give a URL, a "
+                            f"path (./{remote} for a folder of that name), or add it: stepjournal remote add {folder} "
+                            f"{remote} URL")
+
+
+def resolve_clone_source(source: str) -> str:
+    """The URL `clone` reads for `source`: one of your own remote names (``--global``), a URL, or a
+    plain path. A name wins over a folder of the same name; write ``./NAME`` for the folder.
+
+    Raises:
+        RemoteConfigError: a bare name that is neither one of your remotes nor a folder.
+    """
+    config = _read(user_config_folder())
+    found = _url_named(source, config)
+    if found is not None or _given(source):
+        return found or source
+    raise RemoteConfigError(f"{_unknown(None, source, config)}: give a URL, a path (./{source} for a folder of "
+                            f"that name), or add it: stepjournal remote add --global {source} URL")
+
+
+def _url_named(name: str, config: Dict[str, Any]) -> Optional[str]:
+    return next((r["url"] for r in config["remotes"] if r["name"] == name), None)
+
+
+def _given(remote: str) -> bool:
+    """Whether `remote` is itself where to go: a URL, something no name can be, or an existing path."""
+    return is_url(remote) or not _NAME.fullmatch(remote) or os.path.exists(remote)

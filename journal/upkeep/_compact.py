@@ -1,0 +1,259 @@
+"""Compaction: give a journal's freed pages back to the disk (LMDB reuses freed pages, never shrinks its file).
+
+`compact(path)` writes a compacted copy of ``data.mdb`` with LMDB's own copy (py-lmdb
+``env.copy(path, compact=True)``) into a folder inside the journal, checks it, and swaps it in
+with one `os.replace` (atomic on one filesystem). `compact(path, to=DIR)` writes the compacted
+journal into a new folder instead and changes nothing of the original.
+
+Refused while any process has the journal open: every process with an LMDB environment open holds
+a shared `fcntl` lock on byte 0 of ``lock.mdb`` for as long as it is open (LMDB's own rule, in
+every version and language), so an exclusive lock on that byte is granted only when no process has
+the journal open. It is held for the whole compaction: a process opening the journal meanwhile
+waits in LMDB's open. The swap changes the newest transaction id LMDB keeps in ``lock.mdb``, so
+before letting go the lock file is emptied: a process that waited then fails to open (it may
+retry), and the next one to open sets the lock file up again, as after a reboot.
+
+On any failure before the swap the original is untouched and the partial copy removed; a crash
+(SIGKILL) leaves at most a ``.compact-*`` folder, which the next compaction removes.
+
+The journal's payload files (``payloads/``) are tidied under the same lock: what a write a crash cut
+short left in ``payloads/tmp/``, and a whole file no event names (its event never committed), are
+removed; nothing is removed when an event cannot be read (it might name one). `compact(path, to=DIR)`
+copies the payload files the events name beside the compacted copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Optional
+
+import attrs
+import lmdb
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows
+    fcntl = None  # type: ignore[assignment]
+
+from ..events._convert import decode_event
+from ..base._errors import JournalError, JournalFullError, StepJournalError
+from ..events._events import call_refs
+from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
+from ..base._log import get_logger
+from ..storage._store import MAX_DBS, open_in_this_process
+
+__all__ = ["compact", "CompactResult", "CompactError", "JournalBusyError"]
+
+log = get_logger(__name__)
+
+_TMP_PREFIX = ".compact-"
+_MARGIN = 16 << 20  # free space kept beyond the copy's size
+
+
+class CompactError(JournalError):
+    """A compaction could not be done; the original journal is unchanged."""
+
+
+class JournalBusyError(CompactError):
+    """The journal is open in a process (this one or another); close it and compact again."""
+
+
+@attrs.frozen
+class CompactResult:
+    """What a compaction did.
+
+    Attributes:
+        path: the journal compacted (or the folder written, with ``to``).
+        before_bytes: size of ``data.mdb`` before.
+        after_bytes: size of the compacted ``data.mdb``.
+        files_removed: payload files removed: half-written ones, and whole ones no event names.
+    """
+
+    path: str
+    before_bytes: int
+    after_bytes: int
+    files_removed: int = 0
+
+
+def _lock_exclusive(lock_file: str, path: str) -> int:
+    """Take the exclusive lock on byte 0 of ``lock.mdb``; refuse when any process has the journal open."""
+    try:
+        fd = os.open(lock_file, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise CompactError(f"journal {path!r} has no lock.mdb; open it once for writing, then compact") from None
+    except OSError as exc:
+        raise CompactError(f"cannot open {lock_file!r} to lock the journal: {exc.strerror}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        os.close(fd)
+        raise JournalBusyError(
+            f"journal {path!r} is open in another process (a trainer, a reader, a CLI command); "
+            "close it and compact again"
+        ) from None
+    return fd
+
+
+def _entries(env: lmdb.Environment) -> dict:
+    counts = {}
+    with env.begin() as txn:
+        for key, _ in txn.cursor():
+            db = env.open_db(bytes(key), txn=txn, create=False)
+            counts[bytes(key)] = txn.stat(db)["entries"]
+    return counts
+
+
+def _copy(src: str, dest_dir: str, path: str) -> int:
+    """Write the compacted copy of `src`'s environment into `dest_dir`; check it; return its size."""
+    env = lmdb.open(src, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    try:
+        used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        free = shutil.disk_usage(dest_dir).free
+        if free < used + _MARGIN:
+            raise JournalFullError(
+                f"compacting {path!r} needs up to {used + _MARGIN} free bytes in {dest_dir!r}, which has {free}; "
+                "free space there (or compact to another folder with `to=`); nothing was changed"
+            )
+        expected = _entries(env)
+        try:
+            env.copy(dest_dir, compact=True)
+        except lmdb.Error as exc:
+            raise CompactError(f"compacting {path!r} failed ({exc}); nothing was changed") from None
+    finally:
+        env.close()
+    data = os.path.join(dest_dir, "data.mdb")
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    copy = lmdb.open(dest_dir, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    try:
+        found = _entries(copy)
+    finally:
+        copy.close()
+    if found != expected:
+        raise CompactError(f"the compacted copy of {path!r} does not hold what the journal holds; nothing was changed")
+    return os.path.getsize(data)
+
+
+def _named_digests(folder: str) -> Optional[set]:
+    """The digests (hex) the journal's events name, or None when an event cannot be read."""
+    env = lmdb.open(folder, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    named: set = set()
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"events", txn=txn, create=False)
+            for key, body in txn.cursor(db=db):
+                try:
+                    event = decode_event(bytes(body))
+                except StepJournalError:
+                    return None
+                named.update(ref.digest for ref in call_refs(event))
+    finally:
+        env.close()
+    return named
+
+
+def _tidy_payload_files(folder: str) -> int:
+    """Remove the payload files a crash left behind (see the module's doc); return how many."""
+    files = FilePayloadStore(os.path.join(folder, PAYLOAD_FOLDER))
+    removed = files.remove_partial_files()
+    named = _named_digests(folder) if os.path.isdir(files.folder) else set()
+    if named is None:
+        log.warning("payload_files_not_tidied", path=folder, reason="an event cannot be read; run `stepjournal verify`")
+        return removed
+    for digest in list(files.digests()):
+        if digest.hex() not in named:
+            removed += files.delete(digest)
+    return removed
+
+
+def _copy_payload_files(folder: str, to: str) -> None:
+    """Copy the payload files the events name into the journal at `to`, each made durable."""
+    source = FilePayloadStore(os.path.join(folder, PAYLOAD_FOLDER), readonly=True)
+    named = _named_digests(folder) or set()
+    target = FilePayloadStore(os.path.join(to, PAYLOAD_FOLDER))
+    for digest in source.digests():
+        if digest.hex() in named:
+            target.put(digest, source.stored(digest))
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
+    """Compact a closed journal in place (or, with `to`, into a new folder).
+
+    Args:
+        path: the journal folder; no process may have it open.
+        to: a new (or empty) folder to write the compacted journal into, on any filesystem; the
+            original is then left as it is.
+
+    Raises:
+        JournalBusyError: a process (this one included) has the journal open.
+        JournalFullError: the target has not enough free space; nothing was changed.
+        CompactError: the copy failed or did not check out; nothing was changed.
+    """
+    path = os.fspath(path)
+    folder = os.path.realpath(path)
+    data_file = os.path.join(folder, "data.mdb")
+    if not os.path.isfile(data_file):
+        raise CompactError(f"no journal at {path!r}: the folder or its data.mdb is missing")
+    if fcntl is None:  # pragma: no cover
+        raise CompactError("compaction needs fcntl locks (not available on this platform)")
+    if open_in_this_process(folder):
+        raise JournalBusyError(f"journal {path!r} is open in this process; close every Journal on it, then compact")
+    lock_file = os.path.join(folder, "lock.mdb")
+    fd = _lock_exclusive(lock_file, path)
+    try:
+        before = os.path.getsize(data_file)
+        for name in os.listdir(folder):  # what a compaction killed midway left
+            if name.startswith(_TMP_PREFIX):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        if to is not None:
+            return _compact_to(folder, os.fspath(to), path, before)
+        tmp = os.path.join(folder, f"{_TMP_PREFIX}{os.getpid()}")
+        os.mkdir(tmp, 0o700)
+        try:
+            after = _copy(folder, tmp, path)
+            os.chmod(os.path.join(tmp, "data.mdb"), 0o600)
+            os.replace(os.path.join(tmp, "data.mdb"), data_file)
+            _fsync_dir(folder)
+            # The new data file starts its transaction ids again; a process that waited for the lock
+            # must not trust the old lock file's, and the next opener sets an empty one up afresh.
+            os.ftruncate(fd, 0)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        removed = _tidy_payload_files(folder)
+    finally:
+        os.close(fd)
+    log.info("journal_compacted", path=path, before_bytes=before, after_bytes=after, files_removed=removed)
+    return CompactResult(path=path, before_bytes=before, after_bytes=after, files_removed=removed)
+
+
+def _compact_to(folder: str, to: str, path: str, before: int) -> CompactResult:
+    created = not os.path.exists(to)
+    if not created and (not os.path.isdir(to) or os.listdir(to)):
+        raise CompactError(f"compact target {to!r} exists and is not an empty folder; name a new one")
+    if created:
+        os.makedirs(to, 0o700)
+    try:
+        after = _copy(folder, to, path)
+        _copy_payload_files(folder, to)
+    except BaseException:
+        if created:
+            shutil.rmtree(to, ignore_errors=True)
+        else:
+            for name in os.listdir(to):
+                target = os.path.join(to, name)
+                shutil.rmtree(target) if os.path.isdir(target) else os.unlink(target)
+        raise
+    log.info("journal_compacted", path=path, to=to, before_bytes=before, after_bytes=after)
+    return CompactResult(path=to, before_bytes=before, after_bytes=after)

@@ -1,0 +1,41 @@
+"""`stepjournal --help` and `--version` start without torch, numpy or structlog: a verb that needs them pays alone.
+
+structlog's package imports rich's traceback and pretty-printing modules, about half of what the
+CLI's start imported once torch was gone: the library's loggers build their structlog logger at the
+first event their level lets through (journal/base/_log.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import sys
+from stepjournal.adapters.cli import main
+code = main([{flag!r}])
+heavy = sorted(m for m in ("torch", "numpy", "matplotlib", "safetensors", "structlog") if m in sys.modules)
+print("heavy:" + ",".join(heavy))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_no_tensor_library(flag):
+    done = subprocess.run([sys.executable, "-c", PROBE.format(flag=flag)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "heavy:"
+
+
+def test_a_verb_that_reads_payloads_still_gets_torch(tmp_path):
+    probe = (
+        "import sys, torch\n"
+        "from stepjournal import Journal\n"
+        f"with Journal({str(tmp_path / 'j')!r}) as j: j.record(1, {{'x': torch.arange(3)}})\n"
+        "from stepjournal.adapters.cli import main\n"
+        f"sys.exit(main(['show', {str(tmp_path / 'j')!r}, '1']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
