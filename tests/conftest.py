@@ -28,6 +28,12 @@ for _name in ("COLUMNS", "LINES", "PAGER"):
     os.environ.pop(_name, None)
     os.unsetenv(_name)
 
+# Ray starts its worker processes at nice 15 (`RAY_worker_niceness`). Beside any other load (a CI
+# neighbour, the CPU burners of a loaded run) they then get a few percent of a core, and a V1 recording
+# that takes two minutes takes twenty. The tests check what the workers compute, not their priority:
+# every Ray the tests start (in-process, harness subprocesses, `ray start`) inherits this.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 
 def pytest_collection_modifyitems(config, items):
     """The cluster group first, then the other end-to-end files, then the rest (each file's tests keep their
