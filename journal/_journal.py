@@ -25,11 +25,12 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from .index._audit import AUDIT_EVENT_TYPES, audit as _audit
-from .events._convert import decode_event, encode_event
-from .base._errors import EventDecodeError, IntegrityError, JournalClosedError, JournalError
+from .events._convert import encode_event
+from .base._errors import IntegrityError, JournalClosedError, JournalError
 from .storage._eventlog import EventLog
-from .events._events import Event, EventsImported, PayloadRef, SessionOpened, check_fingerprint
-from .index._import_map import ImportMap
+from .events._events import Event, PayloadRef, SessionOpened, check_fingerprint
+from .index._import_map import FoldedImports
+from .index._session_fingerprints import SessionFingerprints
 from .events._keys import META_CREATED, META_FORMAT
 from .events._keys import check_key as _check_key
 from .base._log import get_logger
@@ -138,10 +139,11 @@ class Journal(Recording, Queries):
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
+        self._fingerprints = SessionFingerprints(self.path, self._log, self._index, self._live)
         self._local_payloads = local_payload_store(self._store)
         self._payloads: PayloadStore = open_payload_store(payload_store, self._local_payloads)
         self._retainer = Retainer(retention, self._payloads) if retention is not None else None
-        self._session_fingerprints: Dict[str, Dict[str, Any]] = {}
+        self._imports = FoldedImports()  # the import map, kept as the log grows: one read for many replays
         self.session: Optional[str] = None
         self._with_session = session and not readonly
         try:
@@ -314,45 +316,19 @@ class Journal(Recording, Queries):
     def as_read_here(self, seq: int, event: Event) -> Event:
         """`event` (at `seq`) as this journal reads it: a pulled release or replay names its record by
         this journal's seq (the seq it had where it was recorded is the audit's ``origin_seq``)."""
-        return ImportMap.of(self.events(types=[EventsImported])).translate(seq, event)
+        return self._imports.current(self._log, self._lock).translate(seq, event)
 
     def sessions(self, *, run: Optional[str] = None) -> List[Tuple[int, SessionOpened]]:
         """Every `SessionOpened` event (optionally of one run), in order."""
         return list(self.events(run=run, types=[SessionOpened]))
 
     def session_fingerprint(self, session: str) -> Dict[str, Any]:
-        """The fingerprint recorded when `session` opened (one read of the sessions index)."""
-        found = self._session_fingerprints.get(session)
-        if found is None:
-            seq = self._index.session_seq(self._live(), session)
-            if seq is not None:
-                raw = self._log.get_raw(seq)
-                event = decode_event(raw, seq=seq) if raw is not None else None
-                if isinstance(event, SessionOpened) and event.session == session:
-                    found = self._session_fingerprints[session] = event.fingerprint
-        if found is None:
-            # Not indexed: a journal without the sessions index (opened read-only), or a session
-            # opened by an older version of stepjournal. Scan the log as those versions did.
-            found = self._scan_session_fingerprint(session)
-        return found
+        """The fingerprint recorded when `session` opened (one read of the sessions index).
 
-    def _scan_session_fingerprint(self, session: str) -> Dict[str, Any]:
-        damaged: List[int] = []
-        # One damaged event elsewhere in the log must not make every replay fail: skip it here
-        # (verify reports it), unless it is the session asked for.
-        for seq, raw in self.raw_events():
-            try:
-                ev = decode_event(raw, seq=seq)
-            except EventDecodeError:
-                damaged.append(seq)
-                continue
-            if isinstance(ev, SessionOpened):
-                self._session_fingerprints[ev.session] = ev.fingerprint
-        found = self._session_fingerprints.get(session)
-        if found is None:
-            hint = f"; events {damaged[:10]} are damaged (run `stepjournal verify`)" if damaged else ""
-            raise IntegrityError(f"session {session!r} has no SessionOpened event in {self.path!r}{hint}")
-        return found
+        Raises:
+            IntegrityError: the log holds no `SessionOpened` event of `session`.
+        """
+        return self._fingerprints.of(session)
 
     # -- payloads --------------------------------------------------------------------------------
     def load(self, ref: PayloadRef, *, step: Optional[int] = None) -> Any:
@@ -428,7 +404,7 @@ class Journal(Recording, Queries):
         with self._lock:
             count = store.write(lambda txn: Projections.rebuild_in(txn, store))
             self._index.clear()
-            self._session_fingerprints.clear()
+            self._fingerprints.clear()
         log.info("journal_reindexed", path=self.path, events=count)
         return count
 

@@ -16,7 +16,7 @@ import attrs
 
 from ..events._events import EventsImported, PayloadsReleased, ReplayServed
 
-__all__ = ["ImportMap"]
+__all__ = ["FoldedImports", "ImportMap"]
 
 
 class ImportMap:
@@ -107,6 +107,25 @@ class ImportMap:
             return event
         local = self.local(source, getattr(event, field))
         return attrs.evolve(event, **{field: local if local is not None else _NO_SEQ})
+
+
+class FoldedImports:
+    """One journal handle's `ImportMap`, folded once and then only from the markers appended since: a
+    report or `show` of many replays reads the log once, not once per replay. Events never change once
+    written, so what was folded stays true; a pull into the handle is folded at the next read."""
+
+    def __init__(self) -> None:
+        self._map, self._folded = ImportMap(), 0  # the markers of seqs 1.._folded are in _map
+
+    def current(self, log: Any, lock: Any) -> ImportMap:
+        """The map of every marker `log` (an `EventLog`) holds now; `lock` is the handle's."""
+        with lock:
+            last = log.last_seq()
+            if last > self._folded:
+                for seq, marker in log.events(since=self._folded, types=[EventsImported]):
+                    self._map.marker(seq, marker)  # a marker past `last` is ignored when it comes again
+                self._folded = last
+            return self._map
 
 
 # The field by which an event names another event by seq.

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import (IntegrityError, Journal, JournalError, ObjectPayloadStore, RemoteConflictError, RemoteError,
-                         RemoteFormatError, Retention, clone, compact, journaled, prune, pull, push)
+from stepjournal import (GenerationRecorded, IntegrityError, Journal, JournalError, ObjectPayloadStore,
+                         RemoteConflictError, RemoteError, RemoteFormatError, ReplayServed, Retention, clone, compact,
+                         journaled, prune, pull, push)
 from stepjournal.sharing import _pull as pull_module, _remote as remote_module
 from stepjournal.events._events import EventsImported
 from stepjournal.payloads._object_client import Remote
@@ -426,3 +427,22 @@ def test_machine_b_clones_what_machine_a_pushed_and_replays_it_bit_identical_wit
     assert [(r["step"], r["origin_journal"], r["origin_seq"]) for r in generated] == [
         (step, source, seqs[step]) for step in (1, 2, 3)]
     assert [r["step"] for r in replays] == [1, 2, 3] and all(r["origin_journal"] is None for r in replays)
+
+
+def test_an_open_journal_reads_a_replay_pulled_while_it_was_open_by_the_seq_of_its_record_here(tmp_path):
+    a, b, url = tmp_path / "a", tmp_path / "b", (tmp_path / "remote").as_uri()
+    record_steps(a, [1])
+    with Journal(str(a), run="exp") as ja:
+        ja.record_replay(2, ja.lookup(1), policy="repeat", reason="repeat: step 2 -> recorded step 1")
+    push(str(a), url)
+    record_steps(b, [7, 8, 9])  # the pulled events land at other seqs than they had in `a`
+    with Journal(str(b), run="exp") as jb:
+        before = [jb.as_read_here(seq, e) for seq, e in jb.events()]  # the map of no marker, read once
+        assert len(before) > 0
+        pull(url, jb)
+        (record_seq,) = [seq for seq, e in jb.events(types=[GenerationRecorded]) if e.step == 1]
+        ((replay_seq, replay),) = list(jb.events(types=[ReplayServed]))
+        assert replay.source_seq != record_seq  # stored as `a` numbered it
+        assert jb.as_read_here(replay_seq, replay).source_seq == record_seq
+    with Journal(str(b), readonly=True) as fresh:
+        assert fresh.as_read_here(replay_seq, replay).source_seq == record_seq
