@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
 
 # What an end-to-end run starts, as its source spells it.
 STARTS = {
@@ -24,10 +25,22 @@ STARTS = {
 }
 
 
+def _read(path: Path) -> Tuple[str, ast.Module]:
+    """The text of the file at `path` and its syntax tree, read and parsed once while the file is unchanged."""
+    stat = path.stat()
+    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=None)
+def _parsed(path: Path, _mtime_ns: int, _size: int) -> Tuple[str, ast.Module]:
+    text = path.read_text(encoding="utf-8")
+    return text, ast.parse(text)
+
+
 def local_imports(path: Path, folder: Path) -> Set[Path]:
     """The modules of `folder` that the file at `path` imports, anywhere in it."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_read(path)[1]):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
         if isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names = [node.module]
@@ -45,7 +58,7 @@ def starts(path: Path, folder: Path) -> List[str]:
         if here in seen:
             continue
         seen.add(here)
-        text = here.read_text(encoding="utf-8")
+        text = _read(here)[0]
         found.update(what for what, pattern in STARTS.items() if pattern.search(text))
         todo.extend(local_imports(here, folder))
     return sorted(found)
@@ -53,7 +66,7 @@ def starts(path: Path, folder: Path) -> List[str]:
 
 def marked_e2e(path: Path) -> bool:
     """Whether the module sets ``pytestmark`` to (a list holding) ``pytest.mark.e2e``."""
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in _read(path)[1].body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
             return any(isinstance(n, ast.Attribute) and n.attr == "e2e" and isinstance(n.value, ast.Attribute)
                        and n.value.attr == "mark" for n in ast.walk(node.value))
@@ -78,7 +91,7 @@ SPAWNS = {"subprocess", "multiprocessing", "pty", "Popen", "os.fork", "start_mot
 def spawns(path: Path) -> List[str]:
     """The names of `SPAWNS` that the code of the file at `path` uses (imports, names, attributes, arguments)."""
     used = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_read(path)[1]):
         if isinstance(node, ast.Import):
             used.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -102,7 +115,7 @@ TIERS = ("unit", "integration", "e2e")
 def imported_tests(path: Path) -> List[str]:
     """The test modules (``test_*``) the file at `path` imports."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_read(path)[1]):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

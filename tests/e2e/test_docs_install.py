@@ -49,11 +49,15 @@ DOC_LINES = INSTALL + PIP_ELSEWHERE + MAKE_DEMO + MAKE_DRY + PYTEST + BENCH + PI
 # transformers: minutes of CPU): what is installed, and what imports, stays the same; Python compiles a
 # module when it first imports it.
 NO_COMPILE = {"PIP_COMPILE": "false"}
+# The two "machines" are CPU machines, whose pip is set to take PyTorch's CPU build (this repository's
+# constraints.txt, the file `make` installs with), as quickstart.md advises for a machine without a GPU:
+# the default wheel would bring ~4 GB of CUDA libraries into each venv. The lines typed are unchanged.
+CPU_MACHINE = {**NO_COMPILE, "PIP_CONSTRAINT": str(ROOT / "constraints.txt")}
 
 
 def in_venv(venv: Path, text: str, cwd: Path, timeout: float = 900):
     done = run_line(text, cwd, env={"PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv),
-                                    "PIP_REQUIRE_VIRTUALENV": "true", **NO_COMPILE}, timeout=timeout)
+                                    "PIP_REQUIRE_VIRTUALENV": "true", **CPU_MACHINE}, timeout=timeout)
     assert done.returncode == 0, (text, done.stdout[-2000:], done.stderr[-4000:])
     return done
 
@@ -83,8 +87,9 @@ def test_the_install_lines_install_the_library_its_extras_and_a_wheel_on_another
     machine_a = fresh_venv(tmp_path / "machine-a")
     for text in pip_lines[:4] + ['pip install ".[s3]"']:
         in_venv(machine_a, text, clone)
-    checks = ("import stepjournal, stepjournal.adapters.verl, stepjournal.adapters.trl, obstore; "
-              "import importlib.util as u; assert u.find_spec('journal') is None; print(stepjournal.__file__)")
+    checks = ("import stepjournal, stepjournal.adapters.verl, stepjournal.adapters.trl, obstore, torch; "
+              "import importlib.util as u; assert u.find_spec('journal') is None; "
+              "assert torch.version.cuda is None, torch.__version__; print(stepjournal.__file__)")  # the CPU build
     where = in_venv(machine_a, f'python -c "{checks}"', tmp_path).stdout.strip()
     assert where.startswith(str(machine_a))  # installed, not the clone's folder
     assert in_venv(machine_a, "stepjournal --version", tmp_path).stdout.startswith("stepjournal 0.1.0")

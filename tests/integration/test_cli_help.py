@@ -52,31 +52,29 @@ def test_help_shows_the_examples():
     assert "examples:\n  stepjournal prune runs/grpo --keep-last 100 --dry-run\n" in done.stdout
 
 
-def complete(line: str, shell: str = "bash") -> list[str]:
-    """What bash offers for the last word of `line`, with the script `stepjournal completion` prints sourced."""
-    import os
-    import subprocess
-    import sys
-
-    words = line.split(" ")
-    (install,) = INSTALL  # docs/audit.md's line, as typed
-    script = (f"{install.text.replace('completion bash', f'completion {shell}')}\n"
-              f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
-              '_stepjournal; printf "%s\\n" "${COMPREPLY[@]}"\n')
-    done = run_line(script, None, timeout=120)
+def completions(*lines: str) -> list[list[str]]:
+    """What bash offers for the last word of each of `lines`, in one shell that sourced the script
+    `stepjournal completion bash` prints (docs/audit.md's line, as typed), one after another."""
+    (install,) = INSTALL
+    script = [install.text]
+    for line in lines:
+        words = line.split(" ")
+        script.append(f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}; "
+                      'COMPREPLY=(); _stepjournal; printf "%s\\n" "${COMPREPLY[@]}"; echo @end')
+    done = run_line("\n".join(script) + "\n", None, timeout=120)
     assert done.returncode == 0, done.stderr
-    return done.stdout.split()
+    offered = done.stdout.split("@end\n")
+    assert offered[-1] == "" and len(offered) == len(lines) + 1, done.stdout
+    return [text.split() for text in offered[:-1]]
 
 
 def test_bash_completes_verbs_options_remote_actions_and_files(tmp_path):
-    assert complete("stepjournal au") == ["audit"]
-    assert set(complete("stepjournal di")) == {"diff"}
-    assert complete("stepjournal prune J --keep-") == ["--keep-last"]
-    assert complete("stepjournal -v diff A B --session-") == ["--session-a", "--session-b"]
-    assert complete("stepjournal remote a") == ["add"]
-    assert complete("stepjournal completion z") == ["zsh"]
     (tmp_path / "journal-one").mkdir()
-    assert complete(f"stepjournal runs {tmp_path}/journal-o") == [f"{tmp_path}/journal-one"]
+    offered = completions("stepjournal au", "stepjournal di", "stepjournal prune J --keep-",
+                          "stepjournal -v diff A B --session-", "stepjournal remote a", "stepjournal completion z",
+                          f"stepjournal runs {tmp_path}/journal-o")
+    assert offered == [["audit"], ["diff"], ["--keep-last"], ["--session-a", "--session-b"], ["add"], ["zsh"],
+                       [f"{tmp_path}/journal-one"]]
 
 
 def test_zsh_registers_the_same_completion_through_bashcompinit():
