@@ -195,9 +195,8 @@ def _source(journal: Any, seq: int, event: Any) -> Tuple[Any, Optional[Any]]:
     if not isinstance(event, ReplayServed):
         return event, None
     event = journal.as_read_here(seq, event)  # a pulled replay names its record by the seq it had there
-    source = next((e for s, e in journal.events(since=event.source_seq - 1, types=[GenerationRecorded])
-                   if s == event.source_seq), None)
-    return event, source
+    found = journal.event(event.source_seq) if event.source_seq <= journal.last_seq() else None  # one read
+    return event, found if isinstance(found, GenerationRecorded) else None
 
 
 def _the_run(journal: Any) -> str:
