@@ -109,12 +109,17 @@ out = {"open_s": start - opened}
 if what == "runs":
     out["runs"] = len(journal.run_summaries())
 elif what == "audit_json":
-    from stepjournal.index._call_rows import json_rows
-    from stepjournal.adapters.cli._audit import _print_json_rows
-    sink = open(os.devnull, "w")
+    from stepjournal.index._call_rows import json_rows, releases_of
+    from stepjournal.adapters.cli._audit import _print_json_rows, _print_stored_rows
+    sink = open(os.devnull, "w", encoding="utf-8")
     sys.stdout, real = sink, sys.stdout
-    _print_json_rows(json_rows(journal.raw_events(), native=True))  # as `stepjournal audit --json` reads them
+    texts = journal.stored_audit_rows()  # as `stepjournal audit --json` reads them: the rows projection, else the log
+    if texts is not None:
+        _print_stored_rows(texts)
+    else:
+        _print_json_rows(json_rows(journal.raw_events(), native=True, released_by=releases_of(journal.raw_events())))
     sys.stdout = real
+    out["from"] = "rows projection" if texts is not None else "log"
     out["events"] = journal.last_seq()
 out["s"], out["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
 journal.close()

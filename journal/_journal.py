@@ -40,6 +40,7 @@ from .payloads._file_store import local_payload_store
 from .payloads._payload_store import LmdbPayloadStore, PayloadStore
 from .payloads._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
 from .index._projections import Projections, RecordedGeneration, layout_of
+from .index._rows_index import stored_rows
 from .upkeep._release import Retainer
 from ._queries import Queries
 from ._recording import Recording
@@ -423,4 +424,4 @@ class Journal(Recording, Queries):
         with store.read() as txn:
             layout = layout_of(txn, store)
         return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress,
-                       layout=layout)
+                       layout=layout, stored_rows=lambda: stored_rows(store, self.last_seq(), seqs=True))

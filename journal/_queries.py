@@ -13,6 +13,7 @@ from .events._keys import DEFAULT_STAGE
 from .events._keys import check_key as _check_key
 from .events._keys import check_step as _check_step
 from .index._projections import Projections, RecordedGeneration
+from .index._rows_index import stored_rows
 from .index._runs_index import RunSummary, RunsFold, summaries
 
 __all__ = ["Queries"]
@@ -85,6 +86,16 @@ class Queries:
         for _, event in self.events(run=run, types=CALL_EVENT_TYPES):
             seen.setdefault(event.stage, None)
         return list(seen)
+
+    def stored_audit_rows(self) -> Optional[Iterator[bytes]]:
+        """The text ``stepjournal audit --json`` prints for each row, UTF-8, in log order, as the rows
+        projection keeps it (`_rows_index`), in batches of short read transactions; None when the
+        projection does not hold the whole log (a journal a library without it wrote last, opened
+        read-only): then the rows are read from the log, as `audit` does."""
+        return stored_rows(self._live(), self.last_seq())
+
+    def last_seq(self) -> int:  # pragma: no cover - provided by Journal
+        raise NotImplementedError
 
     def run_summaries(self, *, stage: Optional[str] = None) -> List[RunSummary]:
         """One `RunSummary` per run key, as `summarize_runs` gives it, read from the runs index.

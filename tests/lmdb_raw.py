@@ -54,6 +54,17 @@ def put_raw(path: str, db_name: str, key: bytes, value: bytes) -> None:
         env.close()
 
 
+def delete_raw(path: str, db_name: str, key: bytes) -> None:
+    """Delete one key of a named database."""
+    env = lmdb.open(path, max_dbs=8, subdir=True, map_size=_room(path))
+    try:
+        db = env.open_db(db_name.encode())
+        with env.begin(write=True, db=db) as txn:
+            assert txn.delete(key), f"{key!r} is not in {db_name}"
+    finally:
+        env.close()
+
+
 def items(path: str, db_name: str) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of a named database."""
     env = lmdb.open(path, max_dbs=8, subdir=True, readonly=True)

@@ -19,11 +19,12 @@ from rich.console import Console
 from stepjournal import AuditRecord, Journal
 from stepjournal.index._audit import ACTIONS, AUDIT_FIELDS
 from stepjournal.index._call_rows import json_rows, releases_of
+from stepjournal.index._row_text import CLOSE, OPEN, SEAM, rows_text
 
 from ._args import nonneg_int
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._pager import paged
-from ._render import JSON_RAW, SURROGATE, ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, short_time
+from ._render import ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, short_time
 
 __all__ = ["add_arguments", "run"]
 
@@ -54,6 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     steps = parse_steps(args.steps)
     with open_readonly(args.journal, check="as-read") as journal:
+        if args.json and not (args.run or steps is not None or args.mode or args.stage or args.action):
+            # Every row: the texts each append kept (the rows projection), joined; the same bytes as below.
+            texts = journal.stored_audit_rows()
+            if texts is not None:
+                _print_stored_rows(itertools.islice(texts, args.limit))
+                return 0
         # Rows straight from the stored maps, no event objects: the same rows as the event path, faster.
         # JSON and CSV carry released_by: the releases (which follow their records) are read first.
         released = releases_of(journal.raw_events()) if args.json or args.csv else None
@@ -83,48 +90,33 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
-def _print_json_rows(rows: Iterable[Any]) -> None:
-    """The rows as one JSON array, written as they come: what ``print_json(list(rows))`` prints, byte for byte.
-
-    Rows come in batches of 512 through msgspec's JSON encoder (`_native_rows.encode_rows`: the
-    indented layout, Python's text of every value); a batch it cannot write as Python would goes
-    through the C encoder of the standard library, row by row.
-    """
-    from stepjournal.index._native_rows import Row, as_dicts, as_row, encode_rows
-
-    write, pending, first = sys.stdout.write, [], True
-
-    def flush() -> None:
-        nonlocal first
-        batch = [row if type(row) is Row else as_row(row) for row in pending]
-        text = encode_rows(batch)
-        if text is None:
-            text = ",\n".join(_json_row(row) for row in as_dicts(batch))
-        elif (not text.isascii() or "\x7f" in text) and JSON_RAW.search(text):
-            # C1 controls and bidi overrides: escaped, as `print_json` does (a regex over the batch
-            # costs more than its encoding: asked only when the text is not plain ASCII or holds DEL)
-            text = JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-        write(("[\n" if first else ",\n") + text)
+def _print_stored_rows(texts: Iterator[bytes]) -> None:
+    """Stored rows (their inner texts, UTF-8: `_row_text`) as one JSON array, as `_print_json_rows` prints the
+    rows they hold."""
+    out = sys.stdout
+    utf8 = (out.encoding or "").lower().replace("-", "").replace("_", "") == "utf8" and hasattr(out, "buffer")
+    if utf8:
+        out.flush()
+        write = out.buffer.write
+    else:  # another encoding: through the text stream, which writes what it cannot encode as escapes
+        write = lambda data: out.write(data.decode("utf-8", "surrogatepass"))  # noqa: E731
+    first = True
+    for batch in iter(lambda: list(itertools.islice(texts, 2048)), []):
+        write((b"[\n" + OPEN if first else SEAM) + SEAM.join(batch))
         first = False
-        pending.clear()
+    write(b"[]\n" if first else CLOSE + b"\n]\n")
+    if utf8:
+        out.buffer.flush()
 
-    for row in rows:
-        pending.append(row)
-        if len(pending) >= 512:
-            flush()
-    if pending:
-        flush()
+
+def _print_json_rows(rows: Iterable[Any]) -> None:
+    """The rows as one JSON array, written as they come: what ``print_json(list(rows))`` prints, byte for byte
+    (`_row_text.rows_text` writes each batch of 512)."""
+    write, rows, first = sys.stdout.write, iter(rows), True
+    for batch in iter(lambda: list(itertools.islice(rows, 512)), []):
+        write(("[\n" if first else ",\n") + rows_text(batch))
+        first = False
     write("[]\n" if first else "\n]\n")
-
-
-def _json_row(row: Dict[str, Any]) -> str:
-    """One row as ``json.dumps([row], indent=2)`` lays it out inside the array (``  {...}``)."""
-    text = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-    if SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
-        text = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-    if JSON_RAW.search(text):
-        text = JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return "  {\n    " + text[1:-1] + "\n  }"
 
 
 # The keys of a JSON row that are no `AuditRecord` field.

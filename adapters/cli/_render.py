@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from stepjournal import redact
 from stepjournal.events._events import iso_time
+from stepjournal.index._row_text import JSON_RAW, SURROGATE  # the audit rows' escapes, one definition
 
 __all__ = [
     "UsageError",
@@ -129,9 +130,6 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
 # C0 and C1 controls, DEL, lone surrogates, and the bidirectional overrides and isolates that
 # reorder what a terminal shows ("Trojan Source").
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
-SURROGATE = re.compile("[\ud800-\udfff]")
-# What JSON leaves raw but a terminal acts on: DEL, C1 controls (\x9b is CSI), bidi overrides and isolates.
-JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _MAX_INT_DIGITS = 4000
 
 

@@ -10,8 +10,9 @@
   distinct recorded steps of one (run, mode, stage) in ascending order, numbered from 0, so the n-th
   step is one read.
 - ``runs``: see `_runs_index` (``g`` run/stage/mode rows, ``s`` run sessions).
+- ``rows``: the seq (`seq_key`) -> the audit row's text; see `_rows_index`.
 - ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_RUNS_INDEX`,
-  `META_LAYOUT`.
+  `META_ROWS_INDEX`, `META_LAYOUT`.
 
 LMDB keys are at most 511 bytes, so run, mode and stage are checked on their encoded length, with
 the separators and the 12 bytes of step and index counted in.
@@ -37,6 +38,7 @@ __all__ = [
     "META_SESSIONS_INDEX",
     "META_STEPS_INDEX",
     "META_RUNS_INDEX",
+    "META_ROWS_INDEX",
     "META_LAYOUT",
     "LAYOUT_VERSION",
     "DEFAULT_STAGE",
@@ -63,6 +65,8 @@ META_SESSIONS_INDEX = b"sessions_index"
 META_STEPS_INDEX = b"steps_index"
 # The seq of the last event the ``runs`` index folded in (absent: no runs index, `_runs_index`).
 META_RUNS_INDEX = b"runs_index"
+# The audit schema of the ``rows`` projection and the seq of the last event it folded in (`_rows_index`).
+META_ROWS_INDEX = b"rows_index"
 # The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (0.1.0, no stage in the key).
 META_LAYOUT = b"layout"
 LAYOUT_VERSION = 2

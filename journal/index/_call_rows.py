@@ -23,7 +23,7 @@ from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, MAX_TS, CallRe
                       field_names)
 from ..events._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
-__all__ = ["json_rows", "call_row", "KeyRuleCache", "releases_of"]
+__all__ = ["json_rows", "call_row", "checked_row", "KeyRuleCache", "releases_of"]
 
 _MAX_U64 = (1 << 64) - 1
 _MAX_NBYTES = (1 << 63) - 1
@@ -143,6 +143,30 @@ def call_row(seq: int, cls: type, body: Dict[str, Any], keys: KeyRuleCache, *,
         "duration_s": duration, "imported_from": imported_from, "released_by": None, "origin_journal": None,
         "origin_seq": None,
     }
+
+
+def _native() -> Any:
+    """`_native_rows` (msgspec), imported by the first reader that decodes natively, not at import."""
+    global _NATIVE
+    if _NATIVE is None:
+        from . import _native_rows
+
+        _NATIVE = _native_rows
+    return _NATIVE
+
+
+_NATIVE: Any = None
+
+
+def checked_row(seq: int, raw: bytes, keys: KeyRuleCache) -> Tuple[Any, Optional[tuple]]:
+    """(row, checked map) of the event stored as `raw`: a call's row decoded natively (`_native_rows.row_of`,
+    a `Row`) or from its checked map (`call_row`, a dict), else None and the map `checked_body` found, for
+    `event_of` to decode without unpacking again (the map is None when the native decode answered)."""
+    row = _native().row_of(seq, raw, keys)
+    if row is not None:
+        return row, None
+    found = checked_body(raw)
+    return (call_row(seq, found[0], found[1], keys) if found is not None else None), found
 
 
 def json_rows(

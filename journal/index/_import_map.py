@@ -27,6 +27,10 @@ class ImportMap:
         self._blocks: List[Tuple[int, int, str, int]] = []  # (local first, local last, source, source first)
         self._by_source: Dict[str, List[Tuple[int, int, int]]] = {}  # source -> [(source first, source last, local first)]
 
+    def __len__(self) -> int:
+        """How many pulled blocks the map holds (an empty map: nothing here was pulled)."""
+        return len(self._blocks)
+
     @classmethod
     def of(cls, events: Any) -> "ImportMap":
         """The map of a journal's markers: `events` yields (seq, `EventsImported`) in log order."""

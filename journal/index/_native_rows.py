@@ -261,8 +261,10 @@ def index_fields_of(raw: bytes, keys: Any) -> Optional[tuple]:
             None if out is None else out.nbytes)
 
 
-def index_fields(row: Dict[str, Any]) -> tuple:
-    """`index_fields_of` of a dict row (the checked map path's)."""
+def index_fields(row: Any) -> tuple:
+    """`index_fields_of` of a row: a `Row` (read by attribute) or a dict row (the checked map path's)."""
+    if type(row) is Row:
+        return (row.run, row.mode, row.stage, row.step, row.gen_index, row.action, row.nbytes if row.stored else None)
     return (row["run"], row["mode"], row["stage"], row["step"], row["gen_index"], row["action"],
             row["nbytes"] if row["stored"] else None)
 
@@ -279,14 +281,15 @@ def as_row(row: Dict[str, Any]) -> Row:
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_rows(rows: List[Row]) -> Optional[str]:
+def encode_rows(rows: List[Row]) -> Optional[bytes]:
     """The rows as the body of ``json.dumps(rows, indent=2)`` without its brackets (``  {...},\\n  {...}``),
-    or None when msgspec cannot write one of them as Python would (an int past 64 bits, a lone surrogate)."""
+    UTF-8, or None when msgspec cannot write one of them as Python would (an int past 64 bits, a lone
+    surrogate)."""
     try:
         data = msgspec.json.format(_ENCODER.encode(rows), indent=2)
     except (TypeError, ValueError, OverflowError, UnicodeError, msgspec.EncodeError):
         return None
-    return data[2:-2].decode()
+    return data[2:-2]
 
 
 def as_dicts(rows: List[Row]) -> List[Dict[str, Any]]:

@@ -31,9 +31,10 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
 
-from ._call_rows import KeyRuleCache, call_row
-from ..events._convert import checked_body, decode_event, encode_event, event_of
+from ._call_rows import KeyRuleCache, checked_row
+from ..events._convert import decode_event, encode_event, event_of
 from ..base._errors import EventDecodeError, IntegrityError, UnsupportedSchemaVersionError
+from . import _rows_index as rows_index
 from . import _runs_index as runs_index
 from ..storage._eventlog import EventLog
 from ..events._events import Event, EventsImported, GenerationRecorded, PayloadsReleased, SessionOpened
@@ -299,14 +300,16 @@ class Projections:
         `EventsImported` marks its block and each event is projected as translated to this journal's seqs
         (`ImportMap.translate`). Returns (seq, event as projected) of each."""
         encoded = bodies if bodies is not None else [encode_event(e) for e in events]
-        appended = []
+        appended, stored = [], []
         for seq, event in zip(EventLog.append_in(txn, store, encoded), events):
+            stored.append((seq, event))
             if imports is not None:
                 if isinstance(event, EventsImported):
                     imports.marker(seq, event)
                 event = imports.translate(seq, event)
             cls.apply_in(txn, store, seq, event, ranks=ranks, imports=imports)
             appended.append((seq, event))
+        rows_index.apply_in(txn, store, stored, imports)  # the audit rows read the events as stored
         return appended
 
     @staticmethod
@@ -350,28 +353,27 @@ class Projections:
                 transaction is aborted.
         """
         txn.drop(store.db("gen"), delete=False)
-        for name in ("sessions", "steps"):
+        for name in ("sessions", "steps", "rows"):
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
-        from ._native_rows import index_fields, index_fields_of  # msgspec: imported by the verbs that use it
+        from ._native_rows import index_fields  # msgspec: imported by the verbs that use it
 
-        count, runs, seq, keys, imports = 0, runs_index.RunsFold(), 0, KeyRuleCache(), ImportMap()
+        count, runs, seq, keys, imports, damaged = 0, runs_index.RunsFold(), 0, KeyRuleCache(), ImportMap(), False
         index = _GenIndex(txn, store, imports, rebuilding=True)
+        rows = rows_index.RowsWriter(txn, store, imports) if store.db("rows") is not None else None
         for seq_bytes, body in txn.cursor(db=store.db("events")):
             seq = seq_of(seq_bytes)
             # A call event msgspec decodes exactly, or whose map passes its class's rules, is projected
-            # from its row's fields (no event object); anything else is decoded, which projects it or
-            # raises the same error.
-            fields, found = index_fields_of(body, keys), None
-            if fields is None:
-                found = checked_body(body)
-                row = call_row(seq, found[0], found[1], keys, timed=False) if found is not None else None
-                fields = index_fields(row) if row is not None else None
-            if fields is not None:
-                run, mode, stage, step, gen_index, action, stored = fields
+            # from its row (no event object); anything else is decoded, which projects it or raises the
+            # same error.
+            row, found = checked_row(seq, body, keys)
+            if row is not None:
+                run, mode, stage, step, gen_index, action, stored = index_fields(row)
                 if stored is not None:
                     index.put(seq, run, mode, stage, step, gen_index, seq_bytes=seq_bytes)
                 runs.add_call((run, stage, mode), seq, action, step, stored or 0)
+                if rows is not None:
+                    rows.add(seq, row)
                 count += 1
                 continue
             try:
@@ -379,7 +381,10 @@ class Projections:
             except EventDecodeError:
                 if not skip_damaged:
                     raise
+                damaged = True
                 continue
+            if rows is not None:
+                rows.event(seq, event)  # as stored: the rows say a pulled event's origin themselves
             if isinstance(event, EventsImported):
                 imports.marker(seq, event)
             event = imports.translate(seq, event)  # a pulled release names its record by this journal's seq
@@ -388,6 +393,8 @@ class Projections:
             count += 1
         runs.last = seq
         runs.write_in(txn, store)
+        if rows is not None:
+            rows.finish(seq, damaged=damaged)
         if store.db("sessions") is not None:
             txn.put(SESSIONS_FLAG, b"1", db=store.db("meta"))
         if index.ranks_inline:
@@ -460,6 +467,7 @@ class Projections:
         writable; the runs index also folds in what a writer without it appended)."""
         meta = store.db("meta")
         runs_index.catch_up_in(txn, store)
+        rows_index.catch_up_in(txn, store, build=True)
         if store.db("steps") is not None and txn.get(STEPS_FLAG, db=meta) is None:
             cls._build_ranks_in(txn, store)
         sessions = store.db("sessions")

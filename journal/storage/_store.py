@@ -29,7 +29,7 @@ __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
 log = get_logger(__name__)
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
-DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps", "runs")
+DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps", "runs", "rows")
 MAX_DBS = 8
 _DEFAULT_MAP_SIZE = 1 << 30
 # Checked at open by a read-only journal checked as read (one node per session, run group or distinct
@@ -240,9 +240,8 @@ class Store:
         self._sync = sync
         self._map_size = map_size if max_size is None else min(map_size, max_size)
         self._pid = os.getpid()
-        self._shared: _SharedEnv | None = _acquire(
-            self.path, readonly=readonly, map_size=self._map_size, sync=sync, check=check
-        )
+        self._shared: _SharedEnv | None = _acquire(self.path, readonly=readonly, map_size=self._map_size, sync=sync,
+                                                   check=check)
         if folder_is_shared(os.path.realpath(self.path)):
             log.warning("journal_folder_writable_by_others", path=self.path, hint="chmod 700 the folder")
 

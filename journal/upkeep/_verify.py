@@ -14,6 +14,7 @@ from ..events._events import CallBypassed, CallRefused, EventsImported, Generati
 from ..index._import_map import ImportMap
 from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
 from ..payloads._payload_store import PayloadStore, check_all
+from ._verify_rows import rows_problems
 
 __all__ = ["VerifyProblem", "verify"]
 
@@ -34,7 +35,8 @@ class VerifyProblem:
     """One thing `Journal.verify` found broken.
 
     Attributes:
-        kind: ``event``, ``payload``, ``index``, ``missing_payload``, ``released_payload`` (a payload
+        kind: ``event``, ``payload``, ``index``, ``rows`` (an audit row kept by the appends that is not
+            the one the log gives), ``missing_payload``, ``released_payload`` (a payload
             retention released is still stored), ``orphan_file`` (a payload file no event names) or
             ``partial_file`` (a payload file a write left half done).
         where: the event sequence number, payload digest or index key concerned.
@@ -56,6 +58,7 @@ def verify(
     *,
     progress: Optional[Callable[[int, int], Any]] = None,
     layout: int = LAYOUT_VERSION,
+    stored_rows: Optional[Callable[[], Optional[Iterable[Tuple[int, bytes]]]]] = None,
 ) -> List[VerifyProblem]:
     """Check the log, the step index and the payload store against each other (see `Journal.verify`).
 
@@ -70,6 +73,8 @@ def verify(
         progress: called as ``progress(done, total)`` in bytes checked: the events' stored bytes, then
             the payloads'. `total` grows once the log is read (the payloads' sizes are known then).
         layout: the key layout of the index on disk (1: a 0.1.0 index read as it is, read-only).
+        stored_rows: reads the rows projection as (seq, text) pairs, or None when it does not hold the log
+            (`_verify_rows`: compared with the rows the log gives, when no writer appended meanwhile).
     """
     raw = list(raw_events)
     fold = _LogFold(layout)
@@ -83,8 +88,11 @@ def verify(
     # A live writer may have appended (and indexed) events since the log was read: those are not
     # checked; an entry pointing past the end of the log still is.
     checked_up_to = raw[-1][0] if raw else 0
+    rows = rows_problems(raw, stored_rows(), checked_up_to) if stored_rows is not None else []
     del raw
     problems = fold.problems + _index_problems(fold.expected, dict(index_items()), checked_up_to, last_seq())
+    if last_seq() == checked_up_to:  # a release appended meanwhile rewrites a row the log read had not seen
+        problems += [VerifyProblem("rows", where, (), detail) for where, detail in rows]
     problems += _payload_problems(payloads, fold, progress, done)
     return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
 

@@ -325,8 +325,8 @@ def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
 @pytest.mark.parametrize("name", sorted(HOSTILE) + sorted(RAW))
 def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_error(journal_path, tmp_path, name,
                                                                                     monkeypatch):
+    import stepjournal.index._call_rows as call_rows
     import stepjournal.index._native_rows as native_rows
-    import stepjournal.index._projections as projections
 
     path = tmp_path / "j"
     shutil.copytree(journal_path, path)
@@ -336,12 +336,13 @@ def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_err
         store = journal._live()
         with store.read() as txn:
             runs = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=store.db("runs"))]
-        return result, journal.index_items(), journal.rank_items(), runs
+        rows = journal.stored_audit_rows()
+        return result, journal.index_items(), journal.rank_items(), runs, None if rows is None else list(rows)
 
     with Journal(str(path), session=False) as journal:
         append_raw(journal, [stored(name)])
         fast = rebuilt(journal)
-        monkeypatch.setattr(projections, "call_row", lambda *a, **k: None)
+        monkeypatch.setattr(call_rows, "call_row", lambda *a, **k: None)
         assert fast == rebuilt(journal)  # the events msgspec does not take through decode_event
         monkeypatch.setattr(native_rows, "row_of", lambda *a, **k: None)  # every event through decode_event
         assert fast == rebuilt(journal)

@@ -1,0 +1,295 @@
+"""The rows projection: the text ``stepjournal audit --json`` prints for each row, kept by every append.
+
+``rows``: seq (`seq_key`) -> the row of the event at that seq (a call, or retention's release of a
+record's payloads) as the verb prints it: its inner text (its field lines, `_row_text`), UTF-8. It holds what the audit computes
+from more than the event itself: the provenance of a pulled event (`_audit.Provenance`), and a
+record's ``released_by`` (the latest release of it, rewritten into the record's row when the release
+is appended). So the verb prints the stored texts joined, and its output is the one it prints from
+the log, byte for byte; `verify` compares the two. A reader refuses a stored row that holds a character
+a terminal acts on (`printable`), which no row this library writes holds.
+
+``meta`` key `META_ROWS_INDEX`: ``b"<ROWS_FORMAT> <seq>"``, the format the rows are written in (the
+audit schema version and the version of the stored text, `ROWS_FORMAT`) and the seq of the last event
+folded in. The rows stand for the log when that seq is the log's last and the format is this
+library's; otherwise ``audit --json`` reads the log, which gives the same output, slower. A library
+that does not keep these rows (or writes another format) appends without them and leaves the seq behind; the next append or writable open of this library folds in
+what it missed (`catch_up_in`). A log holding an event that cannot be decoded keeps no rows (the value
+``b"-"``): the verb reads the log and raises as it does there; `reindex`, after the repair, builds them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+import sys
+from typing import Any, Iterator, List, Optional, Tuple
+
+from ._audit import AuditRecord, Provenance, RELEASED
+from ._call_rows import KeyRuleCache, checked_row
+from ._import_map import ImportMap
+from ._row_text import JSON_RAW, inner_text, inner_texts
+from ..base._errors import EventDecodeError, IntegrityError
+from ..events._convert import event_of
+from ..events._events import AUDIT_SCHEMA_VERSION, CALL_ACTIONS, Event, EventsImported, PayloadsReleased
+from ..events._keys import META_ROWS_INDEX, seq_key, seq_of
+from ..storage._store import Store
+
+__all__ = ["ROWS_FORMAT", "RowsWriter", "apply_in", "catch_up_in", "covered_in", "printable", "stored_rows"]
+
+_UNBUILDABLE = b"-"
+# The audit schema of the rows, then the version of their stored text (`_row_text`'s inner text): bump the
+# second when what is stored for a row changes, so that rows of another format are rewritten, never printed.
+ROWS_FORMAT = b"%d.1" % AUDIT_SCHEMA_VERSION
+_BATCH = 2048
+# In a stored row (the array's layout: four spaces before each key), the line of ``released_by`` and
+# the line that makes it a record. A string holds no raw newline (JSON escapes it), so these match
+# only the key lines themselves.
+_RELEASED_BY = re.compile(rb'\n    "released_by": (?:null|\d+),\n')
+_GENERATED = b'\n    "action": "generated",\n'
+
+
+def covered_in(txn: Any, store: Store) -> Optional[int]:
+    """The seq up to which the rows hold the log, in this library's format; None: no rows to use (the caller
+    checks that the ``rows`` database exists, which a reader does as it reads it)."""
+    raw = txn.get(META_ROWS_INDEX, db=store.db("meta"))
+    if raw is None:
+        return None
+    written, _, seq = bytes(raw).partition(b" ")
+    if written != ROWS_FORMAT or not seq.isdigit():
+        return None
+    return int(seq)
+
+
+def _mark_in(txn: Any, store: Store, value: bytes) -> None:
+    txn.put(META_ROWS_INDEX, value, db=store.db("meta"))
+
+
+def _covering(seq: int) -> bytes:
+    return b"%s %d" % (ROWS_FORMAT, seq)
+
+
+def _row(seq: int, event: Event, provenance: Provenance) -> Optional[dict]:
+    """The audit row of the event at `seq` as read from the log (`event` as stored, not translated), or None."""
+    if type(event) not in CALL_ACTIONS and not isinstance(event, PayloadsReleased):
+        return None
+    row = AuditRecord.from_event(seq, event).to_json()
+    _with_origin(row, provenance)
+    return row
+
+
+def _with_origin(row: Any, provenance: Provenance) -> None:
+    """Set a pulled row's origin journal and seq, and its ``source_seq`` as this journal's (`call_records`)."""
+    found = provenance.of(row["seq"], row["source_seq"])
+    if found is not None:
+        row["origin_journal"], row["origin_seq"], row["source_seq"] = found
+
+
+class RowsWriter:
+    """Writes rows in log order inside one write transaction: a batch's texts at once (`add`), an event's
+    row as it comes (`event`), and a release's rewrite of its record's row."""
+
+    def __init__(self, txn: Any, store: Store, imports: Optional[ImportMap] = None) -> None:
+        self.txn, self.store, self.db = txn, store, store.db("rows")
+        self.provenance = Provenance(imports)
+        self.keys = KeyRuleCache()  # the key rule's answers, for `checked_row` over a log (catch-up)
+        self.pending: List[Any] = []
+        self.seqs: List[int] = []  # the pending rows' seqs
+
+    def add(self, seq: int, row: Any) -> None:
+        """The row (`_native_rows.Row` or dict) of the event at `seq`, the next one; its provenance not applied yet."""
+        if self.provenance:
+            _with_origin(row, self.provenance)
+        self.pending.append(row)
+        self.seqs.append(seq)
+        if len(self.seqs) >= _BATCH:
+            self.flush()
+
+    def event(self, seq: int, event: Event) -> None:
+        """The event at `seq`, as stored (a pulled one not translated): its row, and a release's rewrite. The
+        row is written by the standard library's encoder (`inner_text`): an append imports no msgspec."""
+        if isinstance(event, EventsImported):
+            self.provenance.marker(seq, event)
+            return
+        row = _row(seq, event, self.provenance)
+        if row is None:
+            return
+        self.flush()
+        self._put(seq, inner_text(row))
+        if row["action"] == RELEASED and row["source_seq"] is not None:
+            self._released(row["source_seq"], seq)
+
+    def finish(self, last: int, *, damaged: bool = False) -> None:
+        """The rows hold the log up to `last` (`damaged`: an event was left out; then no rows are kept)."""
+        if damaged:
+            self.pending, self.seqs = [], []
+            self.txn.drop(self.db, delete=False)
+            _mark_in(self.txn, self.store, _UNBUILDABLE)
+            return
+        self.flush()
+        _mark_in(self.txn, self.store, _covering(last))
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        rows, seqs, self.pending, self.seqs = self.pending, self.seqs, [], []
+        put, db = self.txn.put, self.db
+        for seq, text in zip(seqs, inner_texts(rows)):
+            if not put(seq_key(seq), text, db=db, append=True):
+                self._refused(seq)
+
+    def _put(self, seq: int, text: bytes) -> None:
+        if not self.txn.put(seq_key(seq), text, db=self.db, append=True):
+            self._refused(seq)
+
+    @staticmethod
+    def _refused(seq: int) -> None:
+        raise IntegrityError(f"the audit rows already hold a row at or past #{seq}; run `stepjournal reindex`")
+
+    def _released(self, record_seq: int, release_seq: int) -> None:
+        """The record's row says the release (the latest one wins, as `audit` says); a row that is no record stays."""
+        key = seq_key(record_seq)
+        found = self.txn.get(key, db=self.db)  # a view in a transaction that hands out buffers: bytes below
+        if found is None or _GENERATED not in bytes(found):
+            return
+        text = _RELEASED_BY.sub(b'\n    "released_by": %d,\n' % release_seq, bytes(found), count=1)
+        self.txn.put(key, text, db=self.db)
+
+
+def apply_in(txn: Any, store: Store, appended: List[Tuple[int, Event]], imports: Optional[ImportMap]) -> None:
+    """Fold appended events (seq, event as stored) into the rows, in the transaction that appends them (`imports`: the journal's pulled blocks, for a pull; None for a local append, whose events are in no
+    pulled block and whose releases name their records by this journal's seqs). First what another library
+    appended without the rows."""
+    if not appended or store.db("rows") is None:
+        return
+    covered = covered_in(txn, store)
+    if covered is None:
+        return  # not built: the writable open builds them
+    if covered < appended[0][0] - 1:
+        catch_up_in(txn, store, until=appended[0][0] - 1)
+    writer = RowsWriter(txn, store, imports)
+    for seq, event in appended:
+        writer.event(seq, event)
+    _mark_in(txn, store, _covering(appended[-1][0]))
+
+
+def catch_up_in(txn: Any, store: Store, until: Optional[int] = None, *, build: bool = False) -> None:
+    """Fold in the events the rows lack, up to `until` (None: the log's end); with `build`, start the rows of
+    a journal that has none (its writable open). An event that cannot be decoded leaves the journal without rows."""
+    db = store.db("rows")
+    if db is None:
+        return
+    covered = covered_in(txn, store)
+    if covered is None:
+        raw = txn.get(META_ROWS_INDEX, db=store.db("meta"))
+        if not build or (raw is not None and bytes(raw) == _UNBUILDABLE):
+            return
+        txn.drop(db, delete=False)
+        covered = 0
+    cur = txn.cursor(db=store.db("events"))
+    end = seq_of(cur.key()) if cur.last() else 0
+    end = end if until is None else min(until, end)
+    if covered >= end:
+        _mark_in(txn, store, _covering(covered))  # a journal's first open: rows of nothing, kept from now on
+        return
+    writer = RowsWriter(txn, store)
+    for key, body in txn.cursor(db=store.db("events")):
+        seq = seq_of(key)
+        if seq > end:
+            break
+        body = bytes(body)  # a view, in a transaction that hands out buffers (an append's)
+        if seq <= covered:
+            # before the rows' end only the markers matter (a byte search picks a superset of them)
+            if b"events_imported" in body:
+                event = _decoded(body, seq)
+                if isinstance(event, EventsImported):
+                    writer.provenance.marker(seq, event)
+            continue
+        row, found = checked_row(seq, body, writer.keys)
+        if row is not None:
+            writer.add(seq, row)
+            continue
+        event = _decoded(body, seq, found)
+        if event is None:
+            writer.finish(end, damaged=True)
+            return
+        writer.event(seq, event)
+    writer.finish(end)
+
+
+def _decoded(body: bytes, seq: int, found: Optional[tuple] = None) -> Optional[Event]:
+    try:
+        return event_of(body, found, seq=seq)
+    except EventDecodeError:
+        return None
+
+
+def stored_rows(store: Store, last_seq: int, *, seqs: bool = False) -> Optional[Iterator[Any]]:
+    """The stored rows' texts in log order (with `seqs`: (seq, text) pairs), in batches of short read
+    transactions, when they hold the log up to `last_seq` (the log's last seq as the caller read it); None
+    otherwise (read the log)."""
+    with store.read() as txn:
+        covered = covered_in(txn, store)
+    if covered is None or covered < last_seq:
+        return None
+    # Checked as read, the log's tree is checked whole first, as a read of the log would check it: the rows
+    # of a log whose pages are damaged are refused in the same words (what an event's bytes hold is verify's).
+    store.db("events")
+    batches = _read(store, covered)
+    if seqs:
+        return ((seq_of(key), text) for batch in batches for key, text in batch)
+    return itertools.chain.from_iterable([text for _key, text in batch] for batch in batches)
+
+
+def _read(store: Store, last: int) -> Iterator[List[Tuple[bytes, bytes]]]:
+    """The rows up to seq `last`, in batches of `_BATCH`, each read in a transaction of its own."""
+    lo, end = seq_key(1), seq_key(last)
+    while True:
+        with store.read() as txn:
+            db = store.db("rows")  # checked as read: the whole tree, once (the verb reads all of it)
+            if db is None:  # a meta key without its database: damage, which `verify` names
+                raise IntegrityError("the journal's meta says it keeps audit rows, but it has no `rows` database; "
+                                     "run `stepjournal verify`, then `stepjournal reindex`")
+            cur = txn.cursor(db=db)
+            batch = list(itertools.islice(cur.iternext(), _BATCH)) if cur.set_range(lo) else []
+        if batch and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
+            batch = batch[:bisect.bisect_right([key for key, _text in batch], end)]
+        if batch and not printable(b"".join([text for _key, text in batch])):
+            seq = next(seq_of(key) for key, text in batch if not printable(text))
+            raise IntegrityError(
+                f"audit row #{seq} holds a character a terminal acts on, which this library escapes in every row "
+                "it writes: the rows were changed outside stepjournal. Run `stepjournal verify`, then "
+                "`stepjournal reindex` (it rebuilds them from the log)")
+        if batch:
+            yield batch
+        if len(batch) < _BATCH:
+            return
+        lo = seq_key(seq_of(batch[-1][0]) + 1)
+
+
+# The bytes of a control character but the layout's newline, and DEL: never raw in a row this library writes.
+_CONTROLS = tuple(bytes([code]) for code in (*range(0x0A), *range(0x0B, 0x20), 0x7F))
+
+
+def printable(text: bytes) -> bool:
+    """Whether stored row text holds nothing a terminal acts on: no control character but the newline, no
+    DEL, valid UTF-8 without C1 controls or bidi overrides (`_row_text.JSON_RAW`); a decode only of text
+    that is not ASCII. The control bytes are counted by numpy when a reader has imported it (the check of a
+    large tree does), else found by one memchr pass each (`_controls_in`): the same answer."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        codes = numpy.frombuffer(text, numpy.uint8)
+        if numpy.count_nonzero(codes < 0x20) != numpy.count_nonzero(codes == 0x0A) or b"\x7f" in text:
+            return False
+    elif _controls_in(text):
+        return False
+    if text.isascii():
+        return True
+    try:
+        return JSON_RAW.search(text.decode("utf-8")) is None
+    except UnicodeDecodeError:
+        return False
+
+
+def _controls_in(text: bytes) -> bool:
+    return any(control in text for control in _CONTROLS)
