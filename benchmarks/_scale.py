@@ -110,12 +110,12 @@ if what == "runs":
     out["runs"] = len(journal.run_summaries())
 elif what == "audit_json":
     from stepjournal.index._call_rows import json_rows, releases_of
-    from stepjournal.adapters.cli._audit import _print_json_rows, _print_stored_rows
+    from stepjournal.adapters.cli._audit import _print_json_rows, _print_laid_out
     sink = open(os.devnull, "w", encoding="utf-8")
     sys.stdout, real = sink, sys.stdout
-    texts = journal.stored_audit_rows()  # as `stepjournal audit --json` reads them: the rows projection, else the log
+    texts = journal.stored_audit_rows(laid_out=True)  # as `stepjournal audit --json` reads them: the rows, else the log
     if texts is not None:
-        _print_stored_rows(texts)
+        _print_laid_out(texts)
     else:
         _print_json_rows(json_rows(journal.raw_events(), native=True, released_by=releases_of(journal.raw_events())))
     sys.stdout = real

@@ -6,6 +6,7 @@ Each answer is one read transaction on the ``gen`` / ``steps`` indexes (`_projec
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .events._events import CALL_EVENT_TYPES
@@ -13,7 +14,7 @@ from .events._keys import DEFAULT_STAGE
 from .events._keys import check_key as _check_key
 from .events._keys import check_step as _check_step
 from .index._projections import Projections, RecordedGeneration
-from .index._rows_index import stored_rows
+from .index._rows_index import stored_layout, stored_rows
 from .index._runs_index import RunSummary, RunsFold, summaries
 
 __all__ = ["Queries"]
@@ -87,12 +88,22 @@ class Queries:
             seen.setdefault(event.stage, None)
         return list(seen)
 
-    def stored_audit_rows(self) -> Optional[Iterator[bytes]]:
-        """The text ``stepjournal audit --json`` prints for each row, UTF-8, in log order, as the rows
-        projection keeps it (`_rows_index`), in batches of short read transactions; None when the
-        projection does not hold the whole log (a journal a library without it wrote last, opened
-        read-only): then the rows are read from the log, as `audit` does."""
-        return stored_rows(self._live(), self.last_seq())
+    def stored_audit_rows(self, *, laid_out: bool = False, limit: Optional[int] = None) -> Optional[Iterator[bytes]]:
+        """The rows ``stepjournal audit --json`` prints, as the rows projection keeps them (`_rows_index`), in
+        log order, read in batches of short read transactions: each row's JSON object (compact, UTF-8), or
+        with `laid_out` the printed array's body a batch at a time (rows joined by ``,\\n``, laid out as the
+        verb prints them); at most `limit` rows. None when the projection does not hold the whole log (a
+        journal a library without it wrote last, opened read-only): then read the rows from the log, as
+        `audit` does.
+
+        Raises:
+            IntegrityError: a stored row is not one this library writes (run ``stepjournal verify``).
+        """
+        store, last = self._live(), self.last_seq()
+        if laid_out:
+            return stored_layout(store, last, limit)
+        rows = stored_rows(store, last)
+        return rows if rows is None or limit is None else itertools.islice(rows, limit)
 
     def last_seq(self) -> int:  # pragma: no cover - provided by Journal
         raise NotImplementedError

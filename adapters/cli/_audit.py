@@ -19,7 +19,7 @@ from rich.console import Console
 from stepjournal import AuditRecord, Journal
 from stepjournal.index._audit import ACTIONS, AUDIT_FIELDS
 from stepjournal.index._call_rows import json_rows, releases_of
-from stepjournal.index._row_text import CLOSE, OPEN, SEAM, rows_text
+from stepjournal.index._row_text import rows_text
 
 from ._args import nonneg_int
 from ._common import names_of_sessions, open_readonly, parse_steps
@@ -57,9 +57,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with open_readonly(args.journal, check="as-read") as journal:
         if args.json and not (args.run or steps is not None or args.mode or args.stage or args.action):
             # Every row: the texts each append kept (the rows projection), joined; the same bytes as below.
-            texts = journal.stored_audit_rows()
-            if texts is not None:
-                _print_stored_rows(itertools.islice(texts, args.limit))
+            bodies = journal.stored_audit_rows(laid_out=True, limit=args.limit)
+            if bodies is not None:
+                _print_laid_out(bodies)
                 return 0
         # Rows straight from the stored maps, no event objects: the same rows as the event path, faster.
         # JSON and CSV carry released_by: the releases (which follow their records) are read first.
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
-def _print_stored_rows(texts: Iterator[bytes]) -> None:
-    """Stored rows (their inner texts, UTF-8: `_row_text`) as one JSON array, as `_print_json_rows` prints the
-    rows they hold."""
+def _print_laid_out(bodies: Iterator[bytes]) -> None:
+    """The array's body, a batch at a time (UTF-8, `Journal.stored_audit_rows(laid_out=True)`), as one JSON array:
+    what `_print_json_rows` prints of the rows they hold."""
     out = sys.stdout
     utf8 = (out.encoding or "").lower().replace("-", "").replace("_", "") == "utf8" and hasattr(out, "buffer")
     if utf8:
@@ -101,10 +101,10 @@ def _print_stored_rows(texts: Iterator[bytes]) -> None:
     else:  # another encoding: through the text stream, which writes what it cannot encode as escapes
         write = lambda data: out.write(data.decode("utf-8", "surrogatepass"))  # noqa: E731
     first = True
-    for batch in iter(lambda: list(itertools.islice(texts, 2048)), []):
-        write((b"[\n" + OPEN if first else SEAM) + SEAM.join(batch))
+    for body in bodies:
+        write((b"[\n" if first else b",\n") + body)
         first = False
-    write(b"[]\n" if first else CLOSE + b"\n]\n")
+    write(b"[]\n" if first else b"\n]\n")
     if utf8:
         out.buffer.flush()
 

@@ -353,14 +353,15 @@ class Projections:
                 transaction is aborted.
         """
         txn.drop(store.db("gen"), delete=False)
-        for name in ("sessions", "steps", "rows"):
+        for name in ("sessions", "steps"):
             if store.db(name) is not None:
                 txn.drop(store.db(name), delete=False)
         from ._native_rows import index_fields  # msgspec: imported by the verbs that use it
 
         count, runs, seq, keys, imports, damaged = 0, runs_index.RunsFold(), 0, KeyRuleCache(), ImportMap(), False
         index = _GenIndex(txn, store, imports, rebuilding=True)
-        rows = rows_index.RowsWriter(txn, store, imports) if store.db("rows") is not None else None
+        # The rows are rewritten in place: only a row that differs from the log's is written.
+        rows = rows_index.RowsWriter(txn, store, imports, rewrite=True) if store.db("rows") is not None else None
         for seq_bytes, body in txn.cursor(db=store.db("events")):
             seq = seq_of(seq_bytes)
             # A call event msgspec decodes exactly, or whose map passes its class's rules, is projected

@@ -1,12 +1,12 @@
 """The rows projection: the text ``stepjournal audit --json`` prints for each row, kept by every append.
 
 ``rows``: seq (`seq_key`) -> the row of the event at that seq (a call, or retention's release of a
-record's payloads) as the verb prints it: its inner text (its field lines, `_row_text`), UTF-8. It holds what the audit computes
+record's payloads) as the verb prints it, without the layout: its compact JSON (`_row_text`), UTF-8. It holds what the audit computes
 from more than the event itself: the provenance of a pulled event (`_audit.Provenance`), and a
 record's ``released_by`` (the latest release of it, rewritten into the record's row when the release
-is appended). So the verb prints the stored texts joined, and its output is the one it prints from
-the log, byte for byte; `verify` compares the two. A reader refuses a stored row that holds a character
-a terminal acts on (`printable`), which no row this library writes holds.
+is appended). So the verb lays the stored texts out (`_row_text.layout`, in C), and its output is the one
+it prints from the log, byte for byte; `verify` compares the two. A reader refuses stored text that is
+not a JSON object or holds a character a terminal acts on, which no row this library writes holds.
 
 ``meta`` key `META_ROWS_INDEX`: ``b"<ROWS_FORMAT> <seq>"``, the format the rows are written in (the
 audit schema version and the version of the stored text, `ROWS_FORMAT`) and the seq of the last event
@@ -22,31 +22,29 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-import sys
 from typing import Any, Iterator, List, Optional, Tuple
 
 from ._audit import AuditRecord, Provenance, RELEASED
 from ._call_rows import KeyRuleCache, checked_row
 from ._import_map import ImportMap
-from ._row_text import JSON_RAW, inner_text, inner_texts
+from ._row_text import compact_text, compact_texts, layout
 from ..base._errors import EventDecodeError, IntegrityError
 from ..events._convert import event_of
 from ..events._events import AUDIT_SCHEMA_VERSION, CALL_ACTIONS, Event, EventsImported, PayloadsReleased
 from ..events._keys import META_ROWS_INDEX, seq_key, seq_of
 from ..storage._store import Store
 
-__all__ = ["ROWS_FORMAT", "RowsWriter", "apply_in", "catch_up_in", "covered_in", "printable", "stored_rows"]
+__all__ = ["ROWS_FORMAT", "RowsWriter", "apply_in", "catch_up_in", "covered_in", "stored_layout", "stored_rows"]
 
 _UNBUILDABLE = b"-"
-# The audit schema of the rows, then the version of their stored text (`_row_text`'s inner text): bump the
+# The audit schema of the rows, then the version of their stored text (`_row_text`'s compact text): bump the
 # second when what is stored for a row changes, so that rows of another format are rewritten, never printed.
-ROWS_FORMAT = b"%d.1" % AUDIT_SCHEMA_VERSION
+ROWS_FORMAT = b"%d.2" % AUDIT_SCHEMA_VERSION
 _BATCH = 2048
-# In a stored row (the array's layout: four spaces before each key), the line of ``released_by`` and
-# the line that makes it a record. A string holds no raw newline (JSON escapes it), so these match
-# only the key lines themselves.
-_RELEASED_BY = re.compile(rb'\n    "released_by": (?:null|\d+),\n')
-_GENERATED = b'\n    "action": "generated",\n'
+# In a stored row, ``released_by`` with the key after it, and what makes the row a record. A quote inside
+# a string is escaped (\"), so a key's quotes, and these, never match inside a value.
+_RELEASED_BY = re.compile(rb'"released_by":(?:null|\d+),"origin_journal":')
+_GENERATED = b'"action":"generated",'
 
 
 def covered_in(txn: Any, store: Store) -> Optional[int]:
@@ -89,12 +87,17 @@ class RowsWriter:
     """Writes rows in log order inside one write transaction: a batch's texts at once (`add`), an event's
     row as it comes (`event`), and a release's rewrite of its record's row."""
 
-    def __init__(self, txn: Any, store: Store, imports: Optional[ImportMap] = None) -> None:
+    def __init__(self, txn: Any, store: Store, imports: Optional[ImportMap] = None, *, rewrite: bool = False) -> None:
         self.txn, self.store, self.db = txn, store, store.db("rows")
         self.provenance = Provenance(imports)
         self.keys = KeyRuleCache()  # the key rule's answers, for `checked_row` over a log (catch-up)
         self.pending: List[Any] = []
         self.seqs: List[int] = []  # the pending rows' seqs
+        # `rewrite` (reindex): the rows stay and only a row that differs is written, so that a rebuild of
+        # intact rows dirties no page (rewriting them all made each reindex slower than the last: LMDB
+        # allocating from the growing list of the pages the one before freed); `written` marks each seq
+        # that has a row, so that a stored row no event gives is deleted at the end.
+        self.rewrite, self.count, self.written = rewrite, 0, bytearray()
 
     def add(self, seq: int, row: Any) -> None:
         """The row (`_native_rows.Row` or dict) of the event at `seq`, the next one; its provenance not applied yet."""
@@ -107,7 +110,7 @@ class RowsWriter:
 
     def event(self, seq: int, event: Event) -> None:
         """The event at `seq`, as stored (a pulled one not translated): its row, and a release's rewrite. The
-        row is written by the standard library's encoder (`inner_text`): an append imports no msgspec."""
+        row is written by the standard library's encoder (`compact_text`): an append imports no msgspec."""
         if isinstance(event, EventsImported):
             self.provenance.marker(seq, event)
             return
@@ -115,7 +118,7 @@ class RowsWriter:
         if row is None:
             return
         self.flush()
-        self._put(seq, inner_text(row))
+        self._put(seq, compact_text(row))
         if row["action"] == RELEASED and row["source_seq"] is not None:
             self._released(row["source_seq"], seq)
 
@@ -127,20 +130,48 @@ class RowsWriter:
             _mark_in(self.txn, self.store, _UNBUILDABLE)
             return
         self.flush()
+        if self.rewrite and self.txn.stat(self.db)["entries"] != self.count:
+            self._delete_strays()
         _mark_in(self.txn, self.store, _covering(last))
 
     def flush(self) -> None:
         if not self.pending:
             return
         rows, seqs, self.pending, self.seqs = self.pending, self.seqs, [], []
+        if self.rewrite:
+            for seq, text in zip(seqs, compact_texts(rows)):
+                self._put(seq, text)
+            return
         put, db = self.txn.put, self.db
-        for seq, text in zip(seqs, inner_texts(rows)):
+        for seq, text in zip(seqs, compact_texts(rows)):
             if not put(seq_key(seq), text, db=db, append=True):
                 self._refused(seq)
 
     def _put(self, seq: int, text: bytes) -> None:
-        if not self.txn.put(seq_key(seq), text, db=self.db, append=True):
+        key = seq_key(seq)
+        if self.rewrite:
+            self.count += 1
+            written = self.written
+            if len(written) <= seq >> 3:
+                written.extend(bytes(max(len(written), (seq >> 3) + 1 - len(written))))
+            written[seq >> 3] |= 1 << (seq & 7)
+            if self.txn.get(key, db=self.db) != text:
+                self.txn.put(key, text, db=self.db)
+        elif not self.txn.put(key, text, db=self.db, append=True):
             self._refused(seq)
+
+    def _delete_strays(self) -> None:
+        """Delete the stored rows of seqs the log gives no row (a rewrite kept what was there)."""
+        written = self.written
+        cur = self.txn.cursor(db=self.db)
+        found = cur.first()
+        while found:
+            seq = seq_of(cur.key())
+            if seq >> 3 < len(written) and written[seq >> 3] >> (seq & 7) & 1:
+                found = cur.next()
+            else:
+                cur.delete()  # moves to the next row; past the last, the cursor holds no key
+                found = bool(cur.key())
 
     @staticmethod
     def _refused(seq: int) -> None:
@@ -152,7 +183,7 @@ class RowsWriter:
         found = self.txn.get(key, db=self.db)  # a view in a transaction that hands out buffers: bytes below
         if found is None or _GENERATED not in bytes(found):
             return
-        text = _RELEASED_BY.sub(b'\n    "released_by": %d,\n' % release_seq, bytes(found), count=1)
+        text = _RELEASED_BY.sub(b'"released_by":%d,"origin_journal":' % release_seq, bytes(found), count=1)
         self.txn.put(key, text, db=self.db)
 
 
@@ -224,10 +255,34 @@ def _decoded(body: bytes, seq: int, found: Optional[tuple] = None) -> Optional[E
         return None
 
 
-def stored_rows(store: Store, last_seq: int, *, seqs: bool = False) -> Optional[Iterator[Any]]:
-    """The stored rows' texts in log order (with `seqs`: (seq, text) pairs), in batches of short read
-    transactions, when they hold the log up to `last_seq` (the log's last seq as the caller read it); None
-    otherwise (read the log)."""
+def stored_rows(store: Store, last_seq: int, *, seqs: bool = False, checked: bool = True) -> Optional[Iterator[Any]]:
+    """The stored rows' compact texts in log order (with `seqs`: (seq, text) pairs), each batch checked
+    (`_checked`; not for `verify`, which compares each with the log's), when they hold the log up to
+    `last_seq` (the log's last seq as the caller read it); None otherwise (read the log)."""
+    batches = _batches(store, last_seq)
+    if batches is None:
+        return None
+
+    def rows() -> Iterator[Any]:
+        for batch in batches:
+            if checked:
+                _checked(batch)
+            if seqs:
+                yield from ((seq_of(key), text) for key, text in batch)
+            else:
+                yield from (text for _key, text in batch)
+
+    return rows()
+
+
+def stored_layout(store: Store, last_seq: int, limit: Optional[int] = None) -> Optional[Iterator[bytes]]:
+    """The stored rows laid out as ``audit --json`` prints them: per batch, the body of the array (rows joined
+    by ``,\n``), at most `limit` rows; None as `stored_rows`."""
+    batches = _batches(store, last_seq, limit)
+    return None if batches is None else (_checked(batch) for batch in batches)
+
+
+def _batches(store: Store, last_seq: int, limit: Optional[int] = None) -> Optional[Iterator[List[Tuple[bytes, bytes]]]]:
     with store.read() as txn:
         covered = covered_in(txn, store)
     if covered is None or covered < last_seq:
@@ -235,61 +290,38 @@ def stored_rows(store: Store, last_seq: int, *, seqs: bool = False) -> Optional[
     # Checked as read, the log's tree is checked whole first, as a read of the log would check it: the rows
     # of a log whose pages are damaged are refused in the same words (what an event's bytes hold is verify's).
     store.db("events")
-    batches = _read(store, covered)
-    if seqs:
-        return ((seq_of(key), text) for batch in batches for key, text in batch)
-    return itertools.chain.from_iterable([text for _key, text in batch] for batch in batches)
+    return _read(store, covered, limit)
 
 
-def _read(store: Store, last: int) -> Iterator[List[Tuple[bytes, bytes]]]:
-    """The rows up to seq `last`, in batches of `_BATCH`, each read in a transaction of its own."""
-    lo, end = seq_key(1), seq_key(last)
-    while True:
+def _checked(batch: List[Tuple[bytes, bytes]]) -> bytes:
+    """The batch laid out (`_row_text.layout`); a row this library would not have written is refused."""
+    body = layout([text for _key, text in batch])
+    if body is None:
+        seq = next((seq_of(key) for key, text in batch if layout([text]) is None), seq_of(batch[0][0]))
+        raise IntegrityError(
+            f"audit row #{seq} is not a row this library writes (not one JSON object, or it holds a character a "
+            "terminal acts on): the rows were changed outside stepjournal. Run `stepjournal verify`, then "
+            "`stepjournal reindex` (it rebuilds them from the log)")
+    return body
+
+
+def _read(store: Store, last: int, limit: Optional[int]) -> Iterator[List[Tuple[bytes, bytes]]]:
+    """The rows up to seq `last` (at most `limit`), in batches of `_BATCH`, each read in a transaction of its own."""
+    lo, end, left = seq_key(1), seq_key(last), limit
+    while left is None or left > 0:
+        size = _BATCH if left is None else min(_BATCH, left)
         with store.read() as txn:
             db = store.db("rows")  # checked as read: the whole tree, once (the verb reads all of it)
             if db is None:  # a meta key without its database: damage, which `verify` names
                 raise IntegrityError("the journal's meta says it keeps audit rows, but it has no `rows` database; "
                                      "run `stepjournal verify`, then `stepjournal reindex`")
             cur = txn.cursor(db=db)
-            batch = list(itertools.islice(cur.iternext(), _BATCH)) if cur.set_range(lo) else []
+            batch = list(itertools.islice(cur.iternext(), size)) if cur.set_range(lo) else []
         if batch and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
             batch = batch[:bisect.bisect_right([key for key, _text in batch], end)]
-        if batch and not printable(b"".join([text for _key, text in batch])):
-            seq = next(seq_of(key) for key, text in batch if not printable(text))
-            raise IntegrityError(
-                f"audit row #{seq} holds a character a terminal acts on, which this library escapes in every row "
-                "it writes: the rows were changed outside stepjournal. Run `stepjournal verify`, then "
-                "`stepjournal reindex` (it rebuilds them from the log)")
         if batch:
             yield batch
-        if len(batch) < _BATCH:
+        if len(batch) < size:
             return
         lo = seq_key(seq_of(batch[-1][0]) + 1)
-
-
-# The bytes of a control character but the layout's newline, and DEL: never raw in a row this library writes.
-_CONTROLS = tuple(bytes([code]) for code in (*range(0x0A), *range(0x0B, 0x20), 0x7F))
-
-
-def printable(text: bytes) -> bool:
-    """Whether stored row text holds nothing a terminal acts on: no control character but the newline, no
-    DEL, valid UTF-8 without C1 controls or bidi overrides (`_row_text.JSON_RAW`); a decode only of text
-    that is not ASCII. The control bytes are counted by numpy when a reader has imported it (the check of a
-    large tree does), else found by one memchr pass each (`_controls_in`): the same answer."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        codes = numpy.frombuffer(text, numpy.uint8)
-        if numpy.count_nonzero(codes < 0x20) != numpy.count_nonzero(codes == 0x0A) or b"\x7f" in text:
-            return False
-    elif _controls_in(text):
-        return False
-    if text.isascii():
-        return True
-    try:
-        return JSON_RAW.search(text.decode("utf-8")) is None
-    except UnicodeDecodeError:
-        return False
-
-
-def _controls_in(text: bytes) -> bool:
-    return any(control in text for control in _CONTROLS)
+        left = None if left is None else left - len(batch)

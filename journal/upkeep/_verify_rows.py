@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 
 from ..base._errors import EventDecodeError
 from ..index._call_rows import json_rows, releases_of
-from ..index._row_text import inner_texts
+from ..index._row_text import compact_texts
 
 __all__ = ["rows_problems"]
 
@@ -55,7 +55,7 @@ def rows_problems(raw: List[Tuple[int, bytes]], stored: Optional[Iterable[Tuple[
 
 
 def _expected(raw: List[Tuple[int, bytes]]) -> Iterator[Tuple[int, bytes]]:
-    """(seq, inner text) of each row the log gives, as ``audit --json`` reads the log."""
+    """(seq, compact text) of each row the log gives, as ``audit --json`` reads the log."""
     rows = json_rows(raw, native=True, released_by=releases_of(raw))
     for batch in iter(lambda: list(itertools.islice(rows, 512)), []):
-        yield from zip([row["seq"] for row in batch], inner_texts(batch))
+        yield from zip([row["seq"] for row in batch], compact_texts(batch))

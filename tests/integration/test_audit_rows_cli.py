@@ -52,7 +52,7 @@ def test_every_row_from_the_appends_prints_as_the_log_gives_it_and_verify_then_r
     assert any(r["released_by"] for r in rows) and "\x1b" not in (tmp_path / "rows.json").read_text()
 
     key, text = items(str(journal), "rows")[0]
-    put_raw(str(journal), "rows", key, text.replace(b'"reason": "miss"', b'"reason": "hit"'))
+    put_raw(str(journal), "rows", key, text.replace(b'"reason":"miss"', b'"reason": "hit"'))
     assert shell(same, tmp_path).returncode != 0  # the verb prints what is stored: hence `verify`
     checked = shell("stepjournal verify j", tmp_path)
     assert checked.returncode == 1 and "rows" in checked.stdout and "stepjournal reindex" in checked.stdout
@@ -62,7 +62,7 @@ def test_every_row_from_the_appends_prints_as_the_log_gives_it_and_verify_then_r
 
 def test_a_row_holding_a_character_a_terminal_acts_on_is_refused_naming_verify_and_reindex(journal, tmp_path):
     key, text = items(str(journal), "rows")[0]
-    put_raw(str(journal), "rows", key, text.replace(b'"reason": "miss"', b'"reason": "\x1b]0;owned\x07"'))
+    put_raw(str(journal), "rows", key, text.replace(b'"reason":"miss"', b'"reason": "\x1b]0;owned\x07"'))
     done = shell("stepjournal audit j --json", tmp_path)
     assert done.returncode == 1 and "\x1b" not in done.stdout + done.stderr
     seq = int.from_bytes(key, "big")

@@ -16,7 +16,7 @@ from test_call_rows import append_raw, call, journal_path, packed  # noqa: F401 
 
 from lmdb_raw import delete_raw, items, put_raw
 from stepjournal import EventDecodeError, IntegrityError, Journal
-from stepjournal.adapters.cli._audit import _print_json_rows, _print_stored_rows
+from stepjournal.adapters.cli._audit import _print_json_rows, _print_laid_out
 from stepjournal.adapters.cli._render import print_json
 from stepjournal.events._keys import META_ROWS_INDEX, seq_key
 from stepjournal.index._call_rows import json_rows, releases_of
@@ -34,11 +34,13 @@ def copy(journal_path, tmp_path) -> str:
 
 def stored_text(journal: Journal) -> str:
     """What ``audit --json`` prints from the rows projection (it must hold the log)."""
-    texts = journal.stored_audit_rows()
-    assert texts is not None, "the rows projection does not hold the log"
+    bodies = journal.stored_audit_rows(laid_out=True)
+    assert bodies is not None, "the rows projection does not hold the log"
     out = io.StringIO()
     with redirect_stdout(out):
-        _print_stored_rows(texts)
+        _print_laid_out(bodies)
+    rows = journal.stored_audit_rows()  # each row's compact JSON: the same rows
+    assert [json.loads(text) for text in rows] == json.loads(out.getvalue() or "[]")
     return out.getvalue()
 
 
@@ -125,7 +127,7 @@ def test_a_stored_row_that_is_not_the_logs_is_named_by_verify_and_mended_by_rein
     rows = items(copy, "rows")
     key, text = rows[3]
     if change == "changed":
-        put_raw(copy, "rows", key, text.replace(b'"reason": "', b'"reason": "not ', 1))
+        put_raw(copy, "rows", key, text.replace(b'"reason":"', b'"reason":"not ', 1))
     elif change == "missing":
         delete_raw(copy, "rows", key)
     else:  # a row at the seq of an event that has none (a session's opening)
@@ -141,7 +143,7 @@ def test_a_stored_row_that_is_not_the_logs_is_named_by_verify_and_mended_by_rein
         assert stored_text(journal) == logs_text(journal)
 
 
-@pytest.mark.parametrize("written", [b"2.1", b"1.2", b"1"])
+@pytest.mark.parametrize("written", [b"2.2", b"1.1", b"1"])
 def test_rows_of_another_format_are_not_read_and_a_writable_open_rewrites_them(copy, written):
     put_raw(copy, "meta", META_ROWS_INDEX, written + b" 999999")
     with Journal(copy, readonly=True) as journal:
@@ -187,3 +189,41 @@ def test_a_pull_by_a_library_without_the_rows_is_folded_in_by_the_next_append_wi
         assert printed == logs_text(journal)
     replay = next(row for row in json.loads(printed) if row["action"] == "replayed")
     assert replay["origin_journal"] and replay["source_seq"] is not None
+
+
+@pytest.mark.parametrize("planted", [
+    b'"reason":"\x1b[2J',  # a raw control character (not JSON)
+    b'"reason":"\x7f',  # DEL, which JSON leaves raw
+    b'"reason":"\xc2\x9b',  # C1 CSI
+    b'"reason":"\xe2\x80\xae',  # a bidi override
+], ids=["ESC", "DEL", "C1", "bidi"])
+def test_a_stored_row_with_a_character_a_terminal_acts_on_is_refused_by_every_reader(copy, planted):
+    key, text = items(copy, "rows")[0]
+    put_raw(copy, "rows", key, text.replace(b'"reason":"', planted, 1))
+    with Journal(copy, readonly=True, check="as-read") as journal:
+        for laid_out in (True, False):
+            with pytest.raises(IntegrityError, match=rf"audit row #{int.from_bytes(key, 'big')} is not a row"):
+                list(journal.stored_audit_rows(laid_out=laid_out))
+
+
+@pytest.mark.parametrize("stored", [b'{"a":1},{"b":2}', b"[1,2]", b"not json", b"{}"])
+def test_a_stored_value_that_is_not_one_row_object_is_refused(copy, stored):
+    key, _text = items(copy, "rows")[2]
+    put_raw(copy, "rows", key, stored)
+    with Journal(copy, readonly=True) as journal:
+        with pytest.raises(IntegrityError, match="not a row this library writes"):
+            list(journal.stored_audit_rows(laid_out=True))
+
+
+def test_reindex_mends_a_changed_row_keeps_the_others_and_deletes_rows_no_event_gives(copy):
+    rows = items(copy, "rows")
+    with Journal(copy, readonly=True) as journal:
+        last = journal.last_seq()
+    first_key, first_text = rows[0]
+    put_raw(copy, "rows", first_key, first_text.replace(b'"reason":"', b'"reason":"not ', 1))
+    for stray in (seq_key(last + 5), seq_key(last + 9)):  # past the log's end: the last rows of the table
+        put_raw(copy, "rows", stray, rows[1][1])
+    with Journal(copy, session=False) as journal:
+        journal.reindex()
+        assert stored_text(journal) == logs_text(journal)
+    assert items(copy, "rows") == rows  # the changed row rewritten, the strays gone, the rest as they were
