@@ -15,6 +15,7 @@ library's; otherwise ``audit --json`` reads the log, which gives the same output
 that does not keep these rows (or writes another format) appends without them and leaves the seq behind; the next append or writable open of this library folds in
 what it missed (`catch_up_in`). A log holding an event that cannot be decoded keeps no rows (the value
 ``b"-"``): the verb reads the log and raises as it does there; `reindex`, after the repair, builds them.
+`reindex` compares each row with the one the log gives and writes only those that differ.
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ class RowsWriter:
         self.pending: List[Any] = []
         self.seqs: List[int] = []  # the pending rows' seqs
         # `rewrite` (reindex): the rows stay and only a row that differs is written, so that a rebuild of
-        # intact rows dirties no page (rewriting them all made each reindex slower than the last: LMDB
-        # allocating from the growing list of the pages the one before freed); `written` marks each seq
-        # that has a row, so that a stored row no event gives is deleted at the end.
+        # intact rows dirties no page (rewriting every row would make each reindex slower than the last:
+        # LMDB allocates from the growing list of the pages the one before freed); `written` marks each
+        # seq that has a row, so that a stored row no event gives is deleted at the end.
         self.rewrite, self.count, self.written = rewrite, 0, bytearray()
 
     def add(self, seq: int, row: Any) -> None:
