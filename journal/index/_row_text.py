@@ -53,32 +53,19 @@ def rows_text(rows: List[Any]) -> str:
 def compact_texts(rows: List[Any]) -> List[bytes]:
     """Each row's compact text, UTF-8: msgspec's encoder (a small float as Python writes it), or the standard
     library's for a row msgspec cannot write as Python would."""
-    from ._native_rows import Row, as_row, encode_row  # msgspec: imported when rows are written
+    from ._native_rows import Row, as_dicts, as_row, encode_row  # msgspec: imported when rows are written
 
     texts = []
     for row in rows:
-        data = encode_row(row if type(row) is Row else as_row(row))
-        texts.append(_escape_raw(data) if data is not None else compact_text(row if type(row) is dict else
-                                                                            _plain(row)))
+        native = row if type(row) is Row else as_row(row)
+        data = encode_row(native)
+        texts.append(_escape_raw(data) if data is not None else compact_text(as_dicts([native])[0]))
     return texts
-
-
-def _plain(row: Any) -> Dict[str, Any]:
-    from ._native_rows import as_dicts
-
-    return as_dicts([row])[0]
-
-
-_UNICODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-_ESCAPED = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
 
 
 def compact_text(row: Dict[str, Any]) -> bytes:
     """One dict row's compact text, UTF-8, through the standard library's encoder (no msgspec): for an append."""
-    text = _UNICODE.encode(row)
-    if not text.isascii() and SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): escapes
-        text = _ESCAPED.encode(row)
-    return _escape_raw(text.encode("utf-8"))
+    return _stdlib(row, indented=False).encode("utf-8")
 
 
 def layout(texts: List[bytes]) -> Optional[bytes]:
@@ -95,17 +82,29 @@ def layout(texts: List[bytes]) -> Optional[bytes]:
     except msgspec.DecodeError:
         return None
     body = data[2:-2]
-    # Each stored text is one object: as many as the texts, each opening a line of its own.
-    if body.count(b"\n  {\n") + (1 if body.startswith(b"  {\n") else 0) != len(texts) or not body.startswith(b"  {"):
+    # Each stored text is one object, with fields: as many as the texts, each opening a line of its own.
+    if not body.startswith(b"  {\n") or body.count(b"\n  {\n") + 1 != len(texts):
         return None
     return body
 
 
 def _json_row(row: Dict[str, Any]) -> str:
     """One row as ``json.dumps([row], indent=2)`` lays it out inside the array (``  {...}``)."""
-    text = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-    if SURROGATE.search(text):  # not UTF-8 (never from a decoded journal): spelled as escapes
-        text = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",\n    ", ": ")).encode(row)
-    if JSON_RAW.search(text):
-        text = JSON_RAW.sub(_escaped, text)
-    return "  {\n    " + text[1:-1] + "\n  }"
+    return "  {\n    " + _stdlib(row, indented=True)[1:-1] + "\n  }"
+
+
+# The standard library's C encoders: a row's fields one a line (the array's layout) or compact; characters
+# as they are, or (a lone surrogate, which no decoded journal holds) as escapes.
+_ENCODERS = {(indented, ascii): json.JSONEncoder(ensure_ascii=ascii, allow_nan=False,
+                                                  separators=(",\n    ", ": ") if indented else (",", ":"))
+             for indented in (False, True) for ascii in (False, True)}
+
+
+def _stdlib(row: Dict[str, Any], *, indented: bool) -> str:
+    """`row` as JSON through the standard library, `JSON_RAW`'s characters escaped."""
+    text = _ENCODERS[indented, False].encode(row)
+    if text.isascii() and "\x7f" not in text:
+        return text
+    if SURROGATE.search(text):
+        text = _ENCODERS[indented, True].encode(row)
+    return JSON_RAW.sub(_escaped, text)
