@@ -227,3 +227,18 @@ def test_reindex_mends_a_changed_row_keeps_the_others_and_deletes_rows_no_event_
         journal.reindex()
         assert stored_text(journal) == logs_text(journal)
     assert items(copy, "rows") == rows  # the changed row rewritten, the strays gone, the rest as they were
+
+
+def test_a_limit_reads_the_first_rows_across_batches_as_the_log_gives_them(tmp_path):
+    path = str(tmp_path / "j")
+    with Journal(path, run="many", sync=False) as journal:
+        for step in range(1, 2101):  # more rows than one batch of the reader (2048)
+            journal.record_bypass(step, reason=f"call {step}")
+    with Journal(path, readonly=True) as journal:
+        rows = json.loads(logs_text(journal))
+        for limit in (0, 1, 2048, 2049, 2100, 5000):
+            out = io.StringIO()
+            with redirect_stdout(out):
+                _print_laid_out(journal.stored_audit_rows(laid_out=True, limit=limit))
+            assert json.loads(out.getvalue()) == rows[:limit], limit
+            assert [json.loads(t) for t in journal.stored_audit_rows(limit=limit)] == rows[:limit]
