@@ -23,7 +23,7 @@ from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, MAX_TS, CallRe
                       field_names)
 from ..events._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
 
-__all__ = ["json_rows", "call_row", "checked_row", "KeyRuleCache", "releases_of"]
+__all__ = ["json_rows", "call_row", "checked_row", "KeyRuleCache", "MARKER_TAG", "releases_of"]
 
 _MAX_U64 = (1 << 64) - 1
 _MAX_NBYTES = (1 << 63) - 1
@@ -197,9 +197,7 @@ def json_rows(
     keys = KeyRuleCache()
     provenance = Provenance()
     pulled = False
-    row_of = None
-    if native:
-        from ._native_rows import row_of  # msgspec: imported by the verbs that use it, not at import
+    row_of = _native().row_of if native else None
     for seq, raw in raw_pairs:
         row = row_of(seq, raw, keys, timed=timed, plain=plain) if row_of is not None else None
         if row is None:
@@ -229,7 +227,8 @@ def json_rows(
 
 # What a release or an import marker holds in its stored bytes (the type tag): a byte search for
 # these picks a superset of those events, and only the picked ones are decoded.
-_RELEASE_TAGS = (b"payloads_released", b"events_imported")
+MARKER_TAG = b"events_imported"  # an import marker's type tag, in its stored bytes
+_RELEASE_TAGS = (b"payloads_released", MARKER_TAG)
 
 
 def releases_of(raw_pairs: Iterable[Tuple[int, bytes]]) -> Dict[int, int]:

@@ -26,7 +26,7 @@ import re
 from typing import Any, Iterator, List, Optional, Tuple
 
 from ._audit import AuditRecord, Provenance, RELEASED
-from ._call_rows import KeyRuleCache, checked_row
+from ._call_rows import MARKER_TAG, KeyRuleCache, checked_row
 from ._import_map import ImportMap
 from ._row_text import compact_text, compact_texts, layout
 from ..base._errors import EventDecodeError, IntegrityError
@@ -232,7 +232,7 @@ def catch_up_in(txn: Any, store: Store, until: Optional[int] = None, *, build: b
         body = bytes(body)  # a view, in a transaction that hands out buffers (an append's)
         if seq <= covered:
             # before the rows' end only the markers matter (a byte search picks a superset of them)
-            if b"events_imported" in body:
+            if MARKER_TAG in body:
                 event = _decoded(body, seq)
                 if isinstance(event, EventsImported):
                     writer.provenance.marker(seq, event)
