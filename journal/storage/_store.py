@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..base._log import get_logger
 from ..base._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_env_structure, check_file_size, check_tree
+from ._lmdb_open import open_db, open_env
 from ..base._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
@@ -159,7 +160,7 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
                    readahead=True, max_readers=256, mode=0o600)
     check_room_to_create(path, key, data_file, lock)
     try:
-        env = lmdb.open(key, map_size=map_size, **options)
+        env = open_env(path, key, map_size, options)
     except lmdb.Error as exc:
         raise os_error(path, exc, "open" if readonly or os.path.exists(data_file) else "create") from None
     try:
@@ -179,7 +180,7 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     shared.checked = set(_CHECKED_AT_OPEN) if lazy else None
     try:
         for name in DB_NAMES:
-            shared.dbs[name] = _open_db(env, name, create=not readonly)
+            shared.dbs[name] = open_db(env, name, create=not readonly, path=path)
     except lmdb.Error as exc:
         env.close()
         raise JournalError(f"cannot open journal {path!r}: {exc}") from None
@@ -198,18 +199,6 @@ def _release(path: str, shared: _SharedEnv) -> None:
                 del _ENVS[key]
             if entry is not None and entry[0] == os.getpid():
                 shared.env.close()
-
-
-def _open_db(env: lmdb.Environment, name: str, *, create: bool):
-    for _ in range(8):
-        try:
-            return env.open_db(name.encode(), create=create)
-        except lmdb.NotFoundError:
-            return None
-        except lmdb.MapResizedError:
-            # Another process grew the map since this one opened it: adopt the new size.
-            env.set_mapsize(0)
-    raise JournalError(f"journal {env.path()!r} keeps being resized by another process")
 
 
 def folder_is_shared(path: str) -> bool:
@@ -409,8 +398,8 @@ class Store:
         """Open the environment again in place (its transactions all hold `shared.lock`, held here)."""
         shared.env.close()
         try:
-            shared.env = lmdb.open(os.path.realpath(self.path), map_size=map_size, **shared.options)
-            shared.dbs = {name: _open_db(shared.env, name, create=False) for name in DB_NAMES}
+            shared.env = open_env(self.path, os.path.realpath(self.path), map_size, shared.options)
+            shared.dbs = {name: open_db(shared.env, name, create=False, path=self.path) for name in DB_NAMES}
         except lmdb.Error as exc:
             raise JournalError(
                 f"journal {self.path!r} lost its memory map and cannot map it again ({exc}); nothing recorded was "
