@@ -256,11 +256,14 @@ def _decoded(body: bytes, seq: int, found: Optional[tuple] = None) -> Optional[E
         return None
 
 
-def stored_rows(store: Store, last_seq: int, *, seqs: bool = False, checked: bool = True) -> Optional[Iterator[Any]]:
+def stored_rows(store: Store, last_seq: int, *, seqs: bool = False, checked: bool = True,
+                whole: bool = False) -> Optional[Iterator[Any]]:
     """The stored rows' compact texts in log order (with `seqs`: (seq, text) pairs), each batch checked
     (`_checked`; not for `verify`, which compares each with the log's), when they hold the log up to
-    `last_seq` (the log's last seq as the caller read it); None otherwise (read the log)."""
-    batches = _batches(store, last_seq)
+    `last_seq` (the log's last seq as the caller read it); None otherwise (read the log). With `whole`
+    (`verify`), every stored row, those past `last_seq` too: a row no event gives there would refuse the
+    append that reaches its seq."""
+    batches = _batches(store, last_seq, whole=whole)
     if batches is None:
         return None
 
@@ -283,7 +286,8 @@ def stored_layout(store: Store, last_seq: int, limit: Optional[int] = None) -> O
     return None if batches is None else (_checked(batch) for batch in batches)
 
 
-def _batches(store: Store, last_seq: int, limit: Optional[int] = None) -> Optional[Iterator[List[Tuple[bytes, bytes]]]]:
+def _batches(store: Store, last_seq: int, limit: Optional[int] = None, *,
+             whole: bool = False) -> Optional[Iterator[List[Tuple[bytes, bytes]]]]:
     with store.read() as txn:
         covered = covered_in(txn, store)
     if covered is None or covered < last_seq:
@@ -291,7 +295,7 @@ def _batches(store: Store, last_seq: int, limit: Optional[int] = None) -> Option
     # Checked as read, the log's tree is checked whole first, as a read of the log would check it: the rows
     # of a log whose pages are damaged are refused in the same words (what an event's bytes hold is verify's).
     store.db("events")
-    return _read(store, covered, limit)
+    return _read(store, None if whole else covered, limit)
 
 
 def _checked(batch: List[Tuple[bytes, bytes]]) -> bytes:
@@ -306,9 +310,10 @@ def _checked(batch: List[Tuple[bytes, bytes]]) -> bytes:
     return body
 
 
-def _read(store: Store, last: int, limit: Optional[int]) -> Iterator[List[Tuple[bytes, bytes]]]:
-    """The rows up to seq `last` (at most `limit`), in batches of `_BATCH`, each read in a transaction of its own."""
-    lo, end, left = seq_key(1), seq_key(last), limit
+def _read(store: Store, last: Optional[int], limit: Optional[int]) -> Iterator[List[Tuple[bytes, bytes]]]:
+    """The rows up to seq `last` (None: all of them, from the first key; at most `limit`), in batches of `_BATCH`,
+    each read in a transaction of its own."""
+    lo, end, left = (b"", None, limit) if last is None else (seq_key(1), seq_key(last), limit)
     while left is None or left > 0:
         size = _BATCH if left is None else min(_BATCH, left)
         with store.read() as txn:
@@ -318,7 +323,7 @@ def _read(store: Store, last: int, limit: Optional[int]) -> Iterator[List[Tuple[
                                      "run `stepjournal verify`, then `stepjournal reindex`")
             cur = txn.cursor(db=db)
             batch = list(itertools.islice(cur.iternext(), size)) if cur.set_range(lo) else []
-        if batch and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
+        if batch and end is not None and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
             batch = batch[:bisect.bisect_right([key for key, _text in batch], end)]
         if batch:
             yield batch

@@ -224,6 +224,9 @@ def test_reindex_mends_a_changed_row_keeps_the_others_and_deletes_rows_no_event_
     for stray in (seq_key(last + 5), seq_key(last + 9)):  # past the log's end: the last rows of the table
         put_raw(copy, "rows", stray, rows[1][1])
     with Journal(copy, session=False) as journal:
+        # the strays too: the next append reaching their seqs would be refused
+        assert [p.where for p in journal.verify() if p.kind == "rows"] == [
+            str(s) for s in (int.from_bytes(first_key, "big"), last + 5, last + 9)]
         journal.reindex()
         assert stored_text(journal) == logs_text(journal)
     assert items(copy, "rows") == rows  # the changed row rewritten, the strays gone, the rest as they were
