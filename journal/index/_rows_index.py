@@ -94,16 +94,16 @@ class RowsWriter:
         self.keys = KeyRuleCache()  # the key rule's answers, for `checked_row` over a log (catch-up)
         self.pending: List[Any] = []
         self.seqs: List[int] = []  # the pending rows' seqs
-        # `rewrite` (reindex): the rows stay and only a row that differs is written, so that a rebuild of
-        # intact rows dirties no page (rewriting every row would make each reindex slower than the last:
-        # LMDB allocates from the growing list of the pages the one before freed); `written` marks each
-        # seq that has a row, so that a stored row no event gives is deleted at the end.
-        self.rewrite, self.count, self.written = rewrite, 0, bytearray()
+        # `rewrite` (reindex): the rows stay and are compared with the log's a batch at a time; only a row that
+        # differs is written, and a stored row no event gives is deleted, so that a rebuild of intact rows
+        # dirties no page (rewriting every row would make each reindex slower than the last: LMDB allocates
+        # from the growing list of the pages the one before freed). `next`: the first seq not compared yet.
+        self.rewrite, self.next = rewrite, 0
+        self.cursor = txn.cursor(db=self.db) if rewrite else None
 
     def add(self, seq: int, row: Any) -> None:
-        """The row (`_native_rows.Row` or dict) of the event at `seq`, the next one; its provenance not applied yet."""
-        if self.provenance:
-            _with_origin(row, self.provenance)
+        """The row (`_native_rows.Row` or dict) of the event at `seq`, the next one; its provenance not applied yet
+        (`flush` applies it)."""
         self.pending.append(row)
         self.seqs.append(seq)
         if len(self.seqs) >= _BATCH:
@@ -131,17 +131,19 @@ class RowsWriter:
             _mark_in(self.txn, self.store, _UNBUILDABLE)
             return
         self.flush()
-        if self.rewrite and self.txn.stat(self.db)["entries"] != self.count:
-            self._delete_strays()
+        if self.rewrite:
+            self._delete_from(self.next)
         _mark_in(self.txn, self.store, _covering(last))
 
     def flush(self) -> None:
         if not self.pending:
             return
         rows, seqs, self.pending, self.seqs = self.pending, self.seqs, [], []
+        if self.provenance:  # looked up by seq: a marker folded after a row was added does not cover it
+            for row in rows:
+                _with_origin(row, self.provenance)
         if self.rewrite:
-            for seq, text in zip(seqs, compact_texts(rows)):
-                self._put(seq, text)
+            self._rewrite(seqs, compact_texts(rows))
             return
         put, db = self.txn.put, self.db
         for seq, text in zip(seqs, compact_texts(rows)):
@@ -149,30 +151,39 @@ class RowsWriter:
                 self._refused(seq)
 
     def _put(self, seq: int, text: bytes) -> None:
-        key = seq_key(seq)
         if self.rewrite:
-            self.count += 1
-            written = self.written
-            if len(written) <= seq >> 3:
-                written.extend(bytes(max(len(written), (seq >> 3) + 1 - len(written))))
-            written[seq >> 3] |= 1 << (seq & 7)
-            if self.txn.get(key, db=self.db) != text:
-                self.txn.put(key, text, db=self.db)
-        elif not self.txn.put(key, text, db=self.db, append=True):
+            self._rewrite([seq], [text])
+        elif not self.txn.put(seq_key(seq), text, db=self.db, append=True):
             self._refused(seq)
 
-    def _delete_strays(self) -> None:
-        """Delete the stored rows of seqs the log gives no row (a rewrite kept what was there)."""
-        written = self.written
-        cur = self.txn.cursor(db=self.db)
-        found = cur.first()
+    def _rewrite(self, seqs: List[int], texts: List[bytes]) -> None:
+        """Make the stored rows from `next` through ``seqs[-1]`` the given ones (`seqs` ascending): one read of
+        that range, and writes only where it differs."""
+        keys = [seq_key(seq) for seq in seqs]
+        last, stored_keys, stored = keys[-1], [], []
+        if self.cursor.set_range(seq_key(self.next)):
+            for key, text in self.cursor:
+                if key > last:
+                    break
+                stored_keys.append(key)
+                stored.append(text)
+        self.next = seqs[-1] + 1
+        if stored_keys == keys and stored == texts:
+            return
+        have = dict(zip(stored_keys, stored))
+        for key in set(have).difference(keys):
+            self.txn.delete(key, db=self.db)
+        for key, text in zip(keys, texts):
+            if have.get(key) != text:
+                self.txn.put(key, text, db=self.db)
+
+    def _delete_from(self, seq: int) -> None:
+        """Delete the stored rows at `seq` and past it (a rewrite's rows the log no longer gives)."""
+        cur = self.cursor
+        found = cur.set_range(seq_key(seq))
         while found:
-            seq = seq_of(cur.key())
-            if seq >> 3 < len(written) and written[seq >> 3] >> (seq & 7) & 1:
-                found = cur.next()
-            else:
-                cur.delete()  # moves to the next row; past the last, the cursor holds no key
-                found = bool(cur.key())
+            cur.delete()  # moves to the next row; past the last, the cursor holds no key
+            found = bool(cur.key())
 
     @staticmethod
     def _refused(seq: int) -> None:
