@@ -423,5 +423,6 @@ class Journal(Recording, Queries):
         store = self._live()
         with store.read() as txn:
             layout = layout_of(txn, store)
+        rows = lambda: stored_rows(store, self.last_seq(), seqs=True, checked=False, whole=True)  # noqa: E731
         return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress,
-                       layout=layout, stored_rows=lambda: stored_rows(store, self.last_seq(), seqs=True, checked=False))
+                       layout=layout, stored_rows=rows)

@@ -36,7 +36,7 @@ from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, M
                       field_names)
 from ..events._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
-__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "as_row", "as_dicts"]
+__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "encode_lines", "as_row", "as_dicts"]
 
 _Step = Annotated[int, Meta(ge=0, le=MAX_STEP)]
 _GenIndex = Annotated[int, Meta(ge=0, le=MAX_GEN_INDEX)]
@@ -296,6 +296,14 @@ def encode_row(row: Row) -> Optional[bytes]:
     """The row as compact JSON (no layout), UTF-8, or None as `encode_rows`."""
     try:
         return _ENCODER.encode(row)
+    except (TypeError, ValueError, OverflowError, UnicodeError, msgspec.EncodeError):
+        return None
+
+
+def encode_lines(rows: List[Row]) -> Optional[bytes]:
+    """The rows as compact JSON, each followed by a newline, UTF-8, or None as `encode_rows`."""
+    try:
+        return _ENCODER.encode_lines(rows)
     except (TypeError, ValueError, OverflowError, UnicodeError, msgspec.EncodeError):
         return None
 

@@ -51,13 +51,16 @@ def rows_text(rows: List[Any]) -> str:
 
 
 def compact_texts(rows: List[Any]) -> List[bytes]:
-    """Each row's compact text, UTF-8: msgspec's encoder (a small float as Python writes it), or the standard
-    library's for a row msgspec cannot write as Python would."""
-    from ._native_rows import Row, as_dicts, as_row, encode_row  # msgspec: imported when rows are written
+    """Each row's compact text, UTF-8: msgspec's encoder, one call for the batch (a small float as Python writes
+    it), or row by row, the standard library's for a row msgspec cannot write as Python would."""
+    from ._native_rows import Row, as_dicts, as_row, encode_lines, encode_row  # msgspec: imported when rows are written
 
+    natives = [row if type(row) is Row else as_row(row) for row in rows]
+    data = encode_lines(natives)
+    if data is not None:  # JSON's text holds no raw newline: one line a row
+        return _escape_raw(data).split(b"\n")[:-1]
     texts = []
-    for row in rows:
-        native = row if type(row) is Row else as_row(row)
+    for native in natives:
         data = encode_row(native)
         texts.append(_escape_raw(data) if data is not None else compact_text(as_dicts([native])[0]))
     return texts

@@ -94,16 +94,16 @@ class RowsWriter:
         self.keys = KeyRuleCache()  # the key rule's answers, for `checked_row` over a log (catch-up)
         self.pending: List[Any] = []
         self.seqs: List[int] = []  # the pending rows' seqs
-        # `rewrite` (reindex): the rows stay and only a row that differs is written, so that a rebuild of
-        # intact rows dirties no page (rewriting every row would make each reindex slower than the last:
-        # LMDB allocates from the growing list of the pages the one before freed); `written` marks each
-        # seq that has a row, so that a stored row no event gives is deleted at the end.
-        self.rewrite, self.count, self.written = rewrite, 0, bytearray()
+        # `rewrite` (reindex): the rows stay and are compared with the log's a batch at a time; only a row that
+        # differs is written, and a stored row no event gives is deleted, so that a rebuild of intact rows
+        # dirties no page (rewriting every row would make each reindex slower than the last: LMDB allocates
+        # from the growing list of the pages the one before freed). `next`: the first seq not compared yet.
+        self.rewrite, self.next = rewrite, 0
+        self.cursor = txn.cursor(db=self.db) if rewrite else None
 
     def add(self, seq: int, row: Any) -> None:
-        """The row (`_native_rows.Row` or dict) of the event at `seq`, the next one; its provenance not applied yet."""
-        if self.provenance:
-            _with_origin(row, self.provenance)
+        """The row (`_native_rows.Row` or dict) of the event at `seq`, the next one; its provenance not applied yet
+        (`flush` applies it)."""
         self.pending.append(row)
         self.seqs.append(seq)
         if len(self.seqs) >= _BATCH:
@@ -131,17 +131,19 @@ class RowsWriter:
             _mark_in(self.txn, self.store, _UNBUILDABLE)
             return
         self.flush()
-        if self.rewrite and self.txn.stat(self.db)["entries"] != self.count:
-            self._delete_strays()
+        if self.rewrite:
+            self._delete_from(self.next)
         _mark_in(self.txn, self.store, _covering(last))
 
     def flush(self) -> None:
         if not self.pending:
             return
         rows, seqs, self.pending, self.seqs = self.pending, self.seqs, [], []
+        if self.provenance:  # looked up by seq: a marker folded after a row was added does not cover it
+            for row in rows:
+                _with_origin(row, self.provenance)
         if self.rewrite:
-            for seq, text in zip(seqs, compact_texts(rows)):
-                self._put(seq, text)
+            self._rewrite(seqs, compact_texts(rows))
             return
         put, db = self.txn.put, self.db
         for seq, text in zip(seqs, compact_texts(rows)):
@@ -149,30 +151,39 @@ class RowsWriter:
                 self._refused(seq)
 
     def _put(self, seq: int, text: bytes) -> None:
-        key = seq_key(seq)
         if self.rewrite:
-            self.count += 1
-            written = self.written
-            if len(written) <= seq >> 3:
-                written.extend(bytes(max(len(written), (seq >> 3) + 1 - len(written))))
-            written[seq >> 3] |= 1 << (seq & 7)
-            if self.txn.get(key, db=self.db) != text:
-                self.txn.put(key, text, db=self.db)
-        elif not self.txn.put(key, text, db=self.db, append=True):
+            self._rewrite([seq], [text])
+        elif not self.txn.put(seq_key(seq), text, db=self.db, append=True):
             self._refused(seq)
 
-    def _delete_strays(self) -> None:
-        """Delete the stored rows of seqs the log gives no row (a rewrite kept what was there)."""
-        written = self.written
-        cur = self.txn.cursor(db=self.db)
-        found = cur.first()
+    def _rewrite(self, seqs: List[int], texts: List[bytes]) -> None:
+        """Make the stored rows from `next` through ``seqs[-1]`` the given ones (`seqs` ascending): one read of
+        that range, and writes only where it differs."""
+        keys = [seq_key(seq) for seq in seqs]
+        last, stored_keys, stored = keys[-1], [], []
+        if self.cursor.set_range(seq_key(self.next)):
+            for key, text in self.cursor:
+                if key > last:
+                    break
+                stored_keys.append(key)
+                stored.append(text)
+        self.next = seqs[-1] + 1
+        if stored_keys == keys and stored == texts:
+            return
+        have = dict(zip(stored_keys, stored))
+        for key in set(have).difference(keys):
+            self.txn.delete(key, db=self.db)
+        for key, text in zip(keys, texts):
+            if have.get(key) != text:
+                self.txn.put(key, text, db=self.db)
+
+    def _delete_from(self, seq: int) -> None:
+        """Delete the stored rows at `seq` and past it (a rewrite's rows the log no longer gives)."""
+        cur = self.cursor
+        found = cur.set_range(seq_key(seq))
         while found:
-            seq = seq_of(cur.key())
-            if seq >> 3 < len(written) and written[seq >> 3] >> (seq & 7) & 1:
-                found = cur.next()
-            else:
-                cur.delete()  # moves to the next row; past the last, the cursor holds no key
-                found = bool(cur.key())
+            cur.delete()  # moves to the next row; past the last, the cursor holds no key
+            found = bool(cur.key())
 
     @staticmethod
     def _refused(seq: int) -> None:
@@ -256,11 +267,14 @@ def _decoded(body: bytes, seq: int, found: Optional[tuple] = None) -> Optional[E
         return None
 
 
-def stored_rows(store: Store, last_seq: int, *, seqs: bool = False, checked: bool = True) -> Optional[Iterator[Any]]:
+def stored_rows(store: Store, last_seq: int, *, seqs: bool = False, checked: bool = True,
+                whole: bool = False) -> Optional[Iterator[Any]]:
     """The stored rows' compact texts in log order (with `seqs`: (seq, text) pairs), each batch checked
     (`_checked`; not for `verify`, which compares each with the log's), when they hold the log up to
-    `last_seq` (the log's last seq as the caller read it); None otherwise (read the log)."""
-    batches = _batches(store, last_seq)
+    `last_seq` (the log's last seq as the caller read it); None otherwise (read the log). With `whole`
+    (`verify`), every stored row, those past `last_seq` too: a row no event gives there would refuse the
+    append that reaches its seq."""
+    batches = _batches(store, last_seq, whole=whole)
     if batches is None:
         return None
 
@@ -283,7 +297,8 @@ def stored_layout(store: Store, last_seq: int, limit: Optional[int] = None) -> O
     return None if batches is None else (_checked(batch) for batch in batches)
 
 
-def _batches(store: Store, last_seq: int, limit: Optional[int] = None) -> Optional[Iterator[List[Tuple[bytes, bytes]]]]:
+def _batches(store: Store, last_seq: int, limit: Optional[int] = None, *,
+             whole: bool = False) -> Optional[Iterator[List[Tuple[bytes, bytes]]]]:
     with store.read() as txn:
         covered = covered_in(txn, store)
     if covered is None or covered < last_seq:
@@ -291,7 +306,7 @@ def _batches(store: Store, last_seq: int, limit: Optional[int] = None) -> Option
     # Checked as read, the log's tree is checked whole first, as a read of the log would check it: the rows
     # of a log whose pages are damaged are refused in the same words (what an event's bytes hold is verify's).
     store.db("events")
-    return _read(store, covered, limit)
+    return _read(store, None if whole else covered, limit)
 
 
 def _checked(batch: List[Tuple[bytes, bytes]]) -> bytes:
@@ -306,9 +321,10 @@ def _checked(batch: List[Tuple[bytes, bytes]]) -> bytes:
     return body
 
 
-def _read(store: Store, last: int, limit: Optional[int]) -> Iterator[List[Tuple[bytes, bytes]]]:
-    """The rows up to seq `last` (at most `limit`), in batches of `_BATCH`, each read in a transaction of its own."""
-    lo, end, left = seq_key(1), seq_key(last), limit
+def _read(store: Store, last: Optional[int], limit: Optional[int]) -> Iterator[List[Tuple[bytes, bytes]]]:
+    """The rows up to seq `last` (None: all of them, from the first key; at most `limit`), in batches of `_BATCH`,
+    each read in a transaction of its own."""
+    lo, end, left = (b"", None, limit) if last is None else (seq_key(1), seq_key(last), limit)
     while left is None or left > 0:
         size = _BATCH if left is None else min(_BATCH, left)
         with store.read() as txn:
@@ -318,7 +334,7 @@ def _read(store: Store, last: int, limit: Optional[int]) -> Iterator[List[Tuple[
                                      "run `stepjournal verify`, then `stepjournal reindex`")
             cur = txn.cursor(db=db)
             batch = list(itertools.islice(cur.iternext(), size)) if cur.set_range(lo) else []
-        if batch and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
+        if batch and end is not None and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
             batch = batch[:bisect.bisect_right([key for key, _text in batch], end)]
         if batch:
             yield batch

@@ -88,7 +88,7 @@ def verify(
     # A live writer may have appended (and indexed) events since the log was read: those are not
     # checked; an entry pointing past the end of the log still is.
     checked_up_to = raw[-1][0] if raw else 0
-    rows = rows_problems(raw, stored_rows(), checked_up_to) if stored_rows is not None else []
+    rows = rows_problems(raw, stored_rows()) if stored_rows is not None else []
     del raw
     problems = fold.problems + _index_problems(fold.expected, dict(index_items()), checked_up_to, last_seq())
     if last_seq() == checked_up_to:  # a release appended meanwhile rewrites a row the log read had not seen

@@ -21,12 +21,11 @@ _SHOWN = 20  # differing rows reported one by one; past that, one problem counts
 _FIX = "run `stepjournal reindex` (it rebuilds the rows from the log)"
 
 
-def rows_problems(raw: List[Tuple[int, bytes]], stored: Optional[Iterable[Tuple[int, bytes]]],
-                  up_to: int) -> List[Tuple[str, str]]:
-    """(where, detail) of each stored row, up to seq `up_to`, that is not the log's (`raw`: (seq, stored bytes)
-    of every event up to there; `stored`: (seq, text) of the stored rows, None when the rows do not hold the
-    log: nothing to check). An event that cannot be decoded is the log pass's problem; the rows of such a
-    log are not compared."""
+def rows_problems(raw: List[Tuple[int, bytes]], stored: Optional[Iterable[Tuple[int, bytes]]]) -> List[Tuple[str, str]]:
+    """(where, detail) of each stored row that is not the log's (`raw`: (seq, stored bytes) of every event;
+    `stored`: (seq, text) of every stored row, those past the log's end too, None when the rows do not hold
+    the log: nothing to check). An event that cannot be decoded is the log pass's problem; the rows of such
+    a log are not compared."""
     if stored is None:
         return []
     found: List[Tuple[int, str]] = []
@@ -45,7 +44,7 @@ def rows_problems(raw: List[Tuple[int, bytes]], stored: Optional[Iterable[Tuple[
                 here = next(kept, None)
     except EventDecodeError:  # the log pass reports the event
         return []
-    while here is not None and here[0] <= up_to:
+    while here is not None:  # past the log's last row (the caller compares only when no writer appended since)
         found.append((here[0], "the rows hold a row for this seq, which the log has no row for"))
         here = next(kept, None)
     shown = [(str(seq), f"audit row #{seq}: {what}; {_FIX}") for seq, what in found[:_SHOWN]]

@@ -224,6 +224,9 @@ def test_reindex_mends_a_changed_row_keeps_the_others_and_deletes_rows_no_event_
     for stray in (seq_key(last + 5), seq_key(last + 9)):  # past the log's end: the last rows of the table
         put_raw(copy, "rows", stray, rows[1][1])
     with Journal(copy, session=False) as journal:
+        # the strays too: the next append reaching their seqs would be refused
+        assert [p.where for p in journal.verify() if p.kind == "rows"] == [
+            str(s) for s in (int.from_bytes(first_key, "big"), last + 5, last + 9)]
         journal.reindex()
         assert stored_text(journal) == logs_text(journal)
     assert items(copy, "rows") == rows  # the changed row rewritten, the strays gone, the rest as they were
@@ -242,3 +245,26 @@ def test_a_limit_reads_the_first_rows_across_batches_as_the_log_gives_them(tmp_p
                 _print_laid_out(journal.stored_audit_rows(laid_out=True, limit=limit))
             assert json.loads(out.getvalue()) == rows[:limit], limit
             assert [json.loads(t) for t in journal.stored_audit_rows(limit=limit)] == rows[:limit]
+
+
+def test_reindex_mends_rows_across_its_batches_wherever_they_differ(tmp_path):
+    path = str(tmp_path / "j")
+    for session, steps in enumerate((range(1, 1501), range(1501, 3001), range(3001, 4601))):
+        with Journal(path, run=f"run{session % 2}", sync=False) as journal:  # each opening: an event with no row
+            for step in steps:
+                journal.record_bypass(step, reason=f"call {step}")
+    rows, events = items(path, "rows"), items(path, "events")
+    keys = dict(rows)
+    rowless = [key for key, _ in events if key not in keys]
+    assert len(rows) == 4600 and len(rowless) == 3  # the reindex compares 2048 rows at a time: three batches
+    delete_raw(path, "rows", rows[10][0])  # in the first batch
+    for at in (2047, 2048, 2500, 4599):  # a batch's last row, the next one's first, inside, the log's last
+        put_raw(path, "rows", rows[at][0], rows[at][1].replace(b'"reason":"', b'"reason":"not ', 1))
+    for stray in (*rowless, seq_key(int.from_bytes(events[-1][0], "big") + 1)):  # before the first row, between
+        put_raw(path, "rows", stray, rows[0][1])  # batches, past the log's end
+    with Journal(path, session=False) as journal:
+        assert len([p for p in journal.verify() if p.kind == "rows"]) == 1 + 4 + 4
+        journal.reindex()
+        assert [p for p in journal.verify() if p.kind == "rows"] == []
+        assert stored_text(journal) == logs_text(journal)
+    assert items(path, "rows") == rows
