@@ -403,7 +403,7 @@ class Journal(Recording, Queries):
         """
         store = self._live()
         with self._lock:
-            count = store.write(lambda txn: Projections.rebuild_in(txn, store))
+            count = store.write(lambda txn: Projections.rebuild_in(txn, store), needed=Projections.rebuild_bytes(store))
             self._index.clear()
             self._fingerprints.clear()
         log.info("journal_reindexed", path=self.path, events=count)
