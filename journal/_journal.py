@@ -403,7 +403,9 @@ class Journal(Recording, Queries):
         """
         store = self._live()
         with self._lock:
-            count = store.write(lambda txn: Projections.rebuild_in(txn, store))
+            # Room up front, unless capped: a rebuild that fits in the pages earlier writes freed must not fail there.
+            needed = Projections.rebuild_bytes(store) if store.max_size is None else 0
+            count = store.write(lambda txn: Projections.rebuild_in(txn, store), needed=needed)
             self._index.clear()
             self._fingerprints.clear()
         log.info("journal_reindexed", path=self.path, events=count)

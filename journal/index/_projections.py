@@ -282,6 +282,9 @@ class _GenIndex:
                 r.remove(step)
 
 
+_PROJECTED = ("gen", "steps", "sessions", "runs", "rows")  # the databases `rebuild_in` writes
+
+
 class Projections:
     """The step index, the rank index and the sessions index of one journal.
 
@@ -404,6 +407,16 @@ class Projections:
             cls._build_ranks_in(txn, store)
         txn.put(META_LAYOUT, str(LAYOUT_VERSION).encode(), db=store.db("meta"))
         return count
+
+    @staticmethod
+    def rebuild_bytes(store: Store) -> int:
+        """What `rebuild_in` may write: the projections' pages as they are. The pages it drops are free only
+        to later transactions, so it writes that much anew; the map grows for it before the rebuild starts
+        (`Store.write`'s `needed`) rather than filling midway, which would run the whole rebuild again."""
+        with store.read() as txn:
+            dbs = [store.db(name) for name in _PROJECTED]
+            stats = [txn.stat(db) for db in dbs if db is not None]
+        return sum((s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]) * s["psize"] for s in stats)
 
     @classmethod
     def upgrade_layout_in(cls, txn: Any, store: Store, *, new: bool) -> bool:

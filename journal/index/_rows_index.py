@@ -334,7 +334,8 @@ def _read(store: Store, last: Optional[int], limit: Optional[int]) -> Iterator[L
                                      "run `stepjournal verify`, then `stepjournal reindex`")
             cur = txn.cursor(db=db)
             batch = list(itertools.islice(cur.iternext(), size)) if cur.set_range(lo) else []
-        if batch and end is not None and batch[-1][0] > end:  # rows a writer appended since: not the log this read began on
+        # rows a writer appended since: not the log this read began on
+        if batch and end is not None and batch[-1][0] > end:
             batch = batch[:bisect.bisect_right([key for key, _text in batch], end)]
         if batch:
             yield batch
