@@ -425,6 +425,8 @@ class Journal(Recording, Queries):
         store = self._live()
         with store.read() as txn:
             layout = layout_of(txn, store)
-        rows = lambda: stored_rows(store, self.last_seq(), seqs=True, checked=False, whole=True)  # noqa: E731
+        def rows():  # every stored row, read after the log (`verify` compares them when no writer appended)
+            return stored_rows(store, self.last_seq(), seqs=True, checked=False, whole=True)
+
         return _verify(self.raw_events(), self.index_items, self.last_seq, self._payloads, progress=progress,
                        layout=layout, stored_rows=rows)

@@ -36,7 +36,8 @@ from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, M
                       field_names)
 from ..events._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
 
-__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "encode_lines", "as_row", "as_dicts"]
+__all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "encode_lines", "as_row",
+           "as_dicts"]
 
 _Step = Annotated[int, Meta(ge=0, le=MAX_STEP)]
 _GenIndex = Annotated[int, Meta(ge=0, le=MAX_GEN_INDEX)]

@@ -18,6 +18,8 @@ import torch
 
 from stepjournal import Journal, JournalError
 
+RESIZED = "mdb_txn_begin: MDB_MAP_RESIZED: Database contents grew beyond environment mapsize"  # LMDB's words
+
 
 def _child_grows(path: str) -> None:
     with Journal(path, run="grower", map_size=64 * 1024) as journal:
@@ -41,7 +43,7 @@ def test_an_open_that_another_process_resizes_opens_again_with_the_grown_map(tmp
         opens.append(kwargs["map_size"])
         if len(opens) == 1:
             _grown_by_a_second_process(path)
-            raise lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED: Database contents grew beyond environment mapsize")
+            raise lmdb.MapResizedError(RESIZED)
         return real_open(*args, **kwargs)
 
     monkeypatch.setattr(lmdb, "open", open_racing_a_growth)
@@ -50,7 +52,8 @@ def test_an_open_that_another_process_resizes_opens_again_with_the_grown_map(tmp
         assert journal.recorded_steps(run="grower") == [1]
         assert torch.equal(journal.load_output(journal.lookup(1, run="grower"))["x"], torch.arange(300_000))
         journal.record(1, {"y": torch.ones(300_000)})
-    assert os.path.getsize(os.path.join(path, "data.mdb")) > small + 2_400_000  # the child's record, past the map read first
+    # the child's record: past the map the first open read
+    assert os.path.getsize(os.path.join(path, "data.mdb")) > small + 2_400_000
     with Journal(path, readonly=True) as journal:
         assert journal.recorded_steps(run="first") == [1] and journal.recorded_steps(run="grower") == [1]
 
@@ -60,7 +63,7 @@ def test_an_open_resized_without_end_gives_up_naming_the_journal(tmp_path, monke
     Journal(path, run="first").close()
 
     def always_resized(*args, **kwargs):
-        raise lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED: Database contents grew beyond environment mapsize")
+        raise lmdb.MapResizedError(RESIZED)
 
     monkeypatch.setattr(lmdb, "open", always_resized)
     with pytest.raises(JournalError, match=r"journal '.*journal' was resized by another process 8 times"):
