@@ -48,11 +48,28 @@ def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False, in_b
     )
 
 
-class _OnFirstReport:
-    """A bar made and started at the first report, with the rate of bytes over the whole verb."""
+class _NoBar:
+    """What `_OnFirstReport` holds when nothing is drawn (a pipe, a file, ``--json``): no rich bar is made."""
 
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def add_task(self, *_args: Any, **_fields: Any) -> int:
+        return 0
+
+    def update(self, *_args: Any, **_fields: Any) -> None:
+        pass
+
+
+class _OnFirstReport:
+    """A bar made and started at the first report, with the rate of bytes over the whole verb; on `err`
+    when it is a terminal and not `quiet`, else none (`_NoBar`)."""
+
+    def __init__(self, make: Callable[[], Any], err: Console, quiet: bool) -> None:
+        self._make = make if not quiet and err.is_terminal else _NoBar
         self._began = time.monotonic()
         self._bar: Optional[Any] = None
 
@@ -74,7 +91,7 @@ class _OnFirstReport:
 def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[..., None]]:
     """A library progress callback drawn on `err`: per kind of item, those done of all, the bytes moved
     so far and their rate (it `counts_bytes`), and the time left."""
-    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, moved=True))
+    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, moved=True), err, quiet)
     tasks: Dict[str, Any] = {}
 
     def update(what: str, done: int, total: int, moved: int = 0) -> None:
@@ -95,7 +112,7 @@ def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[..., 
 def bytes_checked(err: Console, *, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
     """`Journal.verify`'s progress callback drawn on `err`: the bytes checked of all, their rate, and the
     time left."""
-    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, in_bytes=True))
+    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, in_bytes=True), err, quiet)
     task: Dict[str, Any] = {}
 
     def update(done: int, total: int) -> None:

@@ -17,20 +17,17 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, Journal
 
+from .._tokenizer_keys import TOKENIZER_KEY, VERL_TOKENIZER_KEYS
 from ._common import choose_run
 from ._render import Failure, cell, clean, print_json
 
-__all__ = ["run", "load_tokenizer", "tokenizer_keys", "TOKENIZER_KEY"]
-
-TOKENIZER_KEY = "tokenizer"  # the fingerprint key a run's tokenizer is named under (TRL records it)
+__all__ = ["run", "load_tokenizer", "tokenizer_keys"]
 
 
 def tokenizer_keys() -> Tuple[str, ...]:
     """The fingerprint keys that name a run's tokenizer, first found wins: ``tokenizer`` (TRL's, and the one to use
-    in a fingerprint of your own), then verl's (`stepjournal.adapters.verl.TOKENIZER_KEYS`)."""
-    from stepjournal.adapters.verl import TOKENIZER_KEYS as verl_keys  # verl's import is seconds: only when needed
-
-    return (TOKENIZER_KEY,) + tuple(verl_keys)
+    in a fingerprint of your own), then verl's (`stepjournal.adapters._tokenizer_keys`: read without importing verl)."""
+    return (TOKENIZER_KEY,) + VERL_TOKENIZER_KEYS
 
 
 def _named(fingerprints: Sequence[Any], keys: Sequence[str]) -> Optional[str]:
@@ -43,7 +40,7 @@ def _named(fingerprints: Sequence[Any], keys: Sequence[str]) -> Optional[str]:
 
 def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
     """The tokenizer `--tokenizer` names, else the one the run's fingerprint names (`tokenizer_keys`), from local
-    files. verl's keys are read only when no session names a ``tokenizer``: a TRL run never imports verl."""
+    files: a ``tokenizer`` any session names, else verl's keys."""
     path = given
     if not path:
         fingerprints = [opened.fingerprint for _, opened in journal.sessions(run=run)]  # the log read once

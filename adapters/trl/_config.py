@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from stepjournal.log import get_logger
 
+from .._tokenizer_keys import TOKENIZER_KEY
 from ._errors import TrlAdapterError, TrlSignatureError
 
 __all__ = [
@@ -191,7 +192,7 @@ def trainer_fingerprint(trainer: Any) -> Dict[str, Any]:
         "trainer": family.__name__,
         "model": getattr(config, "_name_or_path", None) or getattr(config, "model_type", None),
         "model_config": _digest(_config_dict(config)),
-        "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
+        TOKENIZER_KEY: getattr(tokenizer, "name_or_path", None) or None,  # where the CLI finds the tokenizer
         "tokenizer_vocab_size": len(tokenizer) if tokenizer is not None else None,
         "tokenizer_vocab": _digest(sorted(get_vocab().items())) if callable(get_vocab) else None,
         "chat_template": _digest(getattr(processing, "chat_template", None) or getattr(tokenizer, "chat_template", None)),

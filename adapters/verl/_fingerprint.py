@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from .._tokenizer_keys import VERL_TOKENIZER_KEYS
 from ._nodes import select
 
 __all__ = [
@@ -57,9 +58,9 @@ GENERATION_KEYS = {
 }
 
 
-# Where verl loads a run's tokenizer from (its ``HFModelConfig``): the tokenizer path, else the model's. The
-# CLI's ``show --text``, ``diff --text`` and ``report`` read the first of these a recording's fingerprint holds.
-TOKENIZER_KEYS = ("verl.tokenizer_path", "verl.model_path")
+# Where verl loads a run's tokenizer from: the first of these a recording's fingerprint holds (the CLI reads them
+# from `stepjournal.adapters._tokenizer_keys`, without importing verl); each is a key of `_FIELDS` above.
+TOKENIZER_KEYS = VERL_TOKENIZER_KEYS
 
 
 def verl_fingerprint(cfg: Any) -> Dict[str, Any]:

@@ -8,6 +8,8 @@ folder, loaded back offline by the command line from the path the run's fingerpr
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,26 @@ def test_show_text_prints_prompt_response_and_reward_with_the_runs_own_tokenizer
     page = (Path(__file__).resolve().parents[2] / "docs" / "reading.md").read_text(encoding="utf-8")
     block = page.split("$ stepjournal show j 1 --text\n", 1)[1].split("```", 1)[0].splitlines()
     assert block[:len(lines)] == lines and block[len(lines):] == ["$ stepjournal show j 2 --text", header, "..."]
+
+
+def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_ones_the_adapters_write(tmp_path):
+    from stepjournal.adapters._tokenizer_keys import TOKENIZER_KEY, VERL_TOKENIZER_KEYS
+    from stepjournal.adapters.verl import TOKENIZER_KEYS
+    from stepjournal.adapters.verl._fingerprint import GENERATION_KEYS
+
+    assert TOKENIZER_KEYS == VERL_TOKENIZER_KEYS and set(VERL_TOKENIZER_KEYS) <= set(GENERATION_KEYS)
+    assert GENERATION_KEYS[VERL_TOKENIZER_KEYS[0]] == "actor_rollout_ref.model.tokenizer_path"  # verl's first choice
+    assert TOKENIZER_KEY == "tokenizer"  # TRL's (`trainer_fingerprint`), as recorded journals hold it
+    # The command line's read of them, and its error when no session names one, import neither verl nor
+    # transformers (seconds each): the user is told what to pass at once.
+    path = str(tmp_path / "j")
+    with Journal(path, run="exp") as journal:
+        journal.record(1, b"no tokens")
+    code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', sys.argv[1], '1', '--text']); "
+            "print(status, sorted({'verl', 'transformers'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "1 []", done.stdout + done.stderr
+    assert "recorded no tokenizer" in done.stderr and ", ".join((TOKENIZER_KEY, *VERL_TOKENIZER_KEYS)) in done.stderr
 
 
 def test_a_missing_tokenizer_is_an_error_that_says_how_to_pass_one(tmp_path, tokenizer_dir):
