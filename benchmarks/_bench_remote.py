@@ -19,8 +19,10 @@ Each figure has its CPU time beside it (``median_cpu_s``: user + system of this 
 and of the ``stepjournal push`` child for ``push_cli``; the moto server's own is not in it), and the
 load average at the end, since the machine may be shared.
 
-Goals (issue 19): push and pull throughput >= 0.8x the client's put / get of the same bytes; a cold
-replay <= 1.5x the client's get of the payload. Run it alone with
+Goals: push throughput >= 0.8x the client's put of the same bytes (issue 19); the pull's time <= 1.2x the
+client's get plus a durable write of the same bytes (issue 29's form of issue 19's "pull >= 0.8x the get",
+which no durable pull can meet: that ratio is still reported); a cold replay <= 1.5x the client's get of the
+payload. Run it alone with
 ``python -m benchmarks._bench_remote [--quick]``; `bench_remote(ctx)` is the section for `benchmarks._cli`.
 """
 
@@ -147,7 +149,10 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
         "goals": {
             "push_vs_client_put": _goal(ratios["push_vs_client_put_throughput"], 0.8, ">=", "x", basis + "; in-process API"),
-            "pull_vs_client_get": _goal(ratios["pull_vs_client_get_throughput"], 0.8, ">=", "x", basis + "; clone, in-process API"),
+            # Issue 29's fair form of issue 19's "pull >= 0.8x the client's get", which no durable pull can meet:
+            # the pull's time against the get plus the durable write of the same bytes (that ratio is `ratios` above).
+            "pull_vs_client_get_durable": _goal(med["pull"] / med["raw_get_durable"], 1.2, "<=", "x",
+                                                basis + "; clone, in-process API, vs get + a durable write of each"),
             "cold_replay_vs_client_get": _goal(ratios["cold_replay_vs_client_get"], 1.5, "<=", "x",
                                                "one step served from the remote, no local cache, vs obstore get"),
         },

@@ -34,7 +34,7 @@ GOALS = {
     "diff_equal_1000_steps_s",
     "diff_differing_pair_vs_loads",
     "push_vs_client_put",
-    "pull_vs_client_get",
+    "pull_vs_client_get_durable",
     "cold_replay_vs_client_get",
     "push_cli_vs_client_put",
     "clone_cli_vs_client_get_durable",
