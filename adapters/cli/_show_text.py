@@ -52,6 +52,10 @@ def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
                 raise Failure(f"run {clean(run)!r} recorded no tokenizer (its fingerprint has none of "
                               f"{', '.join(keys)}): pass --tokenizer PATH, a folder its tokenizer was saved to "
                               "(save_pretrained)")
+    if (os.path.isabs(path) or path.startswith(("./", "../"))) and not os.path.exists(path):
+        # A path (not a hub name, which the local cache may hold) that is not there: said before transformers loads.
+        raise Failure(f"cannot load the tokenizer {clean(path)!r} from local files (no such file or folder); pass "
+                      "--tokenizer PATH, a folder its tokenizer was saved to")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a journal is read offline: never fetch a tokenizer
     try:
         from transformers import AutoTokenizer

@@ -124,11 +124,17 @@ def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_o
     path = str(tmp_path / "j")
     with Journal(path, run="exp") as journal:
         journal.record(1, b"no tokens")
-    code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', sys.argv[1], '1', '--text']); "
-            "print(status, sorted({'verl', 'transformers'} & set(sys.modules)))")
+    code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', sys.argv[1], '1', '--text', "
+            "*sys.argv[2:]]); print(status, sorted({'verl', 'transformers'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "1 []", done.stdout + done.stderr
     assert "recorded no tokenizer" in done.stderr and ", ".join((TOKENIZER_KEY, *VERL_TOKENIZER_KEYS)) in done.stderr
+    # So does a --tokenizer path that is not there (a hub name is looked up in the local cache by transformers).
+    nowhere = str(tmp_path / "nowhere")
+    done = subprocess.run([sys.executable, "-c", code, path, "--tokenizer", nowhere], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "1 []", done.stdout + done.stderr
+    assert f"cannot load the tokenizer {nowhere!r} from local files (no such file or folder)" in done.stderr
 
 
 def test_a_missing_tokenizer_is_an_error_that_says_how_to_pass_one(tmp_path, tokenizer_dir):
