@@ -150,7 +150,7 @@ def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progr
         "goals": {
             "push_vs_client_put": _goal(ratios["push_vs_client_put_throughput"], 0.8, ">=", "x", basis + "; in-process API"),
             # Issue 29's fair form of issue 19's "pull >= 0.8x the client's get", which no durable pull can meet:
-            # the pull's time against the get plus the durable write of the same bytes (that ratio is `ratios` above).
+            # the pull's time against the get plus the durable write of the same bytes (`ratios` holds it inverted).
             "pull_vs_client_get_durable": _goal(med["pull"] / med["raw_get_durable"], 1.2, "<=", "x",
                                                 basis + "; clone, in-process API, vs get + a durable write of each"),
             "cold_replay_vs_client_get": _goal(ratios["cold_replay_vs_client_get"], 1.5, "<=", "x",

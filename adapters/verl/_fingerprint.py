@@ -59,7 +59,7 @@ GENERATION_KEYS = {
 
 
 # Where verl loads a run's tokenizer from: the first of these a recording's fingerprint holds (the CLI reads them
-# from `stepjournal.adapters._tokenizer_keys`, without importing verl); each is a key of `_FIELDS` above.
+# from `stepjournal.adapters._tokenizer_keys`, without importing verl); each is a key of `GENERATION_KEYS` above.
 TOKENIZER_KEYS = VERL_TOKENIZER_KEYS
 
 
