@@ -23,7 +23,7 @@ import pathlib
 import re
 import urllib.parse
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Iterator, List, Mapping, Optional, Set, Tuple
 
 from ..base._errors import (IntegrityError, RemoteConflictError, RemoteCredentialsError, RemoteError, RemoteMissingError,
                       RemotePlainHttpError, RemoteRegionError, RemoteUnreachableError)
@@ -154,6 +154,10 @@ def _classified(message: str, exc: BaseException) -> RemoteError:
                                       "endpoint (AWS_ENDPOINT_URL, the URL's host) and that the server is up and "
                                       "reachable from here")
     return RemoteError(f"{message}: {first}")
+
+
+class _TooManyKeys(RemoteError):
+    """A listing named more keys than its caller reads (`Remote.keys`)."""
 
 
 class Remote:
@@ -334,8 +338,8 @@ class Remote:
             for batch in self._obstore.list(self._store, prefix):
                 found.extend(meta["path"] for meta in batch)
                 if most is not None and len(found) > most:
-                    raise RemoteError(f"{self.url}/{prefix} lists more than {most} objects, more than stepjournal "
-                                      "reads there: not a remote it wrote, or one to split into several URLs")
+                    raise _TooManyKeys(f"{self.url}/{prefix} lists more than {most} objects, more than stepjournal "
+                                       "reads there: not a remote it wrote, or one to split into several URLs")
         except RemoteError:
             raise
         except FileNotFoundError:
@@ -343,3 +347,15 @@ class Remote:
         except Exception as exc:
             raise self._fail("listing", prefix, exc) from None
         return sorted(found)
+
+    def few_keys(self, prefix: str, most: int) -> Optional[Set[str]]:
+        """Every key under `prefix` when there are at most `most` (the listing's pages past that are not read),
+        else None.
+
+        Raises:
+            RemoteError: the listing failed.
+        """
+        try:
+            return set(self.keys(prefix, most=most))
+        except _TooManyKeys:
+            return None

@@ -39,8 +39,8 @@ from ..payloads._payloads import blob_intact
 from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, check_manifest, encode_segment, new_head, parse_head
 from ._remotes_config import resolve_remote
 
-__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "in_parallel", "local_payload", "one_ahead", "pushed_head",
-           "segments_to_push", "payloads_of"]
+__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "in_parallel", "local_payload",
+           "one_ahead", "pushed_head", "segments_to_push", "payloads_of"]
 
 log = get_logger(__name__)
 
@@ -50,6 +50,10 @@ R = TypeVar("R")
 _SEGMENT_EVENTS = 4096
 _BATCH_PAYLOAD_BYTES = 1 << 28  # payload bytes per pushed segment
 _SENDS_AT_ONCE = 8  # payloads a push sends at once
+# A push that looks up this many payloads or more lists the remote's payloads once instead of a HEAD of each,
+# when the remote holds at most `_LISTED_AT_MOST` of them (one page of an S3 listing, or two).
+_LIST_FROM = 8
+_LISTED_AT_MOST = 1000
 
 
 @attrs.frozen
@@ -129,6 +133,33 @@ def in_parallel(items: List[T], work: Callable[[T], R], workers: int) -> Iterato
             yield item, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _RemotePayloads:
+    """Which payloads a remote already holds, as one push asks: found by a HEAD of each, or, once the push
+    looks up `_LIST_FROM` or more at once (`prepare`), by one listing of ``payloads/`` when the remote holds at
+    most `_LISTED_AT_MOST`: a push costs what it sends (one or two listing pages more on a larger remote),
+    however many payloads the remote holds. A payload another push writes after the listing is sent again,
+    which is harmless: content-addressed, the same bytes."""
+
+    def __init__(self, remote: Any) -> None:
+        self._remote = remote
+        self._listed: Optional[Set[str]] = None
+        self._tried = False
+
+    def prepare(self, count: int) -> None:
+        """Before `count` payloads are looked up at once (in this thread; `holds` may then run on several). A
+        listing that fails leaves each to its HEAD, which says what is wrong with the remote if anything is."""
+        if not self._tried and count >= _LIST_FROM:
+            self._tried = True
+            try:
+                self._listed = self._remote.few_keys("payloads/", _LISTED_AT_MOST)
+            except RemoteError as exc:
+                log.info("push_looks_up_payloads_one_by_one", url=self._remote.url, reason=str(exc))
+
+    def holds(self, digest: str) -> bool:
+        key = f"payloads/{digest}"
+        return key in self._listed if self._listed is not None else self._remote.exists(key)
 
 
 def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
@@ -237,9 +268,9 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     total = journal.last_seq()
     if head["last_seq"] >= total:
         return PushReport(source, 0, 0, 0, 0, head["last_seq"])
-    # Payloads already on the remote (another journal's, or written through an ObjectPayloadStore) are
-    # found by a HEAD of each one this push would send, not by listing them all: a push costs what it
-    # sends, however many payloads the remote holds.
+    # Payloads already on the remote (another journal's, or written through an ObjectPayloadStore) are not sent
+    # again (`_RemotePayloads`: a HEAD of each, or one listing of a remote that holds few).
+    on_remote = _RemotePayloads(remote)
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
     own_payloads = journal.local_payloads()
@@ -253,7 +284,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
         # bandwidth, bounds a push of many payloads. None: it was there; else (bytes sent, problem).
         def send(item: Tuple[Any, int, int]) -> Optional[Tuple[int, Optional[str]]]:
             ref = item[0]
-            if remote.exists(f"payloads/{ref.digest}"):
+            if on_remote.holds(ref.digest):
                 return None
             blob, problem = local_payload(own_payloads, ref)
             if problem:
@@ -261,7 +292,9 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
             remote.put(f"payloads/{ref.digest}", blob)
             return len(blob), None
 
-        for (ref, seq, step), found in in_parallel(list(payloads_of(events, known).values()), send, _SENDS_AT_ONCE):
+        wanted = list(payloads_of(events, known).values())
+        on_remote.prepare(len(wanted))
+        for (ref, seq, step), found in in_parallel(wanted, send, _SENDS_AT_ONCE):
             if found is None:
                 known.add(ref.digest)
                 continue

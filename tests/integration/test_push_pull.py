@@ -141,18 +141,50 @@ def test_two_journals_pushed_to_one_remote_merge_and_the_audit_shows_where_each_
         assert jb.recorded_steps(run="bob") == [1, 2, 3]
 
 
-def test_a_push_looks_up_only_the_payloads_it_sends_and_never_lists_those_of_the_remote(tmp_path):
+def _looked_up(monkeypatch) -> list:
+    """The keys each `Remote.exists` (a HEAD) is asked for, in this process."""
+    asked, real = [], Remote.exists
+    monkeypatch.setattr(Remote, "exists", lambda self, key: asked.append(key) or real(self, key))
+    return asked
+
+
+def test_a_push_of_many_payloads_lists_a_remote_that_holds_few_once_instead_of_a_head_of_each(tmp_path, s3_env,
+                                                                                            monkeypatch):
+    remote = f"{s3_env}/shared"
+    record_steps(tmp_path / "a", [1, 2])
+    record_steps(tmp_path / "b", [1, 2, 3, 4, 5])  # steps 1 and 2 hold a's payloads; 3-5, six of its own
+    assert push(str(tmp_path / "a"), remote).payloads_sent == 4
+    asked = _looked_up(monkeypatch)
+    report = push(str(tmp_path / "b"), remote)
+    assert report.payloads_sent == 6 and asked == []  # a's four found in the listing, not sent again; no HEAD
+    assert clone(remote, str(tmp_path / "c")).payloads_fetched == 10
+
+
+def test_a_push_looks_up_each_payload_on_a_remote_that_holds_many_or_cannot_be_listed(tmp_path, monkeypatch):
+    import stepjournal.sharing._remote as remote_module
+
     remote = (tmp_path / "remote").as_uri()
     record_steps(tmp_path / "a", [1, 2])
-    record_steps(tmp_path / "b", [1, 2, 3])  # steps 1 and 2 hold a's payloads, step 3 two of its own
+    record_steps(tmp_path / "b", [1, 2, 3, 4, 5])
     assert push(str(tmp_path / "a"), remote).payloads_sent == 4
-    # An object under payloads/ that no listing can read (a name that is not UTF-8): listing fails.
+    # More payloads there than a push lists: a HEAD of each it would send (a push costs what it sends).
+    monkeypatch.setattr(remote_module, "_LISTED_AT_MOST", 3)
+    asked = _looked_up(monkeypatch)
+    assert push(str(tmp_path / "b"), remote).payloads_sent == 6 and len(asked) == 10
+    # An object under payloads/ that no listing can read (a name that is not UTF-8): the listing fails, the push
+    # looks each payload up, and says so at info.
+    from log_capture import captured_events
+
+    monkeypatch.setattr(remote_module, "_LISTED_AT_MOST", 1000)
+    record_steps(tmp_path / "d", [1, 2, 3, 4, 6])  # step 6's two payloads are new
     (tmp_path / "remote" / "payloads" / "\udcff").touch()
     with pytest.raises(RemoteError, match="listing"):
         Remote(remote).keys("payloads/")
-    report = push(str(tmp_path / "b"), remote)
-    assert report.payloads_sent == 2  # a's four were found there by name, step 3's two were sent
-    assert clone(remote, str(tmp_path / "c")).payloads_fetched == 6
+    asked.clear()
+    with captured_events() as events:
+        assert push(str(tmp_path / "d"), remote).payloads_sent == 2
+    assert len(asked) == 10 and [e["event"] for e in events].count("push_looks_up_payloads_one_by_one") == 1
+    assert clone(remote, str(tmp_path / "c")).payloads_fetched == 12
 
 
 def test_a_remote_listing_more_journals_than_a_pull_reads_is_refused_before_any_head_is_read(
