@@ -25,31 +25,15 @@ from ._render import human_size
 __all__ = ["progress_bar", "progress_to", "bytes_checked"]
 
 
-def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False, in_bytes: bool = False) -> Any:
-    """A rich progress bar on `err` (use as a context manager): drawn only when `err` is a terminal and
-    not `quiet` (a ``--json`` run), so a log file or a pipe gets no bar. `moved`: a column for each task's
-    ``moved`` field (the bytes moved and their rate, as `progress_to` fills it). `in_bytes`: the counts
-    are bytes, shown as sizes, with a ``rate`` field."""
-    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    columns = [TextColumn("{task.description}"), BarColumn()]
-    columns.append(DownloadColumn() if in_bytes else MofNCompleteColumn())
-    if moved:
-        columns.append(TextColumn("{task.fields[moved]}"))
-    if in_bytes:
-        columns.append(TextColumn("{task.fields[rate]}"))
-    return Progress(
-        *columns,
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=quiet or not err.is_terminal,
-    )
-
-
 class _NoBar:
-    """What `_OnFirstReport` holds when nothing is drawn (a pipe, a file, ``--json``): no rich bar is made."""
+    """What `progress_bar` gives when nothing is drawn (a pipe, a file, ``--json``): the calls a bar takes, doing
+    nothing, and no rich bar made."""
+
+    def __enter__(self) -> "_NoBar":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        pass
 
     def start(self) -> None:
         pass
@@ -64,12 +48,35 @@ class _NoBar:
         pass
 
 
-class _OnFirstReport:
-    """A bar made and started at the first report, with the rate of bytes over the whole verb; on `err`
-    when it is a terminal and not `quiet`, else none (`_NoBar`)."""
+def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False, in_bytes: bool = False) -> Any:
+    """A rich progress bar on `err` (use as a context manager): drawn only when `err` is a terminal and
+    not `quiet` (a ``--json`` run), so a log file or a pipe gets no bar. `moved`: a column for each task's
+    ``moved`` field (the bytes moved and their rate, as `progress_to` fills it). `in_bytes`: the counts
+    are bytes, shown as sizes, with a ``rate`` field."""
+    if quiet or not err.is_terminal:
+        return _NoBar()
+    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
 
-    def __init__(self, make: Callable[[], Any], err: Console, quiet: bool) -> None:
-        self._make = make if not quiet and err.is_terminal else _NoBar
+    columns = [TextColumn("{task.description}"), BarColumn()]
+    columns.append(DownloadColumn() if in_bytes else MofNCompleteColumn())
+    if moved:
+        columns.append(TextColumn("{task.fields[moved]}"))
+    if in_bytes:
+        columns.append(TextColumn("{task.fields[rate]}"))
+    return Progress(
+        *columns,
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+    )
+
+
+class _OnFirstReport:
+    """A bar made and started at the first report, with the rate of bytes over the whole verb."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
         self._began = time.monotonic()
         self._bar: Optional[Any] = None
 
@@ -91,7 +98,7 @@ class _OnFirstReport:
 def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[..., None]]:
     """A library progress callback drawn on `err`: per kind of item, those done of all, the bytes moved
     so far and their rate (it `counts_bytes`), and the time left."""
-    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, moved=True), err, quiet)
+    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, moved=True))
     tasks: Dict[str, Any] = {}
 
     def update(what: str, done: int, total: int, moved: int = 0) -> None:
@@ -112,7 +119,7 @@ def progress_to(err: Console, *, quiet: bool = False) -> Iterator[Callable[..., 
 def bytes_checked(err: Console, *, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
     """`Journal.verify`'s progress callback drawn on `err`: the bytes checked of all, their rate, and the
     time left."""
-    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, in_bytes=True), err, quiet)
+    shown = _OnFirstReport(lambda: progress_bar(err, quiet=quiet, in_bytes=True))
     task: Dict[str, Any] = {}
 
     def update(done: int, total: int) -> None:

@@ -410,8 +410,9 @@ class Projections:
 
     @staticmethod
     def rebuild_bytes(store: Store) -> int:
-        """What `rebuild_in` may write: the projections' pages as they are. The pages it drops are free only
-        to later transactions, so it writes that much anew; the map grows for it before the rebuild starts
+        """What `rebuild_in` may write, at most: the projections' pages as they are (the rows' whole, though it
+        writes only the rows that differ). The pages it drops are free only to later transactions, so it writes
+        that much anew; the map grows for it before the rebuild starts
         (`Store.write`'s `needed`) rather than filling midway, which would run the whole rebuild again."""
         with store.read() as txn:
             dbs = [store.db(name) for name in _PROJECTED]

@@ -39,8 +39,8 @@ from ..payloads._payloads import blob_intact
 from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, check_manifest, encode_segment, new_head, parse_head
 from ._remotes_config import resolve_remote
 
-__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "in_parallel", "local_payload",
-           "one_ahead", "pushed_head", "segments_to_push", "payloads_of"]
+__all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "RemotePayloads", "in_parallel",
+           "local_payload", "one_ahead", "pushed_head", "segments_to_push", "payloads_of"]
 
 log = get_logger(__name__)
 
@@ -135,8 +135,8 @@ def in_parallel(items: List[T], work: Callable[[T], R], workers: int) -> Iterato
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-class _RemotePayloads:
-    """Which payloads a remote already holds, as one push asks: found by a HEAD of each, or, once the push
+class RemotePayloads:
+    """Which payloads a remote already holds, as one push (or `remote_status`, for it) asks: found by a HEAD of each, or, once the push
     looks up `_LIST_FROM` or more at once (`prepare`), by one listing of ``payloads/`` when the remote holds at
     most `_LISTED_AT_MOST`: a push costs what it sends (one or two listing pages more on a larger remote),
     however many payloads the remote holds. A payload another push writes after the listing is sent again,
@@ -269,8 +269,8 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     if head["last_seq"] >= total:
         return PushReport(source, 0, 0, 0, 0, head["last_seq"])
     # Payloads already on the remote (another journal's, or written through an ObjectPayloadStore) are not sent
-    # again (`_RemotePayloads`: a HEAD of each, or one listing of a remote that holds few).
-    on_remote = _RemotePayloads(remote)
+    # again (`RemotePayloads`: a HEAD of each, or one listing of a remote that holds few).
+    on_remote = RemotePayloads(remote)
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
     own_payloads = journal.local_payloads()

@@ -4,7 +4,7 @@ Nothing is sent, written or committed: it reads the remote's manifest, its heads
 pull side, the segments not pulled yet) and the journal's log, and asks push's and pull's own
 planning (`segments_to_push` / `payloads_of`, `incoming` / `planned_runs`) what they would do, so
 it cannot tell another story than the verbs. A payload a push would send is looked up on the
-remote by name (one ``HEAD`` each, as the push does).
+remote as the push looks it up (`RemotePayloads`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..base._errors import RemoteMissingError
 from .._journal import Journal
 from ..payloads._object_client import Remote, remote_url
 from ._pull import incoming, planned_runs
-from ._remote import Released, journal_id, payloads_of, pushed_head, segments_to_push
+from ._remote import Released, RemotePayloads, journal_id, payloads_of, pushed_head, segments_to_push
 from ._remote_layout import MANIFEST, encode_segment
 from ._remotes_config import resolve_remote
 from ..base._secrets import public_url
@@ -84,12 +84,16 @@ def _to_push(journal: Journal, remote: Optional[Remote]) -> Tuple[int, int, int]
     known: Set[str] = set()
     local = journal.local_payloads()
     released = Released(journal)
+    on_remote = RemotePayloads(remote) if remote is not None else None
     events = payloads = nbytes = 0
     for batch, _through in segments_to_push(journal, head["last_seq"], known):
         skipped: Set[str] = set()
-        for digest, (ref, _seq, _step) in payloads_of(batch, known).items():
+        wanted = payloads_of(batch, known)
+        if on_remote is not None:
+            on_remote.prepare(len(wanted))
+        for digest, (ref, _seq, _step) in wanted.items():
             known.add(digest)
-            if remote is not None and remote.exists(f"payloads/{digest}"):
+            if on_remote is not None and on_remote.holds(digest):
                 continue
             if digest in released and not local.has(bytes.fromhex(digest)):
                 skipped.add(digest)  # the push sends the event without it
