@@ -9,7 +9,7 @@ from rich.console import Console
 
 import attrs
 
-from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle, export_payloads
+from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle
 from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         import safetensors.torch  # noqa: F401  (fail before a progress bar is drawn)
     except ImportError:
         raise Failure("export needs safetensors: pip install 'stepjournal[export]'") from None
+    from stepjournal import export_payloads  # imports torch (0.8 s): a bundle's export does without it
     with progress_to(err, quiet=args.json) as update:
         def exported(done: int, total: int, moved: int) -> None:
             update("export", done, total, moved)

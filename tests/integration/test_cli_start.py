@@ -15,7 +15,7 @@ import pytest
 PROBE = """
 import sys
 from stepjournal.adapters.cli import main
-code = main([{flag!r}])
+code = main({argv!r})
 heavy = sorted(m for m in ("torch", "numpy", "matplotlib", "safetensors", "structlog") if m in sys.modules)
 print("heavy:" + ",".join(heavy))
 sys.exit(code)
@@ -24,9 +24,25 @@ sys.exit(code)
 
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_import_no_tensor_library(flag):
-    done = subprocess.run([sys.executable, "-c", PROBE.format(flag=flag)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=[flag])], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "heavy:"
+
+
+@pytest.mark.parametrize("verb", ["audit", "verify", "export --bundle", "push"])
+def test_a_verb_that_decodes_no_payload_imports_no_torch(tmp_path, verb):
+    import torch
+
+    from stepjournal import Journal
+
+    with Journal(str(tmp_path / "j"), run="r") as journal:
+        journal.record(1, {"x": torch.arange(3)})
+    argv = {"audit": ["audit", str(tmp_path / "j")], "verify": ["verify", str(tmp_path / "j")],
+            "export --bundle": ["export", str(tmp_path / "j"), "--bundle", str(tmp_path / "b.bundle")],
+            "push": ["push", str(tmp_path / "j"), str(tmp_path / "remote")]}[verb]
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "torch" not in done.stdout.splitlines()[-1].removeprefix("heavy:").split(",")
 
 
 def test_a_verb_that_reads_payloads_still_gets_torch(tmp_path):
