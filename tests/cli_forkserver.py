@@ -30,7 +30,7 @@ import threading
 
 def _serve(sock: socket.socket) -> bool:
     """Answer requests until the client closes its end; True in a forked child, which then runs its command."""
-    waiting: dict = {}
+    waiting: set = set()  # the command's child, while it runs
     while True:
         ready, _, _ = select.select([sock], [], [], 0.005 if waiting else None)
         if ready:
@@ -45,13 +45,13 @@ def _serve(sock: socket.socket) -> bool:
                 return True
             for fd in fds:
                 os.close(fd)
-            waiting[pid] = True
+            waiting.add(pid)
             sock.send(json.dumps({"pid": pid}).encode())
         while waiting:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            del waiting[pid]
+            waiting.discard(pid)
             sock.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import locale
 import os
 import selectors
 import socket
@@ -155,8 +156,6 @@ def _read_both(out_fd: int, err_fd: int, deadline: float):
 
 def _as_text(data: bytes) -> str:
     """`data` as ``subprocess.run(..., text=True)`` decodes it (the locale's encoding, universal newlines)."""
-    import locale
-
     return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
