@@ -22,37 +22,28 @@ import atexit
 import json
 import os
 import runpy
-import select
 import socket
 import sys
 import threading
 
 
 def _serve(sock: socket.socket) -> bool:
-    """Answer requests until the client closes its end; True in a forked child, which then runs its command."""
-    waiting: set = set()  # the command's child, while it runs
+    """Answer requests until the client closes its end; True in a forked child, which then runs its command.
+    One command at a time (the client sends the next after the last one's status), so the server waits for it."""
     while True:
-        ready, _, _ = select.select([sock], [], [], 0.005 if waiting else None)
-        if ready:
-            message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3)
-            if not message:
-                return False
-            request = json.loads(message)
-            pid = os.fork()
-            if pid == 0:
-                sock.close()
-                _become(request, fds)
-                return True
-            for fd in fds:
-                os.close(fd)
-            waiting.add(pid)
-            sock.send(json.dumps({"pid": pid}).encode())
-        while waiting:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            waiting.discard(pid)
-            sock.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+        message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3)
+        if not message:
+            return False
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            _become(json.loads(message), fds)
+            return True
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+        _, status = os.waitpid(pid, 0)
+        sock.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
 
 
 def _become(request: dict, fds: list) -> None:

@@ -59,9 +59,10 @@ def run_cli(
         environ = {key: value for key, value in {**os.environ, **env}.items() if value is not None}
     if not fresh and os.environ.get(FRESH_ENV, "") in ("", "0") and hasattr(os, "fork"):
         server = _ForkServer.get()
-        if server.takes(environ or dict(os.environ)) and server.lock.acquire(blocking=False):
+        command_env = environ or dict(os.environ)
+        if server.takes(command_env) and server.lock.acquire(blocking=False):
             try:
-                return server.run(list(args), cwd=cwd, env=environ or dict(os.environ), text=text, timeout=timeout)
+                return server.run(list(args), cwd=cwd, env=command_env, text=text, timeout=timeout)
             finally:
                 server.lock.release()
     return subprocess.run([*CLI, *args], capture_output=True, text=text, cwd=cwd, env=environ, timeout=timeout)
