@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,6 +20,12 @@ settings.register_profile(
 # CI runs the same examples every time, so a red build is reproducible from its log alone.
 settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
+
+# pytest keeps each test module's assertion-rewritten bytecode in __pycache__ only where the process may write
+# bytecode. Where PYTHONDONTWRITEBYTECODE is set (as on these machines) every worker would rewrite all ~110
+# test modules at each run (3 s a worker); the pytest processes write it, as `make`'s compileall writes the
+# package's (the Makefile). The processes the tests start keep the environment's setting.
+sys.dont_write_bytecode = False
 
 # The CLI honours COLUMNS (and a pager) the way a user's shell sets them. A CI shell may export them,
 # and GNU readline (which pytest imports before any conftest) writes COLUMNS and LINES into the C

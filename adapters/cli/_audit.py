@@ -171,7 +171,7 @@ _WIDE = ("#", "session", "run", "mode", "stage", "step", "idx", "action", "store
 def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], names: Dict[str, str], *,
                  wide: bool) -> None:
     count = 0
-    out.print(f"generate calls in {cell(path)}")
+    out.print(f"generate calls in {cell(path)}", soft_wrap=True)  # a long path stays whole, to copy
     for start, chunk in enumerate(_chunks(rows)):
         table = _wide_table(chunk, names) if wide else _narrow_table(out.width, chunk, names)
         table.show_header = start == 0

@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace, out: Console) -> int:
 
                 print_text(text, page)
             if args.plot is not None:
-                page.print(f"wrote {escape(args.plot)}")
+                page.print(f"wrote {escape(args.plot)}", soft_wrap=True)
     return report.exit_code
 
 
@@ -190,8 +190,8 @@ def _title(report: DiffReport) -> str:
 def _print_report(report: DiffReport, out: Console) -> None:
     style = "green" if report.exit_code == 0 else "bold red"
     out.print(f"[{style}]{cell(report.summary)}[/]")
-    out.print(f"A: {cell(_side_text(report.a))}")
-    out.print(f"B: {cell(_side_text(report.b))}")
+    out.print(f"A: {cell(_side_text(report.a))}", soft_wrap=True)  # paths stay whole, to copy
+    out.print(f"B: {cell(_side_text(report.b))}", soft_wrap=True)
     out.print(_table(report, out.width))
     counts = ", ".join(f"{n} {_COUNT_TEXT[state]}" for state, n in report.counts.items() if n)
     out.print(f"{len(report.pairs)} pairs: {counts}; {report.payloads_loaded} payloads loaded")

@@ -25,5 +25,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     # Maintenance records no calls, so it opens no session: the log keeps only what trainers did.
     with Journal(args.journal, session=False) as journal:
         count = journal.reindex()
-    out.print(f"rebuilt the index of {cell(args.journal)} from {count} events")
+    out.print(f"rebuilt the index of {cell(args.journal)} from {count} events", soft_wrap=True)
     return 0

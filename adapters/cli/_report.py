@@ -124,5 +124,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     page = render(data, title=f"{os.path.basename(os.path.abspath(args.journal))}: run {run_key}")
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(page)
-    out.print(f"wrote {cell(args.out)} ({len(data['steps'])} steps, {human_size(len(page.encode()))})")
+    out.print(f"wrote {cell(args.out)} ({len(data['steps'])} steps, {human_size(len(page.encode()))})", soft_wrap=True)
     return 0

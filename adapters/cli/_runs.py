@@ -43,10 +43,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json([s.to_json() for s in summaries])
         return 0
     if not summaries:
-        out.print(f"journal {cell(args.journal)} is empty")
+        out.print(f"journal {cell(args.journal)} is empty", soft_wrap=True)
         return 0
     names = names_of_sessions(summaries)
-    out.print(f"runs in {cell(args.journal)}")
+    out.print(f"runs in {cell(args.journal)}", soft_wrap=True)
     if args.wide:
         out.print(_wide_runs(summaries))
         out.print("sessions")

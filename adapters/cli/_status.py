@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(status)})
         return 0
-    out.print(f"{cell(args.journal)} and {cell(redact(status.url))}:")
+    out.print(f"{cell(args.journal)} and {cell(redact(status.url))}:", soft_wrap=True)
     sources = len(status.to_pull_sources)
     out.print(f"  push would send {status.to_push_events} events, {status.to_push_payloads} payloads "
               f"({human_size(status.to_push_bytes)})")

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     links = len(timeline.link_pairs)
     out.print(f"wrote {escape(args.out)} ({timeline.calls} calls, {len(timeline.steps)} steps, "
               f"{len(timeline.segments)} segments, {links} replay links"
-              f"{'' if timeline.arrows or not links else f', no arrows above {MAX_ARROWS}'})")
+              f"{'' if timeline.arrows or not links else f', no arrows above {MAX_ARROWS}'})", soft_wrap=True)
     for hidden in timeline.hidden:
         out.print(f"  sources outside the view: {escape(hidden.describe())}")
     return 0

@@ -73,7 +73,8 @@ def display_width(line: str) -> int:
 def test_the_default_audit_view_fits_the_terminal_one_line_per_call(journal, columns):
     out = ok(cli("audit", journal, columns=columns))
     lines = out.splitlines()
-    assert all(display_width(line) <= columns for line in lines), max(lines, key=len)
+    assert lines[0] == f"generate calls in {journal}"  # whole on one line, however long, to copy
+    assert all(display_width(line) <= columns for line in lines[1:]), max(lines[1:], key=len)
     rows = [line for line in lines[:-1] if line.split()[:1] and line.split()[0].isdigit()]
     assert len(rows) == 62  # every call on exactly one line
     header = lines[1].split()
@@ -88,6 +89,15 @@ def test_audit_wide_shows_all_fourteen_columns(journal):
     header = out.splitlines()[1].split()
     assert header[:4] == ["#", "session", "run", "mode"] and "digest" in header and "size" in header
     assert "time" in header and len(out.splitlines()[1].split("  ")) > 1
+
+
+def test_a_journal_path_wider_than_the_terminal_stays_whole_on_the_title_line(journal, tmp_path):
+    longer = tmp_path / ("a-folder-name-wider-than-the-terminal-" * 3)  # a link: the title shows the path given
+    longer.symlink_to(journal)
+    for flags in ((), ("--summary",)):
+        lines = ok(cli("audit", str(longer), *flags, columns=80)).splitlines()
+        assert lines[0].startswith(f"generate calls in {longer}") and len(lines[0]) > 80, lines[:2]
+        assert all(display_width(line) <= 80 for line in lines[1:]), max(lines[1:], key=len)
 
 
 def test_audit_limit_prints_only_the_first_calls_in_every_format(journal):
@@ -192,7 +202,7 @@ def test_diff_on_a_terminal_goes_through_the_pager_and_fits_its_width(journal, t
     shown = run_in_pty(argv, env)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
     assert marker.read_text() == "PAGER-RAN\n" and "runs agree: 20 pairs over steps 1-20 are equal" in plain
-    assert max(len(line) for line in plain.replace("\r", "").splitlines()) <= 80, plain
+    assert max(len(line) for line in plain.replace("\r", "").splitlines() if journal not in line) <= 80, plain
     marker.unlink()
     assert "20 pairs" in run_in_pty(argv + ["--no-pager"], env) and not marker.exists()
 
@@ -285,8 +295,8 @@ def test_every_table_verb_fits_the_terminal_in_a_pseudo_terminal(journal, column
         views |= {"runs --wide": ["runs", journal, "--wide"], "audit --wide": ["audit", journal, "--wide"]}
     for view, argv in views.items():
         shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), *argv], env)).replace("\r", "")
-        lines = shown.splitlines()
-        assert len(lines) >= 2 and max(len(line) for line in lines) <= columns, (view, shown)
+        lines = shown.splitlines()  # a line naming the journal keeps its path whole, however long: the others fit
+        assert len(lines) >= 2 and max(len(line) for line in lines if journal not in line) <= columns, (view, shown)
     table = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), "runs", journal], env))
     # One name per session everywhere: the runs table names them as audit and diff take them.
     assert re.search(r"^s1 .* exp", table, re.M) and re.search(r"^s2 .* exp", table, re.M)

@@ -45,8 +45,9 @@ def test_dataloader_fork_workers_reopen_the_parents_journal_and_the_parent_goes_
     path = str(tmp_path / "journal")
     with Journal(path, run="loader") as journal:
         journal.record(1, {"x": torch.zeros(8)})
+        # timeout: a worker that cannot hand its batch back fails the test instead of hanging it
         loader = DataLoader(_RecordingDataset(journal, 12), batch_size=3, num_workers=2,
-                            multiprocessing_context="fork")
+                            multiprocessing_context="fork", timeout=60)
         rows = torch.cat(list(loader))
         assert sorted(rows[:, 0].tolist()) == list(range(12))
         worker_pids = set(rows[:, 2].tolist())

@@ -47,7 +47,7 @@ def report(tmp_path_factory, tokenizer_dir):  # noqa: F811
     page = folder / "run.html"
     done = run_cli("report", path, "-o", str(page))
     assert done.returncode == 0, done.stderr
-    assert f"wrote {page} ({STEPS} steps" in " ".join(done.stdout.split())
+    assert done.stdout.startswith(f"wrote {page} ({STEPS} steps")  # one line, the path whole
     return path, page
 
 
