@@ -19,7 +19,6 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 
 from stepjournal import Journal, StepJournalError
-from stepjournal.index._samples import samples_of_steps
 
 from ._args import nonneg_int
 from ._common import choose_run
@@ -59,6 +58,8 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
         entry["durations"][r.stage] = entry["durations"].get(r.stage, 0.0) + (r.duration_s or 0.0)
         if r.stage == "generate" and r.gen_index == 0:
             entry["action"], entry["source_step"] = r.action, r.source_step
+    from stepjournal.index._samples import samples_of_steps  # here, with torch: building the parser imports neither
+
     filled: set = set()
     try:
         for step, found in samples_of_steps(journal, set(steps), run=run, tokenizer=tokenizer, decoded=per_step):

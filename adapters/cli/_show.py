@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
-import torch
 from rich.console import Console
 from rich.tree import Tree
 
@@ -19,12 +18,9 @@ from stepjournal import (
     AuditRecord,
     GenerationRecorded,
     Journal,
-    OpaqueReader,
-    OpaqueValue,
     PayloadRef,
     PayloadsReleased,
     ReplayServed,
-    describe_payload,
 )
 from stepjournal.policies import StepRanges
 
@@ -64,15 +60,18 @@ def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
 
 def _preview(value: Any) -> Optional[List[Any]]:
     """The first few values of a tensor or array, as JSON-able Python numbers (None when not numeric)."""
+    # A tensor or an array was decoded by torch or numpy, which its decoding imported: the verb's module imports
+    # neither, so that building the whole parser (shell completion, at each shell's start) stays light.
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
     try:
-        if isinstance(value, torch.Tensor):
+        if torch is not None and isinstance(value, torch.Tensor):
             flat = value.reshape(-1)[:_PREVIEW_VALUES]
             if flat.dtype.is_complex:
                 return [str(v) for v in flat.tolist()]
             if flat.dtype.is_floating_point and flat.dtype not in (torch.float32, torch.float64):
                 flat = flat.to(torch.float32)
             items = flat.tolist()
-        elif isinstance(value, np.ndarray):
+        elif np is not None and isinstance(value, np.ndarray):
             items = value.reshape(-1)[:_PREVIEW_VALUES].tolist()
         else:
             return None
@@ -89,6 +88,12 @@ def _preview(value: Any) -> Optional[List[Any]]:
     return out
 
 
+def _opaque_value() -> type:
+    from stepjournal import OpaqueValue  # imported by `run` already, with the reader
+
+    return OpaqueValue
+
+
 def _annotate(node: Dict[str, Any], value: Any) -> None:
     """Add a "preview" of the first values to every tensor and array node of a `describe_payload` tree."""
     kind = node.get("kind")
@@ -102,10 +107,10 @@ def _annotate(node: Dict[str, Any], value: Any) -> None:
     elif kind == "dict" and isinstance(value, dict):
         for child, item in zip(node["items"], value.values()):
             _annotate(child["value"], item)
-    elif kind == "object_array" and isinstance(value, np.ndarray):
+    elif kind == "object_array" and isinstance(value, sys.modules["numpy"].ndarray):  # numpy decoded it
         for child, item in zip(node["items"], value.flat):
             _annotate(child, item)
-    elif kind == "ext" and isinstance(value, OpaqueValue):
+    elif kind == "ext" and isinstance(value, _opaque_value()):
         _annotate(node["value"], value.value)
 
 
@@ -182,6 +187,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return show_text(args, out, err)
     if args.tokenizer is not None:
         raise UsageError("--tokenizer goes with --text")
+    from stepjournal import OpaqueReader, describe_payload  # here, with torch: building the parser imports neither
+
     with OpaqueReader(args.journal) as reader:
         journal = reader.journal
         run = choose_run(journal, args.run)

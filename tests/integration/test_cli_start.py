@@ -1,4 +1,4 @@
-"""`stepjournal --help` and `--version` start without torch, numpy or structlog: a verb that needs them pays alone.
+"""`stepjournal --help`, `--version` and `completion` start without torch, numpy or structlog: a verb that needs them pays alone.
 
 structlog's package imports rich's traceback and pretty-printing modules, about half of what the
 CLI's start imported once torch was gone: the library's loggers build their structlog logger at the
@@ -22,9 +22,10 @@ sys.exit(code)
 """
 
 
-@pytest.mark.parametrize("flag", ["--help", "--version"])
-def test_help_and_version_import_no_tensor_library(flag):
-    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=[flag])], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["completion", "bash"], ["completion", "zsh"]])
+def test_help_version_and_completion_import_no_tensor_library(argv):
+    """Completion builds every verb's arguments, at each start of a shell that sources it."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "heavy:"
 
