@@ -2,7 +2,7 @@
 
 - `report`: figures for docs/reliability.md, merged into the JSON file named by the environment
   variable ``STEPJOURNAL_RELIABILITY_REPORT`` (nothing is written when it is unset).
-- `worker_context`: the multiprocessing context of the kill loops (see its docstring).
+- `worker_context`: the multiprocessing context that starts the tests' child processes (see its docstring).
 - `expected_output`: the deterministic rollout the writer children record, so the parent can check
   every byte that was served without keeping a copy.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 REPORT_ENV = "STEPJOURNAL_RELIABILITY_REPORT"
+_SERVER_ENV: "dict | None" = None  # the environment the forkserver of `worker_context` started with
 
 
 def report(section: str, **figures: Any) -> None:
@@ -50,7 +51,8 @@ def report(section: str, **figures: Any) -> None:
 
 
 def worker_context(kind: str = "forkserver"):
-    """The context that starts the writer children of the kill loops.
+    """The context that starts a test's child processes: a second writer or reader, a session that holds a
+    run, the writers of the kill loops.
 
     ``spawn`` pays the import of torch (about 1.7 s of CPU) for every child; the kill loops start
     hundreds. ``forkserver`` starts one clean server process the way spawn does (no journal is ever
@@ -58,8 +60,19 @@ def worker_context(kind: str = "forkserver"):
     package loads them lazily, the codec and torch at the first payload, so preloading the package
     alone would leave each child ~2 s of imports, and a kill loop's kills would all land before the
     first call), and forks each child from it: a child is as clean as a spawned one and costs
-    milliseconds. Tests that start a handful of children use ``spawn``.
+    milliseconds. It has the working folder and ``sys.path`` of the process that starts it, but the
+    environment the server started with: when this process's environment has changed since (pytest's
+    ``PYTEST_CURRENT_TEST`` aside), the context is ``spawn``. The tests about spawn itself and the memory
+    measurements (a child's peak RSS and address-space limit would hold the preloaded modules) use
+    ``spawn`` themselves.
     """
+    global _SERVER_ENV
+    if kind == "forkserver":
+        here = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        if _SERVER_ENV is None:
+            _SERVER_ENV = here
+        elif here != _SERVER_ENV:
+            kind = "spawn"
     ctx = mp.get_context(kind)
     if kind == "forkserver":
         ctx.set_forkserver_preload(["torch", "stepjournal.payloads._codec", "stepjournal._journal", "stepjournal.adapters._raw",

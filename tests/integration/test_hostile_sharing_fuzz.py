@@ -12,13 +12,12 @@ fresh seed.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import random
 import signal
 
 import pytest
 
-from reliability_support import report
+from reliability_support import report, worker_context
 
 
 def sharing_fuzz(tmp_path, cases: int, seed: int) -> dict:
@@ -27,7 +26,7 @@ def sharing_fuzz(tmp_path, cases: int, seed: int) -> dict:
 
     bundle, _remote = build_seed(str(tmp_path))
     out = str(tmp_path / "sharing-fuzz.json")
-    proc = mp.get_context("spawn").Process(target=run_cases, args=(bundle, seed, 0, cases, str(tmp_path), out))
+    proc = worker_context().Process(target=run_cases, args=(bundle, seed, 0, cases, str(tmp_path), out))
     proc.start()
     proc.join(7200)  # a hang detector only: each case has its own alarm
     if proc.exitcode != 0:

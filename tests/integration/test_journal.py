@@ -29,6 +29,7 @@ from stepjournal.events._convert import decode_event, encode_event
 
 from kill_points import Lockstep, nth_after, start_process
 from lmdb_raw import flip_byte, items, put_raw
+from reliability_support import worker_context
 
 
 def rollout(step: int, n: int = 4) -> dict:
@@ -282,7 +283,7 @@ def _child_records(path: str, steps: list[int]) -> None:
 def test_a_second_process_sees_what_the_first_committed(jpath):
     with Journal(jpath, run="child") as j:
         assert j.recorded_steps() == []
-        proc = mp.get_context("spawn").Process(target=_child_records, args=(jpath, [1, 2, 3]))
+        proc = worker_context().Process(target=_child_records, args=(jpath, [1, 2, 3]))
         proc.start()
         proc.join(120)
         assert proc.exitcode == 0
@@ -305,7 +306,7 @@ def test_sigkill_during_appends_leaves_a_whole_journal(jpath):
     """Killed at a seeded point of its appends after three records (inside a record's transaction, its
     commit, or between records), the journal holds each record that returned and at most one more."""
     rng = random.Random(11)
-    child = start_process(mp.get_context("spawn"), _child_records_forever, jpath)
+    child = start_process(worker_context(), _child_records_forever, jpath)
     said = child.run_to(nth_after("recorded 3", rng.randint(1, 27)), release=rng.random() < 0.5)
     returned = max(int(label.split()[1]) for label in said if label.startswith("recorded "))
     with Journal(jpath, run="k") as j:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 
 import lmdb
@@ -12,6 +11,7 @@ import torch
 from journal_workers import record_steps
 from stepjournal import IntegrityError, Journal, JournalError
 from stepjournal.index._projections import SESSIONS_FLAG
+from reliability_support import worker_context
 
 
 def _drop_sessions_index(path: str) -> None:
@@ -85,7 +85,7 @@ def test_every_record_acknowledged_while_reindex_runs_in_a_loop_is_in_the_index(
     path, writers, steps = str(tmp_path / "journal"), 3, 300
     with Journal(path, session=False):
         pass
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     acks = [str(tmp_path / f"ack{i}") for i in range(writers)]
     procs = [ctx.Process(target=record_steps, args=(path, f"w{i}", steps, acks[i])) for i in range(writers)]
     for p in procs:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 import shlex
 import shutil
@@ -29,6 +28,7 @@ from stepjournal.policies import Engine, ReplayMissError
 import never_lose_work_workers as workers
 from log_capture import captured_events
 from cli_support import run_cli
+from reliability_support import worker_context
 
 
 class Sample:
@@ -310,7 +310,7 @@ def test_a_folder_this_user_cannot_write_gives_a_journal_error_not_permission_er
 
 def _second_writer(path, run, *, hold_run="default"):
     """Spawn a process recording step 1 of `hold_run` and staying open, then one recording step 1 of `run`."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     recorded, release, answers = ctx.Event(), ctx.Event(), ctx.Queue()
     first = ctx.Process(target=workers.record_and_hold, args=(str(path), hold_run, recorded, release, answers))
     first.start()
@@ -347,7 +347,7 @@ def test_sessions_of_other_runs_or_after_the_writer_ended_are_not_warned(tmp_pat
     path = tmp_path / "j"
     _, report = _second_writer(path, "other-run")
     assert report["warnings"] == []
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     answers = ctx.Queue()
     later = ctx.Process(target=workers.record_and_report, args=(str(path), "default", answers))
     later.start()

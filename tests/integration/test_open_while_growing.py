@@ -9,7 +9,6 @@ the grown map, and give up in words only when the resizing never settles.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import lmdb
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from stepjournal import Journal, JournalError
+from reliability_support import worker_context
 
 RESIZED = "mdb_txn_begin: MDB_MAP_RESIZED: Database contents grew beyond environment mapsize"  # LMDB's words
 
@@ -27,7 +27,7 @@ def _child_grows(path: str) -> None:
 
 
 def _grown_by_a_second_process(path: str) -> None:
-    child = mp.get_context("spawn").Process(target=_child_grows, args=(path,))
+    child = worker_context().Process(target=_child_grows, args=(path,))
     child.start()
     child.join(120)
     assert child.exitcode == 0

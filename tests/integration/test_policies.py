@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import multiprocessing as mp
 import os
 import signal
 import warnings
@@ -42,6 +41,7 @@ from stepjournal.policies import (
     parse,
     policy_by_name,
 )
+from reliability_support import worker_context
 
 
 class Generator:
@@ -271,7 +271,7 @@ def decisions(path: str) -> list:
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tmp_path):
     policy = "dump@1-4;repeat"
     whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     p = ctx.Process(target=_train_steps, args=(whole, policy, 1, 20, None))
     p.start(), p.join(120)
     assert p.exitcode == 0

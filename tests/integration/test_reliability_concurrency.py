@@ -9,7 +9,6 @@ exactly once, nothing else is, and every payload verifies and holds the bytes th
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections import Counter
 
@@ -18,7 +17,7 @@ import torch
 
 from stepjournal import GenerationRecorded, Journal, SessionOpened
 
-from reliability_support import report
+from reliability_support import report, worker_context
 from reliability_workers import concurrent_payload, concurrent_writer, snapshot_reader
 
 ASYNC_BASE = 1_000_000
@@ -27,7 +26,7 @@ ASYNC_BASE = 1_000_000
 def run_concurrently(tmp_path, procs: int, threads: int, per_thread: int, async_steps: int, fanout: int) -> dict:
     path = str(tmp_path / "journal")
     Journal(path, run="parent").close()
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     stop, reader_out = str(tmp_path / "stop"), str(tmp_path / "reader.txt")
     reader = ctx.Process(target=snapshot_reader, args=(path, stop, reader_out))
     reader.start()

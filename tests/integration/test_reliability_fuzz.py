@@ -9,7 +9,6 @@ never runs code. ``make soak`` runs ten times the budget with a fresh seed, and 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import random
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reliability_support import report
+from reliability_support import report, worker_context
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -27,7 +26,7 @@ def fuzz(tmp_path, examples: int, seed: int, deadline_ms: int = 2000) -> dict:
     from fuzz_targets import run_fuzz
 
     out = str(tmp_path / "fuzz.json")
-    proc = mp.get_context("spawn").Process(target=run_fuzz, args=(examples, seed, out, deadline_ms))
+    proc = worker_context().Process(target=run_fuzz, args=(examples, seed, out, deadline_ms))
     proc.start()
     proc.join(3600)
     assert proc.exitcode == 0, f"the fuzzing child died ({proc.exitcode}): a crash or an unbounded allocation"
@@ -135,7 +134,7 @@ def lmdb_fuzz(tmp_path, cases: int, seed: int) -> dict:
     seed_file = str(tmp_path / "seed.mdb")
     shutil.copy(tmp_path / "seed" / "data.mdb", seed_file)
     out = str(tmp_path / "lmdb-fuzz.json")
-    proc = mp.get_context("spawn").Process(target=run_lmdb_fuzz, args=(seed_file, seed, cases, str(tmp_path), out))
+    proc = worker_context().Process(target=run_lmdb_fuzz, args=(seed_file, seed, cases, str(tmp_path), out))
     proc.start()
     proc.join(3600)
     if proc.exitcode != 0:

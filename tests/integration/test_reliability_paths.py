@@ -8,7 +8,6 @@ Pickled dumps are imported only with --trust-pickle.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
 import re
@@ -21,7 +20,7 @@ import torch
 from stepjournal import Journal, UnsafePathError, resolve_journal_path
 
 from log_capture import captured_events
-from reliability_support import report
+from reliability_support import report, worker_context
 from cli_support import run_cli
 
 
@@ -101,7 +100,7 @@ def _create_with_umask_zero(path: str) -> None:
 
 def test_journal_folders_and_files_are_owner_only_even_with_a_permissive_umask(tmp_path):
     path = str(tmp_path / "journal")
-    proc = mp.get_context("spawn").Process(target=_create_with_umask_zero, args=(path,))
+    proc = worker_context().Process(target=_create_with_umask_zero, args=(path,))
     proc.start()
     proc.join(120)
     assert proc.exitcode == 0

@@ -8,7 +8,6 @@ The loop is built from verl's own DataProto operations (``from_single_dict``, ``
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import random
 import threading
@@ -47,6 +46,7 @@ from verl_support import (
     verl_config,
 )
 from cli_support import run_cli
+from reliability_support import worker_context
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +122,7 @@ def test_validation_calls_are_bypassed_and_journaled_as_bypassed(tmp_path):
 
 
 def test_resume_after_a_kill_at_step_7_continues_call_for_call(tmp_path):
-    child = multiprocessing.get_context("spawn").Process(target=record_until_killed, args=(str(tmp_path),))
+    child = worker_context().Process(target=record_until_killed, args=(str(tmp_path),))
     child.start()
     child.join(300)
     assert child.exitcode == -9, "the recording run should die by SIGKILL at step 7"

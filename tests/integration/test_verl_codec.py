@@ -3,7 +3,6 @@ same meta_info), including through record -> replay in a new process."""
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ from stepjournal.adapters.verl import dataproto_diff, decode_dataproto
 from stepjournal.policies import Engine, parse
 
 from verl_support import realistic_dataproto
+from reliability_support import worker_context
 
 
 def round_trip(data: DataProto) -> DataProto:
@@ -49,7 +49,7 @@ def test_a_realistic_dataproto_replays_identically_in_a_new_process(tmp_path):
     with Journal(path, run="r") as journal:
         Engine(journal, parse("dump")).call(3, lambda: realistic_dataproto(rows=8, seed=5),
                                            input=realistic_dataproto(rows=4, seed=6))
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     queue = ctx.Queue()
     child = ctx.Process(target=_replay_in_child, args=(path, queue))
     child.start()
