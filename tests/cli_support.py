@@ -1,7 +1,8 @@
 """The command line as a user runs it, ``python -m stepjournal ...`` in a process of its own: one helper for every test.
 
-No tests here. `run_cli` runs a command to its end; `CLI` is the command's first words, for a test that
-starts processes itself (several at once, or one it reads while it runs).
+No tests here. `run_cli` runs a command to its end; `start_cli` starts one on descriptors of the test's (a
+pseudo-terminal) and returns at once; `CLI` is the command's first words, for a test that starts processes
+itself (several at once, or one it reads while it runs).
 
 A fresh interpreter spends 0.1 s starting the CLI and 0.8 s more importing torch, which most commands need:
 most of what the CLI tests cost. So `run_cli` forks each command from a process that has imported them
@@ -26,9 +27,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
-__all__ = ["CLI", "run_cli", "ok", "forked_commands"]
+__all__ = ["CLI", "run_cli", "start_cli", "ok", "forked_commands"]
 
 CLI = (sys.executable, "-m", "stepjournal")
 FRESH_ENV = "STEPJOURNAL_TEST_FRESH_CLI"
@@ -57,15 +58,65 @@ def run_cli(
     environ = None
     if env:
         environ = {key: value for key, value in {**os.environ, **env}.items() if value is not None}
-    if not fresh and os.environ.get(FRESH_ENV, "") in ("", "0") and hasattr(os, "fork"):
-        server = _ForkServer.get()
-        command_env = environ or dict(os.environ)
-        if server.takes(command_env) and server.lock.acquire(blocking=False):
-            try:
-                return server.run(list(args), cwd=cwd, env=command_env, text=text, timeout=timeout)
-            finally:
-                server.lock.release()
+    server = _forking(environ or dict(os.environ), fresh)
+    if server is not None:
+        try:
+            return server.run(list(args), cwd=cwd, env=environ or dict(os.environ), text=text, timeout=timeout)
+        finally:
+            server.lock.release()
     return subprocess.run([*CLI, *args], capture_output=True, text=text, cwd=cwd, env=environ, timeout=timeout)
+
+
+def start_cli(*args: str, stdin: int, stdout: int, stderr: int, env: Mapping[str, str]) -> Any:
+    """Start ``stepjournal ARGS`` on the descriptors given (a pseudo-terminal's follower for all three) and
+    return at once: a handle with `pid`, `poll()`, `wait(timeout)` and `returncode`, as `subprocess.Popen`
+    has. `env` is the command's whole environment. Forked from the prepared interpreter where `run_cli` would
+    fork it, else a `subprocess.Popen` of the installed ``stepjournal`` script."""
+    server = _forking(dict(env), False)
+    if server is None:
+        script = str(Path(sys.executable).with_name("stepjournal"))
+        return subprocess.Popen([script, *args], stdin=stdin, stdout=stdout, stderr=stderr, env=dict(env),
+                                close_fds=True)
+    try:
+        pid = server.start(list(args), [stdin, stdout, stderr], cwd=os.getcwd(), env=dict(env))
+    except BaseException:
+        server.lock.release()
+        raise
+    return _Started(server, pid)
+
+
+def _forking(env: Mapping[str, str], fresh: bool) -> Optional["_ForkServer"]:
+    """This process's fork server, its lock held, when a command with `env` may be forked from it; else None."""
+    if fresh or os.environ.get(FRESH_ENV, "") not in ("", "0") or not hasattr(os, "fork"):
+        return None
+    server = _ForkServer.get()
+    if server.takes(env) and server.lock.acquire(blocking=False):
+        return server
+    return None
+
+
+class _Started:
+    """A command `start_cli` forked: the fork server's lock is held until its status is read."""
+
+    def __init__(self, server: "_ForkServer", pid: int) -> None:
+        self.server, self.pid, self.returncode = server, pid, None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            self._ended(self.server.status(block=False))
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is None:
+            self._ended(self.server.status(block=True, timeout=timeout))
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired([*CLI], timeout or 0)
+        return self.returncode
+
+    def _ended(self, status: Optional[int]) -> None:
+        if status is not None:
+            self.returncode = status
+            self.server.lock.release()
 
 
 def forked_commands() -> int:
@@ -108,23 +159,37 @@ class _ForkServer:
         self.sock.close()
         self.process.wait()
 
+    def start(self, args: list, fds: list, *, cwd: Union[str, os.PathLike, None], env: Dict[str, str]) -> int:
+        """Send one command with its three descriptors (this process keeps its own); its pid."""
+        request = {"args": args, "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(), "env": env}
+        socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+        _ForkServer.forked += 1
+        return json.loads(self.sock.recv(1 << 16))["pid"]
+
+    def status(self, *, block: bool, timeout: Optional[float] = None) -> Optional[int]:
+        """The exit status of the command started last, once it has ended (None: not yet, without `block`)."""
+        self.sock.settimeout(timeout if block else 0)
+        try:
+            return json.loads(self.sock.recv(1 << 16))["returncode"]
+        except (BlockingIOError, socket.timeout):
+            return None
+        finally:
+            self.sock.settimeout(None)
+
     def run(self, args: list, *, cwd: Union[str, os.PathLike, None], env: Dict[str, str], text: bool,
             timeout: float) -> subprocess.CompletedProcess:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
         try:
-            request = {"args": args, "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(), "env": env}
-            socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin, out_w, err_w])
+            pid = self.start(args, [stdin, out_w, err_w], cwd=cwd, env=env)
         finally:
             for fd in (stdin, out_w, err_w):
                 os.close(fd)
-        pid = json.loads(self.sock.recv(1 << 16))["pid"]
-        _ForkServer.forked += 1
         out, err, finished = _read_both(out_r, err_r, time.monotonic() + timeout)
         if not finished:
             os.kill(pid, 9)
-        returncode = json.loads(self.sock.recv(1 << 16))["returncode"]
+        returncode = self.status(block=True)
         command = [*CLI, *args]
         if not finished:
             raise subprocess.TimeoutExpired(command, timeout, out, err)

@@ -33,14 +33,8 @@ SCRIPT = Path(sys.executable).with_name("stepjournal")
 
 
 def cli_all(*commands: list[str]) -> list[subprocess.CompletedProcess]:
-    """Run several CLI commands at once (each is a separate process); return them in order."""
-    procs = [subprocess.Popen([*CLI, *c], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for c in commands]
-    done = []
-    for command, proc in zip(commands, procs):
-        out, err = proc.communicate(timeout=120)
-        done.append(subprocess.CompletedProcess(command, proc.returncode, out, err))
-    return done
+    """Run several CLI commands, one after another (`run_cli`: each in a process of its own); in order."""
+    return [cli(*c) for c in commands]
 
 
 @attrs.frozen

@@ -7,13 +7,14 @@ interpreter reads at its start gets a fresh one.
 from __future__ import annotations
 
 import os
+import pty
 
 import pytest
 import torch
 
 from stepjournal import Journal
 
-from cli_support import FRESH_ENV, forked_commands, run_cli
+from cli_support import FRESH_ENV, forked_commands, run_cli, start_cli
 
 
 @pytest.fixture(autouse=True)
@@ -93,3 +94,36 @@ def test_a_command_whose_interpreter_would_start_otherwise_gets_a_fresh_one(jour
     assert done.returncode == 0, done.stderr
     if "PYTHONIOENCODING" in env:  # the fresh interpreter's stdout took the variable's encoding
         assert "r-\\xe9" in done.stdout and "r-é" not in done.stdout
+
+
+def _on_a_terminal(args: list[str], env: dict) -> tuple[bytes, int]:
+    """What ``stepjournal ARGS`` writes with a pseudo-terminal as its stdin, stdout and stderr, and its status."""
+    leader, follower = pty.openpty()
+    proc = start_cli(*args, stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 1 << 16)  # blocks until the command writes or its last descriptor closes
+        except OSError:  # EIO: every holder of the follower has closed it
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    return b"".join(chunks), proc.wait(120)
+
+
+def test_a_command_on_a_terminal_writes_the_same_bytes_forked_or_fresh(journal, monkeypatch):
+    """Colours, widths and line buffering follow the terminal in a forked command as in a fresh one."""
+    env = {**os.environ, "COLUMNS": "90", "TERM": "xterm", "PAGER": "cat"}
+    for command in (["audit", journal, "--no-pager"], ["show", journal, "2"], ["show", journal, "9"]):
+        before = forked_commands()
+        forked = _on_a_terminal(command, env)
+        assert forked_commands() == before + 1, f"{command} was not forked"
+        monkeypatch.setenv(FRESH_ENV, "1")
+        fresh = _on_a_terminal(command, env)
+        monkeypatch.delenv(FRESH_ENV)
+        assert forked_commands() == before + 1, f"{command} was forked under {FRESH_ENV}=1"
+        assert b"\x1b[" in forked[0] or forked[1] != 0, forked
+        assert forked == fresh, (command, forked, fresh)

@@ -23,7 +23,7 @@ import torch
 
 from stepjournal import DIFF_SCHEMA_VERSION, Journal
 from stepjournal.index._audit import AUDIT_FIELDS
-from cli_support import CLI, run_cli
+from cli_support import CLI, run_cli, start_cli
 
 SCRIPT = Path(sys.executable).with_name("stepjournal")
 
@@ -148,10 +148,12 @@ def test_audit_rows_stream_the_first_screen_before_the_whole_journal_is_read(tmp
 
 # -- a pager on a terminal, never in a pipe -------------------------------------------------------------
 def run_in_pty(argv: list[str], env: dict) -> str:
-    """Run `argv` with a pseudo-terminal as stdin/stdout/stderr; return everything it wrote."""
+    """Run the installed script (``argv[0]``) with a pseudo-terminal as stdin/stdout/stderr; return everything
+    it wrote. The command is forked from the prepared interpreter where `run_cli` would fork it (`start_cli`)."""
+    assert argv[0] == str(SCRIPT), argv
     leader, follower = pty.openpty()
     os.set_blocking(leader, False)
-    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
+    proc = start_cli(*argv[1:], stdin=follower, stdout=follower, stderr=follower, env=env)
     os.close(follower)
     chunks = []
     deadline = time.monotonic() + 120
@@ -307,10 +309,16 @@ def test_every_table_verb_fits_the_terminal_in_a_pseudo_terminal(journal, column
 def test_a_reader_that_goes_away_ends_the_program_quietly(journal, verb):
     """``stepjournal audit J --csv | head -1``: no message, the status of a process ended by SIGPIPE."""
     rest = [journal if word == "J" else word for word in verb[1:]]
-    proc = subprocess.Popen([str(SCRIPT), verb[0], journal, *rest], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "80"})
-    proc.stdout.close()  # the reader is gone before the first line is written
-    err = proc.stderr.read()
+    out_r, out_w = os.pipe()
+    os.close(out_r)  # the reader is gone before the program starts, so before its first line
+    err_r, err_w = os.pipe()
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    proc = start_cli(verb[0], journal, *rest, stdin=stdin, stdout=out_w, stderr=err_w,
+                     env={**os.environ, "COLUMNS": "80"})
+    for fd in (stdin, out_w, err_w):
+        os.close(fd)
+    with os.fdopen(err_r, "rb") as stderr:
+        err = stderr.read()
     assert proc.wait(timeout=120) == 141 and err == b""
 
 
