@@ -62,11 +62,16 @@ def worker_context(kind: str = "forkserver"):
     first call), and forks each child from it: a child is as clean as a spawned one and costs
     milliseconds. It has the working folder and ``sys.path`` of the process that starts it, but the
     environment the server started with: when this process's environment has changed since (pytest's
-    ``PYTEST_CURRENT_TEST`` aside), the context is ``spawn``. The tests about spawn itself and the memory
+    ``PYTEST_CURRENT_TEST`` aside), the context is ``spawn``. Its stdout and stderr too are the server's (the
+    output captured for the test that started it): a test learns how a child ended from its exit status and
+    what it sends back, and ``STEPJOURNAL_TEST_SPAWN=1`` makes every child a spawned one, whose traceback
+    shows in its own test's output. The tests about spawn itself and the memory
     measurements (a child's peak RSS and address-space limit would hold the preloaded modules) use
     ``spawn`` themselves.
     """
     global _SERVER_ENV
+    if kind == "forkserver" and os.environ.get("STEPJOURNAL_TEST_SPAWN", "") not in ("", "0"):
+        kind = "spawn"
     if kind == "forkserver":
         here = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
         if _SERVER_ENV is None:

@@ -36,3 +36,16 @@ def test_a_changed_environment_gets_a_spawned_child_that_sees_it(monkeypatch):
     assert _child_sees(changed)[1] == "1"
     monkeypatch.delenv("STEPJOURNAL_TEST_MARK")
     assert worker_context().get_start_method() == first
+
+
+def test_stepjournal_test_spawn_makes_every_child_a_spawned_one(monkeypatch):
+    import reliability_support
+
+    monkeypatch.setenv("STEPJOURNAL_TEST_SPAWN", "1")  # as if set before the server started
+    monkeypatch.setattr(reliability_support, "_SERVER_ENV",
+                        {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"})
+    assert worker_context().get_start_method() == "spawn"
+    monkeypatch.setenv("STEPJOURNAL_TEST_SPAWN", "0")
+    monkeypatch.setattr(reliability_support, "_SERVER_ENV",
+                        {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"})
+    assert worker_context().get_start_method() == "forkserver"
