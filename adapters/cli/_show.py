@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
@@ -60,18 +59,18 @@ def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
 
 def _preview(value: Any) -> Optional[List[Any]]:
     """The first few values of a tensor or array, as JSON-able Python numbers (None when not numeric)."""
-    # A tensor or an array was decoded by torch or numpy, which its decoding imported: the verb's module imports
-    # neither, so that building the whole parser (shell completion, at each shell's start) stays light.
-    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
+    import torch
+
     try:
-        if torch is not None and isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor):
             flat = value.reshape(-1)[:_PREVIEW_VALUES]
             if flat.dtype.is_complex:
                 return [str(v) for v in flat.tolist()]
             if flat.dtype.is_floating_point and flat.dtype not in (torch.float32, torch.float64):
                 flat = flat.to(torch.float32)
             items = flat.tolist()
-        elif np is not None and isinstance(value, np.ndarray):
+        elif isinstance(value, np.ndarray):
             items = value.reshape(-1)[:_PREVIEW_VALUES].tolist()
         else:
             return None
@@ -88,14 +87,11 @@ def _preview(value: Any) -> Optional[List[Any]]:
     return out
 
 
-def _opaque_value() -> type:
-    from stepjournal import OpaqueValue  # imported by `run` already, with the reader
-
-    return OpaqueValue
-
-
 def _annotate(node: Dict[str, Any], value: Any) -> None:
     """Add a "preview" of the first values to every tensor and array node of a `describe_payload` tree."""
+    import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
+
+    from stepjournal import OpaqueValue
     kind = node.get("kind")
     if kind in ("tensor", "ndarray"):
         preview = _preview(value)
@@ -107,10 +103,10 @@ def _annotate(node: Dict[str, Any], value: Any) -> None:
     elif kind == "dict" and isinstance(value, dict):
         for child, item in zip(node["items"], value.values()):
             _annotate(child["value"], item)
-    elif kind == "object_array" and isinstance(value, sys.modules["numpy"].ndarray):  # numpy decoded it
+    elif kind == "object_array" and isinstance(value, np.ndarray):
         for child, item in zip(node["items"], value.flat):
             _annotate(child, item)
-    elif kind == "ext" and isinstance(value, _opaque_value()):
+    elif kind == "ext" and isinstance(value, OpaqueValue):
         _annotate(node["value"], value.value)
 
 
