@@ -58,10 +58,11 @@ def run_cli(
     environ = None
     if env:
         environ = {key: value for key, value in {**os.environ, **env}.items() if value is not None}
-    server = _forking(environ or dict(os.environ), fresh)
+    command_env = environ or dict(os.environ)
+    server = _forking(command_env, fresh)
     if server is not None:
         try:
-            return server.run(list(args), cwd=cwd, env=environ or dict(os.environ), text=text, timeout=timeout)
+            return server.run(list(args), cwd=cwd, env=command_env, text=text, timeout=timeout)
         finally:
             server.lock.release()
     return subprocess.run([*CLI, *args], capture_output=True, text=text, cwd=cwd, env=environ, timeout=timeout)
