@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Dict, List, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Set
 
-import attrs
-from rich.console import Console
-from rich.table import Table
-
-from stepjournal import AUDIT_SCHEMA_VERSION, AuditRecord, Journal, StepJournalError, verify_bundle
-from stepjournal.events._events import CALL_EVENT_TYPES
-from stepjournal.events._keys import parse_gen_key
-from stepjournal.policies import StepRanges
+from stepjournal import AUDIT_SCHEMA_VERSION
 
 from ._common import open_readonly
 from ._progress import bytes_checked
 from ._render import cell, print_json
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from stepjournal import Journal
+
 __all__ = ["add_arguments", "run"]
+
+# A whole journal is the common case and should cost only the check: what a problem's report needs (the
+# audit rows, step ranges, a table, the bundle reader) is imported where it is used.
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
+        from stepjournal import verify_bundle
+
         events, problems = verify_bundle(args.journal)
         return _report(args, out, events, problems, "bundle")
     with open_readonly(args.journal) as journal, bytes_checked(err, quiet=args.json) as progress:
@@ -56,6 +59,10 @@ def _report(args: argparse.Namespace, out: Console, events: int, problems: List[
         index = "the index matches the event log" if what == "journal" else "every segment matches its head"
         out.print(f"[green]{what} is whole[/]: {events} events decode, every payload matches its digest, {index}")
         return 0
+    from rich.table import Table
+
+    from stepjournal.policies import StepRanges
+
     table = Table(title=f"{len(problems)} problem{'s' * (len(problems) != 1)} in {cell(args.journal)}",
                   title_justify="left")
     for column in ("kind", "where", "steps", "detail"):
@@ -73,6 +80,11 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
     digests = {p.where for p in problems if p.kind in ("payload", "missing_payload")}
     if not digests:
         return problems
+    import attrs
+
+    from stepjournal import AuditRecord, StepJournalError
+    from stepjournal.events._events import CALL_EVENT_TYPES
+
     steps: Dict[str, Set[int]] = {d: set() for d in digests}
     try:
         for seq, event in journal.events(types=CALL_EVENT_TYPES):
@@ -89,6 +101,8 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
 def _where_text(problem: Any) -> str:
     """An index key (``run \\0 mode \\0 step gen_index``, hex) as words; other places as they are."""
     if problem.kind == "index":
+        from stepjournal.events._keys import parse_gen_key
+
         key = parse_gen_key(bytes.fromhex(problem.where))
         if key is not None:
             return f"run {key.run} {key.mode} step {key.step} #{key.gen_index}"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
 
 import lmdb
@@ -62,6 +63,9 @@ _MAX_DEPTH = 32  # LMDB's CURSOR_STACK
 _STRUCTURE_RETRIES = 8
 _MIN_PSIZE, _MAX_PSIZE = 256, 1 << 16
 _SCREEN_FROM = 64  # tree pages (as the record counts them) from which a tree is screened first
+# ... once numpy is loaded. Importing it costs ~40 ms, the exact walk ~7.6 us a page and the screen ~2.7:
+# a process that has not loaded numpy walks trees under this many pages (measured: docs/performance.md).
+_SCREEN_IMPORTS_NUMPY_FROM = 8192
 _LEFTMOST = (b"", b"")  # the keys of a walk down the first children only (no key is empty)
 KEY_ABOVE_ALL = b"\xff" * 512  # above every key LMDB can hold (511 bytes at most): `lo` of a read of the last key
 
@@ -135,6 +139,11 @@ def newest_txnid(path: str) -> Optional[int]:
         os.close(fd)
 
 
+def _screens(tree_pages: int) -> bool:
+    """Whether a tree of `tree_pages` pages is screened (`_lmdb_screen`) before, or instead of, the exact walk."""
+    return tree_pages >= (_SCREEN_FROM if "numpy" in sys.modules else _SCREEN_IMPORTS_NUMPY_FROM)
+
+
 class _PageWalk:
     def __init__(self, fd: int, psize: int, pages: int, *, screen: bool = True) -> None:
         self.fd = fd
@@ -159,7 +168,7 @@ class _PageWalk:
             return []
         if not 1 <= depth <= _MAX_DEPTH:
             raise _Damaged(f"database {name} claims a depth of {depth} (LMDB handles 1 to {_MAX_DEPTH})")
-        if not main and not free and self.screen and keys is None and _branch + _leaf >= _SCREEN_FROM:
+        if not main and not free and self.screen and keys is None and _screens(_branch + _leaf):
             from ._lmdb_screen import screen_tree  # numpy: imported for a tree large enough to need it
 
             screened = screen_tree(self.fd, self.psize, self.pages, root, depth, self.seen)

@@ -46,6 +46,30 @@ def test_a_verb_that_decodes_no_payload_imports_no_torch(tmp_path, verb):
     assert "torch" not in done.stdout.splitlines()[-1].removeprefix("heavy:").split(",")
 
 
+def test_verify_of_a_journal_under_thousands_of_pages_imports_no_numpy(tmp_path):
+    """Below `_SCREEN_IMPORTS_NUMPY_FROM` tree pages the exact walk costs less than importing numpy for the screen."""
+    import lmdb
+
+    from stepjournal import Journal
+    from stepjournal.storage._lmdb_check import _SCREEN_FROM, _SCREEN_IMPORTS_NUMPY_FROM
+
+    path = str(tmp_path / "j")
+    with Journal(path, run="r", sync=False) as journal:
+        for step in range(1, 1201):
+            journal.record(step, b"%d" % step)
+    env = lmdb.open(path, readonly=True, lock=False, max_dbs=16)
+    with env.begin() as txn:
+        stat = txn.stat(env.open_db(b"events", txn=txn, create=False))
+    env.close()
+    # A tree the screen would take once numpy is loaded, and that is not worth loading it for.
+    assert _SCREEN_FROM <= stat["branch_pages"] + stat["leaf_pages"] < _SCREEN_IMPORTS_NUMPY_FROM, stat
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=["verify", path])], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "journal is whole: 1201 events" in done.stdout
+    assert done.stdout.splitlines()[-1] == "heavy:"
+
+
 def test_a_verb_that_reads_payloads_still_gets_torch(tmp_path):
     probe = (
         "import sys, torch\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 
 import pytest
 import torch
@@ -130,3 +131,13 @@ def test_an_empty_leaf_below_a_branch_is_refused_by_the_screen_and_the_walk_alik
         if emptied == 12:
             break
     assert emptied == 12
+
+
+def test_a_process_without_numpy_walks_trees_the_import_would_not_pay_for(monkeypatch):
+    from stepjournal.storage import _lmdb_check
+
+    assert _lmdb_check._screens(_lmdb_check._SCREEN_FROM)  # numpy is loaded here (torch is)
+    assert not _lmdb_check._screens(_lmdb_check._SCREEN_FROM - 1)
+    monkeypatch.delitem(sys.modules, "numpy")
+    assert not _lmdb_check._screens(_lmdb_check._SCREEN_IMPORTS_NUMPY_FROM - 1)
+    assert _lmdb_check._screens(_lmdb_check._SCREEN_IMPORTS_NUMPY_FROM)
