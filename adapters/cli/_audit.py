@@ -24,7 +24,7 @@ from stepjournal.index._row_text import rows_text
 from ._args import nonneg_int
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._pager import paged
-from ._render import ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, short_time
+from ._render import ACTION_STYLE, Failure, cell, clean, fitted_table, human_size, plain_table, print_line, short_time
 
 __all__ = ["add_arguments", "run"]
 
@@ -171,7 +171,7 @@ _WIDE = ("#", "session", "run", "mode", "stage", "step", "idx", "action", "store
 def _print_table(out: Console, path: str, rows: Iterable[AuditRecord], names: Dict[str, str], *,
                  wide: bool) -> None:
     count = 0
-    out.print(f"generate calls in {cell(path)}", soft_wrap=True)  # a long path stays whole, to copy
+    print_line(out, f"generate calls in {cell(path)}")
     for start, chunk in enumerate(_chunks(rows)):
         table = _wide_table(chunk, names) if wide else _narrow_table(out.width, chunk, names)
         table.show_header = start == 0
@@ -223,18 +223,18 @@ def _wide_table(chunk: List[AuditRecord], names: Dict[str, str]) -> Any:
 # -- the summary -----------------------------------------------------------------------------------------
 def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], names: Dict[str, str]) -> None:
     """One line per run of calls that went alike: same run, mode, session, action and policy, steps in a row."""
-    out.print(f"generate calls in {cell(path)}, by ranges of steps", soft_wrap=True)
+    print_line(out, f"generate calls in {cell(path)}, by ranges of steps")
     group: List[AuditRecord] = []
     count = 0
     for r in rows:
         count += 1
         if group and not _same_range(group[-1], r):
-            out.print(_summary_line(group, names), soft_wrap=True)
+            print_line(out, _summary_line(group, names))
             group = []
         group.append(r)
     if group:
-        out.print(_summary_line(group, names), soft_wrap=True)
-    out.print(f"{count} call{'s' * (count != 1)}" if count else "no generate call matches", soft_wrap=True)
+        print_line(out, _summary_line(group, names))
+    print_line(out, f"{count} call{'s' * (count != 1)}" if count else "no generate call matches")
 
 
 def _same_range(last: AuditRecord, r: AuditRecord) -> bool:

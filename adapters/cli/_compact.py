@@ -8,7 +8,7 @@ from rich.console import Console
 
 from stepjournal import AUDIT_SCHEMA_VERSION, compact
 
-from ._render import cell, human_size, print_json
+from ._render import cell, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -27,8 +27,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                     "files_removed": result.files_removed})
         return 0
     where = f"into {cell(result.path)}" if args.to else "in place"
-    out.print(f"compacted {cell(args.journal)} {where}: data.mdb {human_size(result.before_bytes)} -> "
-              f"{human_size(result.after_bytes)}"
-              + (f"; {result.files_removed} payload file(s) no event names removed" if result.files_removed else ""),
-              soft_wrap=True)
+    print_line(out, f"compacted {cell(args.journal)} {where}: data.mdb {human_size(result.before_bytes)} -> "
+               f"{human_size(result.after_bytes)}"
+               + (f"; {result.files_removed} payload file(s) no event names removed" if result.files_removed else ""))
     return 0

@@ -22,7 +22,7 @@ from stepjournal.base._errors import StepJournalError
 if TYPE_CHECKING:
     from stepjournal import DiffReport
 
-from ._render import cell, error_line, json_text
+from ._render import cell, error_line, json_text, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     except (_Usage, StepJournalError, OSError, ValueError) as exc:
         # DiffError (no shared step, unknown run, session or field) is a ValueError too; its words are
         # Python's (run_a), this command's are flags (--run-a).
-        err.print(f"stepjournal: error: {escape(error_line(exc))}", highlight=False, soft_wrap=True)
+        print_line(err, f"stepjournal: error: {escape(error_line(exc))}")
         return 2
 
 
@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace, out: Console) -> int:
 
                 print_text(text, page)
             if args.plot is not None:
-                page.print(f"wrote {escape(args.plot)}", soft_wrap=True)
+                print_line(page, f"wrote {escape(args.plot)}")
     return report.exit_code
 
 
@@ -190,8 +190,8 @@ def _title(report: DiffReport) -> str:
 def _print_report(report: DiffReport, out: Console) -> None:
     style = "green" if report.exit_code == 0 else "bold red"
     out.print(f"[{style}]{cell(report.summary)}[/]")
-    out.print(f"A: {cell(_side_text(report.a))}", soft_wrap=True)  # paths stay whole, to copy
-    out.print(f"B: {cell(_side_text(report.b))}", soft_wrap=True)
+    print_line(out, f"A: {cell(_side_text(report.a))}")
+    print_line(out, f"B: {cell(_side_text(report.b))}")
     out.print(_table(report, out.width))
     counts = ", ".join(f"{n} {_COUNT_TEXT[state]}" for state, n in report.counts.items() if n)
     out.print(f"{len(report.pairs)} pairs: {counts}; {report.payloads_loaded} payloads loaded")

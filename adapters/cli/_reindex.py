@@ -9,7 +9,7 @@ from rich.console import Console
 
 from stepjournal import Journal
 
-from ._render import Failure, cell, clean
+from ._render import Failure, cell, clean, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -25,5 +25,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     # Maintenance records no calls, so it opens no session: the log keeps only what trainers did.
     with Journal(args.journal, session=False) as journal:
         count = journal.reindex()
-    out.print(f"rebuilt the index of {cell(args.journal)} from {count} events", soft_wrap=True)
+    print_line(out, f"rebuilt the index of {cell(args.journal)} from {count} events")
     return 0

@@ -33,6 +33,7 @@ __all__ = [
     "ACTION_STYLE",
     "consoles",
     "make_console",
+    "print_line",
     "one_line",
     "print_json",
     "fingerprint_text",
@@ -70,6 +71,13 @@ class _Console(Console):
 
 def make_console(**options: Any) -> Console:
     return _Console(highlight=False, **options)
+
+
+def print_line(console: Console, text: str) -> None:
+    """Print `text` (rich markup) as one line that the terminal wraps, not rich: a path in it stays one
+    piece to copy (rich breaks a long line at the width, inside a path too) and a pipe gets it whole.
+    Every line of a verb that names a path or a URL goes through here."""
+    console.print(text, soft_wrap=True)
 
 
 class _TrimmedLines:

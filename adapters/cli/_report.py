@@ -22,7 +22,7 @@ from stepjournal import Journal, StepJournalError
 
 from ._args import nonneg_int
 from ._common import choose_run
-from ._render import Failure, UsageError, cell, human_size
+from ._render import Failure, UsageError, cell, human_size, print_line
 from ._show_text import load_tokenizer
 
 __all__ = ["add_arguments", "run", "collect", "TEXT_BUDGET"]
@@ -125,5 +125,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     page = render(data, title=f"{os.path.basename(os.path.abspath(args.journal))}: run {run_key}")
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(page)
-    out.print(f"wrote {cell(args.out)} ({len(data['steps'])} steps, {human_size(len(page.encode()))})", soft_wrap=True)
+    print_line(out, f"wrote {cell(args.out)} ({len(data['steps'])} steps, {human_size(len(page.encode()))})")
     return 0

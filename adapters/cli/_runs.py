@@ -16,7 +16,7 @@ from rich.console import Console
 from stepjournal.events._events import ACTIONS
 
 from ._common import names_of_sessions, open_readonly
-from ._render import cell, fingerprint_text, fitted_table, human_size, plain_table, print_json, short_time
+from ._render import cell, fingerprint_text, fitted_table, human_size, plain_table, print_json, print_line, short_time
 
 __all__ = ["add_arguments", "run"]
 
@@ -43,10 +43,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json([s.to_json() for s in summaries])
         return 0
     if not summaries:
-        out.print(f"journal {cell(args.journal)} is empty", soft_wrap=True)
+        print_line(out, f"journal {cell(args.journal)} is empty")
         return 0
     names = names_of_sessions(summaries)
-    out.print(f"runs in {cell(args.journal)}", soft_wrap=True)
+    print_line(out, f"runs in {cell(args.journal)}")
     if args.wide:
         out.print(_wide_runs(summaries))
         out.print("sessions")

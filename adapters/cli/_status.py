@@ -10,7 +10,7 @@ from rich.console import Console
 from stepjournal import AUDIT_SCHEMA_VERSION, redact, remote_status
 
 from ._args import add_remote_argument
-from ._render import cell, human_size, print_json
+from ._render import cell, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(status)})
         return 0
-    out.print(f"{cell(args.journal)} and {cell(redact(status.url))}:", soft_wrap=True)
+    print_line(out, f"{cell(args.journal)} and {cell(redact(status.url))}:")
     sources = len(status.to_pull_sources)
     out.print(f"  push would send {status.to_push_events} events, {status.to_push_payloads} payloads "
               f"({human_size(status.to_push_bytes)})")

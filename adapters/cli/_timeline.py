@@ -21,7 +21,7 @@ from stepjournal.index._call_rows import json_rows
 
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._progress import progress_bar
-from ._render import Failure, UsageError, clean
+from ._render import Failure, UsageError, clean, print_line
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
 
@@ -126,9 +126,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             if progress:
                 progress.update(task, advance=1, description="drawn")
     links = len(timeline.link_pairs)
-    out.print(f"wrote {escape(args.out)} ({timeline.calls} calls, {len(timeline.steps)} steps, "
-              f"{len(timeline.segments)} segments, {links} replay links"
-              f"{'' if timeline.arrows or not links else f', no arrows above {MAX_ARROWS}'})", soft_wrap=True)
+    print_line(out, f"wrote {escape(args.out)} ({timeline.calls} calls, {len(timeline.steps)} steps, "
+               f"{len(timeline.segments)} segments, {links} replay links"
+               f"{'' if timeline.arrows or not links else f', no arrows above {MAX_ARROWS}'})")
     for hidden in timeline.hidden:
         out.print(f"  sources outside the view: {escape(hidden.describe())}")
     return 0
