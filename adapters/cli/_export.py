@@ -14,7 +14,7 @@ from stepjournal.policies import StepRanges
 
 from ._common import parse_steps
 from ._progress import progress_to
-from ._render import Failure, UsageError, cell, human_size, print_json
+from ._render import Failure, UsageError, cell, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=exported,
         )
     count = len(manifest["entries"])
-    out.print(f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
-              f"to {cell(os.path.abspath(args.to))}")
+    print_line(out, f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
+                    f"to {cell(os.path.abspath(args.to))}")
     return 0
 
 
@@ -80,6 +80,6 @@ def _bundle(args: argparse.Namespace, out: Console, err: Console) -> int:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
         sources = len(report.sources)
-        out.print(f"bundled {report.events} events and {report.payloads} payloads from {sources} "
-                  f"journal{'s' * (sources != 1)} into {cell(report.path)} ({human_size(report.nbytes)})")
+        print_line(out, f"bundled {report.events} events and {report.payloads} payloads from {sources} "
+                        f"journal{'s' * (sources != 1)} into {cell(report.path)} ({human_size(report.nbytes)})")
     return 0

@@ -17,7 +17,7 @@ from stepjournal import AUDIT_SCHEMA_VERSION, Journal, Retention, StepJournalErr
 from stepjournal.policies import StepRanges
 
 from ._args import nonneg_int
-from ._render import Failure, UsageError, cell, clean, human_size, print_json
+from ._render import Failure, UsageError, cell, clean, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run", "rules_from_args"]
 
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return 0
     verb = "would release" if args.dry_run else "released"
     steps = sorted({(r.run, r.mode, r.stage, r.step) for r in plan.releases})
-    out.print(f"{verb} {len(plan.releases)} records of {len(steps)} steps ({human_size(plan.released_bytes)}) "
-              f"in {cell(args.journal)} {_rule_words(args, rules)}")
+    print_line(out, f"{verb} {len(plan.releases)} records of {len(steps)} steps ({human_size(plan.released_bytes)}) "
+                    f"in {cell(args.journal)} {_rule_words(args, rules)}")
     for (run_key, mode, stage), kept in sorted(plan.kept_steps.items()):
         gone = StepRanges.from_steps([s for r, m, g, s in steps if (r, m, g) == (run_key, mode, stage)])
         where = f"{cell(mode)}" if stage == "generate" else f"{cell(mode)} stage {cell(stage)}"

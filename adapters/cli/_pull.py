@@ -12,7 +12,7 @@ from stepjournal import AUDIT_SCHEMA_VERSION, pull
 
 from ._args import add_merge_options, add_remote_argument
 from ._progress import progress_to
-from ._render import UsageError, cell, human_size, print_json
+from ._render import UsageError, cell, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run", "show", "pulled", "merge_options"]
 
@@ -23,9 +23,9 @@ def show(args: argparse.Namespace, out: Console, report: object) -> None:
     else:
         verb = {"import": "imported", "clone": "cloned"}.get(getattr(args, "command", None), "pulled")
         sources = len(report.sources)
-        out.print(f"{verb} {report.events_pulled} events, {report.payloads_fetched} payloads "
-                  f"({human_size(report.bytes_fetched)}) from {sources} journal{'s' * (sources != 1)} "
-                  f"into {cell(args.journal)}")
+        print_line(out, f"{verb} {report.events_pulled} events, {report.payloads_fetched} payloads "
+                        f"({human_size(report.bytes_fetched)}) from {sources} journal{'s' * (sources != 1)} "
+                        f"into {cell(args.journal)}")
         if report.kept:
             out.print(f"kept this journal's records of {report.kept} call(s) served; the incoming ones are in the "
                       "audit only (--keep ours)")

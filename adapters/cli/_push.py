@@ -12,7 +12,7 @@ from stepjournal import AUDIT_SCHEMA_VERSION, push, redact, resolve_remote
 
 from ._args import add_remote_argument
 from ._progress import progress_to
-from ._render import Failure, cell, clean, human_size, print_json
+from ._render import Failure, cell, clean, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -34,8 +34,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     elif report.events_sent or report.payloads_sent:
-        out.print(f"pushed {report.events_sent} events, {report.payloads_sent} payloads ({human_size(report.bytes_sent)}) "
-                  f"of journal {report.source} to {shown}")
+        print_line(out, f"pushed {report.events_sent} events, {report.payloads_sent} payloads "
+                        f"({human_size(report.bytes_sent)}) of journal {report.source} to {shown}")
     else:
-        out.print(f"{shown} is up to date with journal {report.source} (nothing sent)")
+        print_line(out, f"{shown} is up to date with journal {report.source} (nothing sent)")
     return 0

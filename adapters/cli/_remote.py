@@ -12,7 +12,7 @@ from rich.table import Table
 from stepjournal import add_remote, list_remotes, redact, remove_remote
 
 from ._args import add_verbose_late
-from ._render import UsageError, cell, print_json
+from ._render import UsageError, cell, print_json, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -51,10 +51,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     where = None if args.user else args.journal
     if args.remote_command == "add":
         added = add_remote(where, args.name, args.url, default=args.default)
-        out.print(f"remote {cell(added.name)} is {cell(redact(added.url))}" + (" (the default)" if added.default else ""))
+        print_line(out, f"remote {cell(added.name)} is {cell(redact(added.url))}" + (" (the default)" if added.default else ""))
     elif args.remote_command == "remove":
         removed = remove_remote(where, args.name)
-        out.print(f"removed remote {cell(removed.name)} ({cell(redact(removed.url))})")
+        print_line(out, f"removed remote {cell(removed.name)} ({cell(redact(removed.url))})")
     elif args.json:
         print_json([attrs.asdict(r) for r in list_remotes(where)])
     else:

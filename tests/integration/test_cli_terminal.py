@@ -100,6 +100,29 @@ def test_a_journal_path_wider_than_the_terminal_stays_whole_on_the_title_line(jo
         assert all(display_width(line) <= 80 for line in lines[1:]), max(lines[1:], key=len)
 
 
+def test_each_result_line_keeps_a_path_wider_than_the_terminal_whole(journal, tmp_path):
+    """The line that says where a verb wrote (or read) names the path whole at any width, to copy."""
+    base = tmp_path / ("a-folder-name-wider-than-the-terminal-" * 3)
+    base.mkdir()
+    copy, remote = base / "journal", base / "remote"
+    shutil.copytree(journal, copy)
+    said = {
+        "push": (["push", str(copy), str(remote)], f"of journal {{}} to {remote}"),
+        "push again": (["push", str(copy), str(remote)], f"{remote} is up to date"),
+        "clone": (["clone", str(remote), str(base / "cloned")], f"into {base / 'cloned'}"),
+        "pull": (["pull", str(remote), str(base / "cloned")], f"into {base / 'cloned'}"),
+        "export --to": (["export", str(copy), "--to", str(base / "out")], f"to {base / 'out'}"),
+        "export --bundle": (["export", str(copy), "--bundle", str(base / "b.bundle")], f"into {base / 'b.bundle'}"),
+        "prune": (["prune", str(copy), "--keep-last", "2", "--dry-run"], f"in {copy} "),
+        "remote add": (["remote", "add", str(copy), "far", str(remote)], f"remote far is file://{remote}"),
+        "remote remove": (["remote", "remove", str(copy), "far"], f"removed remote far (file://{remote})"),
+    }
+    for verb, (argv, whole) in said.items():
+        first = ok(cli(*argv, columns=80)).splitlines()[0]
+        head, _, tail = whole.partition("{}")
+        assert head in first and tail in first and len(first) > 80, (verb, first)
+
+
 def test_audit_limit_prints_only_the_first_calls_in_every_format(journal):
     table = ok(cli("audit", journal, "-n", "3", columns=100)).splitlines()
     assert table[-1] == "3 calls" and [line.split()[0] for line in table[3:6]] == ["1", "2", "3"]
