@@ -11,7 +11,7 @@ from rich.table import Table
 from stepjournal import AUDIT_SCHEMA_VERSION
 
 from ._progress import progress_bar
-from ._render import Failure, cell, print_json
+from ._render import Failure, cell, print_json, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **report.to_json()})
         return 0 if report.ok else 1
-    table = Table(title=f"imported into {cell(report.journal)}")
+    print_line(out, f"imported into {cell(report.journal)}")
+    table = Table()
     for column in ("run", "step", "index", "form", "input", "source"):
         table.add_column(column)
     for row in report.imported:

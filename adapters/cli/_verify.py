@@ -10,7 +10,7 @@ from stepjournal import AUDIT_SCHEMA_VERSION
 
 from ._common import open_readonly
 from ._progress import bytes_checked
-from ._render import cell, print_json
+from ._render import cell, print_json, print_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -63,8 +63,8 @@ def _report(args: argparse.Namespace, out: Console, events: int, problems: List[
 
     from stepjournal.policies import StepRanges
 
-    table = Table(title=f"{len(problems)} problem{'s' * (len(problems) != 1)} in {cell(args.journal)}",
-                  title_justify="left")
+    print_line(out, f"{len(problems)} problem{'s' * (len(problems) != 1)} in {cell(args.journal)}")
+    table = Table()
     for column in ("kind", "where", "steps", "detail"):
         table.add_column(column, overflow="fold")
     for p in problems:

@@ -215,6 +215,7 @@ def test_verify_catches_a_payload_byte_flipped_in_lmdb_and_names_the_step(engine
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "payload" in result.stdout and digest[:16] in result.stdout
     assert "journal is damaged; affected steps: 3\n" in result.stdout
+    assert result.stdout.startswith(f"1 problem in {engine_copy}\n")  # its own line: a long path stays whole
 
 
 def test_verify_catches_an_event_with_a_broken_body_and_names_the_step(engine_copy):
