@@ -84,10 +84,12 @@ def _tolerance_number(text: str) -> float:
 
 
 def _field_tolerances(items: List[str]) -> Dict[str, Any]:
-    # Imported here: building the parser (stepjournal --help) must not load torch.
+    found: Dict[str, Any] = {}
+    if not items:
+        return found
+    # Imported here, for --tol only: the tolerances' module loads torch.
     from stepjournal import Tolerance
 
-    found: Dict[str, Any] = {}
     for item in items:
         field, sep, numbers = item.partition("=")
         parts = numbers.split(",")
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _run(args: argparse.Namespace, out: Console) -> int:
-    from stepjournal import Journal, diff_journals
+    from stepjournal import Journal
     from stepjournal.policies import StepRanges
 
     fields = _field_tolerances(args.tol)
@@ -135,6 +137,8 @@ def _run(args: argparse.Namespace, out: Console) -> int:
     try:
         journal_b = journal_a if same else Journal(args.journal_b, readonly=True)
         try:
+            from stepjournal import diff_journals  # torch: once both journals are open, not before a usage error
+
             report = diff_journals(
                 journal_a, journal_b, run_a=args.run_a, run_b=args.run_b, session_a=args.session_a,
                 session_b=args.session_b, steps=steps, stage=args.stage, mode=args.mode,
