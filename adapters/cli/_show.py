@@ -183,9 +183,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return show_text(args, out, err)
     if args.tokenizer is not None:
         raise UsageError("--tokenizer goes with --text")
-    from stepjournal import OpaqueReader, describe_payload  # here, with torch: building the parser imports neither
+    from stepjournal import OpaqueReader
 
-    with OpaqueReader(args.journal) as reader:
+    with OpaqueReader(args.journal) as reader:  # a wrong path, run or step is said before torch is imported
         journal = reader.journal
         run = choose_run(journal, args.run)
         stage = getattr(args, "stage", "generate")
@@ -216,6 +216,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was {record.action} "
                 f"(event #{seq}) and has no stored {what}"
             )
+        from stepjournal import describe_payload  # torch
+
         structure = describe_payload(journal.payload_bytes(ref.digest), max_items=args.items)
         _annotate(structure, reader.load(ref, args.step))
     header = record.to_json()

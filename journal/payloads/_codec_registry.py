@@ -8,7 +8,6 @@ from typing import Any
 
 import attrs
 
-from ._codec_format import is_native_type, type_name
 from ._codec_plugins import NAME_GROUP, TYPE_GROUP, entry_points_named, raise_again, run_plugin
 from ..base._errors import CodecPluginError
 
@@ -82,6 +81,8 @@ class CodecRegistry:
             raise TypeError(f"codec name must be a non-empty string without surrounding spaces, got {name!r}")
         if not callable(encode) or not callable(decode):
             raise TypeError("encode and decode must be callables")
+        from ._codec_format import is_native_type, type_name  # torch: a registry is made without it
+
         if is_native_type(type_):
             raise ValueError(f"{type_name(type_)} is stored natively by stepjournal; it cannot take a codec")
         with self._lock:
@@ -126,6 +127,8 @@ class CodecRegistry:
         """
         codec = self._by_type.get(type_)
         if codec is None and self._autoload and type_ not in self._no_plugin:
+            from ._codec_format import type_name
+
             named = False
             for base in type_.__mro__[:-1]:  # not `object`
                 name = type_name(base)

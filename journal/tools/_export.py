@@ -16,18 +16,21 @@ import functools
 import json
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from ..index._audit import summarize_runs
-from ..payloads._codec import CodecRegistry, describe_payload
+from ..payloads._codec_registry import CodecRegistry
 from ..base._errors import JournalError
 from ..events._events import PayloadRef, iso_time
 from .._journal import Journal
 from ..base._progress import report_progress
 from ..base._version import __version__
+
+if TYPE_CHECKING:
+    import torch
+
+# torch and numpy are imported where payloads are decoded and flattened: an `OpaqueReader` of a path that
+# holds no journal, or a look at which runs it holds (`choose_run`), says so without them.
 
 __all__ = ["EXPORT_FORMAT_VERSION", "ExportError", "OpaqueValue", "OpaqueReader", "export_payloads", "choose_run"]
 
@@ -103,6 +106,8 @@ class OpaqueReader:
 
 
 def _load(journal: Journal, registry: CodecRegistry, ref: PayloadRef, step: int) -> Any:
+    from ..payloads._codec import describe_payload
+
     names: set = set()
     _ext_names(describe_payload(journal.payload_bytes(ref.digest), max_items=None), names)
     for name in sorted(names):
@@ -121,6 +126,7 @@ _INT_LIMIT = 1 << 64
 def _safetensors_takes(dtype: torch.dtype) -> bool:
     found = _SAFETENSORS_OK.get(dtype)
     if found is None:
+        import torch
         from safetensors.torch import save
 
         try:
@@ -178,6 +184,8 @@ class _Flattener:
             self._raw_fh.close()
 
     def tensor(self, value: torch.Tensor, path: Tuple[str, ...], kind: str, dtype: str) -> Dict[str, Any]:
+        import torch
+
         key = self.key(path)
         shape = list(value.shape)
         if _safetensors_takes(value.dtype):
@@ -188,6 +196,9 @@ class _Flattener:
         return self.raw_file(key, data, {"kind": kind, "dtype": dtype, "shape": shape, "byteorder": "little"})
 
     def walk(self, value: Any, path: Tuple[str, ...]) -> Any:
+        import numpy as np
+        import torch
+
         if isinstance(value, int) and not isinstance(value, bool) and not -_INT_LIMIT < value < _INT_LIMIT:
             # Python refuses to write ints of more than 4 300 digits in decimal; hex has no limit.
             return {"$int": hex(value)}
