@@ -45,25 +45,27 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if given and len(given) > 1:
             raise UsageError(f"{flag} once with --to (it exports one run and mode); repeat it with --bundle")
     steps = parse_steps(args.steps) or StepRanges.every()
-    try:
-        import safetensors.torch  # noqa: F401  (fail before a progress bar is drawn)
-    except ImportError:
-        raise Failure("export needs safetensors: pip install 'stepjournal[export]'") from None
-    from stepjournal import export_payloads  # imports torch (0.8 s): a bundle's export does without it
+    from stepjournal import export_payloads  # torch comes with the first payload (through safetensors)
+
     with progress_to(err, quiet=args.json) as update:
         def exported(done: int, total: int, moved: int) -> None:
             update("export", done, total, moved)
 
         exported.counts_bytes = True  # type: ignore[attr-defined]
-        manifest = export_payloads(
-            args.journal,
-            args.to,
-            run=args.run[0] if args.run else None,
-            mode=args.mode[0] if args.mode else "train",
-            steps=steps,
-            inputs=args.inputs,
-            progress=exported,
-        )
+        try:
+            manifest = export_payloads(
+                args.journal,
+                args.to,
+                run=args.run[0] if args.run else None,
+                mode=args.mode[0] if args.mode else "train",
+                steps=steps,
+                inputs=args.inputs,
+                progress=exported,
+            )
+        except ImportError as exc:  # raised before the first payload, so before a progress bar is drawn
+            if exc.name != "safetensors":
+                raise
+            raise Failure("export needs safetensors: pip install 'stepjournal[export]'") from None
     count = len(manifest["entries"])
     print_line(out, f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
                     f"to {cell(os.path.abspath(args.to))}")

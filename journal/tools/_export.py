@@ -295,7 +295,8 @@ def _need_safetensors() -> None:
         import safetensors.torch  # noqa: F401
     except ImportError:
         raise ImportError(
-            "exporting payloads needs safetensors: install it with `pip install 'stepjournal[export]'`"
+            "exporting payloads needs safetensors: install it with `pip install 'stepjournal[export]'`",
+            name="safetensors",
         ) from None
 
 
@@ -332,11 +333,11 @@ def export_payloads(
         ExportError: `folder` exists and is not an empty folder, the run is not found, or it has no
             recorded output at those steps.
     """
-    _need_safetensors()
     target = os.path.abspath(folder)
     if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
         raise ExportError(f"{folder} exists and is not an empty folder; export into a new one")
-    with OpaqueReader(journal) as reader:
+    with OpaqueReader(journal) as reader:  # a path that holds no journal is said before safetensors loads torch
+        _need_safetensors()
         opened = reader.journal
         run = choose_run(opened, run)
         wanted = [

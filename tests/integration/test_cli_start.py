@@ -46,13 +46,14 @@ def test_a_verb_that_decodes_no_payload_imports_no_torch(tmp_path, verb):
     assert "torch" not in done.stdout.splitlines()[-1].removeprefix("heavy:").split(",")
 
 
-@pytest.mark.parametrize("verb", ["runs", "audit", "verify", "diff", "timeline", "report", "status", "show"])
+@pytest.mark.parametrize("verb", ["runs", "audit", "verify", "diff", "timeline", "report", "status", "show", "export"])
 def test_a_path_that_holds_no_journal_is_said_before_torch_is_imported(tmp_path, verb):
     """A mistyped path costs the start, not a tensor library's import (about a second here)."""
     missing = str(tmp_path / "no-such-journal")
     argv = {"diff": ["diff", missing, missing], "timeline": ["timeline", missing, "--out", str(tmp_path / "t.svg")],
             "report": ["report", missing, "--out", str(tmp_path / "r.html")],
-            "status": ["status", missing, str(tmp_path / "remote")], "show": ["show", missing, "1"]}.get(verb, [verb, missing])
+            "status": ["status", missing, str(tmp_path / "remote")], "show": ["show", missing, "1"],
+            "export": ["export", missing, "--to", str(tmp_path / "out")]}.get(verb, [verb, missing])
     done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, timeout=120)
     assert done.returncode in (1, 2) and missing in done.stderr, done.stderr
     assert "torch" not in done.stdout.splitlines()[-1].removeprefix("heavy:").split(",")
