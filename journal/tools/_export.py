@@ -149,6 +149,10 @@ class _Flattener:
         self.folder = folder
         self.tensors_file = tensors_file
         self.raw_name = raw_file
+        import numpy
+        import torch
+
+        self.np, self.torch = numpy, torch  # imported once a payload is flattened, not with this module
         self.tensors: Dict[str, torch.Tensor] = {}
         self.raw: List[Dict[str, Any]] = []
         self._taken: set = set()
@@ -184,21 +188,17 @@ class _Flattener:
             self._raw_fh.close()
 
     def tensor(self, value: torch.Tensor, path: Tuple[str, ...], kind: str, dtype: str) -> Dict[str, Any]:
-        import torch
-
         key = self.key(path)
         shape = list(value.shape)
         if _safetensors_takes(value.dtype):
             self.tensors[key] = value.contiguous()
             return {"$tensor": key, "kind": kind, "dtype": dtype, "shape": shape, "file": self.tensors_file}
         # Not a safetensors dtype (complex128, bits8 ...): its bytes, C order, little-endian.
-        data = value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        data = value.contiguous().reshape(-1).view(self.torch.uint8).numpy().tobytes()
         return self.raw_file(key, data, {"kind": kind, "dtype": dtype, "shape": shape, "byteorder": "little"})
 
     def walk(self, value: Any, path: Tuple[str, ...]) -> Any:
-        import numpy as np
-        import torch
-
+        np, torch = self.np, self.torch
         if isinstance(value, int) and not isinstance(value, bool) and not -_INT_LIMIT < value < _INT_LIMIT:
             # Python refuses to write ints of more than 4 300 digits in decimal; hex has no limit.
             return {"$int": hex(value)}
