@@ -38,6 +38,17 @@ def launch(journal: Path, policy: str, out: Path, processes: int = 2) -> subproc
     return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=900)
 
 
+def failure(result: subprocess.CompletedProcess) -> str:
+    """What a failed launch said: each rank's own lines (torchrun prefixes them ``[rankN]:``), which the
+    launcher's summary at the end of stderr does not hold, then that summary."""
+    own: dict = {}
+    for line in result.stderr.splitlines():
+        if line.startswith("[rank"):
+            own.setdefault(line.split("]", 1)[0], []).append(line)
+    said = "\n".join("\n".join(lines[-40:]) for _, lines in sorted(own.items()))
+    return said + "\n-- the launcher's end --\n" + result.stderr[-2000:]
+
+
 def ranks(out: Path) -> dict:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))}
 
@@ -48,7 +59,7 @@ def two_process_recording(tmp_path_factory):
     folder = tmp_path_factory.mktemp("accelerate")
     journal = folder / "machine-a" / "journal"
     recording = launch(journal, "dump", folder / "recorded")
-    assert recording.returncode == 0, recording.stderr[-3000:]
+    assert recording.returncode == 0, failure(recording)
     return journal, ranks(folder / "recorded"), recording.stderr
 
 
@@ -70,7 +81,7 @@ def test_two_accelerate_processes_record_one_journal_and_a_second_launch_elsewhe
     push(str(machine_a), remote)
     clone(remote, str(machine_b))
     replaying = launch(machine_b, "replay", tmp_path / "replayed")
-    assert replaying.returncode == 0, replaying.stderr[-3000:]
+    assert replaying.returncode == 0, failure(replaying)
     replayed = ranks(tmp_path / "replayed")
     for rank in (0, 1):
         assert replayed[rank]["counts"]["replayed"] == 2 and replayed[rank]["counts"]["generated"] == 0
