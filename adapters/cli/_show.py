@@ -92,22 +92,26 @@ def _annotate(node: Dict[str, Any], value: Any) -> None:
     import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
 
     from stepjournal import OpaqueValue
-    kind = node.get("kind")
-    if kind in ("tensor", "ndarray"):
-        preview = _preview(value)
-        if preview is not None:
-            node["preview"] = preview
-    elif kind in ("list", "tuple") and isinstance(value, (list, tuple)):
-        for child, item in zip(node["items"], value):
-            _annotate(child, item)
-    elif kind == "dict" and isinstance(value, dict):
-        for child, item in zip(node["items"], value.values()):
-            _annotate(child["value"], item)
-    elif kind == "object_array" and isinstance(value, np.ndarray):
-        for child, item in zip(node["items"], value.flat):
-            _annotate(child, item)
-    elif kind == "ext" and isinstance(value, OpaqueValue):
-        _annotate(node["value"], value.value)
+
+    def walk(node: Dict[str, Any], value: Any) -> None:
+        kind = node.get("kind")
+        if kind in ("tensor", "ndarray"):
+            preview = _preview(value)
+            if preview is not None:
+                node["preview"] = preview
+        elif kind in ("list", "tuple") and isinstance(value, (list, tuple)):
+            for child, item in zip(node["items"], value):
+                walk(child, item)
+        elif kind == "dict" and isinstance(value, dict):
+            for child, item in zip(node["items"], value.values()):
+                walk(child["value"], item)
+        elif kind == "object_array" and isinstance(value, np.ndarray):
+            for child, item in zip(node["items"], value.flat):
+                walk(child, item)
+        elif kind == "ext" and isinstance(value, OpaqueValue):
+            walk(node["value"], value.value)
+
+    walk(node, value)
 
 
 def _node_text(node: Dict[str, Any]) -> str:
