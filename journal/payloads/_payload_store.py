@@ -162,7 +162,7 @@ class LmdbPayloadStore:
         the cap counts LMDB's pages in use and every payload file."""
         cap = self._store.max_size
         if cap is not None and not self.files.has(digest):
-            used = self._store.used_bytes() + self.files.total_bytes()
+            used = self._store.used_bytes() + self.files.total_bytes(besides=digest)
             if used + stored_size(blob) > cap:
                 self.files.discard_staged(digest)
                 raise JournalFullError(
