@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def record_steps(path: str, run: str, steps: int, ack_path: str) -> None:
@@ -42,10 +43,11 @@ def content(name: str) -> dict:
     return {"name": name, "ids": torch.arange(SMALL_FILE_FROM // 8 + 512, dtype=torch.int64) * factor}
 
 
-def run_verb(verb: str, path: str, place: dict, tag: int, ack_path: str) -> None:
+def run_verb(verb: str, path: str, place: dict, tag: int, ack_path: str, progress: Any = None) -> None:
     """Run the writing `verb` on the journal at `path`, whole; append what it acknowledged to `ack_path`
     (``record <run> <step>``, ``remote <name>``, ``refused <error>``...). `place` names the remote and the
-    bundle to pull from; `tag` makes this run's step and names its own. Exits `REFUSED` on a typed refusal."""
+    bundle to pull from; `tag` makes this run's step and names its own; `progress`: a pull's and an
+    import's. Exits `REFUSED` on a typed refusal."""
     from stepjournal import (Journal, Retention, StepJournalError, add_remote, compact, import_bundle, prune,
                              pull)
 
@@ -66,9 +68,11 @@ def run_verb(verb: str, path: str, place: dict, tag: int, ack_path: str) -> None
         elif verb == "compact":
             compact(path)
         elif verb == "pull":
-            pull(place["remote"], path)
+            pull(place["remote"], path, progress=progress)
+            acked.append("pull")
         elif verb == "import":
-            import_bundle(place["bundle"], path)
+            import_bundle(place["bundle"], path, progress=progress)
+            acked.append("import")
         elif verb == "reindex":
             with Journal(path, session=False) as journal:
                 journal.reindex()
@@ -91,25 +95,24 @@ def _ack(ack_path: str, lines: list) -> None:
 
 def verb_in_lockstep(verb: str, path: str, place: dict, tag: int, ack_path: str, conn) -> None:
     """`run_verb` stopping at each observed point (a filesystem step in the journal's folder, the end of
-    an LMDB write transaction): its label ends in ``held`` where this process holds what another one's
+    an LMDB write transaction, a pull's progress): its label ends in ``held`` where this process holds what another one's
     verb would wait for (a write transaction, compaction's lock, the remotes' lock)."""
-    import threading
+    import re
 
     from kill_points import Lockstep
 
-    one_at_a_time = threading.Lock()  # a staged file is written on a thread of its own: its points too
-
     class Points(Lockstep):
         def point(self, label: str) -> None:
-            with one_at_a_time:
-                super().point(f"{label} held" if label != "lmdb committed" and _holding() else label)
+            # The same in each run: a staged file's random name, a descriptor's number.
+            label = re.sub(r"tmp/[0-9a-f]{32}", "tmp/<staged>", re.sub(r"fd:\d+", "fd", label))
+            super().point(f"{label} held" if label != "lmdb committed" and _holding() else label)
 
     step = Points(conn)
     step.point("start")
     step.filesystem(path)(True)
     with step.lmdb_writes():
         try:
-            run_verb(verb, path, place, tag, ack_path)
+            run_verb(verb, path, place, tag, ack_path, step.progress)
         except SystemExit as exc:  # a refusal: said on the pipe's end, the parent reads the acks
             conn.close()
             raise SystemExit(exc.code) from None
