@@ -26,6 +26,7 @@ import time
 from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from ..events._convert import decode_event
+from ..base._errors import StepJournalError
 from ..events._events import Event, GenerationRecorded, PayloadsReleased, call_refs
 from ..events._keys import seq_key, seq_of
 from ..base._log import get_logger
@@ -91,8 +92,13 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
         return
 
     def fn(txn: Any) -> None:  # writes nothing: it holds LMDB's writer lock while it deletes
-        named = {ref.digest for seq, body in _bodies_after(txn, store, after)
-                 for ref in call_refs(decode_event(body, seq=seq))}
+        named = set()
+        for seq, body in _bodies_after(txn, store, after):
+            try:
+                named.update(ref.digest for ref in call_refs(decode_event(body, seq=seq)))
+            except StepJournalError:  # it may name any of them: they stay, left over for a later prune
+                log.warning("released_files_kept", seq=seq, reason="an event cannot be read; run `stepjournal verify`")
+                return
         for key in keys:
             if key.hex() not in named:
                 files.delete(key)

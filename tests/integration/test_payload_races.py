@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Tuple
 import pytest
 
 from cli_support import run_cli
-from journal_workers import REFUSED, VERBS, content, run_verb, small_files, verb_in_lockstep
+from journal_workers import REFUSED, SMALL_FILE_FROM, VERBS, content, run_verb, verb_in_lockstep
 from kill_points import start_process
 from lmdb_raw import flip_byte
 from reliability_support import worker_context
@@ -24,16 +24,20 @@ from stepjournal.events._events import EventsImported, GenerationRecorded
 from stepjournal.events._keys import seq_key
 
 
+def _small_files(patch: pytest.MonkeyPatch) -> None:
+    """Payloads of `SMALL_FILE_FROM` bytes and more are files in this process's journals, until `patch` is undone."""
+    import stepjournal.payloads._payload_store as payload_store
+
+    patch.setattr(payload_store, "FILE_FROM", SMALL_FILE_FROM)
+
+
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
     """A journal whose "base" run holds three payload files (X, Y, Z), a remote and a bundle to bring in:
     what each race starts from (copied)."""
     root = tmp_path_factory.mktemp("races")
     with pytest.MonkeyPatch.context() as patch:
-        import stepjournal.payloads._payload_store as payload_store
-
-        patch.setattr(payload_store, "FILE_FROM", payload_store.FILE_FROM)
-        small_files()
+        _small_files(patch)
         seed = str(root / "seed")
         with Journal(seed, run="base") as journal:
             for step, name in enumerate("XYZ"):
@@ -185,10 +189,7 @@ def _fork_child_drops(held: list) -> None:
 def test_a_fork_child_leaves_its_parents_staged_file_alone(tmp_path, monkeypatch):
     import multiprocessing as mp
 
-    import stepjournal.payloads._payload_store as payload_store
-
-    monkeypatch.setattr(payload_store, "FILE_FROM", payload_store.FILE_FROM)
-    small_files()
+    _small_files(monkeypatch)
     path = str(tmp_path / "journal")
     with Journal(path) as journal:
         held = [journal.prepare(content("X"), copy=False)]
@@ -204,10 +205,7 @@ def test_a_fork_child_leaves_its_parents_staged_file_alone(tmp_path, monkeypatch
 
 
 def test_the_size_cap_does_not_count_the_records_own_staged_file(tmp_path, monkeypatch):
-    import stepjournal.payloads._payload_store as payload_store
-
-    monkeypatch.setattr(payload_store, "FILE_FROM", payload_store.FILE_FROM)
-    small_files()
+    _small_files(monkeypatch)
     path = str(tmp_path / "journal")
     value = content("X")
     with Journal(path) as journal:
@@ -221,10 +219,7 @@ def test_the_size_cap_does_not_count_the_records_own_staged_file(tmp_path, monke
 
 # -- compact --to ------------------------------------------------------------------------------------
 def test_compact_to_refuses_a_journal_with_an_event_it_cannot_read(tmp_path, monkeypatch):
-    import stepjournal.payloads._payload_store as payload_store
-
-    monkeypatch.setattr(payload_store, "FILE_FROM", payload_store.FILE_FROM)
-    small_files()
+    _small_files(monkeypatch)
     path = str(tmp_path / "journal")
     with Journal(path) as journal:
         journal.record(0, content("X"))
@@ -239,10 +234,7 @@ def test_compact_to_refuses_a_journal_with_an_event_it_cannot_read(tmp_path, mon
 
 
 def test_compact_to_copies_every_payload_file_the_events_name(tmp_path, monkeypatch):
-    import stepjournal.payloads._payload_store as payload_store
-
-    monkeypatch.setattr(payload_store, "FILE_FROM", payload_store.FILE_FROM)
-    small_files()
+    _small_files(monkeypatch)
     path = str(tmp_path / "journal")
     with Journal(path) as journal:
         for step, name in enumerate("XY"):
