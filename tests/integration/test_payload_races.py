@@ -271,3 +271,4 @@ def test_every_writing_verb_against_every_other_at_each_observed_point(place, tm
             where = str(tmp_path / f"{second.replace(' ', '-')}-{at}")
             _seen, races = _race(place, where, first, second, _occurrence(label, n))
             assert races == 1, (second, label, n)
+            shutil.rmtree(where)  # whole: hundreds of journals would fill a small disk (a failing one stays)
