@@ -194,7 +194,7 @@ def test_a_fork_child_leaves_its_parents_staged_file_alone(tmp_path, monkeypatch
     with Journal(path) as journal:
         held = [journal.prepare(content("X"), copy=False)]
         files = journal.local_payloads().files
-        files._staged[held[0].key]._thread.join()  # the staged file is written before the fork
+        _staged_written(journal, held[0])  # before the fork
         child = mp.get_context("fork").Process(target=_fork_child_drops, args=(held,))
         child.start()
         child.join(60)
@@ -213,8 +213,15 @@ def test_the_size_cap_does_not_count_the_records_own_staged_file(tmp_path, monke
         used = journal.lmdb_store().used_bytes()
     # Room for the payload once and the event's pages, not for the payload twice.
     with Journal(path, max_size=used + size + (size // 2)) as journal:
-        journal.record(0, value)
+        prepared = journal.prepare(value, copy=False)  # as `record` does: its file staged in tmp/
+        _staged_written(journal, prepared)
+        journal.record(0, prepared)
         assert journal.verify() == []
+
+
+def _staged_written(journal: Journal, prepared) -> None:
+    """Wait until the file staged for `prepared` is written whole (its thread is done)."""
+    journal.local_payloads().files._staged[prepared.key]._thread.join()
 
 
 # -- compact --to ------------------------------------------------------------------------------------
