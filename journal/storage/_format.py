@@ -13,12 +13,14 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+import lmdb
+
 from ..base._errors import IntegrityError, JournalFormatError
 from ..base._log import get_logger
 from ..base._version import JOURNAL_FORMAT, __version__
 from ..events._keys import META_FORMAT, META_READ_FORMAT, META_WRITTEN_BY
 
-__all__ = ["check_format_in", "mark_format_in"]
+__all__ = ["check_format_in", "check_format_of", "mark_format_in"]
 
 log = get_logger(__name__)
 
@@ -59,6 +61,16 @@ def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
         )
     log.warning("journal_format_newer", path=path, format=found, written_by=written_by, library_version=__version__,
                 hint=f"read as format {JOURNAL_FORMAT}: what the newer format adds is not shown; {fix}")
+
+
+def check_format_of(env: Any, path: str, *, writing: bool) -> None:
+    """`check_format_in` for an LMDB environment opened outside a `Store` (compaction's own)."""
+    with env.begin() as txn:
+        try:
+            meta = env.open_db(b"meta", txn=txn, create=False)
+        except lmdb.NotFoundError:
+            return  # no meta yet: nothing newer
+        check_format_in(txn, meta, path, writing=writing)
 
 
 def mark_format_in(txn: Any, meta: Any, *, new: bool) -> None:

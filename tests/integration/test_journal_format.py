@@ -79,3 +79,9 @@ def test_a_writable_open_records_this_format_and_the_version_that_wrote_it(tmp_p
     put_raw(path, "meta", b"written_by", b"0.0.1")  # an older stepjournal wrote it since
     Journal(path, session=False).close()
     assert dict(items(path, "meta"))[b"written_by"] == __version__.encode()
+
+
+def test_compact_refuses_a_newer_format_and_leaves_it_as_it_was(newer):
+    before = items(newer, "meta")
+    _one_error_line(cli("compact", newer), f"format {NEWER}", "stepjournal 9.1.0")
+    assert items(newer, "meta") == before
