@@ -39,9 +39,9 @@ _TRIES = 8
 def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
     """Hold the journal `folder`'s `flock` around the checks before `lmdb.open` and the open itself.
 
-    Exclusive for a writer that may create ``data.mdb`` (missing or empty at first sight); shared
-    otherwise, which waits only for a creation under way. Held for the open alone (not the structure
-    check after it), so the ranks of one job open an existing journal side by side.
+    Taken when ``data.mdb`` is missing or empty at first sight: exclusive by a writer, which may
+    create it; shared by a reader, which waits only for a creation under way. Held for the open
+    alone (not the structure check after it); a journal with pages is opened without it.
 
     Yields:
         True while held; False where the folder cannot be locked (not readable, or a filesystem

@@ -9,7 +9,7 @@ import errno
 import os
 import stat
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Dict, Iterator, Optional, Set, Tuple
 
 import lmdb
@@ -143,11 +143,12 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool, check: str
 def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool, pid: int,
               check: str = "open") -> _SharedEnv:
     """Open the LMDB environment of a checked journal folder and register it (under `_ENVS_LOCK`)."""
+    check_lmdb_files(key)  # a file of someone else's is refused before anything waits on it
     data_file = os.path.join(key, "data.mdb")
-    # data.mdb is empty only while another process's lmdb.open creates it (under the creation lock),
-    # or when a creation was interrupted: wait for the one, refuse the other.
-    with creation_lock(key, exclusive=not readonly and _size(data_file) in (None, 0)):
-        check_lmdb_files(key)
+    # data.mdb is empty only while another process's lmdb.open creates it (under the creation lock), or
+    # when a creation was interrupted: wait for the one, refuse the other (`_lmdb_open.creation_lock`).
+    with creation_lock(key, exclusive=not readonly) if _size(data_file) in (None, 0) else nullcontext():
+        check_lmdb_files(key)  # again: what the creation made meanwhile
         if _size(data_file) == 0:
             # LMDB would silently start a new, empty journal over it.
             raise IntegrityError(
@@ -193,7 +194,6 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
 
 
 def _size(file: str) -> Optional[int]:
-    """The size of `file`; None when it does not exist."""
     try:
         return os.stat(file).st_size
     except FileNotFoundError:
