@@ -1,0 +1,85 @@
+"""Reading a journal somebody else wrote runs nothing of theirs and never crashes (issue 47 point 5).
+
+Each journal here is recorded through the public API, as a trainer of unusual habits (or a hostile
+colleague) would record it: the verbs that read it end in a result or in one line naming the bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from stepjournal import Journal
+from cli_support import run_cli
+
+VOCAB = ["<pad>", "</s>", "the", "cat", "sat"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    model = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<pad>"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>", eos_token="</s>")
+    folder = tmp_path_factory.mktemp("tokenizer")
+    fast.save_pretrained(folder)
+    return str(folder)
+
+
+def one_line_or_result(done: subprocess.CompletedProcess) -> None:
+    """A verb's end on a hostile journal: a result, or one error line (no traceback)."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 1, done.stderr
+    if done.returncode not in (0, 1):  # diff: 1 when the runs differ; 2 when one side cannot be read
+        assert done.stderr.startswith("stepjournal: error: "), done.stderr
+
+
+# (generate output, reward stage output or None, what the text view shows or the error says)
+ODD_SAMPLES = {
+    "a 1-D response": ({"responses": torch.tensor([2, 3, 4])}, None, "token ids of shape [3]"),
+    "ids as text": ({"response_ids": ["the cat", "sat"]}, None, "token ids given as str 'the cat'"),
+    "a 1-D mask": ({"prompts": torch.tensor([[2, 3]]), "responses": torch.tensor([[4, 1]]),
+                    "attention_mask": torch.tensor([1, 1, 1, 1])}, None, "attention_mask of shape [4]"),
+    "a mask of another shape": ({"prompts": torch.tensor([[2, 3]]), "responses": torch.tensor([[4, 1]]),
+                                 "response_mask": torch.tensor([[1, 1, 1]])}, None, "a mask of shape [1, 3]"),
+    "a reward as text": ({"response_ids": [[2, 3]]}, {"rewards": ["good"]}, "rewards given as list ['good']"),
+    "a reward of 1e308": ({"response_ids": [[2, 3], [3]]}, {"rewards": [1e308, -1e308]}, "reward 1e+308"),
+    "rewards that sum past 1e308": ({"response_ids": [[2, 3], [3]]},
+                                    {"rewards": torch.tensor([[1e308, 1e308], [-1e308, 0.0]], dtype=torch.float64)},
+                                    "reward inf"),
+    "token id -1": ({"response_ids": [[2, -1]]}, None, "cannot decode (from -1 to 2)"),
+    "token id 2**40": ({"response_ids": torch.tensor([[2, 2 ** 40]])}, None, "cannot decode (from 2 to 1099511627776)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_SAMPLES))
+def test_samples_of_odd_shapes_types_and_values_are_shown_or_named_in_one_line(tmp_path, tokenizer_dir, case):
+    output, reward, said = ODD_SAMPLES[case]
+    odd, plain = str(tmp_path / "odd"), str(tmp_path / "plain")
+    with Journal(odd, run="exp", fingerprint={"tokenizer": tokenizer_dir}) as journal:
+        journal.record(1, output)
+        if reward is not None:
+            journal.record(1, reward, stage="reward")
+    with Journal(plain, run="exp", fingerprint={"tokenizer": tokenizer_dir}) as journal:
+        journal.record(1, {"response_ids": [[2, 3]]})
+        journal.record(1, {"rewards": [0.5]}, stage="reward")
+    shown = run_cli("show", odd, "1", "--text", env={"COLUMNS": "200"})
+    one_line_or_result(shown)
+    assert said in (shown.stdout if shown.returncode == 0 else shown.stderr)
+    as_json = run_cli("show", odd, "1", "--text", "--json")
+    one_line_or_result(as_json)
+    if as_json.returncode == 0:  # exact JSON: an infinite reward is null, as the report shows it
+        rewards = [s["rewards"]["reward"] for s in json.loads(as_json.stdout)["samples"]]
+        assert all(r is None or abs(r) == 1e308 for r in rewards)
+    page = tmp_path / "report.html"
+    reported = run_cli("report", odd, "-o", str(page))
+    one_line_or_result(reported)
+    assert reported.returncode == 0 and page.stat().st_size > 0  # the step is there, without its samples
+    for a, b in ((plain, odd), (odd, plain)):
+        one_line_or_result(run_cli("diff", a, b, "--text", env={"COLUMNS": "200"}))
