@@ -15,20 +15,12 @@ import torch
 
 from stepjournal import Journal
 from cli_support import run_cli
-
-VOCAB = ["<pad>", "</s>", "the", "cat", "sat"]
-
+from trl_tiny import tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> str:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    model = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<pad>"))
-    model.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>", eos_token="</s>")
     folder = tmp_path_factory.mktemp("tokenizer")
-    fast.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
     return str(folder)
 
 
