@@ -7,6 +7,7 @@ colleague) would record it: the verbs that read it end in a result or in one lin
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from stepjournal import Journal
-from cli_support import run_cli
+from cli_support import CLI, run_cli
 from trl_tiny import tiny_tokenizer
 
 @pytest.fixture(scope="module")
@@ -75,3 +76,26 @@ def test_samples_of_odd_shapes_types_and_values_are_shown_or_named_in_one_line(t
     assert reported.returncode == 0 and page.stat().st_size > 0  # the step is there, without its samples
     for a, b in ((plain, odd), (odd, plain)):
         one_line_or_result(run_cli("diff", a, b, "--text", env={"COLUMNS": "200"}))
+
+
+def test_a_tokenizer_folder_that_names_code_of_its_own_is_refused_without_a_prompt(tmp_path):
+    """The fingerprint names a folder whose tokenizer_config.json asks for custom code (auto_map): `show --text`
+    and `report` refuse it in one line, ask nothing on stdin (a "y" waits there) and never run it."""
+    folder, ran = tmp_path / "tokenizer", tmp_path / "RAN"
+    tiny_tokenizer().save_pretrained(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.update(tokenizer_class="OwnTokenizer", auto_map={"AutoTokenizer": [None, "own_code.OwnTokenizer"]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "own_code.py").write_text(
+        f"import pathlib\npathlib.Path({str(ran)!r}).write_text('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\nclass OwnTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+    path = str(tmp_path / "j")
+    with Journal(path, run="exp", fingerprint={"tokenizer": str(folder)}) as journal:
+        journal.record(1, {"response_ids": [[2, 3]]})
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # where transformers would copy the code to run it
+    for verb in (["show", path, "1", "--text"], ["report", path, "-o", str(tmp_path / "r.html")]):
+        done = subprocess.run([*CLI, *verb], input="y\n", capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"stepjournal: error: cannot load the tokenizer {str(folder)!r}")
+        assert len(done.stderr.splitlines()) == 1 and "Do you wish" not in done.stdout + done.stderr
+        assert not ran.exists()
