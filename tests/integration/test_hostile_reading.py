@@ -99,3 +99,25 @@ def test_a_tokenizer_folder_that_names_code_of_its_own_is_refused_without_a_prom
         assert done.stderr.startswith(f"stepjournal: error: cannot load the tokenizer {str(folder)!r}")
         assert len(done.stderr.splitlines()) == 1 and "Do you wish" not in done.stdout + done.stderr
         assert not ran.exists()
+
+
+def test_names_with_control_characters_give_a_well_formed_svg(tmp_path):
+    """Run keys, session names, stage names, policies and reasons holding C0 and C1 controls and XML's two
+    noncharacters: the SVG `timeline` draws (and the HTML page's inline SVG) parse as XML, the names escaped."""
+    import xml.etree.ElementTree as ET
+
+    path = str(tmp_path / "j")
+    run = "r\x01\x1b[2J\x0b\x0c<&>\"'\ufffe"
+    with Journal(path, run=run, session="s\x04\x7f\x85\x00") as journal:
+        recorded = journal.record(1, {"x": torch.ones(2)}, policy="dump\x02", reason="why\x08\uffff")
+        journal.record(1, {"x": torch.ones(2)}, stage="reward.\x03\x1f")
+        journal.record_replay(2, recorded, policy="repeat\x1a", reason="again\x10")
+    svg, page = tmp_path / "t.svg", tmp_path / "t.html"
+    for out in (svg, page):
+        done = run_cli("timeline", path, "--out", str(out))
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    ET.parse(svg)  # matplotlib draws text as paths, each under a comment holding the text
+    assert "\\x01\\x1b[2J" in svg.read_text(encoding="utf-8")  # the run key, its controls shown as escapes
+    inline = page.read_text(encoding="utf-8").split('<div class="scroll">\n', 1)[1].split("\n</div>", 1)[0]
+    labels = "".join(ET.fromstring(inline).itertext())
+    assert "r\\x01\\x1b[2J" in labels and "reward.\\x03\\x1f" in labels and "\\uffff" in labels
