@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,41 @@ def test_names_with_control_characters_give_a_well_formed_svg(tmp_path):
     inline = page.read_text(encoding="utf-8").split('<div class="scroll">\n', 1)[1].split("\n</div>", 1)[0]
     labels = "".join(ET.fromstring(inline).itertext())
     assert "r\\x01\\x1b[2J" in labels and "reward.\\x03\\x1f" in labels and "\\uffff" in labels
+
+
+def typed_in_a_terminal(shell: str, lines: str) -> str:
+    """What an interactive `shell` (bash or zsh, no start files) prints when `lines` are typed into its
+    pseudo-terminal, a tab included: its readline (zle) completes as a user's does. Returns at the shell's exit."""
+    leader, follower = pty.openpty()
+    argv = [shell, "--norc", "--noprofile", "-i"] if shell.endswith("bash") else [shell, "-f", "-i"]
+    env = {**os.environ, "PS1": "$ ", "TERM": "dumb", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env, start_new_session=True)
+    os.close(follower)
+    os.write(leader, lines.encode())  # typed ahead: the shell reads each line when it is ready for it
+    chunks = []
+    while select.select([leader], [], [], 120)[0]:  # the bound is against a hang only
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the shell exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=30)
+    os.close(leader)
+    return b"".join(chunks).decode("utf-8", "replace").replace("\r", "")
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_quotes_a_file_name_with_a_space_a_quote_and_a_dollar(tmp_path, shell):
+    """A tab after the start of such a name inserts it whole and quoted: the command gets the name as it is."""
+    found = shutil.which(shell)
+    assert found, f"the completion test needs {shell}: apt-get install {shell}"
+    name = "x y$HOME'q"
+    (tmp_path / name).write_text("")
+    setup = "autoload -U +X compinit && compinit -u\n" if shell == "zsh" else ""
+    shown = typed_in_a_terminal(found, (
+        f'{setup}eval "$(stepjournal completion {shell})"\n'
+        'stepjournal() { printf "<%s>\\n" "$@"; }\n'  # what the completed line runs: its words, one a line
+        f"stepjournal runs {tmp_path}/x\t\nexit\n"))
+    assert f"<runs>\n<{tmp_path}/{name}>\n" in shown, shown
