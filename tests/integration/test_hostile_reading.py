@@ -163,3 +163,99 @@ def test_completion_quotes_a_file_name_with_a_space_a_quote_and_a_dollar(tmp_pat
         'stepjournal() { printf "<%s>\\n" "$@"; }\n'  # what the completed line runs: its words, one a line
         f"stepjournal runs {tmp_path}/x\t\nexit\n"))
     assert f"<runs>\n<{tmp_path}/{name}>\n" in shown, shown
+
+
+# -- absurd numbers and malformed URLs: one line, exit 1 or 2 ----------------------------------------------------
+TEN_TO_30, DIGITS_5000 = "1" + "0" * 30, "9" * 5000
+
+
+def numeric_arguments() -> list:
+    """(verb, option or positional name, what it takes) for every argument of every verb that reads a number:
+    an int type, a float type, step ranges or a size. Read from the parser, so a new one is in the table."""
+    from stepjournal.adapters.cli import _app
+    from stepjournal.adapters.cli._completion import _subcommands
+
+    found = []
+    for verb, parser in sorted(_subcommands(_app.build_parser()).items()):
+        for action in parser._actions:
+            name = action.option_strings[-1] if action.option_strings else action.dest
+            if action.type is not None and action.type is not str:
+                found.append((verb, name, action.type.__name__))
+            elif action.metavar in ("RANGES", "SIZE") or (action.metavar or "").startswith("FIELD="):
+                found.append((verb, name, action.metavar))
+    return found
+
+
+def test_the_table_below_covers_every_numeric_argument():
+    assert {(verb, name) for verb, name, _ in numeric_arguments()} == set(NUMERIC_BASE)
+
+
+# The rest of each command line, `J` the journal and `OUT` a path to write, with `{}` where the value goes.
+NUMERIC_BASE = {
+    ("audit", "--limit"): ["audit", "J", "-n", "{}"],
+    ("audit", "--steps"): ["audit", "J", "--steps", "{}"],
+    ("show", "step"): ["show", "J", "{}"],
+    ("show", "--index"): ["show", "J", "1", "--index", "{}"],
+    ("show", "--items"): ["show", "J", "1", "--items", "{}"],
+    ("prune", "--keep-last"): ["prune", "J", "--dry-run", "--keep-last", "{}"],
+    ("prune", "--max-bytes"): ["prune", "J", "--dry-run", "--max-bytes", "{}"],
+    ("prune", "--pin"): ["prune", "J", "--dry-run", "--keep-last", "1", "--pin", "{}"],
+    ("report", "--samples"): ["report", "J", "--no-text", "-o", "OUT.html", "--samples", "{}"],
+    ("report", "--chars"): ["report", "J", "--no-text", "-o", "OUT.html", "--chars", "{}"],
+    ("diff", "--atol"): ["diff", "J", "J", "--atol", "{}"],
+    ("diff", "--rtol"): ["diff", "J", "J", "--rtol", "{}"],
+    ("diff", "--tol"): ["diff", "J", "J", "--tol", "x=1,{}"],
+    ("diff", "--steps"): ["diff", "J", "J", "--steps", "{}"],
+    ("export", "--steps"): ["export", "J", "--to", "OUT", "--steps", "{}"],
+    ("timeline", "--steps"): ["timeline", "J", "--out", "OUT.html", "--steps", "{}"],
+}
+ABSURD = {"10**30": TEN_TO_30, "5000 digits": DIGITS_5000, "1e400": "1e400", "a range to 5000 digits": f"1-{DIGITS_5000}"}
+
+
+@pytest.fixture(scope="module")
+def small_journal(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("numbers") / "j")
+    with Journal(path, run="exp") as journal:
+        journal.record(1, {"x": torch.ones(2)})
+        journal.record(2, {"x": torch.ones(2)})
+    return path
+
+
+@pytest.mark.parametrize("value", sorted(ABSURD))
+@pytest.mark.parametrize("argument", sorted(NUMERIC_BASE), ids=" ".join)
+def test_an_absurd_number_is_a_result_or_a_one_line_error(small_journal, tmp_path, argument, value):
+    words = [small_journal if w == "J" else w.replace("OUT", str(tmp_path / "out")) for w in NUMERIC_BASE[argument]]
+    done = run_cli(*[w.replace("{}", ABSURD[value]) for w in words])
+    assert "Traceback" not in done.stderr and done.returncode in (0, 1, 2), done.stderr[-2000:]
+    if done.returncode == 2 or argument[0] != "diff":  # diff: 1 is "the runs differ", with its table
+        assert len(done.stderr.splitlines()) == (0 if done.returncode == 0 else 1), done.stderr[-2000:]
+
+
+URL_VERBS = {
+    "clone": ["clone", "{}", "OUT"],
+    "pull": ["pull", "{}", "J"],
+    "push": ["push", "J", "{}"],
+    "status": ["status", "J", "{}"],
+    "remote add": ["remote", "add", "J", "other", "{}"],
+}
+# (the URL, what the one line says): never the working folder ("") or / (file://) by accident
+BAD_URLS = {"an unclosed IPv6 bracket": ("http://[::1", "malformed remote URL 'http://[::1'"),
+            "file:// without a path": ("file://", "the remote URL 'file://' names no folder"),
+            "an empty URL": ("", "an empty remote URL names no place"),
+            "a port past 65535": ("http://[::1]:99999999999999999999/x", "malformed remote URL")}
+
+
+@pytest.mark.parametrize("url", sorted(BAD_URLS))
+@pytest.mark.parametrize("verb", sorted(URL_VERBS))
+def test_a_malformed_or_empty_url_is_refused_in_one_line_and_writes_nowhere(small_journal, tmp_path, verb, url):
+    """Nothing is created where the URL would lead by accident: the working folder ("") or ``/`` (file://)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    words = [small_journal if w == "J" else w.replace("OUT", str(tmp_path / "clone")) for w in URL_VERBS[verb]]
+    root_before = set(os.listdir("/"))
+    given, said = BAD_URLS[url]
+    done = run_cli(*[w.replace("{}", given) for w in words], cwd=cwd)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"stepjournal: error: {said}") and len(done.stderr.splitlines()) == 1, done.stderr
+    assert list(cwd.iterdir()) == [] and set(os.listdir("/")) == root_before
+    assert not (tmp_path / "clone").exists()
