@@ -259,3 +259,27 @@ def test_a_malformed_or_empty_url_is_refused_in_one_line_and_writes_nowhere(smal
     assert done.stderr.startswith(f"stepjournal: error: {said}") and len(done.stderr.splitlines()) == 1, done.stderr
     assert list(cwd.iterdir()) == [] and set(os.listdir("/")) == root_before
     assert not (tmp_path / "clone").exists()
+
+
+# -- a received journal's remotes.json never takes your push to its URL ------------------------------------------
+def test_a_remote_name_the_journal_and_you_both_define_is_refused_naming_both_urls(tmp_path):
+    """The journal came with ``origin`` (its default) naming a folder of its sender's choosing; you name
+    ``origin`` another place. Push, pull and status by that name, or by the default, refuse in one line naming
+    both URLs, and nothing is written at either; when both name the same URL, it is used."""
+    from stepjournal import add_remote
+
+    path, theirs, yours = str(tmp_path / "received"), tmp_path / "theirs", tmp_path / "yours"
+    with Journal(path, run="exp") as journal:
+        journal.record(1, {"x": torch.ones(2)})
+    add_remote(path, "origin", str(theirs))  # as the sender left it in the folder
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    assert run_cli("remote", "add", "--global", "origin", str(yours), env=env).returncode == 0
+    for words in (["push", path], ["push", path, "origin"], ["pull", "origin", path], ["status", path]):
+        done = run_cli(*words, env=env)
+        assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"remote 'origin' is file://{theirs} in journal {path!r} and file://{yours} in your remotes" \
+            in done.stderr
+    assert not theirs.exists() and not yours.exists()
+    assert run_cli("remote", "remove", "--global", "origin", env=env).returncode == 0
+    assert run_cli("remote", "add", "--global", "origin", str(theirs), env=env).returncode == 0
+    assert run_cli("push", path, env=env).returncode == 0 and (theirs / "heads").is_dir()  # one URL: no doubt
