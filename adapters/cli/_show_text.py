@@ -60,7 +60,7 @@ def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise Failure("show --text decodes with transformers: pip install 'stepjournal[trl]' (or transformers)") from None
+        raise Failure("show --text decodes with transformers: pip install transformers") from None
     try:
         # A tokenizer folder is the journal's word: code it names (auto_map) never runs, and nothing asks
         # whether it may (transformers prompts on stdin when trust_remote_code is left unset).

@@ -84,7 +84,7 @@ def render_image(timeline: Timeline, out: str) -> Any:
         from matplotlib.patches import FancyArrowPatch, Patch
     except ImportError:
         raise ImportError(
-            "drawing PNG or SVG needs matplotlib: pip install 'stepjournal[timeline]' (or write --out FILE.html)"
+            "drawing PNG or SVG needs matplotlib: pip install 'matplotlib>=3.7' (or write --out FILE.html)"
         ) from None
 
     ncols, nlanes = len(timeline.steps), len(timeline.lanes)

@@ -448,7 +448,7 @@ class Projections:
         if layout > LAYOUT_VERSION:
             raise UnsupportedSchemaVersionError(
                 f"the journal's key layout is version {layout}; this stepjournal reads up to {LAYOUT_VERSION}: "
-                "it was written by a newer stepjournal, so upgrade stepjournal (pip install -U stepjournal) "
+                "it was written by a newer stepjournal, so upgrade stepjournal (in an updated clone: pip install -e .) "
                 "to open it"
             )
         return layout

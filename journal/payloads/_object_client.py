@@ -194,7 +194,7 @@ class Remote:
             import obstore
             from obstore.store import from_url
         except ImportError:
-            raise RemoteError('object storage needs the s3 extra: pip install "stepjournal[s3]"') from None
+            raise RemoteError('object storage needs obstore: pip install "obstore>=0.12,<0.13"') from None
         self._obstore = obstore
         url = remote_url(url)
         self.url = public_url(url)
