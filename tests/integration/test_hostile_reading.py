@@ -154,7 +154,7 @@ def typed_in_a_terminal(shell: str, lines: str) -> str:
 def test_completion_quotes_a_file_name_with_a_space_a_quote_and_a_dollar(tmp_path, shell):
     """A tab after the start of such a name inserts it whole and quoted: the command gets the name as it is."""
     found = shutil.which(shell)
-    assert found, f"the completion test needs {shell}: apt-get install {shell}"
+    assert found, f"the completion test needs {shell}: apt-get install {shell} (make test installs it as root)"
     name = "x y$HOME'q"
     (tmp_path / name).write_text("")
     setup = "autoload -U +X compinit && compinit -u\n" if shell == "zsh" else ""
