@@ -66,6 +66,7 @@ def test_samples_of_odd_shapes_types_and_values_are_shown_or_named_in_one_line(t
     with Journal(plain, run="exp", fingerprint={"tokenizer": tokenizer_dir}) as journal:
         journal.record(1, {"response_ids": [[2, 3]]})
         journal.record(1, {"rewards": [0.5]}, stage="reward")
+    one_line_or_result(run_cli("show", odd, "1"))  # the payload as it is
     shown = run_cli("show", odd, "1", "--text", env={"COLUMNS": "200"})
     one_line_or_result(shown)
     assert said in (shown.stdout if shown.returncode == 0 else shown.stderr)
