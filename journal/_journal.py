@@ -376,12 +376,13 @@ class Journal(Recording, Queries):
         return _audit(self.events(types=AUDIT_EVENT_TYPES), **filters)  # it filters, seeing provenance
 
     def samples(self, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
-                tokenizer: Any = None, decoded: Optional[int] = None) -> List[Any]:
-        """The samples of the generate call at `step`, with their rewards and log-probs (`stepjournal.Sample`;
-        see `stepjournal.index._samples.samples`)."""
+                tokenizer: Any = None, decoded: Optional[int] = None, session: Optional[str] = None) -> List[Any]:
+        """The samples of the generate call at `step` (of `session` only, when given), with the rewards and
+        log-probs that session journaled (`stepjournal.Sample`; see `stepjournal.index._samples.samples`)."""
         from .index._samples import samples  # here: it reads tensors (torch), which a push or clone never loads
 
-        return samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer, decoded=decoded)
+        return samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer, decoded=decoded,
+                       session=session)
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:
