@@ -53,10 +53,16 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
         return None
     found: List[List[Any]] = []
     tokenizers: List[Any] = []
-    for path, side in ((path_a, report.a), (path_b, report.b)):
+    # The samples are those of the session whose generate call was compared (a side's own session, or the one
+    # that recorded the call): never a later replay's, nor rewards another session journaled.
+    compared = next((p for p in report.pairs if (p.stage, p.mode, p.step, p.gen_index) == (
+        "generate", first.mode, first.step, 0)), None)
+    for path, side, seq in ((path_a, report.a, compared and compared.seq_a), (path_b, report.b, compared and compared.seq_b)):
         with Journal(path, readonly=True) as journal:
             tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path))
-            found.append(journal.samples(first.step, run=side.run, mode=first.mode, tokenizer=tokenizers[-1]))
+            session = side.session if side.session is not None or seq is None else journal.event(seq).session
+            found.append(journal.samples(first.step, run=side.run, mode=first.mode, tokenizer=tokenizers[-1],
+                                         session=session))
     for a, b in zip(*found):
         offset = _first_token(a.response_ids, b.response_ids)
         if offset is not None or a.rewards != b.rewards or a.prompt_ids != b.prompt_ids:
