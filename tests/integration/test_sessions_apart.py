@@ -17,7 +17,7 @@ import torch
 
 from stepjournal import Journal
 from stepjournal.adapters import journaled
-from stepjournal.policies import FingerprintMismatchError
+from stepjournal.policies import Engine, FingerprintMismatchError, SpecError
 from cli_support import run_cli
 from test_report import browser, open_report  # noqa: F401  (browser: the fixture, a headless Chromium)
 from test_samples import tokenizer_dir  # noqa: F401  (the fixture: a real tokenizer saved to a folder)
@@ -148,6 +148,27 @@ def test_diff_text_shows_the_compared_recording_not_a_later_replay_session(tmp_p
 
 
 # -- a start that fails ----------------------------------------------------------------------------------------------
+def test_a_policy_spec_refused_after_the_journal_opened_leaves_no_session_behind(tmp_path):
+    path = str(tmp_path / "j")
+    session(path, "dump", "dump", RECORDED_REWARD)
+    before = run_cli("runs", path, "--json")
+    assert before.returncode == 0, before.stderr
+    with Journal(path, run="exp", fingerprint={"model": "m"}) as journal:
+        with pytest.raises(SpecError, match="replya"):
+            journaled(lambda step: rollout(step), journal, "replya")
+        with pytest.raises(SpecError, match="replya"):
+            Engine(journal, "generate:cache/reward:replya")
+    after = run_cli("runs", path, "--json")
+    assert after.returncode == 0, after.stderr
+    assert [len(r["sessions"]) for r in json.loads(after.stdout)] == [1]
+    assert after.stdout == before.stdout
+    assert sorted(report_data(path, tmp_path)) == [1, 2]
+    with Journal(path, run="exp", fingerprint={"model": "m"}) as journal:  # the next start is s2, with its call
+        journaled(lambda step: rollout(step), journal, "replay")(step=1)
+    assert [s["session"] for s in json.loads(run_cli("runs", path, "--json").stdout)[0]["sessions"]] == session_ids(path)
+    assert report_data(path, tmp_path)[1]["session"] == "s2"
+
+
 def test_a_verl_attach_refused_for_its_stage_spec_leaves_no_session_behind(tmp_path):
     from stepjournal.adapters.verl import attach
     from stepjournal.policies import ConfigError
