@@ -57,7 +57,8 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
     # that recorded the call): never a later replay's, nor rewards another session journaled.
     compared = next((p for p in report.pairs if (p.stage, p.mode, p.step, p.gen_index) == (
         "generate", first.mode, first.step, 0)), None)
-    for path, side, seq in ((path_a, report.a, compared and compared.seq_a), (path_b, report.b, compared and compared.seq_b)):
+    seqs = (compared.seq_a, compared.seq_b) if compared is not None else (None, None)
+    for path, side, seq in zip((path_a, path_b), (report.a, report.b), seqs):
         with Journal(path, readonly=True) as journal:
             tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path))
             session = side.session if side.session is not None or seq is None else journal.event(seq).session
