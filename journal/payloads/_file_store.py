@@ -267,13 +267,19 @@ class FilePayloadStore:
             if _file_digest(f, digest, nbytes, one_thread) != digest:
                 raise self._damaged(digest)
 
-    def total_bytes(self) -> int:
-        """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder)."""
+    def total_bytes(self, *, besides: Optional[bytes] = None) -> int:
+        """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder), but the file
+        this process staged for the digest `besides` (the payload whose room is being asked for)."""
+        staged = self._staged.get(besides) if besides is not None else None
+        own = staged._tmp if staged is not None and staged.pid == os.getpid() else None
         total = 0
         for folder, _, names in os.walk(self.folder):
             for name in names:
+                path = os.path.join(folder, name)
+                if path == own:
+                    continue
                 try:
-                    total += os.stat(os.path.join(folder, name)).st_size
+                    total += os.stat(path).st_size
                 except FileNotFoundError:
                     continue  # deleted meanwhile
         return total
@@ -357,7 +363,9 @@ class StagedFile:
         self._store._rename_into_place(self._tmp, path, self._nbytes)
 
     def discard(self) -> None:
-        """Wait for the write and remove the file (not recorded)."""
+        """Wait for the write and remove the file (not recorded); a fork child leaves its parent's alone."""
+        if os.getpid() != self.pid:
+            return
         self._thread.join()
         if self._digest is not None and self._store._staged.get(self._digest) is self:
             del self._store._staged[self._digest]
