@@ -25,6 +25,9 @@ __all__ = ["check_format_in", "check_format_of", "mark_format_in"]
 log = get_logger(__name__)
 
 _VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!_-]{1,40}")
+# How this library writes a format: str() of an int from 1. int() would also take "-1", "0", " 1" or
+# "1_0", and a "-1" would pass as older than this library's format and be written to.
+_FORMAT_TEXT = re.compile(rb"[1-9][0-9]{0,17}")
 
 
 def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
@@ -38,7 +41,7 @@ def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
 
     Raises:
         JournalFormatError: naming the journal's format, the version that wrote it and what to do.
-        IntegrityError: ``format`` or ``read_format`` is not a number.
+        IntegrityError: ``format`` or ``read_format`` is not a format number (decimal digits, 1 or more).
     """
     found = _number(txn, meta, META_FORMAT)
     if found is None or found <= JOURNAL_FORMAT:
@@ -86,9 +89,8 @@ def _number(txn: Any, meta: Any, key: bytes) -> Optional[int]:
     raw = txn.get(key, db=meta)
     if raw is None:
         return None
-    try:
-        return int(bytes(raw))
-    except ValueError:
+    if _FORMAT_TEXT.fullmatch(bytes(raw)) is None:
         raise IntegrityError(
-            f"the journal's meta key {key.decode()!r} holds {bytes(raw)[:20]!r}, not a number"
-        ) from None
+            f"the journal's meta key {key.decode()!r} holds {bytes(raw)[:20]!r}, not a format number (1 or more)"
+        )
+    return int(bytes(raw))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepjournal import JOURNAL_FORMAT, Journal, JournalFormatError, __version__
+from stepjournal import JOURNAL_FORMAT, IntegrityError, Journal, JournalFormatError, __version__
 from cli_support import run_cli as cli
 from lmdb_raw import items, put_raw
 
@@ -85,3 +85,20 @@ def test_compact_refuses_a_newer_format_and_leaves_it_as_it_was(newer):
     before = items(newer, "meta")
     _one_error_line(cli("compact", newer), f"format {NEWER}", "stepjournal 9.1.0")
     assert items(newer, "meta") == before
+
+
+@pytest.mark.parametrize("value", [b"-1", b"0", b"+1", b" 1", b"1_0", b"1" + b"0" * 30])
+def test_a_format_no_stepjournal_writes_is_refused_and_the_journal_left_as_it_was(tmp_path, value):
+    # Formats are the decimal numbers this library writes, from 1: "0" or "-1" is damage, not an older
+    # format to write over; a format of 31 digits is garbage rather than a newer one.
+    path = str(tmp_path / "journal")
+    with Journal(path) as journal:
+        journal.record(1, {"ids": [1, 2]})
+    put_raw(path, "meta", b"format", value)
+    before = items(path, "meta")
+    for readonly in (False, True):
+        with pytest.raises(IntegrityError, match="meta key 'format' holds"):
+            Journal(path, readonly=readonly, session=False)
+    assert items(path, "meta") == before
+    _one_error_line(cli("prune", "--keep-last", "1", path), "meta key 'format' holds")
+    assert items(path, "meta") == before
