@@ -20,7 +20,7 @@ from ..base._log import get_logger
 from ..base._version import JOURNAL_FORMAT, __version__
 from ..events._keys import META_FORMAT, META_READ_FORMAT, META_WRITTEN_BY
 
-__all__ = ["check_format_in", "check_format_of", "mark_format_in"]
+__all__ = ["check_format_in", "check_format_of", "mark_format_in", "is_new_in"]
 
 log = get_logger(__name__)
 
@@ -74,6 +74,23 @@ def check_format_of(env: Any, path: str, *, writing: bool) -> None:
         except lmdb.NotFoundError:
             return  # no meta yet: nothing newer
         check_format_in(txn, meta, path, writing=writing)
+
+
+def is_new_in(txn: Any, meta: Any, events: Any, path: str) -> bool:
+    """Whether the journal is new (no ``format`` yet), for a writable open.
+
+    Raises:
+        IntegrityError: it holds events but no ``format``: taken for new, its format and key layout
+            would be stamped as this library's over events of a format nobody knows.
+    """
+    if txn.get(META_FORMAT, db=meta) is not None:
+        return False
+    if events is not None and txn.cursor(db=events).first():
+        raise IntegrityError(
+            f"journal {path!r} holds events but no format in its meta: it is damaged or was not written by "
+            "stepjournal, and is not written to. Restore it from a copy; a read-only open still reads it"
+        )
+    return True
 
 
 def mark_format_in(txn: Any, meta: Any, *, new: bool) -> None:

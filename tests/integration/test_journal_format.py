@@ -10,7 +10,7 @@ import pytest
 
 from stepjournal import JOURNAL_FORMAT, IntegrityError, Journal, JournalFormatError, __version__
 from cli_support import run_cli as cli
-from lmdb_raw import items, put_raw
+from lmdb_raw import delete_raw, items, put_raw
 
 NEWER = JOURNAL_FORMAT + 1
 
@@ -101,4 +101,19 @@ def test_a_format_no_stepjournal_writes_is_refused_and_the_journal_left_as_it_wa
             Journal(path, readonly=readonly, session=False)
     assert items(path, "meta") == before
     _one_error_line(cli("prune", "--keep-last", "1", path), "meta key 'format' holds")
+    assert items(path, "meta") == before
+
+
+def test_a_journal_with_events_and_no_format_is_not_taken_for_a_new_one(tmp_path):
+    # A missing format made the open stamp it as new: its creation time replaced, this format and the
+    # current key layout written over a journal whose format and index nobody knows.
+    path = str(tmp_path / "journal")
+    with Journal(path) as journal:
+        journal.record(1, {"ids": [1, 2]})
+    delete_raw(path, "meta", b"format")
+    before = items(path, "meta")
+    with pytest.raises(IntegrityError, match="holds events but no format"):
+        Journal(path, session=False)
+    assert items(path, "meta") == before
+    _one_error_line(cli("reindex", path), "holds events but no format")
     assert items(path, "meta") == before
