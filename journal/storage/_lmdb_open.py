@@ -25,10 +25,10 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from ..base._errors import JournalError
+from ..base._errors import IntegrityError, JournalError
 from ..base._log import get_logger
 
-__all__ = ["open_env", "open_db", "creation_lock"]
+__all__ = ["open_env", "open_db", "creation_lock", "empty_data_file"]
 
 log = get_logger(__name__)
 
@@ -73,6 +73,14 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def empty_data_file(path: str) -> IntegrityError:
+    """The error for the journal at `path` whose ``data.mdb`` is empty with no creation under way."""
+    return IntegrityError(
+        f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
+        "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
+    )
 
 
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:
