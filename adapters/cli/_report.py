@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import os
 from typing import Any, Dict, List, Optional
 
@@ -35,8 +36,8 @@ def _stats(values: List[float]) -> Dict[str, Optional[float]]:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return {"mean": None, "std": None}
-    mean = sum(finite) / len(finite)
-    return {"mean": mean, "std": math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))}
+    # exact sums (statistics' fractions): rewards of ±1e308 overflow a float sum of squares, never these
+    return {"mean": statistics.mean(finite), "std": statistics.pstdev(finite)}
 
 
 def _cut(text: Optional[str], chars: int) -> Optional[str]:

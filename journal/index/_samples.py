@@ -77,7 +77,8 @@ class Sample:
         row = attrs.asdict(self)
         row["prompt_ids"], row["response_ids"] = list(self.prompt_ids), list(self.response_ids)
         row["response_length"] = self.response_length
-        row["rewards"] = dict(self.rewards)
+        # JSON holds no infinity: a reward of ±inf (a crafted or overflowed one) is null, as the report shows it
+        row["rewards"] = {k: v if math.isfinite(v) else None for k, v in self.rewards.items()}
         return row
 
 
@@ -108,7 +109,7 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
     """Token ids per sample: a list of lists as it is; a 2-D tensor or array by its mask (1 keeps), or with
     trailing (responses) or leading (prompts) `pad` ids left out when there is no mask."""
     if isinstance(ids, (list, tuple)):
-        return [tuple(int(t) for t in row) for row in ids]
+        return [_listed(row) for row in ids]
     if isinstance(ids, torch.Tensor) and ids.is_nested:  # jagged: each row its own length, no padding
         if ids.dtype.is_floating_point or ids.dtype.is_complex:
             raise JournalError(f"token ids of type {ids.dtype}: expected integers")
@@ -120,11 +121,43 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
         raise JournalError(f"token ids of type {array.dtype}: expected integers")
     if mask is not None:
         keep = (mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)).astype(bool)
+        if keep.shape != array.shape:
+            raise JournalError(f"a mask of shape {list(keep.shape)} over token ids of shape {list(array.shape)}: "
+                               "expected one mask value per token")
         return [tuple(row[k].tolist()) for row, k in zip(array, keep)]
     rows = array.tolist()  # Python ints, row by row, in one C pass
     if pad is not None:
         rows = [_strip(row, pad) for row in rows]
     return [tuple(row) for row in rows]
+
+
+def _listed(row: Any) -> Tuple[int, ...]:
+    """One sample's ids given as a list: integers only (never text parsed as a number)."""
+    if not isinstance(row, (list, tuple)) or not all(isinstance(t, (int, np.integer)) for t in row):
+        raise JournalError(f"token ids given as {type(row).__name__} {_preview(row)}: expected a list of integers "
+                           "per sample")
+    return tuple(int(t) for t in row)
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def _numbers(value: Any, what: str) -> np.ndarray:
+    """`value` as an array of floats, or a one-line error naming what it holds instead."""
+    try:
+        return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise JournalError(f"{what} given as {type(value).__name__} {_preview(value)}: expected numbers") from None
+
+
+def _decode(tokenizer: Any, ids: Sequence[int], step: int, index: int) -> str:
+    try:
+        return tokenizer.decode(list(ids), skip_special_tokens=True)
+    except (OverflowError, ValueError, TypeError, IndexError) as exc:  # ids outside the vocabulary (-1, 2**40)
+        raise JournalError(f"sample {index} at step {step} holds token ids the tokenizer cannot decode "
+                           f"(from {min(ids)} to {max(ids)}): {exc}") from None
 
 
 def _strip(row: List[int], pad: int) -> List[int]:
@@ -144,6 +177,9 @@ def _masks(output: Any, prompts: Any, responses: Any) -> Tuple[Any, Any]:
     response_mask = _field(output, ("response_mask",))
     attention = _field(output, ("attention_mask",))
     prompt_mask = None
+    if attention is not None and getattr(attention, "ndim", None) != 2:
+        raise JournalError(f"attention_mask of shape {list(getattr(attention, 'shape', ()))}: expected one row per "
+                           "sample (2-D)")
     if attention is not None and prompts is not None and hasattr(prompts, "shape"):
         prompt_mask = attention[:, : prompts.shape[-1]]
         if response_mask is None and hasattr(responses, "shape"):
@@ -158,7 +194,7 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     if isinstance(value, torch.Tensor) and value.is_nested:
         rows = [row.detach().float().sum().item() for row in value.unbind()]
         return rows if len(rows) == len(lengths) else None
-    array = value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
+    array = _numbers(value, "rewards")
     if array.ndim == 1 and len(array) == len(lengths):
         return [float(v) for v in array]
     if array.ndim == 2 and len(array) == len(lengths):
@@ -177,7 +213,7 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
         return [float(r.mean()) if r.numel() else None for r in rows] if len(rows) == len(lengths) else None
     if not isinstance(logps, (torch.Tensor, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):
         return None
-    array = logps.detach().float().cpu().numpy() if isinstance(logps, torch.Tensor) else np.asarray(logps, dtype=float)
+    array = _numbers(logps, "log-probs")
     return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
 
 
@@ -289,8 +325,8 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
         text = tokenizer is not None and (decoded is None or i < decoded)
         out.append(Sample(
             step=step, index=i, prompt_ids=prompt_ids, response_ids=response_ids,
-            prompt=tokenizer.decode(list(prompt_ids), skip_special_tokens=True) if text else None,
-            response=tokenizer.decode(list(response_ids), skip_special_tokens=True) if text else None,
+            prompt=_decode(tokenizer, prompt_ids, step, i) if text else None,
+            response=_decode(tokenizer, response_ids, step, i) if text else None,
             truncated=None if eos is None else eos not in response_ids,
             rewards={stage: values[i] for stage, values in rewards.items()},
             logprob_mean=None if logprobs is None or logprobs[i] is None or not math.isfinite(logprobs[i]) else logprobs[i],
