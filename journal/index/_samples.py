@@ -17,7 +17,9 @@ Rewards come from each stage named ``reward`` or ``reward.<name>`` at the same s
 number per sample; ``token_level_scores`` / ``token_level_rewards`` / a reward model's ``rm_scores``, summed
 over the response), log-probs from ``old_log_prob`` (``old_log_probs``, or TRL's ``outputs[0]``), as a mean
 over the response's tokens. A stage output may hold them itself, in a ``DataProto``'s ``batch``, or, as verl
-V1's stages record them, in the ``fields`` of a ``{"fields": TQBatch, "metrics": ...}`` dict.
+V1's stages record them, in the ``fields`` of a ``{"fields": TQBatch, "metrics": ...}`` dict. They are the
+ones the session that made the call shown journaled: a replay session's own, never its recording's (none
+when that session stored none).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 import torch
 
 from ..base._errors import JournalError
-from ..events._events import GenerationRecorded, ReplayServed
+from ..events._events import CALL_EVENT_TYPES, GenerationRecorded, ReplayServed
 
 __all__ = ["Sample", "samples", "samples_of_steps"]
 
@@ -53,6 +55,7 @@ class Sample:
         logprob_mean: the mean of the response's per-token log-probs (``old_log_prob``), or None.
         action: ``"generated"`` or ``"replayed"``.
         source_run, source_step, source_gen_index: for a replayed call, the recorded call it served.
+        session: the session that made the call shown (its rewards and log-probs are that session's too).
     """
 
     step: int
@@ -68,6 +71,7 @@ class Sample:
     source_run: Optional[str] = None
     source_step: Optional[int] = None
     source_gen_index: Optional[int] = None
+    session: Optional[str] = None
 
     @property
     def response_length(self) -> int:
@@ -217,13 +221,25 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
     return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
 
 
-def _served(journal: Any, run: str, mode: str, steps: Any, gen_index: int) -> Dict[int, Tuple[int, Any]]:
-    """Step -> (seq, event) of the latest generate call with an output at each of `steps` (one read of the log)."""
+# (step, session, stage) -> (seq, event) of that session's latest call of a side stage (reward, log-probs).
+_SideCalls = Dict[Tuple[int, str, str], Tuple[int, Any]]
+
+
+def _served(journal: Any, run: str, mode: str, steps: Any, gen_index: int, side_stages: Sequence[str],
+            session: Optional[str] = None) -> Tuple[Dict[int, Tuple[int, Any]], _SideCalls]:
+    """One read of the log: step -> (seq, event) of the latest generate call with an output at each of `steps`
+    (of `session` only, when given), and each session's latest call of each side stage there."""
     latest: Dict[int, Tuple[int, Any]] = {}
-    for seq, event in journal.events(run=run, steps=steps, stage="generate", types=[GenerationRecorded, ReplayServed]):
-        if (event.mode, event.gen_index) == (mode, gen_index) and event.output is not None:
+    side: _SideCalls = {}
+    for seq, event in journal.events(run=run, steps=steps, types=CALL_EVENT_TYPES):
+        if (event.mode, event.gen_index) != (mode, gen_index):
+            continue
+        if event.stage in side_stages:
+            side[(event.step, event.session, event.stage)] = (seq, event)
+        elif (event.stage == "generate" and isinstance(event, (GenerationRecorded, ReplayServed))
+              and event.output is not None and session in (None, event.session)):
             latest[event.step] = (seq, event)
-    return latest
+    return latest, side
 
 
 def _source(journal: Any, seq: int, event: Any) -> Tuple[Any, Optional[Any]]:
@@ -246,7 +262,7 @@ def _the_run(journal: Any) -> str:
 
 
 def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
-            tokenizer: Any = None, decoded: Optional[int] = None) -> List[Sample]:
+            tokenizer: Any = None, decoded: Optional[int] = None, session: Optional[str] = None) -> List[Sample]:
     """The samples of the generate call served at `step` (its latest call: recorded, or replayed from
     another step), with the rewards and mean log-probs of the run's stages at that step.
 
@@ -257,17 +273,20 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
         tokenizer: decodes the ids into ``prompt`` and ``response`` (special tokens left out); None: ids only.
         decoded: decode only the first `decoded` samples (the rest keep ids, rewards and lengths, with no
             text); None: all of them.
+        session: only this session's calls (its id): the call it recorded or replayed there; None: the
+            latest call of any session.
 
     Raises:
         JournalError: no generate call with an output there, or its payload holds no response ids in a
             form above.
     """
     run = run or _the_run(journal)
-    served = _served(journal, run, mode, {step}, gen_index)
-    if step not in served:
-        raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}")
     stages = _side_stages(journal, run)
-    return _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer, decoded)
+    served, side = _served(journal, run, mode, {step}, gen_index, stages, session)
+    if step not in served:
+        of = "" if session is None else f" of session {session}"
+        raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}{of}")
+    return _read(journal, step, *served[step], stages, side, tokenizer, decoded)
 
 
 def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
@@ -276,18 +295,28 @@ def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = No
     """(step, its samples) for every step of `steps` (None: all) with a generate call, in step order: as
     `samples` for each, the log read once. One step's samples are in memory at a time."""
     run = run or _the_run(journal)
-    served = _served(journal, run, mode, steps, gen_index)
     stages = _side_stages(journal, run)
+    served, side = _served(journal, run, mode, steps, gen_index, stages)
     for step in sorted(served):
-        yield step, _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer, decoded)
+        yield step, _read(journal, step, *served[step], stages, side, tokenizer, decoded)
 
 
 def _side_stages(journal: Any, run: str) -> List[str]:
     return [s for s in journal.stages(run=run) if s == "reward" or s.startswith("reward.") or s == _LOGPROB_STAGE]
 
 
-def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int, event: Any,
-          side_stages: Sequence[str], tokenizer: Any, decoded: Optional[int] = None) -> List[Sample]:
+def _side_output(journal: Any, side: _SideCalls, step: int, session: str, stage: str) -> Any:
+    """What `session` journaled for `stage` at `step`: its recorded or replayed output; None when it journaled
+    none there, or stored none (a reward computed live and not stored is not shown as another session's)."""
+    _, event = side.get((step, session, stage), (None, None))
+    if not isinstance(event, (GenerationRecorded, ReplayServed)) or event.output is None:
+        return None
+    return journal.load(event.output, step=step)
+
+
+def _read(journal: Any, step: int, seq: int, event: Any,
+          side_stages: Sequence[str], side: _SideCalls, tokenizer: Any, decoded: Optional[int] = None) -> List[Sample]:
+    session = event.session
     event, source = _source(journal, seq, event)
     output = journal.load(event.output, step=step)
     responses = _field(output, _RESPONSE_KEYS)
@@ -307,10 +336,9 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
     rewards: Dict[str, List[float]] = {}
     logprobs: Optional[List[Optional[float]]] = None
     for stage in side_stages:
-        found = journal.lookup(step, gen_index, mode=mode, run=run, stage=stage)
-        if found is None:
+        value = _side_output(journal, side, step, session, stage)
+        if value is None:
             continue
-        value = journal.load_output(found)
         if stage == _LOGPROB_STAGE:
             logprobs = _mean_logprob(value, lengths)
         else:
@@ -334,5 +362,6 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
             source_run=event.source_run if replayed else None,
             source_step=event.source_step if replayed else None,
             source_gen_index=event.source_gen_index if replayed else None,
+            session=session,
         ))
     return out
