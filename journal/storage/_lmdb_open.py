@@ -29,7 +29,7 @@ from ..base._errors import IntegrityError, JournalError
 from ..base._log import get_logger
 from ._format import check_format_of
 
-__all__ = ["open_env", "open_db", "creation_lock", "empty_data_file"]
+__all__ = ["open_env", "open_db", "creation_lock", "empty_data_file", "check_format_for_writing"]
 
 log = get_logger(__name__)
 
@@ -85,28 +85,29 @@ def empty_data_file(path: str) -> IntegrityError:
 
 
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:
-    """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors).
-
-    Opened for writing, a journal of a newer format is refused here (`JournalFormatError`), before the
-    caller creates the named databases this library knows and that format may lack.
-    """
+    """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors)."""
     for _ in range(_TRIES):
         try:
-            env = lmdb.open(key, map_size=map_size, **options)
-            if not options.get("readonly"):
-                _check_format(env, path)
-            return env
+            return lmdb.open(key, map_size=map_size, **options)
         except lmdb.MapResizedError:
             continue
     raise _resizing(path)
 
 
-def _check_format(env: lmdb.Environment, path: str) -> None:
-    try:
-        check_format_of(env, path, writing=True)
-    except BaseException:
-        env.close()
-        raise
+def check_format_for_writing(env: lmdb.Environment, path: str) -> None:
+    """Refuse a journal of a newer format (`JournalFormatError`) before the caller creates the named databases
+    this library knows and that format may lack.
+
+    Reading the meta table maps data.mdb's pages: call it once the file's size and structure are checked
+    (a truncated file would kill the process with SIGBUS here).
+    """
+    for _ in range(_TRIES):
+        try:
+            check_format_of(env, path, writing=True)
+            return
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # adopt the size another process committed meanwhile
+    raise _resizing(path)
 
 
 def open_db(env: lmdb.Environment, name: str, *, create: bool, path: str):
