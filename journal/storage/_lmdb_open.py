@@ -25,10 +25,11 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from ..base._errors import JournalError
+from ..base._errors import IntegrityError, JournalError
 from ..base._log import get_logger
+from ._format import check_format_of
 
-__all__ = ["open_env", "open_db", "creation_lock"]
+__all__ = ["open_env", "open_db", "creation_lock", "empty_data_file", "check_format_for_writing"]
 
 log = get_logger(__name__)
 
@@ -75,6 +76,14 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
             os.close(fd)
 
 
+def empty_data_file(path: str) -> IntegrityError:
+    """The error for the journal at `path` whose ``data.mdb`` is empty with no creation under way."""
+    return IntegrityError(
+        f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
+        "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
+    )
+
+
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:
     """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors)."""
     for _ in range(_TRIES):
@@ -82,6 +91,22 @@ def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> 
             return lmdb.open(key, map_size=map_size, **options)
         except lmdb.MapResizedError:
             continue
+    raise _resizing(path)
+
+
+def check_format_for_writing(env: lmdb.Environment, path: str) -> None:
+    """Refuse a journal of a newer format (`JournalFormatError`) before the caller creates the named databases
+    this library knows and that format may lack.
+
+    Reading the meta table maps data.mdb's pages: call it once the file's size and structure are checked
+    (a truncated file would kill the process with SIGBUS here).
+    """
+    for _ in range(_TRIES):
+        try:
+            check_format_of(env, path, writing=True)
+            return
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # adopt the size another process committed meanwhile
     raise _resizing(path)
 
 
