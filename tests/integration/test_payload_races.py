@@ -84,15 +84,16 @@ def _race(place: dict, tmp: str, first: str, second: str, at: Callable[[str], bo
             assert proc.exitcode in (0, REFUSED), f"{second} at {label!r} of {first} exited {proc.exitcode}"
         child.go()
     child.finish(exits=(0, REFUSED))
-    _check_whole(path, ack, f"{second} in {first}")
+    _check_whole(path, ack, f"{second} in {first}", place.get("payload_store"))
     return child.seen, tag
 
 
-def _check_whole(path: str, ack: str, what: str) -> None:
-    """Every acknowledged record and remote is there, and `verify` finds nothing wrong."""
+def _check_whole(path: str, ack: str, what: str, objects: Optional[str] = None) -> None:
+    """Every acknowledged record and remote is there, and `verify` (of the object store at `objects`, when
+    the journal's payloads are there) finds nothing wrong."""
     with open(ack, encoding="utf-8") as f:
         acked = f.read().split("\n")
-    with Journal(path, readonly=True) as journal:
+    with Journal(path, readonly=True, payload_store=objects) as journal:
         assert journal.verify() == [], what
         recorded = {(e.run, e.step) for _, e in journal.events(types=[GenerationRecorded])}
         imported = {e.origin for _, e in journal.events(types=[EventsImported])}
@@ -179,6 +180,28 @@ def test_a_pull_refuses_a_run_whose_payloads_a_prune_in_another_process_released
     assert races == 1
     with open(tmp_path / "acks", encoding="utf-8") as f:
         assert "refused IntegrityError" in f.read().split("\n")
+
+
+def _object_store_place(tmp: str) -> dict:
+    """A journal whose "base" run keeps X, Y and Z in an object store (``file://``), the cache its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        _small_files(patch)
+        objects = "file://" + os.path.join(tmp, "objects")
+        os.makedirs(os.path.join(tmp, "objects"))
+        seed = os.path.join(tmp, "seed")
+        with Journal(seed, run="base", payload_store=objects) as journal:
+            for step, name in enumerate("XYZ"):
+                journal.record(step, content(name))
+    return {"seed": seed, "payload_store": objects}
+
+
+@pytest.mark.parametrize("first, release", [("prune", 2), ("retention", 3)])
+def test_an_object_store_release_keeps_an_object_a_record_of_another_process_named_after_it(tmp_path, first, release):
+    """With ``payload_store=``, the release has committed (the `release`-th write transaction), its objects
+    not yet deleted; a record of the same bytes (found in the cache, so not sent again) commits."""
+    place = _object_store_place(str(tmp_path / "place"))
+    _seen, races = _race(place, str(tmp_path / "race"), first, "record", _occurrence("lmdb committed", release))
+    assert races == 1
 
 
 # -- a fork child, the size cap -------------------------------------------------------------------
