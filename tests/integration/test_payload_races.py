@@ -204,6 +204,62 @@ def test_an_object_store_release_keeps_an_object_a_record_of_another_process_nam
     assert races == 1
 
 
+def _remote_without(place: dict, tmp_path, name: str) -> str:
+    """A copy of the seed remote whose object of `content(name)` is gone: a pull of it fails at its second run."""
+    remote = str(tmp_path / "remote")
+    shutil.copytree(place["remote"], remote)
+    with pytest.MonkeyPatch.context() as patch:
+        _small_files(patch)
+        with Journal(str(tmp_path / "scratch"), session=False) as journal:
+            os.unlink(os.path.join(remote, "payloads", journal.prepare(content(name)).key.hex()))
+    return remote
+
+
+def _go_to(child, stop: Callable[[str], bool]) -> None:
+    """Let `child` go on to the first point `stop` accepts, where it waits."""
+    label = child.next_point()
+    while label is not None and not stop(label):
+        child.go()
+        label = child.next_point()
+    assert label is not None, child.seen
+
+
+def test_a_pull_that_fails_into_a_journal_it_created_keeps_a_record_another_process_committed_there(
+        place, tmp_path):
+    """A pull into a new folder commits its first run; a record of another process commits into the journal it
+    made; the pull's second run then fails (an object of it is gone from the remote). The acknowledged record
+    stays: the pull removes only a journal that holds nothing but what it brought."""
+    remote = _remote_without(place, tmp_path, "U")
+    path, ack = str(tmp_path / "new"), str(tmp_path / "acks")
+    ctx = worker_context()
+    child = start_process(ctx, verb_in_lockstep, "pull", path, dict(place, remote=remote), 0, ack)
+    _go_to(child, lambda label: label.startswith("pull "))  # its first run committed
+    proc = ctx.Process(target=run_verb, args=("record", path, place, 1, ack))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    child.go()
+    child.finish(exits=(REFUSED,))
+    _check_whole(path, ack, "record in a failing pull")
+
+
+def test_a_pull_that_fails_into_a_journal_it_created_keeps_it_while_another_process_has_it_open(place, tmp_path):
+    """As above, the other process having opened the journal and committed nothing yet when the pull fails:
+    its record, acknowledged after, would be written into a removed file."""
+    remote = _remote_without(place, tmp_path, "U")
+    path, ack = str(tmp_path / "new"), str(tmp_path / "acks")
+    ctx = worker_context()
+    child = start_process(ctx, verb_in_lockstep, "pull", path, dict(place, remote=remote), 0, ack)
+    _go_to(child, lambda label: label.startswith("pull "))
+    writer = start_process(ctx, verb_in_lockstep, "record", path, place, 1, ack)
+    _go_to(writer, lambda label: label.startswith("lmdb put"))  # open, in its first write transaction
+    child.go()
+    child.finish(exits=(REFUSED,))
+    writer.go()
+    writer.finish()
+    _check_whole(path, ack, "record in a failing pull")
+
+
 # -- a fork child, the size cap -------------------------------------------------------------------
 def _fork_child_drops(held: list) -> None:
     held.clear()  # the child's copy of the prepared payload goes away unrecorded
