@@ -223,6 +223,10 @@ class Store:
     def __init__(self, path: str, *, readonly: bool = False, map_size: int = _DEFAULT_MAP_SIZE,
                  max_size: int | None = None, sync: bool = True, check: str = "open") -> None:
         self.path = os.fspath(path)
+        for name, value in (("map_size", map_size), ("max_size", max_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value < 1 << 64):
+                raise JournalError(f"{name}={value!r} is not a size: give a whole number of bytes (0 or more)")
         self.readonly = readonly
         self._check = check
         self.max_size = max_size

@@ -19,7 +19,7 @@ from journal_workers import REFUSED, SMALL_FILE_FROM, VERBS, content, run_verb, 
 from kill_points import start_process
 from lmdb_raw import flip_byte
 from reliability_support import worker_context
-from stepjournal import (CompactError, Journal, Retention, compact, export_bundle, list_remotes, prune, push)
+from stepjournal import (CompactError, Journal, JournalError, Retention, compact, export_bundle, list_remotes, prune, push)
 from stepjournal.events._events import EventsImported, GenerationRecorded
 from stepjournal.events._keys import seq_key
 
@@ -296,6 +296,13 @@ def test_the_size_cap_does_not_count_the_records_own_staged_file(tmp_path, monke
         _staged_written(journal, prepared)
         journal.record(0, prepared)
         assert journal.verify() == []
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, True, 1 << 64])
+@pytest.mark.parametrize("name", ["max_size", "map_size"])
+def test_a_size_that_is_not_one_is_refused_in_one_line(tmp_path, name, size):
+    with pytest.raises(JournalError, match=f"{name}={size!r} is not a size"):
+        Journal(str(tmp_path / "journal"), **{name: size})
 
 
 def _staged_written(journal: Journal, prepared) -> None:
