@@ -136,3 +136,37 @@ def _holding() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+# -- many processes opening one new journal (tests/integration/test_open_while_creating.py) -----------
+def open_new_journals(ctx, root: str, ranks: int, rounds: int) -> list:
+    """`ranks` long-lived processes of `ctx` that, each round, open one new journal (``round-<n>`` in
+    `root`) at once (a barrier) and record step n under ``rank-<r>``; return every failure they met."""
+    barrier, results = ctx.Barrier(ranks), ctx.Queue()
+    workers = [ctx.Process(target=_open_rounds, args=(root, rank, rounds, barrier, results)) for rank in range(ranks)]
+    for worker in workers:
+        worker.start()
+    failures = []
+    for _ in workers:
+        failures.extend(results.get(timeout=600))
+    for worker in workers:
+        worker.join(60)
+        if worker.exitcode != 0:
+            failures.append(f"a worker exited with {worker.exitcode}")
+    return failures
+
+
+def _open_rounds(root: str, rank: int, rounds: int, barrier, results) -> None:
+    from stepjournal import Journal
+
+    failures = []
+    try:
+        for n in range(rounds):
+            barrier.wait(timeout=300)
+            try:
+                with Journal(os.path.join(root, f"round-{n}"), run=f"rank-{rank}") as journal:
+                    journal.record(n, {"rank": rank})
+            except Exception as exc:  # every failure is the finding: keep going to count them all
+                failures.append(f"round {n}, rank {rank}: {type(exc).__name__}: {exc}")
+    finally:
+        results.put(failures)

@@ -43,6 +43,7 @@ from ..events._events import call_refs
 from ..events._keys import seq_of
 from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ..base._log import get_logger
+from ..storage._format import check_format_of
 from ..storage._store import MAX_DBS, open_in_this_process
 
 __all__ = ["compact", "CompactResult", "CompactError", "JournalBusyError"]
@@ -187,6 +188,15 @@ def _copy_payload_files(folder: str, to: str, path: str) -> None:
             target.put(digest, source.stored(digest))
 
 
+def _check_format(folder: str, path: str) -> None:
+    """Refuse a journal of a newer format: its events may name payload files this library cannot see."""
+    env = lmdb.open(folder, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    try:
+        check_format_of(env, path, writing=True)
+    finally:
+        env.close()
+
+
 def _fsync_dir(folder: str) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -220,6 +230,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
     lock_file = os.path.join(folder, "lock.mdb")
     fd = _lock_exclusive(lock_file, path)
     try:
+        _check_format(folder, path)
         before = os.path.getsize(data_file)
         for name in os.listdir(folder):  # what a compaction killed midway left
             if name.startswith(_TMP_PREFIX):
