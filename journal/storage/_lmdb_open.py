@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..base._errors import JournalError
 from ..base._log import get_logger
 
-__all__ = ["open_env", "open_db", "creation_lock"]
+__all__ = ["open_env", "open_db", "creation_lock", "check_sizes"]
 
 log = get_logger(__name__)
 
@@ -73,6 +73,13 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def check_sizes(**sizes: object) -> None:
+    """Refuse a size (``map_size=``, ``max_size=``) that is not a whole number of bytes LMDB can take, or None."""
+    for name, value in sizes.items():
+        if value is not None and (type(value) is not int or not 0 <= value < 1 << 64):
+            raise JournalError(f"{name}={value!r} is not a size: give a whole number of bytes (0 or more)")
 
 
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:

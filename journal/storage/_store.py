@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..base._log import get_logger
 from ..base._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_env_structure, check_file_size, check_tree
-from ._lmdb_open import creation_lock, open_db, open_env
+from ._lmdb_open import check_sizes, creation_lock, open_db, open_env
 from ..base._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
@@ -234,10 +234,7 @@ class Store:
     def __init__(self, path: str, *, readonly: bool = False, map_size: int = _DEFAULT_MAP_SIZE,
                  max_size: int | None = None, sync: bool = True, check: str = "open") -> None:
         self.path = os.fspath(path)
-        for name, value in (("map_size", map_size), ("max_size", max_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 <= value < 1 << 64):
-                raise JournalError(f"{name}={value!r} is not a size: give a whole number of bytes (0 or more)")
+        check_sizes(map_size=map_size, max_size=max_size)
         self.readonly = readonly
         self._check = check
         self.max_size = max_size
