@@ -12,7 +12,8 @@ is removed when it raises, and only that:
 - the folder held a journal already: nothing is removed (the runs committed stay, and the error names
   what was not brought in);
 - another process wrote into the journal the call created, or has it open, when the call fails
-  (`kept` says so): nothing is removed, since what that process acknowledged is there too.
+  (`kept` says so, its caller knowing journals): nothing is removed, since what that process
+  acknowledged is there too.
 
 A `KeyboardInterrupt` or a kill removes nothing: what a pull committed is kept, and pulling again
 resumes after it.
@@ -24,11 +25,6 @@ import os
 import shutil
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Set
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on Windows
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["undone_on_failure"]
 
@@ -48,7 +44,7 @@ def _first_missing(folder: str) -> Optional[str]:
 @contextmanager
 def undone_on_failure(path: Any, *, kept: Callable[[str], bool] = lambda folder: False) -> Iterator[None]:
     """Run the block; when it raises an `Exception`, remove what it created at the journal folder `path`,
-    unless the journal is open in another process or `kept(folder)` (it holds what another process wrote)."""
+    unless `kept(folder)` (another process has the journal open, or wrote into it)."""
     folder = os.path.abspath(os.fspath(path))
     if os.path.lexists(os.path.join(folder, "data.mdb")):
         yield  # an existing journal: what was committed into it stays
@@ -60,7 +56,7 @@ def undone_on_failure(path: Any, *, kept: Callable[[str], bool] = lambda folder:
     try:
         yield
     except Exception:
-        if _open_elsewhere(folder) or (os.path.lexists(os.path.join(folder, "data.mdb")) and kept(folder)):
+        if os.path.lexists(os.path.join(folder, "data.mdb")) and kept(folder):
             raise
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
@@ -68,24 +64,6 @@ def undone_on_failure(path: Any, *, kept: Callable[[str], bool] = lambda folder:
             for name in set(os.listdir(folder)) - before:
                 _remove(os.path.join(folder, name))
         raise
-
-
-def _open_elsewhere(folder: str) -> bool:
-    """Whether another process has the journal at `folder` open: LMDB holds a lock on the first byte of
-    its ``lock.mdb`` while it is (as `compact` finds)."""
-    if fcntl is None:  # pragma: no cover
-        return False
-    try:
-        fd = os.open(os.path.join(folder, "lock.mdb"), os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def _remove(path: str) -> None:

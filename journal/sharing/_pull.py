@@ -36,6 +36,12 @@ from ._remotes_config import add_remote, resolve_remote
 from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
 from ..base._undo import undone_on_failure
+from ..storage._store import open_in_this_process
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["PullReport", "pull", "pull_from", "clone", "incoming", "planned_runs", "PlannedRun", "written_by_others"]
 
@@ -229,8 +235,12 @@ def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options
 
 
 def written_by_others(path: str) -> bool:
-    """Whether the journal at `path` holds an event no import brought (a record of another process, while a
-    pull or import that created the journal ran): then a failing pull leaves it (`undone_on_failure`)."""
+    """Whether another process has the journal at `path` open, or it holds an event no import brought (a
+    record of another process while a pull or import that created the journal ran): then a failing pull
+    leaves it (`undone_on_failure`)."""
+    folder = os.path.realpath(path)
+    if open_in_this_process(folder) or _locked_elsewhere(folder):
+        return True
     covered = 0  # events left of the last `EventsImported`'s run
     try:
         with Journal(path, readonly=True) as journal:
@@ -243,6 +253,25 @@ def written_by_others(path: str) -> bool:
                     return True
     except StepJournalError:
         return True  # it cannot be told: kept
+    return False
+
+
+def _locked_elsewhere(folder: str) -> bool:
+    """Whether another process has the journal at `folder` open: LMDB holds a lock on the first byte of its
+    ``lock.mdb`` while it does (as `compact` finds). Only for a journal this process does not hold open:
+    closing the probe drops every lock this process holds on the file."""
+    if fcntl is None:  # pragma: no cover
+        return False
+    try:
+        fd = os.open(os.path.join(folder, "lock.mdb"), os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
     return False
 
 
