@@ -272,15 +272,16 @@ class Journal(Recording, Queries):
                 return seqs
 
             # buffers: checking a stored duplicate payload hashes it in place instead of copying it.
-            return store.write(fn, needed=needed + sum(len(b) for b in lead_bytes), buffers=True)
+            seqs = store.write(fn, needed=needed + sum(len(b) for b in lead_bytes), buffers=True)
+            if lead:  # committed: whatever the payload store does after, the session is open in the log
+                self._opening = None
+            return seqs
 
         with self._lock:
             if self._opening is not None and any(getattr(e, "session", None) == self.session for e in events):
                 lead.append(self._opening)
             lead_bytes = [encode_event(e) for e in lead]
             seqs = self._payloads.commit(payloads, write_events)
-            if lead:
-                self._opening = None
             if self._retainer is not None:
                 self._retainer.committed()  # after the commit: what a remote store deletes
         return seqs

@@ -20,6 +20,7 @@ from stepjournal import (
     InvalidKeyError,
     Journal,
     JournalClosedError,
+    ObjectPayloadStore,
     ReplayServed,
     SessionOpened,
     UnknownEventTypeError,
@@ -71,6 +72,28 @@ def test_a_session_that_journals_no_call_leaves_nothing_in_the_log(jpath):
     with Journal(jpath, readonly=True) as j:
         assert [type(e) for _, e in j.events()] == [SessionOpened, GenerationRecorded]
         assert j.verify() == []
+
+
+class _FailsOnceAfterItsEventsCommit(ObjectPayloadStore):
+    """A user's payload store whose commit raises after the events committed (a mirror it also feeds is down)."""
+
+    failed = False
+
+    def commit(self, items, write_events):
+        seqs = super().commit(items, write_events)
+        if not self.failed:
+            self.failed = True
+            raise OSError("the mirror is down")
+        return seqs
+
+
+def test_a_first_call_that_committed_before_its_store_failed_opens_its_session_once(jpath, tmp_path):
+    store = _FailsOnceAfterItsEventsCommit((tmp_path / "objects").as_uri())
+    with Journal(jpath, payload_store=store) as j:
+        with pytest.raises(OSError, match="mirror"):
+            j.record(1, "x")
+        j.record(2, "y")
+        assert [opened.session for _, opened in j.sessions()] == [j.session]
 
 
 def test_journal_folder_is_created_owner_only(jpath):
