@@ -50,6 +50,10 @@ ODD_SAMPLES = {
     "rewards that sum past 1e308": ({"response_ids": [[2, 3], [3]]},
                                     {"rewards": torch.tensor([[1e308, 1e308], [-1e308, 0.0]], dtype=torch.float64)},
                                     "reward inf"),
+    "a complex reward": ({"response_ids": [[2, 3]]}, {"rewards": torch.tensor([1 + 1j])},
+                         "rewards given as Tensor tensor([1.+1.j]): expected real numbers"),
+    "complex token-level scores": ({"response_ids": [[2, 3]]}, {"token_level_scores": torch.tensor([[1j, 2j]])},
+                                   "rewards given as Tensor"),
     "token id -1": ({"response_ids": [[2, -1]]}, None, "cannot decode (from -1 to 2)"),
     "token id 2**40": ({"response_ids": torch.tensor([[2, 2 ** 40]])}, None, "cannot decode (from 2 to 1099511627776)"),
 }
