@@ -247,7 +247,8 @@ URL_VERBS = {
 BAD_URLS = {"an unclosed IPv6 bracket": ("http://[::1", "malformed remote URL 'http://[::1'"),
             "file:// without a path": ("file://", "the remote URL 'file://' names no folder"),
             "an empty URL": ("", "an empty remote URL names no place"),
-            "a port past 65535": ("http://[::1]:99999999999999999999/x", "malformed remote URL")}
+            "a port past 65535": ("http://[::1]:99999999999999999999/x", "malformed remote URL"),
+            "a URL of 70 000 characters": ("http://h/" + "a" * 70_000, "the remote URL 'http://h/aaaa")}
 
 
 @pytest.mark.parametrize("url", sorted(BAD_URLS))
