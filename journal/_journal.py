@@ -69,6 +69,11 @@ def _new_locks_in_fork_child() -> None:
     for journal in list(_JOURNALS):
         journal._lock = threading.RLock()
         journal._writer.forget_in_fork_child()  # the parent's claim to its run stays the parent's
+        if journal._with_session:
+            # Here, while the child has one thread: its threads' first calls all name this session. Started at
+            # first use, two of them starting at once would each start one, and one's record name a session
+            # that no SessionOpened opens.
+            journal._open_session()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_fork_child)
@@ -136,6 +141,7 @@ class Journal(Recording, Queries):
         self._registry = registry
         self._lock = threading.RLock()
         self._writer = RunWriter(self.path, run)  # the session's live-writer claim on its run
+        self._with_session = session and not readonly  # before the fork hook can see this journal
         _JOURNALS.add(self)
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
@@ -147,7 +153,6 @@ class Journal(Recording, Queries):
         self._imports = FoldedImports()  # the import map, kept as the log grows: one read for many replays
         self.session: Optional[str] = None
         self._opening: Optional[SessionOpened] = None  # this session's SessionOpened, until its first call
-        self._with_session = session and not readonly
         try:
             if not readonly:
                 self._init_meta()
@@ -215,8 +220,6 @@ class Journal(Recording, Queries):
             log.info("journal_reopened_after_fork", path=self.path, pid=os.getpid())
             self._store.reopen_after_fork()
             self._index.clear()
-            if self._with_session:
-                self._open_session()
         return self._store
 
     def _init_meta(self) -> None:

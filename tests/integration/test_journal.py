@@ -356,6 +356,27 @@ def test_sigkill_during_appends_leaves_a_whole_journal(jpath):
             assert out["s"] == str(step) and torch.equal(out["x"], torch.full((200_000,), step))
 
 
+def _fork_child_records_under_its_own_session(j: Journal, parent: str) -> None:
+    own = j.session  # read before the child touches the journal
+    j.record(2, rollout(2))
+    sys.exit(0 if own not in (None, parent) and j.session == own else 3)
+
+
+def test_a_fork_child_has_its_own_session_from_the_fork_on(jpath):
+    """Not from its first use of the journal: two threads of the child making their first calls at once would
+    each start a session there, and the record of the one whose session was replaced would name a session that
+    no SessionOpened opens."""
+    j = Journal(jpath, run="f")  # no call yet: the parent's SessionOpened is still held
+    proc = mp.get_context("fork").Process(target=_fork_child_records_under_its_own_session, args=(j, j.session))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    j.record(1, rollout(1))
+    opened = {event.session: event.pid for _, event in j.sessions()}
+    assert opened == {j.session: os.getpid(), j.lookup(2).event.session: proc.pid}
+    j.close()
+
+
 def test_fork_child_reopens_instead_of_reusing_the_parent_environment(jpath):
     j = Journal(jpath, run="f")
     j.record(1, rollout(1))
