@@ -69,10 +69,7 @@ def _new_locks_in_fork_child() -> None:
     for journal in list(_JOURNALS):
         journal._lock = threading.RLock()
         journal._writer.forget_in_fork_child()  # the parent's claim to its run stays the parent's
-        if journal._with_session:
-            # Here, while the child has one thread: its threads' first calls all name this session. Started at
-            # first use, two of them starting at once would each start one, and one's record name a session
-            # that no SessionOpened opens.
+        if journal._with_session:  # here, while the child has one thread: its threads' calls name one session
             journal._open_session()
 
 
