@@ -29,7 +29,7 @@ from ..base._errors import IntegrityError, JournalError
 from ..base._log import get_logger
 from ._format import check_format_of
 
-__all__ = ["open_env", "open_db", "creation_lock", "empty_data_file"]
+__all__ = ["open_env", "open_db", "creation_lock", "check_sizes", "empty_data_file"]
 
 log = get_logger(__name__)
 
@@ -74,6 +74,13 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def check_sizes(**sizes: object) -> None:
+    """Refuse a size (``map_size=``, ``max_size=``) that is not a whole number of bytes LMDB can take, or None."""
+    for name, value in sizes.items():
+        if value is not None and (type(value) is not int or not 0 <= value < 1 << 64):
+            raise JournalError(f"{name}={value!r} is not a size: give a whole number of bytes (0 or more)")
 
 
 def empty_data_file(path: str) -> IntegrityError:

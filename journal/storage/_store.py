@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..base._log import get_logger
 from ..base._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_env_structure, check_file_size, check_tree
-from ._lmdb_open import creation_lock, empty_data_file, open_db, open_env
+from ._lmdb_open import check_sizes, creation_lock, empty_data_file, open_db, open_env
 from ..base._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
@@ -230,6 +230,7 @@ class Store:
     def __init__(self, path: str, *, readonly: bool = False, map_size: int = _DEFAULT_MAP_SIZE,
                  max_size: int | None = None, sync: bool = True, check: str = "open") -> None:
         self.path = os.fspath(path)
+        check_sizes(map_size=map_size, max_size=max_size)
         self.readonly = readonly
         self._check = check
         self.max_size = max_size
