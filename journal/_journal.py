@@ -31,8 +31,8 @@ from .storage._eventlog import EventLog
 from .events._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from .index._import_map import FoldedImports
 from .index._session_fingerprints import SessionFingerprints
-from .events._keys import META_CREATED, META_FORMAT
-from .storage._format import check_format_in, mark_format_in
+from .events._keys import META_CREATED
+from .storage._format import check_format_in, is_new_in, mark_format_in
 from .events._keys import check_key as _check_key
 from .base._log import get_logger
 from .base._paths import security_warnings
@@ -223,7 +223,7 @@ class Journal(Recording, Queries):
         def fn(txn):
             meta = self._store.db("meta")
             check_format_in(txn, meta, self.path, writing=True)  # before anything is written
-            new = txn.get(META_FORMAT, db=meta) is None
+            new = is_new_in(txn, meta, self._store.db("events"), self.path)
             mark_format_in(txn, meta, new=new)
             if new:
                 txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
