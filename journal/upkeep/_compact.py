@@ -106,7 +106,7 @@ def _entries(env: lmdb.Environment) -> dict:
 
 def _copy(src: str, dest_dir: str, path: str) -> int:
     """Write the compacted copy of `src`'s environment into `dest_dir`; check it; return its size."""
-    env = lmdb.open(src, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    env = lmdb.open(os.fsencode(src), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     try:
         used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
         free = shutil.disk_usage(dest_dir).free
@@ -117,7 +117,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
             )
         expected = _entries(env)
         try:
-            env.copy(dest_dir, compact=True)
+            env.copy(os.fsencode(dest_dir), compact=True)
         except lmdb.Error as exc:
             raise CompactError(f"compacting {path!r} failed ({exc}); nothing was changed") from None
     finally:
@@ -128,7 +128,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
         os.fsync(fd)
     finally:
         os.close(fd)
-    copy = lmdb.open(dest_dir, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    copy = lmdb.open(os.fsencode(dest_dir), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     try:
         found = _entries(copy)
     finally:
@@ -140,7 +140,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
 
 def _named_digests(folder: str) -> Optional[set]:
     """The digests (hex) the journal's events name, or None when an event cannot be read."""
-    env = lmdb.open(folder, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     named: set = set()
     try:
         with env.begin() as txn:
