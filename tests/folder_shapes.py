@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Tuple
 PER_CASE_S = 60  # a hang detector only: a case takes milliseconds
 RUN = "fuzz"
 PATHS = ("payloads", "payloads/tmp", "payloads/FAN", "payloads/FAN/FILE", "remotes.json",
-         ".remotes.json.PID.tmp", "LOCK")
+         ".remotes.json.PID.tmp", "LOCK", "lock.mdb")
 SHAPES = ("link_folder", "link_file", "dangling", "fifo", "file", "folder", "hard_link")
 VERBS = ("record", "read", "verify", "compact", "compact_to", "prune", "remote_add", "remote_list")
 

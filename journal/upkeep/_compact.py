@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from typing import Any, Optional
 
 import attrs
@@ -41,6 +42,8 @@ from ..base._errors import JournalError, JournalFullError, StepJournalError
 from ..events._events import call_refs
 from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ..base._log import get_logger
+from ..base._owned import closing, open_file, open_root
+from ..base._paths import check_lmdb_files
 from ..storage._store import MAX_DBS, open_in_this_process
 
 __all__ = ["compact", "CompactResult", "CompactError", "JournalBusyError"]
@@ -77,9 +80,11 @@ class CompactResult:
 
 
 def _lock_exclusive(lock_file: str, path: str) -> int:
-    """Take the exclusive lock on byte 0 of ``lock.mdb``; refuse when any process has the journal open."""
+    """Take the exclusive lock on byte 0 of ``lock.mdb``; refuse when any process has the journal open.
+    It is emptied after the swap: opened as an owned path (`base/_owned.py`), never through a link."""
     try:
-        fd = os.open(lock_file, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        with closing(open_root(os.path.dirname(lock_file))) as root:
+            fd = open_file(root, "lock.mdb", os.O_RDWR, where=lock_file, in_place=True)
     except FileNotFoundError:
         raise CompactError(f"journal {path!r} has no lock.mdb; open it once for writing, then compact") from None
     except OSError as exc:
@@ -210,6 +215,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
         raise CompactError("compaction needs fcntl locks (not available on this platform)")
     if open_in_this_process(folder):
         raise JournalBusyError(f"journal {path!r} is open in this process; close every Journal on it, then compact")
+    check_lmdb_files(folder)
     lock_file = os.path.join(folder, "lock.mdb")
     fd = _lock_exclusive(lock_file, path)
     try:
@@ -219,8 +225,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
         if to is not None:
             return _compact_to(folder, os.fspath(to), path, before)
-        tmp = os.path.join(folder, f"{_TMP_PREFIX}{os.getpid()}")
-        os.mkdir(tmp, 0o700)
+        tmp = tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=folder)  # a new folder under a name of its own
         try:
             after = _copy(folder, tmp, path)
             os.chmod(os.path.join(tmp, "data.mdb"), 0o600)

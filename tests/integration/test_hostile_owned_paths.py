@@ -78,6 +78,17 @@ def test_compact_through_a_link_in_the_payload_folder_removes_nothing_where_it_p
     assert snapshot(outside) == before
 
 
+def test_compact_through_a_link_at_lock_mdb_leaves_the_file_it_points_to_as_it_was(journal, tmp_path):
+    """compact empties ``lock.mdb`` after its swap: a link there to a file of the user's is refused first."""
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"the user's own notes")
+    os.unlink(os.path.join(journal, "lock.mdb"))
+    os.symlink(mine, os.path.join(journal, "lock.mdb"))
+    with pytest.raises(UnsafePathError, match="lock.mdb in journal folder .* is a symbolic link"):
+        compact(journal)
+    assert mine.read_bytes() == b"the user's own notes"
+
+
 def test_remote_add_through_a_link_at_its_temporary_file_overwrites_nothing(journal, tmp_path):
     """A link at the name the config's temporary file once had (``.remotes.json.<pid>.tmp``) to a file of the
     user's: ``remote add`` writes its config all the same, and the user's file keeps its bytes."""
