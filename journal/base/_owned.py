@@ -35,8 +35,8 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _FOLDER = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _NONBLOCK | _CLOEXEC
 # What an open of something other than a plain file or folder fails with under the flags above: a link
-# (ELOOP), a file where a folder is wanted (ENOTDIR), a FIFO without reader opened for writing (ENXIO),
-# a folder opened for writing (EISDIR), a device or socket (ENXIO, EOPNOTSUPP).
+# (ELOOP; EMLINK on the BSDs), a file where a folder is wanted (ENOTDIR), a FIFO without reader opened
+# for writing (ENXIO), a folder opened for writing (EISDIR), a device or socket (ENXIO, EOPNOTSUPP).
 _REFUSED = (errno.ELOOP, errno.ENOTDIR, errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.EMLINK)
 
 
