@@ -159,6 +159,13 @@ def test_a_fifo_or_a_hard_link_at_the_writer_lock_is_refused_and_the_other_file_
     assert mine.read_bytes() == b"the user's own notes"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user")
+def test_a_folder_of_another_user_in_the_payload_folder_is_refused(journal):
+    os.chown(os.path.join(journal, PAYLOAD_FOLDER, TMP_FOLDER), 4321, 4321)
+    with pytest.raises(UnsafePathError, match="tmp' is owned by user id 4321"):
+        compact(journal)
+
+
 @pytest.mark.parametrize("shape", ["file", "link"])
 def test_a_payload_folder_that_is_a_file_or_a_link_is_a_problem_verify_reports(journal, tmp_path, shape):
     root = os.path.join(journal, PAYLOAD_FOLDER)
