@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
 
-.PHONY: demo test test-fast soak bench bench-scale bench-report bench-files clean
+.PHONY: demo test test-fast system-packages soak bench bench-scale bench-report bench-files clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,25 @@ PARALLEL := -n auto --dist loadfile --no-loadscope-reorder
 # its source, so an edited module is never run from stale bytecode.
 BYTECODE := $(PY) -m compileall -q journal policies adapters tests benchmarks
 
-test: $(VENV)/.test
+# The system packages the tests use besides Python's: zsh (the completion tests run it) and Chromium (the
+# report's tests drive it headless). Each is a Debian package whose command has its name. `make test` checks
+# them before anything else: as root, where apt-get is, it installs the missing ones; otherwise it stops at
+# once with the one command to run, before building the venv or starting a test.
+SYSTEM_PACKAGES := zsh chromium
+system-packages:
+	@missing=""; for name in $(SYSTEM_PACKAGES); do command -v "$$name" >/dev/null 2>&1 || missing="$$missing $$name"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make: the tests need$$missing, which this machine lacks: install$$missing with its package manager, then run make again" >&2; exit 1; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "make: the tests need$$missing, which this machine lacks; install them first with:" >&2; \
+		echo "    sudo apt-get install -y$$missing" >&2; exit 1; \
+	fi; \
+	echo "make: installing the system packages the tests need:$$missing"; \
+	{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; } >/dev/null \
+		|| { echo "make: apt-get could not install$$missing (apt-get's errors are above)" >&2; exit 1; }
+
+test: system-packages $(VENV)/.test
 	$(BYTECODE)
 	$(VENV)/bin/pytest -q -m "not soak" $(PARALLEL)
 
@@ -53,7 +71,7 @@ test: $(VENV)/.test
 # CI runs, keeps the disk. The folder goes when the run passes; when it fails, the failed tests' folders stay
 # and their place is printed.
 FAST_TMP := $(or $(wildcard /dev/shm),$(or $(TMPDIR),/tmp))
-test-fast: $(VENV)/.test
+test-fast: system-packages $(VENV)/.test
 	$(BYTECODE)
 	@tmp=$$(mktemp -d "$(FAST_TMP)/stepjournal-test-fast.XXXXXX") || exit 1; \
 	trap 'rm -rf "$$tmp"; exit 130' INT TERM HUP; \

@@ -15,7 +15,7 @@ _MODULE_OF_NAMES = {
     "tools._compare": ("Comparison", "Difference", "compare_values"),
     "tools._diff": ("diff_journals",),
     "tools._diff_report": ("DIFF_SCHEMA_VERSION", "DiffReport", "DiffSide", "PairDiff"),
-    "base._errors": ("CodecPluginError", "DiffError", "EventDecodeError", "ImportClaimError", "ImportConflictError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "RemoteConfigError", "RemoteConflictError", "RemoteCredentialsError", "RemoteError", "RemoteFormatError", "RemoteMissingError", "RemotePlainHttpError", "RemoteRegionError", "RemoteUnreachableError", "RemoteUrlSecretError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
+    "base._errors": ("CodecPluginError", "DiffError", "EventDecodeError", "ImportClaimError", "ImportConflictError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFormatError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "RemoteConfigError", "RemoteConflictError", "RemoteCredentialsError", "RemoteError", "RemoteFormatError", "RemoteMissingError", "RemotePlainHttpError", "RemoteRegionError", "RemoteUnreachableError", "RemoteUrlSecretError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
     "events._events": ("AUDIT_SCHEMA_VERSION", "CallBypassed", "CallRefused", "EventsImported", "GenerationRecorded", "PayloadRef", "PayloadsReleased", "ReplayServed", "SessionOpened"),
     "index._runs_index": ("RunSummary",),
     "upkeep._retention": ("Retention", "RetentionConflictError", "RetentionError", "RetentionPlan", "PlannedRelease", "plan_retention"),
@@ -33,6 +33,7 @@ _MODULE_OF_NAMES = {
     "sharing._status": ("RemoteStatus", "remote_status"),
     "sharing._bundle": ("BundleReport", "export_bundle", "import_bundle", "verify_bundle"),
     "base._secrets": ("redact",),
+    "base._version": ("JOURNAL_FORMAT",),
     "tools._tolerance": ("DTYPE_TOLERANCES", "Tolerance", "Tolerances"),
 }
 _MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}

@@ -32,6 +32,7 @@ from .events._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from .index._import_map import FoldedImports
 from .index._session_fingerprints import SessionFingerprints
 from .events._keys import META_CREATED, META_FORMAT
+from .storage._format import check_format_in, mark_format_in
 from .events._keys import check_key as _check_key
 from .base._log import get_logger
 from .base._paths import security_warnings
@@ -57,7 +58,6 @@ __all__ = ["Journal", "RecordedGeneration", "PreparedPayload", "VerifyProblem", 
 log = get_logger(__name__)
 
 DEFAULT_RUN = "default"
-FORMAT_VERSION = 1
 
 
 # The journals of this process. A thread may hold a journal's lock when another thread calls fork();
@@ -152,6 +152,7 @@ class Journal(Recording, Queries):
                 self._init_meta()
             else:
                 with self._store.read() as txn:
+                    check_format_in(txn, self._store.db("meta"), self.path, writing=False)
                     Projections.check_layout_in(txn, self._store)
         except BaseException:  # e.g. a layout newer than this library: leave nothing open behind
             self._store.close()
@@ -220,9 +221,10 @@ class Journal(Recording, Queries):
     def _init_meta(self) -> None:
         def fn(txn):
             meta = self._store.db("meta")
+            check_format_in(txn, meta, self.path, writing=True)  # before anything is written
             new = txn.get(META_FORMAT, db=meta) is None
+            mark_format_in(txn, meta, new=new)
             if new:
-                txn.put(META_FORMAT, str(FORMAT_VERSION).encode(), db=meta)
                 txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
             if Projections.upgrade_layout_in(txn, self._store, new=new):
                 log.info("journal_index_upgraded", path=self.path, note="0.1.0 index rebuilt with stages in its keys")

@@ -21,6 +21,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -39,6 +40,7 @@ class Lockstep:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._one_at_a_time = threading.Lock()  # a thread of the work (a staged file's) has points too
 
     @classmethod
     def inherited(cls) -> "Lockstep":
@@ -46,8 +48,9 @@ class Lockstep:
         return cls(Connection(int(os.environ[FD_ENV])))
 
     def point(self, label: str) -> None:
-        self._conn.send(label)
-        self._conn.recv()  # the parent answers, or kills this process while it waits here
+        with self._one_at_a_time:
+            self._conn.send(label)
+            self._conn.recv()  # the parent answers, or kills this process while it waits here
 
     def progress(self, what: str, done: int, total: int) -> None:
         """A `progress=` callback (push, pull): a point ``"<what> <done>/<total>"`` after each piece."""
@@ -96,10 +99,11 @@ class Lockstep:
         Audit hooks stay for the life of the process: the returned switch turns the points on and off.
         """
         folder = os.path.realpath(folder)
-        state = {"on": False, "inside": False}
+        state = {"on": False}
+        within = threading.local()  # this thread's own point is being told (its steps are not points)
 
         def hook(event: str, args: Tuple[Any, ...]) -> None:
-            if not state["on"] or state["inside"] or event not in _FILE_STEPS or not args:
+            if not state["on"] or getattr(within, "point", False) or event not in _FILE_STEPS or not args:
                 return
             where = args[0]
             if isinstance(where, bytes):
@@ -108,12 +112,12 @@ class Lockstep:
                 where = f"fd:{where}"
             elif not isinstance(where, str) or not os.path.realpath(where).startswith(folder):
                 return
-            state["inside"] = True
+            within.point = True
             try:
                 where = os.path.relpath(where, folder) if where.startswith("/") else where
                 self.point(f"{event} {where.replace(str(os.getpid()), '<pid>')}")  # the same in each run
             finally:
-                state["inside"] = False
+                within.point = False
 
         sys.addaudithook(hook)
         return lambda on: state.__setitem__("on", on)
@@ -181,8 +185,9 @@ class Child:
 
         return self.run_to(nth, release=release)
 
-    def finish(self, timeout: float = 300) -> List[str]:
-        """Answer every point until the child ends; return them all. Raises when it did not exit 0."""
+    def finish(self, timeout: float = 300, *, exits: Tuple[int, ...] = (0,)) -> List[str]:
+        """Answer every point until the child ends; return them all. Raises when its exit status is not
+        one of `exits`."""
         try:
             while self.next_point(timeout) is not None:
                 self.go()
@@ -191,7 +196,7 @@ class Child:
             raise
         code = self._wait(timeout)
         self.conn.close()
-        assert code == 0, f"the child exited with {code} after {self.seen[-3:]}"
+        assert code in exits, f"the child exited with {code} after {self.seen[-3:]}"
         return self.seen
 
 

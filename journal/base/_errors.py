@@ -8,6 +8,7 @@ __all__ = [
     "JournalClosedError",
     "JournalFullError",
     "JournalLockedError",
+    "JournalFormatError",
     "IntegrityError",
     "PayloadMissingError",
     "EventDecodeError",
@@ -51,6 +52,21 @@ class JournalFullError(JournalError):
 
 class JournalLockedError(JournalError):
     """The journal is opened in an incompatible way elsewhere in this process."""
+
+
+class JournalFormatError(JournalError):
+    """The journal is in a newer format than this stepjournal writes (or reads); the message names the
+    version that wrote it.
+
+    Attributes:
+        format: the journal's format.
+        written_by: the stepjournal version that last wrote it (None when not recorded).
+    """
+
+    def __init__(self, message: str, *, format: int, written_by: str | None) -> None:
+        super().__init__(message)
+        self.format = format
+        self.written_by = written_by
 
 
 class InvalidKeyError(JournalError, ValueError):

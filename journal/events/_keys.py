@@ -11,7 +11,7 @@
   step is one read.
 - ``runs``: see `_runs_index` (``g`` run/stage/mode rows, ``s`` run sessions).
 - ``rows``: the seq (`seq_key`) -> the audit row's text; see `_rows_index`.
-- ``meta``: `META_FORMAT`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_RUNS_INDEX`,
+- ``meta``: `META_FORMAT`, `META_READ_FORMAT`, `META_WRITTEN_BY`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_RUNS_INDEX`,
   `META_ROWS_INDEX`, `META_LAYOUT`.
 
 LMDB keys are at most 511 bytes, so run, mode and stage are checked on their encoded length, with
@@ -34,6 +34,8 @@ __all__ = [
     "seq_of",
     "session_key",
     "META_FORMAT",
+    "META_READ_FORMAT",
+    "META_WRITTEN_BY",
     "META_CREATED",
     "META_SESSIONS_INDEX",
     "META_STEPS_INDEX",
@@ -60,6 +62,10 @@ MAX_KEY_BYTES = 511
 _STEP_AND_INDEX = 12
 # ``meta`` keys: the format version, the creation time, and "the sessions index is built".
 META_FORMAT = b"format"
+# The oldest format whose libraries read the journal rightly (absent: the format itself), and the
+# stepjournal version that last opened it for writing (see `storage._format`).
+META_READ_FORMAT = b"read_format"
+META_WRITTEN_BY = b"written_by"
 META_CREATED = b"created"
 META_SESSIONS_INDEX = b"sessions_index"
 META_STEPS_INDEX = b"steps_index"

@@ -448,8 +448,8 @@ class Projections:
         if layout > LAYOUT_VERSION:
             raise UnsupportedSchemaVersionError(
                 f"the journal's key layout is version {layout}; this stepjournal reads up to {LAYOUT_VERSION}: "
-                "it was written by a newer stepjournal, so upgrade stepjournal (pip install -U stepjournal) "
-                "to open it"
+                "it was written by a newer stepjournal, so upgrade stepjournal from the clone or wheel that wrote "
+                "the journal to open it"
             )
         return layout
 

@@ -294,13 +294,17 @@ class FilePayloadStore:
         except FileNotFoundError:
             return None
 
-    def total_bytes(self) -> int:
-        """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder)."""
+    def total_bytes(self, *, besides: Optional[bytes] = None) -> int:
+        """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder), but the file
+        this process staged for the digest `besides` (the payload whose room is being asked for)."""
+        staged = self._staged.get(besides) if besides is not None else None
+        own = staged._tmp if staged is not None and staged.pid == os.getpid() else None
         total = 0
         for fan in [TMP_FOLDER, *self._fans()]:
             try:
                 with _folder(self.folder, fan) as fd:
-                    total += sum(st.st_size for _, st in entries(fd) if stat.S_ISREG(st.st_mode))
+                    total += sum(st.st_size for name, st in entries(fd)
+                                 if stat.S_ISREG(st.st_mode) and os.path.join(self.folder, fan, name) != own)
             except FileNotFoundError:
                 continue
         return total
@@ -393,7 +397,9 @@ class StagedFile:
         self._store._rename_into_place(self._tmp, path, self._nbytes)
 
     def discard(self) -> None:
-        """Wait for the write and remove the file (not recorded)."""
+        """Wait for the write and remove the file (not recorded); a fork child leaves its parent's alone."""
+        if os.getpid() != self.pid:
+            return
         self._thread.join()
         if self._digest is not None and self._store._staged.get(self._digest) is self:
             del self._store._staged[self._digest]

@@ -162,7 +162,7 @@ class LmdbPayloadStore:
         the cap counts LMDB's pages in use and every payload file."""
         cap = self._store.max_size
         if cap is not None and not self.files.has(digest):
-            used = self._store.used_bytes() + self.files.total_bytes()
+            used = self._store.used_bytes() + self.files.total_bytes(besides=digest)
             if used + stored_size(blob) > cap:
                 self.files.discard_staged(digest)
                 raise JournalFullError(
@@ -200,16 +200,28 @@ class LmdbPayloadStore:
     def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
         # Files first, outside the transaction (which may run again when the map grows): each is durable
         # before the events that name it commit.
-        small = []
+        small, files = [], []
         for key, blob in items:
             check_digest(key)
             if self._to_files(blob):
                 self._to_file(key, blob)
+                files.append((key, blob))
             else:
                 small.append((key, joined(blob)))
-        if not small:
+        if not small and not files:
             return write_events(None)
-        return write_events(lambda txn: self.put_in(txn, small))
+
+        def in_txn(txn: Any) -> None:
+            # A release in another process may have deleted a file of the same bytes since it was placed
+            # (content-addressed); releases delete only inside a write transaction, so one checked here
+            # stays until the events naming it commit (`_release.delete_released`).
+            for key, blob in files:
+                if not self.files.has(key):
+                    self.files.put(key, blob)
+            if small:
+                self.put_in(txn, small)
+
+        return write_events(in_txn)
 
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)

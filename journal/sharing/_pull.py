@@ -29,7 +29,7 @@ from ..payloads._object_client import Remote, remote_url
 from ..payloads._object_store import ObjectPayloadStore
 from ..payloads._payload_store import LmdbPayloadStore
 from ..index._projections import Projections
-from ..upkeep._release import catch_up_in
+from ..upkeep._release import catch_up_in, delete_released
 from ._remote import in_parallel, journal_id, one_ahead
 from ._remote_layout import check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, resolve_remote
@@ -123,10 +123,13 @@ class _PulledReleases:
         self._state: Optional[RetentionState] = None
         self._dirty = False
         self._files: List[bytes] = []  # payload files to delete once the transaction commits
+        self._after = 0  # the seq of the transaction's last event
         self._local: Optional[LmdbPayloadStore] = None
+        self._store: Any = None
 
-    def delete_in(self, txn: Any, store: Any, local: LmdbPayloadStore, events: List[Any]) -> None:
-        releases = [e for e in events if isinstance(e, PayloadsReleased)]
+    def delete_in(self, txn: Any, store: Any, local: LmdbPayloadStore, appended: List[Tuple[int, Any]]) -> None:
+        self._files = []  # a transaction that did not commit deleted nothing
+        releases = [e for _, e in appended if isinstance(e, PayloadsReleased)]
         if not releases:
             return
         if self._state is None or self._dirty:
@@ -134,13 +137,14 @@ class _PulledReleases:
         self._dirty = True
         catch_up_in(txn, store, self._state)  # this run's events included: the transaction sees them
         gone = {d for e in releases for d in e.released if d not in self._state.users}
-        self._files, self._local = local.delete_in(txn, [bytes.fromhex(d) for d in sorted(gone)]), local
+        self._files = local.delete_in(txn, [bytes.fromhex(d) for d in sorted(gone)])
+        self._local, self._store, self._after = local, store, appended[-1][0]
 
     def committed(self) -> None:
         self._dirty = False
         files, self._files = self._files, []
-        for key in files:
-            self._local.delete(key)
+        if files:
+            delete_released(self._store, self._local, files, self._after)
 
 
 def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
@@ -162,11 +166,20 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
     bodies = [encode_event(marker)] + [raw if new is old else encode_event(new)
                                        for (_s, raw, old), new in zip(events_in, events[1:])]
     items = list(blobs.items())
+    # What the journal held when the run was planned, so not fetched: still there when it commits?
+    held = {bytes.fromhex(r.digest) for _s, _r, e in events_in for r in call_refs(e)
+            if r.digest not in run.released} - blobs.keys()
 
     def fn(txn: Any) -> None:
+        gone = sorted(key.hex() for key in held if not local.has_in(txn, key))
+        if gone:  # released by another process (a prune) since the run was planned
+            raise IntegrityError(
+                f"{len(gone)} payload(s) this journal held when the pull began were released meanwhile "
+                f"({gone[0][:16]}…); events {events_in[0][0]}-{events_in[-1][0]} of journal {run.source} were not "
+                "pulled: pull again to fetch them", detail="released meanwhile")
         local.put_in(txn, items)
         appended = Projections.append_and_project_in(txn, store, events, bodies, imports=imports)
-        releases.delete_in(txn, store, local, [event for _, event in appended])
+        releases.delete_in(txn, store, local, appended)
 
     with journal.write_lock:
         store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)

@@ -1,4 +1,10 @@
-"""Open LMDB environments and named databases while other processes grow the map.
+"""Open LMDB environments and named databases while other processes create them or grow the map.
+
+A new journal's ``data.mdb`` is created empty inside `lmdb.open`, which then writes its first pages;
+another process that opens the journal meanwhile waits in LMDB's own lock, but the checks made before
+that lock (an empty ``data.mdb`` is refused: LMDB would start a new journal over it) would see the
+half-created file. So the creation and those checks exclude each other under `creation_lock`, an
+`flock` on the journal folder itself (no file of its own).
 
 LMDB reads the map's size when an environment opens and refuses a transaction (`MDB_MAP_RESIZED`)
 once another process has committed past that size. py-lmdb begins a transaction inside `lmdb.open`,
@@ -9,15 +15,64 @@ reads the size the other process committed; the map only grows, so a few tries s
 from __future__ import annotations
 
 import os
-from typing import Dict
+from contextlib import contextmanager
+from typing import Dict, Iterator
 
 import lmdb
 
-from ..base._errors import JournalError
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows
+    fcntl = None  # type: ignore[assignment]
 
-__all__ = ["open_env", "open_db"]
+from ..base._errors import JournalError
+from ..base._log import get_logger
+
+__all__ = ["open_env", "open_db", "creation_lock"]
+
+log = get_logger(__name__)
 
 _TRIES = 8
+
+
+@contextmanager
+def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
+    """Hold the journal `folder`'s `flock` around the checks before `lmdb.open` and the open itself.
+
+    Taken when ``data.mdb`` is missing or empty at first sight: exclusive by a writer, which may
+    create it; shared by a reader, which waits only for a creation under way. Held for the open
+    alone (not the structure check after it); a journal with pages is opened without it.
+
+    Yields:
+        True while held; False where the folder cannot be locked (not readable, or a filesystem
+        without `flock` on folders): then nothing waits, as before the lock existed, and an empty
+        ``data.mdb`` is refused at once.
+    """
+    if fcntl is None:  # pragma: no cover
+        yield False
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        log.info("journal_open_not_serialised", path=folder, reason=exc.strerror)
+        yield False
+        return
+    held = True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    except OSError as exc:
+        held = False
+        log.info("journal_open_not_serialised", path=folder, reason=exc.strerror)
+    try:
+        yield held
+    finally:
+        try:
+            if held:
+                # Unlocked by name: a fork child made meanwhile (another thread's fork) shares the open
+                # file, and closing this copy alone would leave the journal locked while that child lives.
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
 
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:

@@ -9,7 +9,7 @@ import errno
 import os
 import stat
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Dict, Iterator, Optional, Set, Tuple
 
 import lmdb
@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..base._log import get_logger
 from ..base._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_env_structure, check_file_size, check_tree
-from ._lmdb_open import open_db, open_env
+from ._lmdb_open import creation_lock, open_db, open_env
 from ..base._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
@@ -143,26 +143,30 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool, check: str
 def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool, pid: int,
               check: str = "open") -> _SharedEnv:
     """Open the LMDB environment of a checked journal folder and register it (under `_ENVS_LOCK`)."""
-    check_lmdb_files(key)
+    check_lmdb_files(key)  # a file of someone else's is refused before anything waits on it
     data_file = os.path.join(key, "data.mdb")
-    if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
-        # LMDB would silently start a new, empty journal over it.
-        raise IntegrityError(
-            f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
-            "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
-        )
-    # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
-    lock = not readonly or _is_writable_location(key)
-    # Readahead stays on: py-lmdb touches every page of a value as it hands it out, so with it off a
-    # payload not in the page cache is read 4 KiB at a time (an 8 MB value 0.24 s against 2 ms; a cold
-    # `verify` 2.5x slower: docs/performance.md, "Cold page cache").
-    options = dict(max_dbs=MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
-                   readahead=True, max_readers=256, mode=0o600)
-    check_room_to_create(path, key, data_file, lock)
-    try:
-        env = open_env(path, key, map_size, options)
-    except lmdb.Error as exc:
-        raise os_error(path, exc, "open" if readonly or os.path.exists(data_file) else "create") from None
+    # data.mdb is empty only while another process's lmdb.open creates it (under the creation lock), or
+    # when a creation was interrupted: wait for the one, refuse the other (`_lmdb_open.creation_lock`).
+    with creation_lock(key, exclusive=not readonly) if _size(data_file) in (None, 0) else nullcontext():
+        check_lmdb_files(key)  # again: what the creation made meanwhile
+        if _size(data_file) == 0:
+            # LMDB would silently start a new, empty journal over it.
+            raise IntegrityError(
+                f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
+                "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
+            )
+        # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
+        lock = not readonly or _is_writable_location(key)
+        # Readahead stays on: py-lmdb touches every page of a value as it hands it out, so with it off a
+        # payload not in the page cache is read 4 KiB at a time (an 8 MB value 0.24 s against 2 ms; a cold
+        # `verify` 2.5x slower: docs/performance.md, "Cold page cache").
+        options = dict(max_dbs=MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
+                       readahead=True, max_readers=256, mode=0o600)
+        check_room_to_create(path, key, data_file, lock)
+        try:
+            env = open_env(path, key, map_size, options)
+        except lmdb.Error as exc:
+            raise os_error(path, exc, "open" if readonly or os.path.exists(data_file) else "create") from None
     try:
         check_file_size(env, data_file, path)
         if lock:
@@ -187,6 +191,13 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     shared.users = 1
     _ENVS[key] = (pid, shared)
     return shared
+
+
+def _size(file: str) -> Optional[int]:
+    try:
+        return os.stat(file).st_size
+    except FileNotFoundError:
+        return None
 
 
 def _release(path: str, shared: _SharedEnv) -> None:

@@ -19,7 +19,8 @@ On any failure before the swap the original is untouched and the partial copy re
 The journal's payload files (``payloads/``) are tidied under the same lock: what a write a crash cut
 short left in ``payloads/tmp/``, and a whole file no event names (its event never committed), are
 removed; nothing is removed when an event cannot be read (it might name one). `compact(path, to=DIR)`
-copies the payload files the events name beside the compacted copy.
+copies the payload files the events name beside the compacted copy, and refuses when an event cannot
+be read (the copy would lack the files it names).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import attrs
 import lmdb
@@ -40,10 +41,12 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..events._convert import decode_event
 from ..base._errors import JournalError, JournalFullError, StepJournalError
 from ..events._events import call_refs
+from ..events._keys import seq_of
 from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ..base._log import get_logger
 from ..base._owned import closing, open_file, open_root
 from ..base._paths import check_lmdb_files
+from ..storage._format import check_format_of
 from ..storage._store import MAX_DBS, open_in_this_process
 
 __all__ = ["compact", "CompactResult", "CompactError", "JournalBusyError"]
@@ -143,8 +146,8 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
     return os.path.getsize(data)
 
 
-def _named_digests(folder: str) -> Optional[set]:
-    """The digests (hex) the journal's events name, or None when an event cannot be read."""
+def _named_digests(folder: str) -> Tuple[set, Optional[int]]:
+    """(the digests (hex) the journal's events name, the seq of the first event that cannot be read or None)."""
     env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     named: set = set()
     try:
@@ -154,19 +157,19 @@ def _named_digests(folder: str) -> Optional[set]:
                 try:
                     event = decode_event(bytes(body))
                 except StepJournalError:
-                    return None
+                    return named, seq_of(key)
                 named.update(ref.digest for ref in call_refs(event))
     finally:
         env.close()
-    return named
+    return named, None
 
 
 def _tidy_payload_files(folder: str) -> int:
     """Remove the payload files a crash left behind (see the module's doc); return how many."""
     files = FilePayloadStore(os.path.join(folder, PAYLOAD_FOLDER))
     removed = files.remove_partial_files()
-    named = _named_digests(folder) if os.path.isdir(files.folder) else set()
-    if named is None:
+    named, unreadable = _named_digests(folder) if os.path.isdir(files.folder) else (set(), None)
+    if unreadable is not None:
         log.warning("payload_files_not_tidied", path=folder, reason="an event cannot be read; run `stepjournal verify`")
         return removed
     for digest in list(files.digests()):
@@ -175,14 +178,28 @@ def _tidy_payload_files(folder: str) -> int:
     return removed
 
 
-def _copy_payload_files(folder: str, to: str) -> None:
-    """Copy the payload files the events name into the journal at `to`, each made durable."""
+def _copy_payload_files(folder: str, to: str, path: str) -> None:
+    """Copy the payload files the events name into the journal at `to`, each made durable; refuse when an
+    event cannot be read (the copy would lack the files it names)."""
     source = FilePayloadStore(os.path.join(folder, PAYLOAD_FOLDER), readonly=True)
-    named = _named_digests(folder) or set()
+    named, unreadable = _named_digests(folder)
+    if unreadable is not None:
+        raise CompactError(
+            f"event #{unreadable} of {path!r} cannot be read, so the payload files it names are unknown; "
+            "nothing was written: run `stepjournal verify` on it, or copy the folder as it is")
     target = FilePayloadStore(os.path.join(to, PAYLOAD_FOLDER))
     for digest in source.digests():
         if digest.hex() in named:
             target.put(digest, source.stored(digest))
+
+
+def _check_format(folder: str, path: str) -> None:
+    """Refuse a journal of a newer format: its events may name payload files this library cannot see."""
+    env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    try:
+        check_format_of(env, path, writing=True)
+    finally:
+        env.close()
 
 
 def _fsync_dir(folder: str) -> None:
@@ -219,6 +236,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
     lock_file = os.path.join(folder, "lock.mdb")
     fd = _lock_exclusive(lock_file, path)
     try:
+        _check_format(folder, path)
         before = os.path.getsize(data_file)
         for name in os.listdir(folder):  # what a compaction killed midway left
             if name.startswith(_TMP_PREFIX):
@@ -251,7 +269,7 @@ def _compact_to(folder: str, to: str, path: str, before: int) -> CompactResult:
         os.makedirs(to, 0o700)
     try:
         after = _copy(folder, to, path)
-        _copy_payload_files(folder, to)
+        _copy_payload_files(folder, to, path)
     except BaseException:
         if created:
             shutil.rmtree(to, ignore_errors=True)

@@ -14,7 +14,7 @@ import attrs
 from ..events._events import GenerationRecorded, PayloadsReleased
 from ..base._log import get_logger
 from ..payloads._payload_store import LmdbPayloadStore, PayloadStore
-from ._release import Rules, catch_up_in, release_in
+from ._release import Rules, catch_up_in, delete_released, release_in
 from ._retention import RetentionConflictError, RetentionPlan, RetentionState
 
 __all__ = ["prune", "find_release"]
@@ -44,31 +44,33 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
     store = journal.lmdb_store()
     payloads = journal.payload_store
 
-    def plan_in(txn: Any) -> RetentionPlan:
+    def plan_in(txn: Any) -> Tuple[RetentionPlan, int]:
+        """The plan, and the seq of the last event it read."""
         state = RetentionState()
         catch_up_in(txn, store, state)
         plan = state.plan(rules) if rules is not None else state.leftover_plan()
         if plan.warnings:
             raise RetentionConflictError("; ".join(plan.warnings))
         # Only what is really still stored is left over (a release deletes in its own transaction).
-        return attrs.evolve(plan, leftover=tuple(d for d in plan.leftover if _stored(txn, payloads, d)))
+        return attrs.evolve(plan, leftover=tuple(d for d in plan.leftover if _stored(txn, payloads, d))), state.last_seq
 
     if dry_run:
         with store.read() as txn:
-            return plan_in(txn)
-    remote: List[bytes] = []
+            return plan_in(txn)[0]
+    released: List[bytes] = []
+    after = [0]  # the seq of the transaction's last event: files named after it stay
 
     def fn(txn: Any) -> RetentionPlan:
-        plan = plan_in(txn)
+        plan, after[0] = plan_in(txn)
+        released[:] = []
         if not plan.empty:
-            _, keys = release_in(txn, store, payloads, plan, ranks=False)
-            remote[:] = keys
+            appended, released[:] = release_in(txn, store, payloads, plan, ranks=False)
+            after[0] = appended[-1][0] if appended else after[0]
         return plan
 
     with journal.write_lock:
         plan = store.write(fn)
-    for key in remote:
-        payloads.delete(key)
+        delete_released(store, payloads, released, after[0])
     log.info("payloads_pruned", path=journal.path, records=len(plan.releases), bytes=plan.released_bytes,
              leftover=len(plan.leftover), rule=plan.rule)
     return plan

@@ -3,7 +3,14 @@ with the deletion of its bytes.
 
 With the default payload store everything happens in one LMDB write transaction: the events are
 appended, the payload bytes deleted (its payload files once the transaction commits), and the
-projections updated (`lookup` stops serving the records); a crash leaves all of it or none. With
+projections updated (`lookup` stops serving the records); a crash leaves all of it or none.
+
+A payload file is content-addressed: a record of another process can name a released digest anew
+(its file placed before its event commits). So the files are deleted by `delete_released`, inside a
+write transaction of their own, which deletes only those no event committed since the release names;
+a writer checks, inside its own write transaction, that its files are there and places any that is
+not again (`LmdbPayloadStore.commit`). LMDB lets one write transaction run at a time, in every
+process: a deletion and a record's check-and-commit never overlap. With
 another store the events commit first and the objects are deleted after: a crash in between leaves
 bytes that an event already released, which `verify` reports and the next prune deletes
 (`RetentionPlan.leftover`).
@@ -16,10 +23,11 @@ extra commit.
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from ..events._convert import decode_event
-from ..events._events import Event, GenerationRecorded, PayloadsReleased
+from ..base._errors import StepJournalError
+from ..events._events import Event, GenerationRecorded, PayloadsReleased, call_refs
 from ..events._keys import seq_key, seq_of
 from ..base._log import get_logger
 from ..payloads._payload_store import LmdbPayloadStore, PayloadStore
@@ -27,7 +35,7 @@ from ..index._projections import Projections
 from ._retention import Retention, RetentionError, RetentionPlan, RetentionState, group_of
 from ..storage._store import Store
 
-__all__ = ["Retainer", "Rules", "catch_up_in", "release_in"]
+__all__ = ["Retainer", "Rules", "catch_up_in", "delete_released", "release_in"]
 
 log = get_logger("stepjournal._journal")
 
@@ -36,11 +44,7 @@ Rules = Union[Retention, Sequence[Retention]]
 
 def catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[int] = None) -> None:
     """Fold every event after ``state.last_seq`` (and before seq `before`) into `state`, as `txn` sees the log."""
-    cur = txn.cursor(db=store.db("events"))
-    if not cur.set_range(seq_key(state.last_seq + 1)):
-        return
-    for key, body in cur:
-        seq = seq_of(key)
+    for seq, body in _bodies_after(txn, store, state.last_seq):
         if before is not None and seq >= before:
             return
         state.apply(seq, decode_event(body, seq=seq))
@@ -72,6 +76,44 @@ def release_in(
     return appended, keys
 
 
+def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes], after: int) -> None:
+    """Delete the released `keys` once their release committed, with seq `after` its last event.
+
+    The journal's payload files go inside a write transaction that first reads the events committed
+    after `after`: a digest one of them names (a record of another process stored the same bytes
+    meanwhile) stays. Another store's objects are deleted as they are.
+    """
+    if not keys:
+        return
+    files = payloads.files if isinstance(payloads, LmdbPayloadStore) else None
+    if files is None:
+        for key in keys:
+            payloads.delete(key)
+        return
+
+    def fn(txn: Any) -> None:  # writes nothing: it holds LMDB's writer lock while it deletes
+        named = set()
+        for seq, body in _bodies_after(txn, store, after):
+            try:
+                named.update(ref.digest for ref in call_refs(decode_event(body, seq=seq)))
+            except StepJournalError:  # it may name any of them: they stay, left over for a later prune
+                log.warning("released_files_kept", seq=seq, reason="an event cannot be read; run `stepjournal verify`")
+                return
+        for key in keys:
+            if key.hex() not in named:
+                files.delete(key)
+
+    store.write(fn)
+
+
+def _bodies_after(txn: Any, store: Store, after: int) -> Iterator[Tuple[int, Any]]:
+    """(seq, stored bytes) of each event after seq `after`, as `txn` sees the log."""
+    cur = txn.cursor(db=store.db("events"))
+    if cur.set_range(seq_key(after + 1)):
+        for key, body in cur:
+            yield seq_of(key), body
+
+
 class Retainer:
     """Retention applied inside each record's write transaction (``Journal(..., retention=...)``).
 
@@ -87,11 +129,14 @@ class Retainer:
         self._payloads = payloads
         self._state: Optional[RetentionState] = None
         self._dirty = False  # a transaction folded into the state and has not committed yet
-        self._remote: List[bytes] = []
+        self._released: List[bytes] = []  # deleted once the transaction commits (`delete_released`)
+        self._after = 0  # the seq of the transaction's last release
+        self._store: Optional[Store] = None
         self._warned: Set[str] = set()
 
     def in_txn(self, txn: Any, store: Store, seqs: Sequence[int], events: Sequence[Event]) -> None:
         """Plan and release inside the write transaction that just appended `events` as `seqs`."""
+        self._released = []  # a transaction that did not commit released nothing
         groups = {group_of(e) for e in events
                   if isinstance(e, GenerationRecorded) and (e.output is not None or e.input is not None)}
         if not groups:
@@ -110,17 +155,19 @@ class Retainer:
         for warning in plan.warnings:
             self._warn(warning)
         if not plan.empty:
-            appended, self._remote = release_in(txn, store, self._payloads, plan, ranks=True)
+            appended, self._released = release_in(txn, store, self._payloads, plan, ranks=True)
+            self._after, self._store = (appended[-1][0] if appended else seqs[-1]), store
             for seq, event in appended:
                 self._state.apply(seq, event)
         self._state.released.clear()  # deleted now (or after the commit): no longer left over
 
     def committed(self) -> None:
-        """The transaction committed: the state is the log's; delete what a remote store still holds."""
+        """The transaction committed: the state is the log's; delete the files (or a remote store's objects)
+        it released."""
         self._dirty = False
-        remote, self._remote = self._remote, []
-        for key in remote:
-            self._payloads.delete(key)
+        released, self._released = self._released, []
+        if released and self._store is not None:
+            delete_released(self._store, self._payloads, released, self._after)
 
     def _warn(self, message: str) -> None:
         if message not in self._warned:

@@ -85,7 +85,7 @@ def test_zsh_registers_the_same_completion_through_bashcompinit():
     import sys
 
     zsh = shutil.which("zsh")
-    assert zsh, "the zsh completion test needs zsh: apt-get install zsh (.ci/run installs it as root)"
+    assert zsh, "the zsh completion test needs zsh: apt-get install zsh (make test installs it as root)"
     script = (
         "autoload -U +X compinit && compinit -u\n"
         f'eval "$({os.path.dirname(sys.executable)}/stepjournal completion zsh)"\n'

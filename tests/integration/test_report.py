@@ -2,7 +2,7 @@
 a 3 000-step journal's report loads without console errors, shows its charts, opens a step's samples with
 the texts `show --text` prints, finds a known response by search, and names a replayed step's source.
 
-Chromium is not a Python package: `.ci/run` installs it where it is missing (as root, on Debian).
+Chromium is not a Python package: `make test` installs it where it is missing (as root, on Debian).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def report(tmp_path_factory, tokenizer_dir):  # noqa: F811
 def browser():
     from playwright.sync_api import sync_playwright
 
-    assert CHROMIUM, "the report tests need Chromium: apt-get install -y chromium (.ci/run installs it as root)"
+    assert CHROMIUM, "the report tests need Chromium: apt-get install -y chromium (make test installs it as root)"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield browser
