@@ -14,6 +14,8 @@ because a journal folder received from someone else may hold a link or a FIFO at
 - a temporary file is created ``O_CREAT | O_EXCL`` under a random name (as `mkstemp` does).
 
 Anything else at an owned path is an `UnsafePathError`, one line naming the path and what it is.
+A step relative to a folder's descriptor names no path in the interpreter's own audit events, so each
+step here raises ``stepjournal.owned_path`` (the step as the interpreter names it, and the path) first.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import errno
 import os
 import secrets
 import stat
+import sys
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
 from ._errors import UnsafePathError
 
-__all__ = ["file_kind", "open_root", "open_folder", "open_file", "make_temp", "names_in", "entries", "kind_at", "closing",
-           "owned_folder", "remove", "replace"]
+__all__ = ["file_kind", "open_root", "open_folder", "open_file", "make_temp", "names_in", "entries", "kind_at",
+           "closing", "owned_folder", "remove", "replace", "sync"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -81,11 +84,13 @@ def open_folder(parent: int, name: str, *, where: str, create: bool = False) -> 
     """
     if create:
         try:
+            _step("os.mkdir", where)
             os.mkdir(name, 0o700, dir_fd=parent)
-            os.fsync(parent)
+            sync(parent, where=os.path.dirname(where))
         except FileExistsError:
             pass
     try:
+        _step("open", where)
         fd = os.open(name, _FOLDER, dir_fd=parent)
     except OSError as exc:
         raise _refused(exc, parent, name, where, "a folder") from None
@@ -130,6 +135,7 @@ def open_file(folder: int, name: str, flags: int, *, where: str, mode: int = 0o6
         OSError: as `os.open` otherwise (``FileNotFoundError`` when it does not exist).
     """
     try:
+        _step("open", where)
         fd = os.open(name, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode, dir_fd=folder)
     except OSError as exc:
         raise _refused(exc, folder, name, where, "a plain file") from None
@@ -137,10 +143,12 @@ def open_file(folder: int, name: str, flags: int, *, where: str, mode: int = 0o6
     return fd
 
 
-def make_temp(folder: int, prefix: str, *, mode: int = 0o600) -> Tuple[int, str]:
-    """A new file in the folder `folder` (a descriptor) under a random name, created exclusively (as
-    `mkstemp` does: nothing that was there is ever opened); its descriptor (write-only) and its name."""
+def make_temp(folder: int, prefix: str, *, where: str, mode: int = 0o600) -> Tuple[int, str]:
+    """A new file in the folder `folder` (a descriptor; `where`, its path) under a random name, created
+    exclusively (as `mkstemp` does: nothing that was there is ever opened); its descriptor (write-only)
+    and its name."""
     name = prefix + secrets.token_hex(16)
+    _step("open", os.path.join(where, name))
     return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=folder), name
 
 
@@ -152,6 +160,7 @@ def remove(folder: int, name: str, *, where: str) -> bool:
         UnsafePathError: `name` is a folder.
     """
     try:
+        _step("os.remove", where)
         os.unlink(name, dir_fd=folder)
     except FileNotFoundError:
         return False
@@ -160,14 +169,15 @@ def remove(folder: int, name: str, *, where: str) -> bool:
     return True
 
 
-def replace(folder: int, name: str, into: int, new_name: str, *, where: str) -> None:
-    """Rename `name` of the folder `folder` to `new_name` of the folder `into` (descriptors), replacing
-    a file or a link there (the link itself, never what it points to).
+def replace(folder: int, name: str, into: int, new_name: str, *, source: str, where: str) -> None:
+    """Rename `name` of the folder `folder` (its path `source`) to `new_name` of the folder `into` (its
+    path `where`), replacing a file or a link there (the link itself, never what it points to).
 
     Raises:
         UnsafePathError: `new_name` is a folder.
     """
     try:
+        _step("os.rename", source)
         os.rename(name, new_name, src_dir_fd=folder, dst_dir_fd=into)
     except OSError as exc:
         mode = kind_at(into, new_name) if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST) else None
@@ -176,16 +186,23 @@ def replace(folder: int, name: str, into: int, new_name: str, *, where: str) -> 
         raise
 
 
-def names_in(folder: int) -> List[str]:
-    """The names in the folder `folder` (a descriptor), of whatever kind."""
+def sync(fd: int, *, where: str) -> None:
+    """`fsync` of the owned file or folder `fd` (`where`, its path): a step of its own (see `_step`)."""
+    _step("os.fsync", where)
+    os.fsync(fd)
+
+
+def names_in(folder: int, *, where: str) -> List[str]:
+    """The names in the folder `folder` (a descriptor; `where`, its path), of whatever kind."""
+    _step("os.listdir", where)
     return os.listdir(folder)
 
 
-def entries(folder: int) -> List[Tuple[str, os.stat_result]]:
-    """The names in the folder `folder` (a descriptor) with their `lstat`, oldest change first (one removed
-    meanwhile is left out)."""
+def entries(folder: int, *, where: str) -> List[Tuple[str, os.stat_result]]:
+    """The names in the folder `folder` (a descriptor; `where`, its path) with their `lstat`, oldest change
+    first (one removed meanwhile is left out)."""
     found = []
-    for name in names_in(folder):
+    for name in names_in(folder, where=where):
         try:
             found.append((name, os.stat(name, dir_fd=folder, follow_symlinks=False)))
         except FileNotFoundError:
@@ -199,6 +216,12 @@ def kind_at(folder: int, name: str) -> Optional[int]:
         return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return None
+
+
+def _step(event: str, where: str) -> None:
+    """The audit event ``stepjournal.owned_path`` before the step `event` at `where` (tests/kill_points.py
+    stops a process there, as at the interpreter's own events)."""
+    sys.audit("stepjournal.owned_path", event, where)
 
 
 def _unsafe(where: str, what: str, wanted: str) -> UnsafePathError:

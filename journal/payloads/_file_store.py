@@ -40,7 +40,7 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
 from ..base._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError, UnsafePathError
-from ..base._owned import entries, kind_at, make_temp, names_in, open_file, owned_folder, remove, replace
+from ..base._owned import entries, kind_at, make_temp, names_in, open_file, owned_folder, remove, replace, sync
 from ..base._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
 from ._payloads import ZSTD_MAGIC, own_nbytes, stored_bound, stored_digest_read, unwrap
@@ -116,7 +116,7 @@ class FilePayloadStore:
             with _folder(self.folder, name[:2]) as fan:
                 if not remove(fan, name[2:], where=self.path_of(digest)):
                     return False
-                os.fsync(fan)
+                sync(fan, where=os.path.dirname(self.path_of(digest)))
         except FileNotFoundError:
             return False
         return True
@@ -140,7 +140,7 @@ class FilePayloadStore:
         tmp = os.path.join(self.folder, TMP_FOLDER)
         try:
             with _folder(self.folder, TMP_FOLDER) as fd:
-                return [os.path.join(tmp, name) for name, _ in entries(fd)]
+                return [os.path.join(tmp, name) for name, _ in entries(fd, where=tmp)]
         except FileNotFoundError:
             return []
 
@@ -151,9 +151,9 @@ class FilePayloadStore:
         tmp = os.path.join(self.folder, TMP_FOLDER)
         try:
             with _folder(self.folder, TMP_FOLDER) as fd:
-                removed = sum(remove(fd, name, where=os.path.join(tmp, name)) for name, _ in entries(fd))
+                removed = sum(remove(fd, name, where=os.path.join(tmp, name)) for name, _ in entries(fd, where=tmp))
                 if removed:
-                    os.fsync(fd)
+                    sync(fd, where=tmp)
         except FileNotFoundError:
             return 0
         return removed
@@ -177,10 +177,11 @@ class FilePayloadStore:
         """A new file under ``tmp/`` (the folders made if missing), created under a name of its own."""
         try:
             with _folder(self.folder, TMP_FOLDER, create=True) as tmp:
-                fd, name = make_temp(tmp, "", mode=0o644)
+                fd, name = make_temp(tmp, "", where=os.path.join(self.folder, TMP_FOLDER), mode=0o644)
         except OSError as exc:
             if exc.errno in _FULL:
-                raise JournalFullError(f"the disk holding {self.folder} is full: no payload file could be made") from None
+                raise JournalFullError(
+                    f"the disk holding {self.folder} is full: no payload file could be made") from None
             raise
         os.close(fd)
         return os.path.join(self.folder, TMP_FOLDER, name)
@@ -204,8 +205,8 @@ class FilePayloadStore:
         fan = os.path.basename(os.path.dirname(path))
         try:
             with _folder(self.folder, TMP_FOLDER) as folder, _folder(self.folder, fan, create=True) as into:
-                replace(folder, os.path.basename(tmp), into, os.path.basename(path), where=path)
-                os.fsync(into)
+                replace(folder, os.path.basename(tmp), into, os.path.basename(path), source=tmp, where=path)
+                sync(into, where=os.path.dirname(path))
         except OSError as exc:
             _remove_quietly(tmp)
             raise self._full(exc, nbytes) from None
@@ -303,7 +304,7 @@ class FilePayloadStore:
         for fan in [TMP_FOLDER, *self._fans()]:
             try:
                 with _folder(self.folder, fan) as fd:
-                    total += sum(st.st_size for name, st in entries(fd)
+                    total += sum(st.st_size for name, st in entries(fd, where=os.path.join(self.folder, fan))
                                  if stat.S_ISREG(st.st_mode) and os.path.join(self.folder, fan, name) != own)
             except FileNotFoundError:
                 continue
@@ -336,7 +337,7 @@ class FilePayloadStore:
         """The two-digit folders' names, sorted."""
         try:
             with _folder(self.folder) as fd:
-                return sorted(name for name in names_in(fd) if _FAN.fullmatch(name))
+                return sorted(name for name in names_in(fd, where=self.folder) if _FAN.fullmatch(name))
         except FileNotFoundError:
             return []
 
@@ -344,7 +345,7 @@ class FilePayloadStore:
         for fan in self._fans():
             try:
                 with _folder(self.folder, fan) as fd:
-                    names = sorted(names_in(fd))
+                    names = sorted(names_in(fd, where=os.path.join(self.folder, fan)))
             except FileNotFoundError:
                 continue  # removed meanwhile
             for name in names:

@@ -136,7 +136,7 @@ def _write(fd: int, folder: str, config: Dict[str, Any]) -> None:
     """`config` written to a new file in `folder` (`fd`, its descriptor), fsynced, renamed over the config
     file, and the folder fsynced."""
     try:
-        tmp_fd, tmp = make_temp(fd, f".{CONFIG_FILE}.")
+        tmp_fd, tmp = make_temp(fd, f".{CONFIG_FILE}.", where=folder)
     except OSError as exc:
         raise os_error(folder, exc, "change the remotes of") from None
     try:
@@ -144,7 +144,7 @@ def _write(fd: int, folder: str, config: Dict[str, Any]) -> None:
             json.dump(config, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
-        replace(fd, tmp, fd, CONFIG_FILE, where=os.path.join(folder, CONFIG_FILE))
+        replace(fd, tmp, fd, CONFIG_FILE, source=os.path.join(folder, tmp), where=os.path.join(folder, CONFIG_FILE))
         os.fsync(fd)
     except BaseException as exc:
         remove(fd, tmp, where=os.path.join(folder, tmp))
