@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Any, Optional, Tuple
 
 import attrs
@@ -243,7 +242,8 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
         if to is not None:
             return _compact_to(folder, os.fspath(to), path, before)
-        tmp = tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=folder)  # a new folder under a name of its own
+        tmp = os.path.join(folder, f"{_TMP_PREFIX}{os.getpid()}")
+        os.mkdir(tmp, 0o700)
         try:
             after = _copy(folder, tmp, path)
             os.chmod(os.path.join(tmp, "data.mdb"), 0o600)
