@@ -11,7 +11,7 @@ PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-c
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Base install: the library alone, as `pip install stepjournal` gives it.
+# Base install: the library alone, as `pip install .` from a clone gives it.
 $(VENV)/.base: $(VENV)/bin/python pyproject.toml constraints.txt
 	$(PIP) "torch==2.13.0"
 	$(PIP) -e .

@@ -31,8 +31,8 @@ from .storage._eventlog import EventLog
 from .events._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from .index._import_map import FoldedImports
 from .index._session_fingerprints import SessionFingerprints
-from .events._keys import META_CREATED, META_FORMAT
-from .storage._format import check_format_in, mark_format_in
+from .events._keys import META_CREATED
+from .storage._format import check_format_in, is_new_in, mark_format_in
 from .events._keys import check_key as _check_key
 from .base._log import get_logger
 from .base._paths import security_warnings
@@ -78,8 +78,8 @@ class Journal(Recording, Queries):
     """An append-only journal of generate calls in an LMDB folder.
 
     `Journal(path)` opens (or creates) the journal for writing under the run key ``"default"`` with an
-    empty fingerprint, and records a `SessionOpened` event. Use it as a context manager or call
-    `close()`.
+    empty fingerprint; its session's `SessionOpened` event is recorded with its first call. Use it as a
+    context manager or call `close()`.
 
     Args:
         path: the journal folder; created owner-only when missing.
@@ -93,8 +93,8 @@ class Journal(Recording, Queries):
             `JournalFullError`.
         sync: flush each commit to disk (default True).
         registry: codecs for custom payload types; defaults to the process-wide registry.
-        session: False opens for writing without recording a `SessionOpened` (for maintenance such as
-            `reindex`, which records no calls); recording calls then raises `JournalError`.
+        session: False opens for writing without a session (for maintenance such as `reindex`, which
+            records no calls); recording calls then raises `JournalError`.
         payload_store: where payloads live: a `PayloadStore`, or a URL (``"s3://bucket/prefix"``, see
             docs/sharing.md) for an `ObjectPayloadStore` cached in the journal's LMDB; default: an
             `LmdbPayloadStore` in the journal's own LMDB environment.
@@ -146,6 +146,7 @@ class Journal(Recording, Queries):
         self._retainer = Retainer(retention, self._payloads) if retention is not None else None
         self._imports = FoldedImports()  # the import map, kept as the log grows: one read for many replays
         self.session: Optional[str] = None
+        self._opening: Optional[SessionOpened] = None  # this session's SessionOpened, until its first call
         self._with_session = session and not readonly
         try:
             if not readonly:
@@ -222,7 +223,7 @@ class Journal(Recording, Queries):
         def fn(txn):
             meta = self._store.db("meta")
             check_format_in(txn, meta, self.path, writing=True)  # before anything is written
-            new = txn.get(META_FORMAT, db=meta) is None
+            new = is_new_in(txn, meta, self._store.db("events"), self.path)
             mark_format_in(txn, meta, new=new)
             if new:
                 txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
@@ -233,7 +234,9 @@ class Journal(Recording, Queries):
         self._store.write(fn)
 
     def _open_session(self) -> None:
-        event = SessionOpened(
+        # Written with the session's first call, in its transaction: a start that fails before any call (a
+        # policy spec refused after the journal opened) leaves no empty session in the log.
+        self._opening = SessionOpened(
             session=uuid.uuid4().hex,
             run=self.run,
             fingerprint=dict(self.fingerprint),
@@ -242,8 +245,7 @@ class Journal(Recording, Queries):
             pid=os.getpid(),
             ts=time.time(),
         )
-        self._append([event], [])
-        self.session = event.session
+        self.session = self._opening.session
 
     # -- writing -------------------------------------------------------------------------------
     def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> List[int]:
@@ -257,20 +259,28 @@ class Journal(Recording, Queries):
         in_lmdb = getattr(self._payloads, "lmdb_bytes", None)  # the map grows for what LMDB will hold
         needed = (in_lmdb(payloads) if in_lmdb else 0) + sum(len(b) for b in encoded)
 
+        lead: List[Event] = []  # this session's SessionOpened, written with its first call
+
         def write_events(in_txn):
             def fn(txn):
                 if in_txn is not None:
                     in_txn(txn)
-                seqs = [seq for seq, _ in Projections.append_and_project_in(txn, store, events, encoded)]
+                appended = Projections.append_and_project_in(txn, store, lead + events, lead_bytes + encoded)
+                seqs = [seq for seq, _ in appended][len(lead):]
                 if self._retainer is not None:
                     self._retainer.in_txn(txn, store, seqs, events)
                 return seqs
 
             # buffers: checking a stored duplicate payload hashes it in place instead of copying it.
-            return store.write(fn, needed=needed, buffers=True)
+            return store.write(fn, needed=needed + sum(len(b) for b in lead_bytes), buffers=True)
 
         with self._lock:
+            if self._opening is not None and any(getattr(e, "session", None) == self.session for e in events):
+                lead.append(self._opening)
+            lead_bytes = [encode_event(e) for e in lead]
             seqs = self._payloads.commit(payloads, write_events)
+            if lead:
+                self._opening = None
             if self._retainer is not None:
                 self._retainer.committed()  # after the commit: what a remote store deletes
         return seqs
@@ -329,8 +339,12 @@ class Journal(Recording, Queries):
         """The fingerprint recorded when `session` opened (one read of the sessions index).
 
         Raises:
-            IntegrityError: the log holds no `SessionOpened` event of `session`.
+            IntegrityError: the log holds no `SessionOpened` event of `session` (nor is it this journal's
+                own session, whose event is written with its first call).
         """
+        opening = self._opening
+        if opening is not None and session == opening.session:
+            return dict(opening.fingerprint)
         return self._fingerprints.of(session)
 
     # -- payloads --------------------------------------------------------------------------------
@@ -378,12 +392,13 @@ class Journal(Recording, Queries):
         return _audit(self.events(types=AUDIT_EVENT_TYPES), **filters)  # it filters, seeing provenance
 
     def samples(self, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
-                tokenizer: Any = None, decoded: Optional[int] = None) -> List[Any]:
-        """The samples of the generate call at `step`, with their rewards and log-probs (`stepjournal.Sample`;
-        see `stepjournal.index._samples.samples`)."""
+                tokenizer: Any = None, decoded: Optional[int] = None, session: Optional[str] = None) -> List[Any]:
+        """The samples of the generate call at `step` (of `session` only, when given), with the rewards and
+        log-probs that session journaled (`stepjournal.Sample`; see `stepjournal.index._samples.samples`)."""
         from .index._samples import samples  # here: it reads tensors (torch), which a push or clone never loads
 
-        return samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer, decoded=decoded)
+        return samples(self, step, run=run, mode=mode, gen_index=gen_index, tokenizer=tokenizer, decoded=decoded,
+                       session=session)
 
     # -- projections and verification ------------------------------------------------------------
     def index_items(self) -> List[Tuple[bytes, int]]:

@@ -115,7 +115,7 @@ def _plain(source: Any) -> Any:
         try:
             import yaml
         except ImportError:  # pragma: no cover - pyyaml ships with the test extra
-            raise ConfigError("reading YAML needs PyYAML: pip install 'stepjournal[yaml]'") from None
+            raise ConfigError("reading YAML needs PyYAML: pip install 'pyyaml>=6.0'") from None
         if os.path.exists(text):
             with open(text, encoding="utf-8") as fh:
                 return yaml.safe_load(fh)

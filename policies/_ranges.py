@@ -10,6 +10,8 @@ from ._errors import SpecError
 
 __all__ = ["StepRange", "StepRanges"]
 
+_MAX_DIGITS = len(str((1 << 63) - 1))
+
 
 @attrs.frozen
 class StepRange:
@@ -153,6 +155,9 @@ class _Parser:
         if start == self.pos:
             found = repr(self.text[self.pos]) if self.pos < len(self.text) else "end of text"
             raise self.fail(f"expected {what}, found {found}")
+        if self.pos - start > _MAX_DIGITS:  # int() refuses 4 300 digits and more; no step has 20
+            raise self.fail(f"{what} of {self.pos - start} digits: steps go up to 2**63-1 ({_MAX_DIGITS} digits)",
+                            at=start)
         return int(self.text[start : self.pos])
 
     def parse(self) -> StepRanges:

@@ -46,24 +46,27 @@ def content(name: str) -> dict:
 def run_verb(verb: str, path: str, place: dict, tag: int, ack_path: str, progress: Any = None) -> None:
     """Run the writing `verb` on the journal at `path`, whole; append what it acknowledged to `ack_path`
     (``record <run> <step>``, ``remote <name>``, ``refused <error>``...). `place` names the remote and the
-    bundle to pull from; `tag` makes this run's step and names its own; `progress`: a pull's and an
-    import's. Exits `REFUSED` on a typed refusal."""
+    bundle to pull from, and (``payload_store``) the URL a record, a retention and a prune keep payloads at,
+    when not the journal's own files; `tag` makes this run's step and names its own; `progress`: a pull's
+    and an import's. Exits `REFUSED` on a typed refusal."""
     from stepjournal import (Journal, Retention, StepJournalError, add_remote, compact, import_bundle, prune,
                              pull)
 
     small_files()
+    objects = place.get("payload_store")
     acked = []
     try:
         if verb == "record":  # the bytes a release of "base" step 0 lets go of, recorded anew
-            with Journal(path, run="rec") as journal:
+            with Journal(path, run="rec", payload_store=objects) as journal:
                 journal.record(tag, content("X"))
             acked.append(f"record rec {tag}")
         elif verb == "retention":  # a new step of "base" releases the older ones in its own transaction
-            with Journal(path, run="base", retention=Retention(keep_last=1, run="base")) as journal:
+            keep = Retention(keep_last=1, run="base")
+            with Journal(path, run="base", retention=keep, payload_store=objects) as journal:
                 journal.record(100 + tag, content(f"R{tag}"))
             acked.append(f"record base {100 + tag}")
         elif verb == "prune":
-            with Journal(path, session=False) as journal:
+            with Journal(path, session=False, payload_store=objects) as journal:
                 prune(journal, Retention(keep_last=1))
         elif verb == "compact":
             compact(path)

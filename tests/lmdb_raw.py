@@ -74,3 +74,23 @@ def items(path: str, db_name: str) -> list[tuple[bytes, bytes]]:
             return [(bytes(k), bytes(v)) for k, v in txn.cursor()]
     finally:
         env.close()
+
+
+def drop_db(path: str, db_name: str) -> None:
+    """Remove a named database whole, as a journal format without it would have none."""
+    env = lmdb.open(path, max_dbs=8, subdir=True, map_size=_room(path))
+    try:
+        with env.begin(write=True) as txn:
+            txn.drop(env.open_db(db_name.encode(), txn=txn, create=False), delete=True)
+    finally:
+        env.close()
+
+
+def tables(path: str) -> list[bytes]:
+    """The names of the journal's named databases (the keys of LMDB's main database)."""
+    env = lmdb.open(path, max_dbs=8, subdir=True, readonly=True)
+    try:
+        with env.begin() as txn:
+            return [bytes(k) for k, _ in txn.cursor()]
+    finally:
+        env.close()

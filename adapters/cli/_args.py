@@ -11,14 +11,23 @@ REMOTE_HELP = ("a remote's name (stepjournal remote list; yours: remote list --g
                "gs://, az://, file:///path) or a folder path; default: the journal's default remote")
 
 
+_LARGEST = (1 << 63) - 1  # a step, a count, an index: what LMDB's keys and islice hold
+
+
 def nonneg_int(text: str) -> int:
-    """An argparse type: a whole number, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    """An argparse type: a whole number, 0 to 2**63-1."""
+    shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+    if text.strip().isdigit() and len(text.strip()) > len(str(_LARGEST)):
+        value = _LARGEST + 1  # int() refuses 4 300 digits and more
+    else:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
+        raise argparse.ArgumentTypeError(f"{shown} is negative")
+    if value > _LARGEST:
+        raise argparse.ArgumentTypeError(f"{shown} is past the largest number taken (2**63-1)")
     return value
 
 

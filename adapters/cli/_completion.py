@@ -62,7 +62,10 @@ def script(shell: str) -> str:
         '    elif [[ -n "$first" && $COMP_CWORD -eq $((i + 1)) ]]; then',
         '        COMPREPLY=($(compgen -W "$first" -- "$cur"))',
         "    else",
-        '        COMPREPLY=($(compgen -f -- "$cur"))',
+        # One candidate per line, never split at blanks nor globbed: `-o filenames` has the shell quote each
+        # one it inserts (a space, a quote, a $ in a name).
+        "        local name",
+        '        while IFS= read -r name; do COMPREPLY+=("$name"); done < <(compgen -f -- "$cur")',
         "    fi",
         "}",
         "complete -o filenames -F _stepjournal stepjournal",

@@ -1,6 +1,6 @@
 """The picture of a diff: one column per step, one row per stage, each pair coloured by its state.
 
-`render_diff` writes ``.png`` (or ``.svg``) through matplotlib (the `stepjournal[timeline]` extra) or a
+`render_diff` writes ``.png`` (or ``.svg``) through matplotlib (the `timeline` extra) or a
 self-contained ``.html`` page (a grid table, a tooltip on every cell, no extra). Where a pair differs
 its largest absolute error is written into the cell. Past `MAX_COLUMNS` steps, consecutive steps
 share a column (a bin) coloured by its worst pair, so that 10 000 steps stay a readable picture.
@@ -82,7 +82,7 @@ def render_image(report: DiffReport, out: str, *, title: str) -> None:
         from matplotlib.patches import Patch, Rectangle
     except ImportError:
         raise ImportError(
-            "drawing PNG or SVG needs matplotlib: pip install 'stepjournal[timeline]' (or write --plot FILE.html)"
+            "drawing PNG or SVG needs matplotlib: pip install 'matplotlib>=3.7' (or write --plot FILE.html)"
         ) from None
     labels, rows, cells, binned = _grid(report)
     line = {r: i for i, r in enumerate(rows)}

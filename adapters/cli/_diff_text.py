@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from rich.console import Console
 
-from stepjournal import DiffReport, Journal
+from stepjournal import DiffReport, Journal, StepJournalError
 
 from ._render import cell
 from ._show_text import load_tokenizer
@@ -53,10 +53,15 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
         return None
     found: List[List[Any]] = []
     tokenizers: List[Any] = []
-    for path, side in ((path_a, report.a), (path_b, report.b)):
+    # A side's samples are one session's: the side's own, or the one that journaled the differing record (its
+    # rewards are the ones compared), else the one whose generate call was compared; never a later session's.
+    compared = next((p for p in report.pairs if (p.stage, p.mode, p.step, p.gen_index) == (
+        "generate", first.mode, first.step, 0)), None)
+    for path, side, label in ((path_a, report.a, "seq_a"), (path_b, report.b, "seq_b")):
         with Journal(path, readonly=True) as journal:
             tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path))
-            found.append(journal.samples(first.step, run=side.run, mode=first.mode, tokenizer=tokenizers[-1]))
+            found.append(_side_samples(journal, side, first, [getattr(p, label) for p in (first, compared) if p is not None],
+                                       tokenizers[-1]))
     for a, b in zip(*found):
         offset = _first_token(a.response_ids, b.response_ids)
         if offset is not None or a.rewards != b.rewards or a.prompt_ids != b.prompt_ids:
@@ -65,6 +70,23 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
                 sides[label] = {**sample.to_json(), "marked": _split(tokenizer, sample.response_ids, offset)}
             return {"step": first.step, "sample": a.index, "token_offset": offset, **sides}
     return None
+
+
+def _side_samples(journal: Journal, side: Any, first: Any, seqs: Sequence[Optional[int]], tokenizer: Any) -> List[Any]:
+    """The samples at the first divergence of one side: of its session, or of the session of the first of
+    `seqs` (the records compared) whose session made a generate call there."""
+    def read(session: Optional[str]) -> List[Any]:
+        return journal.samples(first.step, run=side.run, mode=first.mode, tokenizer=tokenizer, session=session)
+
+    if side.session is not None:
+        return read(side.session)
+    sessions = list(dict.fromkeys(journal.event(seq).session for seq in seqs if seq is not None))
+    for session in sessions[:-1]:
+        try:
+            return read(session)
+        except StepJournalError:  # that session journaled no generate call with an output at the step
+            continue
+    return read(sessions[-1] if sessions else None)
 
 
 def print_text(found: Optional[Dict[str, Any]], out: Console) -> None:

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         except ImportError as exc:  # raised before the first payload, so before a progress bar is drawn
             if exc.name != "safetensors":
                 raise
-            raise Failure("export needs safetensors: pip install 'stepjournal[export]'") from None
+            raise Failure("export needs safetensors: pip install 'safetensors>=0.4'") from None
     count = len(manifest["entries"])
     print_line(out, f"exported {count} recorded output{'s' * (count != 1)} of run {cell(manifest['run'])} "
                     f"to {cell(os.path.abspath(args.to))}")

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         from stepjournal.adapters.verl import import_verl_dumps
     except ImportError as exc:
-        raise Failure(f"import-verl needs verl: pip install 'stepjournal[verl]' ({exc})") from None
+        raise Failure(f"import-verl needs verl ({exc}): in a clone of stepjournal, pip install -e '.[verl]'") from None
     if not args.trust_pickle:
         # Refuses, saying why, before any dump is read and before a progress bar is drawn.
         import_verl_dumps(args.dump_dir, args.journal, trust_pickle=False)

@@ -137,7 +137,8 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
 
 # C0 and C1 controls, DEL, lone surrogates, and the bidirectional overrides and isolates that
 # reorder what a terminal shows ("Trojan Source").
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+# the two noncharacters too: no XML text (an SVG) may hold them
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
 _MAX_INT_DIGITS = 4000
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import os
 from typing import Any, Dict, List, Optional
 
 from rich.console import Console
 
-from stepjournal import Journal, StepJournalError
+from stepjournal import Journal, StepJournalError, session_names
 
 from ._args import nonneg_int
 from ._common import choose_run
@@ -35,8 +36,8 @@ def _stats(values: List[float]) -> Dict[str, Optional[float]]:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return {"mean": None, "std": None}
-    mean = sum(finite) / len(finite)
-    return {"mean": mean, "std": math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))}
+    # exact sums (statistics' fractions): rewards of ±1e308 overflow a float sum of squares, never these
+    return {"mean": statistics.mean(finite), "std": statistics.pstdev(finite)}
 
 
 def _cut(text: Optional[str], chars: int) -> Optional[str]:
@@ -48,16 +49,7 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
 
     Steps are read one at a time (one step's samples in memory), and only the first `per_step` samples of
     each are decoded: the summaries cover every sample, the text the ones embedded."""
-    steps: Dict[int, Dict[str, Any]] = {}
-    for r in journal.audit(run=run, mode="train"):
-        entry = steps.setdefault(r.step, {"step": r.step, "action": None, "source_step": None, "released": False,
-                                          "durations": {}})
-        if r.action == "released":
-            entry["released"] = entry["released"] or r.stage == "generate"
-            continue
-        entry["durations"][r.stage] = entry["durations"].get(r.stage, 0.0) + (r.duration_s or 0.0)
-        if r.stage == "generate" and r.gen_index == 0:
-            entry["action"], entry["source_step"] = r.action, r.source_step
+    steps = _entries(journal, run)
     from stepjournal.index._samples import samples_of_steps  # here, with torch: building the parser imports neither
 
     filled: set = set()
@@ -84,6 +76,42 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
     stages = sorted({stage for e in steps.values() for stage in e["durations"]})
     return {"run": run, "steps": [steps[s] for s in sorted(steps)], "stages": stages,
             "per_step": per_step, "chars": chars}
+
+
+def _entries(journal: Journal, run: str) -> Dict[int, Dict[str, Any]]:
+    """Each train step's entry (`_entry`), from the run's audit rows (held here only)."""
+    names = session_names(opened.session for _, opened in journal.sessions())
+    rows: Dict[int, List[Any]] = {}
+    for r in journal.audit(run=run, mode="train"):
+        rows.setdefault(r.step, []).append(r)
+    return {step: _entry(step, found, names) for step, found in rows.items()}
+
+
+def _shown(rows: List[Any]) -> Optional[Any]:
+    """The generate call a step's row shows: its latest call #0 with an output (recorded and stored, or
+    replayed), which is the call `samples` reads; else its latest call #0 (refused, bypassed, not stored)."""
+    calls = [r for r in rows if r.stage == "generate" and r.gen_index == 0 and r.action != "released"]
+    served = [r for r in calls if r.action == "replayed" or (r.action == "generated" and r.stored)]
+    return (served or calls or [None])[-1]
+
+
+def _entry(step: int, rows: List[Any], names: Dict[str, str]) -> Dict[str, Any]:
+    """A step's entry: the call shown and its session's durations; every other session's call #0 apart, in
+    `others` (a refused replay session never stands for the recording it could not serve)."""
+    shown = _shown(rows)
+    session = shown.session if shown is not None else None
+    durations: Dict[str, float] = {}
+    for r in rows:
+        if r.action != "released" and (session is None or r.session == session):
+            durations[r.stage] = durations.get(r.stage, 0.0) + (r.duration_s or 0.0)
+    others: Dict[str, Dict[str, Any]] = {}
+    for r in rows:
+        if r.stage == "generate" and r.gen_index == 0 and r.action != "released" and r.session != session:
+            others[r.session] = {"session": names.get(r.session, r.session[:8]), "action": r.action,
+                                 "source_step": r.source_step}
+    return {"step": step, "action": shown.action if shown else None, "source_step": shown.source_step if shown else None,
+            "session": names.get(session, session) if session else None, "others": list(others.values()),
+            "released": any(r.action == "released" and r.stage == "generate" for r in rows), "durations": durations}
 
 
 def _fill(entry: Dict[str, Any], found: List[Any], per_step: int, chars: int) -> None:

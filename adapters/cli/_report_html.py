@@ -120,7 +120,9 @@ _SCRIPT = """
 const data = JSON.parse(document.getElementById('data').textContent);
 const PAGE = 100; let page = 0;
 const el = (tag, text, cls) => { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; };
-const served = s => s.released ? 'released' : (s.action === 'replayed' ? `replayed from step ${s.source_step}` : (s.action || '-'));
+const call = s => s.action === 'replayed' ? `replayed from step ${s.source_step}` : (s.action || '-');
+const later = s => s.others.length ? ` (${s.session}) · ` + s.others.map(o => `${o.session}: ${call(o)}`).join(' · ') : '';
+const served = s => (s.released ? 'released' : call(s)) + later(s);
 const num = v => v === null || v === undefined ? '-' : Number(v).toFixed(3);
 function drawTable() {
   const body = document.querySelector('#steps tbody'); body.replaceChildren();

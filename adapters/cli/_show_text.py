@@ -3,8 +3,8 @@ beside its reward and log-prob.
 
 The tokenizer is the run's own: the first of `tokenizer_keys` the fingerprint the recording session opened
 with names (TRL's ``tokenizer``; verl's tokenizer path, else its model path), or ``--tokenizer PATH``. It is
-loaded from local files only (``transformers``' `AutoTokenizer`, offline): reading a journal never reaches the
-network.
+loaded from local files only (``transformers``' `AutoTokenizer`, offline), with remote code refused: reading a
+journal never reaches the network and never runs code the tokenizer folder names.
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ def load_tokenizer(journal: Journal, run: str, given: Optional[str]) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise Failure("show --text decodes with transformers: pip install 'stepjournal[trl]' (or transformers)") from None
+        raise Failure("show --text decodes with transformers: pip install transformers") from None
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        # A tokenizer folder is the journal's word: code it names (auto_map) never runs, and nothing asks
+        # whether it may (transformers prompts on stdin when trust_remote_code is left unset).
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Failure(f"cannot load the tokenizer {clean(path)!r} from local files ({clean(first)}); pass --tokenizer "

@@ -13,6 +13,7 @@ import math
 import os
 from typing import Any, Dict, List, Tuple
 
+from ._render import clean
 from ._timeline_layout import COLOURS, MAX_ARROWS, Timeline
 
 __all__ = ["LINK_COLOUR", "render", "render_html", "render_image"]
@@ -22,6 +23,12 @@ _BAND_TINTS = ("#e8e8f4", "#f4ece0")  # neighbouring bands of one lane alternate
 _MAX_TICKS = 12
 _MAX_WIDTH_IN, _MAX_HEIGHT_IN = 16.0, 12.0
 _RASTER_ABOVE = 2000  # layers with more elements are rasterised in an SVG, so its size stays bounded
+
+
+def _markup(text: str) -> str:
+    """Journal text (a run key, a session name, a policy, a reason) as SVG or HTML text: control characters
+    as visible escapes (XML 1.0 holds none of them), then escaped."""
+    return html.escape(clean(text))
 
 
 def _tick_columns(n: int) -> List[int]:
@@ -77,7 +84,7 @@ def render_image(timeline: Timeline, out: str) -> Any:
         from matplotlib.patches import FancyArrowPatch, Patch
     except ImportError:
         raise ImportError(
-            "drawing PNG or SVG needs matplotlib: pip install 'stepjournal[timeline]' (or write --out FILE.html)"
+            "drawing PNG or SVG needs matplotlib: pip install 'matplotlib>=3.7' (or write --out FILE.html)"
         ) from None
 
     ncols, nlanes = len(timeline.steps), len(timeline.lanes)
@@ -110,7 +117,7 @@ def render_image(timeline: Timeline, out: str) -> Any:
         layer.set_rasterized(n > _RASTER_ABOVE)
         ax.add_collection(layer)
     for x, lane, text, align in _band_labels(timeline):
-        ax.text(x, lane - 0.36, text, fontsize=7, va="center", ha=align, color="#333", clip_on=True)
+        ax.text(x, lane - 0.36, clean(text), fontsize=7, va="center", ha=align, color="#333", clip_on=True)
     if timeline.arrows:
         for link in timeline.links:
             a, b = link.source, link.to
@@ -121,7 +128,7 @@ def render_image(timeline: Timeline, out: str) -> Any:
                                          zorder=3))
     ax.set_xlim(-0.7, ncols - 0.3)
     ax.set_ylim(nlanes - 0.5, -0.6)
-    ax.set_yticks(range(nlanes), timeline.lanes)
+    ax.set_yticks(range(nlanes), [clean(label) for label in timeline.lanes])
     ax.tick_params(length=0)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
@@ -153,8 +160,8 @@ def render_image(timeline: Timeline, out: str) -> Any:
     if timeline.link_pairs and not timeline.arrows:
         note += f"; {len(timeline.link_pairs)} replay links (arrows drawn up to {MAX_ARROWS})"
     if timeline.hidden:
-        note += "\n" + "; ".join(h.describe() for h in timeline.hidden[:3])
-    ax.set_title(f"{timeline.title}\n{note}", fontsize=8, loc="left")
+        note += "\n" + "; ".join(clean(h.describe()) for h in timeline.hidden[:3])
+    ax.set_title(f"{clean(timeline.title)}\n{note}", fontsize=8, loc="left")
     fig.tight_layout()
     fig.savefig(out, format=os.path.splitext(out)[1][1:].lower())
     return fig
@@ -186,7 +193,7 @@ def render_html(timeline: Timeline, out: str) -> None:
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
     ]
     for lane, label in enumerate(timeline.lanes):
-        parts.append(f'<text x="{left - 8}" y="{cy(lane) + 4}" text-anchor="end">{html.escape(label)}</text>')
+        parts.append(f'<text x="{left - 8}" y="{cy(lane) + 4}" text-anchor="end">{_markup(label)}</text>')
     for column in _tick_columns(ncols):
         parts.append(
             f'<text x="{cx(column):.1f}" y="{height - bottom + 16}" text-anchor="middle">{timeline.steps[column]}</text>'
@@ -197,17 +204,17 @@ def render_html(timeline: Timeline, out: str) -> None:
         x0 = cx(b.start) - pitch / 2 + inset
         w = (b.end - b.start + 1) * pitch - 2 * inset
         parts.append(f'<rect class="band" x="{x0:.1f}" y="{cy(b.lane) - size / 2 - gap:.1f}" width="{w:.1f}" '
-                     f'height="{gap - 1}" fill="{_BAND_TINTS[0]}"><title>{html.escape(b.policy)}</title></rect>')
+                     f'height="{gap - 1}" fill="{_BAND_TINTS[0]}"><title>{_markup(b.policy)}</title></rect>')
         if w >= 7 * len(b.policy):
             parts.append(f'<text x="{x0 + 2:.1f}" y="{cy(b.lane) - size / 2 - 1.5:.1f}" font-size="8">'
-                         f"{html.escape(b.policy)}</text>")
+                         f"{_markup(b.policy)}</text>")
     for s in timeline.segments:
         x0 = cx(s.start) - pitch / 2 + inset
         w = (s.end - s.start + 1) * pitch - 2 * inset
         parts.append(
             f'<rect class="{s.first.action}" data-kind="{s.kind}" x="{x0:.1f}" y="{cy(s.lane) - size / 2}" '
             f'width="{w:.1f}" height="{size}" rx="2" fill="{COLOURS[s.kind]}">'
-            f"<title>{html.escape(s.describe())}</title></rect>"
+            f"<title>{_markup(s.describe())}</title></rect>"
         )
     for link in timeline.links if timeline.arrows else ():
         a, b = link.source, link.to
@@ -226,7 +233,7 @@ def render_html(timeline: Timeline, out: str) -> None:
         head = [(x1, y1), (x1 - 7 * ux - 3.5 * uy, y1 - 7 * uy + 3.5 * ux), (x1 - 7 * ux + 3.5 * uy, y1 - 7 * uy - 3.5 * ux)]
         parts.append(
             f'<g class="link" fill="none" stroke="{LINK_COLOUR}" stroke-opacity="0.75" stroke-width="1.2">'
-            f"<title>{html.escape(b.describe())}</title>"
+            f"<title>{_markup(b.describe())}</title>"
             f'<path d="M{x0:.1f},{y0:.1f} Q{qx:.1f},{qy:.1f} {x1 - 5 * ux:.1f},{y1 - 5 * uy:.1f}"/>'
             f'<polygon points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in head)}" fill="{LINK_COLOUR}" stroke="none"/>'
             "</g>"
@@ -234,16 +241,16 @@ def render_html(timeline: Timeline, out: str) -> None:
     parts.append("</svg>")
     present = {s.kind for s in timeline.segments}
     legend = "".join(
-        f'<span class="key"><span class="swatch" style="background:{colour}"></span>{html.escape(name)}</span>'
+        f'<span class="key"><span class="swatch" style="background:{colour}"></span>{_markup(name)}</span>'
         for name, colour in COLOURS.items()
         if name in present
     )
-    notes = "".join(f"<li>{html.escape(h.describe())}</li>" for h in timeline.hidden)
+    notes = "".join(f"<li>{_markup(h.describe())}</li>" for h in timeline.hidden)
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>{html.escape(timeline.title)}</title>
+<title>{_markup(timeline.title)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 .key {{ margin-right: 1.2em; white-space: nowrap; }}
@@ -252,9 +259,9 @@ body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 </style>
 </head>
 <body>
-<h1 style="font-size:1.2em">{html.escape(timeline.title)}</h1>
+<h1 style="font-size:1.2em">{_markup(timeline.title)}</h1>
 <p>{legend}</p>
-<p>{html.escape(_summary(timeline))}. Lanes are sessions (s1, s2 … numbered over the whole journal) × mode ×
+<p>{_markup(_summary(timeline))}. Lanes are sessions (s1, s2 … numbered over the whole journal) × mode ×
 call index; a bar is a run of consecutive calls of one kind and policy clause, under a band naming the clause.
 Arrows run from the recorded call to each replay served from it when there are at most 40.
 Hover over a bar for its steps, policy and reason.</p>

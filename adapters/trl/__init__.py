@@ -1,4 +1,4 @@
-"""Record and replay the generations of TRL's `GRPOTrainer` and `RLOOTrainer` (``pip install stepjournal[trl]``).
+"""Record and replay the generations of TRL's `GRPOTrainer` and `RLOOTrainer` (the ``trl`` extra: ``pip install -e '.[trl]'`` in a clone).
 
 `attach(trainer, journal, policy)` intercepts the trainer's ``_generate_single_turn`` (or its
 ``rollout_func``) and returns a `TrlRecorder` handle (`TrlJournal` is its former name, kept as an
@@ -11,7 +11,7 @@ was written against, modes, the trainer fingerprint), ``_codec`` (the stored pay
 random-number state), ``_hooks`` (the interception and `attach`, which turns on the engine's
 same-step prompt check, `EngineOptions.check_prompts`) and ``_errors``. The errors,
 `SUPPORTED_TRL` and `PAYLOAD_FORMAT` import without TRL; the other names raise `ImportError`
-naming the ``stepjournal[trl]`` extra.
+naming the ``trl`` extra.
 """
 
 from __future__ import annotations

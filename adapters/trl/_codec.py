@@ -68,7 +68,7 @@ def pack_output(target: str, result: Any, rng: Dict[str, Any], *, pairs: bool, t
         if not (isinstance(result, tuple) and len(result) == 2):
             raise TrlSignatureError(
                 f"{trainer_name}.{SINGLE_TURN} returned a {type(result).__name__}, not (completion_ids, logprobs) "
-                f"as in trl {SUPPORTED_TRL}; install a supported TRL (`pip install 'stepjournal[trl]'`)"
+                f"as in trl {SUPPORTED_TRL}; install a supported TRL (`pip install 'trl{SUPPORTED_TRL}'`)"
             )
         completion_ids, logprobs = result
     else:

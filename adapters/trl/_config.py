@@ -87,7 +87,7 @@ def check_drift(trainer: Any, family: type, target: str) -> None:
             raise TrlSignatureError(
                 f"{type(trainer).__name__}.{SINGLE_TURN} (defined by {owner}) takes {found}, but the stepjournal "
                 f"TRL adapter expects {expected} as in trl {SUPPORTED_TRL}{untested}; install a supported TRL "
-                f"(`pip install 'stepjournal[trl]'`), or keep the method's parameters when overriding it"
+                f"(`pip install 'trl{SUPPORTED_TRL}'`), or keep the method's parameters when overriding it"
             )
     # TRL's own `_generate` must still call what is wrapped, or nothing would ever be journaled.
     try:
@@ -99,7 +99,7 @@ def check_drift(trainer: Any, family: type, target: str) -> None:
             raise TrlSignatureError(
                 f"{family.__name__}._generate no longer calls `{_CALL_SITES[target]}...)`{untested}; the "
                 f"stepjournal TRL adapter supports trl {SUPPORTED_TRL}: install that (`pip install "
-                "'stepjournal[trl]'`) or upgrade stepjournal"
+                f"'trl{SUPPORTED_TRL}'`) or a newer stepjournal"
             )
     if untested:
         log.warning("trl_version_untested", installed=trl.__version__, supported=SUPPORTED_TRL)

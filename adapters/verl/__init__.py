@@ -14,7 +14,7 @@ Three ways in (docs/verl.md shows each):
   verl skip section;
 - fully-async rollouter: `install_fully_async` (as Ray's ``worker_process_setup_hook``).
 
-Needs the ``stepjournal[verl]`` extra, except `read_verl_config` (and the config and error types),
+Needs the ``verl`` extra, except `read_verl_config` (and the config and error types),
 which are plain Python: without verl they import, and the other names raise `ImportError` naming
 the extra.
 

@@ -120,8 +120,8 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
             "trainer.v1.trainer_mode) and the legacy RayPPOTrainer; call attach(trainer) after "
             "trainer.init_workers() (legacy) or trainer.init() (V1), or pass target= for your own trainer"
         )
-    rollout = rollout_from_config(config if config is not None else {}, obj.generate_sequences, trainer=trainer, **overrides)
-    if rollout is None:
+    cfg = config if isinstance(config, VerlJournalConfig) else read_verl_config(config if config is not None else {}, **overrides)
+    if cfg is None:
         raise ConfigError(
             "the verl config enables neither a stepjournal section nor a rollout-skip form: add "
             "stepjournal.policy (e.g. +stepjournal.policy=cache) or pass attach(trainer, policy='cache')"
@@ -130,11 +130,9 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
     from ._legacy_stages import LegacyStages
     from .v1._stages import check_verl_stages
 
-    try:
-        check_verl_stages(rollout.config.policy)
-    except ConfigError:
-        rollout.close()
-        raise
+    check_verl_stages(cfg.policy)  # before the journal opens: a refused spec leaves no session behind
+    rollout = rollout_from_config(cfg, obj.generate_sequences, trainer=trainer)
+    assert rollout is not None  # a read config enables a form
     rollout.install(obj, "generate_sequences")
     rollout.stages = LegacyStages(trainer, rollout.engine).install()
     log.info("verl_attached", target=target, policy=rollout.config.policy, journal=rollout.journal.path)

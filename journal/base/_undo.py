@@ -10,7 +10,10 @@ is removed when it raises, and only that:
 - the folder existed and held no journal (an empty folder): the files the call added are removed,
   the folder stays;
 - the folder held a journal already: nothing is removed (the runs committed stay, and the error names
-  what was not brought in).
+  what was not brought in);
+- another process wrote into the journal the call created, or has it open, when the call fails
+  (`kept` says so, its caller knowing journals): nothing is removed, since what that process
+  acknowledged is there too.
 
 A `KeyboardInterrupt` or a kill removes nothing: what a pull committed is kept, and pulling again
 resumes after it.
@@ -21,7 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Set
+from typing import Any, Callable, Iterator, Optional, Set
 
 __all__ = ["undone_on_failure"]
 
@@ -39,8 +42,9 @@ def _first_missing(folder: str) -> Optional[str]:
 
 
 @contextmanager
-def undone_on_failure(path: Any) -> Iterator[None]:
-    """Run the block; when it raises an `Exception`, remove what it created at the journal folder `path`."""
+def undone_on_failure(path: Any, *, kept: Callable[[str], bool] = lambda folder: False) -> Iterator[None]:
+    """Run the block; when it raises an `Exception`, remove what it created at the journal folder `path`,
+    unless `kept(folder)` (another process has the journal open, or wrote into it)."""
     folder = os.path.abspath(os.fspath(path))
     if os.path.lexists(os.path.join(folder, "data.mdb")):
         yield  # an existing journal: what was committed into it stays
@@ -52,6 +56,8 @@ def undone_on_failure(path: Any) -> Iterator[None]:
     try:
         yield
     except Exception:
+        if os.path.lexists(os.path.join(folder, "data.mdb")) and kept(folder):
+            raise
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         elif before is not None:

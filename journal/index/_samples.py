@@ -17,7 +17,9 @@ Rewards come from each stage named ``reward`` or ``reward.<name>`` at the same s
 number per sample; ``token_level_scores`` / ``token_level_rewards`` / a reward model's ``rm_scores``, summed
 over the response), log-probs from ``old_log_prob`` (``old_log_probs``, or TRL's ``outputs[0]``), as a mean
 over the response's tokens. A stage output may hold them itself, in a ``DataProto``'s ``batch``, or, as verl
-V1's stages record them, in the ``fields`` of a ``{"fields": TQBatch, "metrics": ...}`` dict.
+V1's stages record them, in the ``fields`` of a ``{"fields": TQBatch, "metrics": ...}`` dict. They are the
+ones the session that made the call shown journaled: a replay session's own, never its recording's (none
+when that session stored none).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 import torch
 
 from ..base._errors import JournalError
-from ..events._events import GenerationRecorded, ReplayServed
+from ..events._events import CALL_EVENT_TYPES, GenerationRecorded, ReplayServed
 
 __all__ = ["Sample", "samples", "samples_of_steps"]
 
@@ -53,6 +55,7 @@ class Sample:
         logprob_mean: the mean of the response's per-token log-probs (``old_log_prob``), or None.
         action: ``"generated"`` or ``"replayed"``.
         source_run, source_step, source_gen_index: for a replayed call, the recorded call it served.
+        session: the session that made the call shown (its rewards and log-probs are that session's too).
     """
 
     step: int
@@ -68,6 +71,7 @@ class Sample:
     source_run: Optional[str] = None
     source_step: Optional[int] = None
     source_gen_index: Optional[int] = None
+    session: Optional[str] = None
 
     @property
     def response_length(self) -> int:
@@ -77,7 +81,8 @@ class Sample:
         row = attrs.asdict(self)
         row["prompt_ids"], row["response_ids"] = list(self.prompt_ids), list(self.response_ids)
         row["response_length"] = self.response_length
-        row["rewards"] = dict(self.rewards)
+        # JSON holds no infinity: a reward of ±inf (a crafted or overflowed one) is null, as the report shows it
+        row["rewards"] = {k: v if math.isfinite(v) else None for k, v in self.rewards.items()}
         return row
 
 
@@ -108,7 +113,7 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
     """Token ids per sample: a list of lists as it is; a 2-D tensor or array by its mask (1 keeps), or with
     trailing (responses) or leading (prompts) `pad` ids left out when there is no mask."""
     if isinstance(ids, (list, tuple)):
-        return [tuple(int(t) for t in row) for row in ids]
+        return [_listed(row) for row in ids]
     if isinstance(ids, torch.Tensor) and ids.is_nested:  # jagged: each row its own length, no padding
         if ids.dtype.is_floating_point or ids.dtype.is_complex:
             raise JournalError(f"token ids of type {ids.dtype}: expected integers")
@@ -120,11 +125,43 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
         raise JournalError(f"token ids of type {array.dtype}: expected integers")
     if mask is not None:
         keep = (mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)).astype(bool)
+        if keep.shape != array.shape:
+            raise JournalError(f"a mask of shape {list(keep.shape)} over token ids of shape {list(array.shape)}: "
+                               "expected one mask value per token")
         return [tuple(row[k].tolist()) for row, k in zip(array, keep)]
     rows = array.tolist()  # Python ints, row by row, in one C pass
     if pad is not None:
         rows = [_strip(row, pad) for row in rows]
     return [tuple(row) for row in rows]
+
+
+def _listed(row: Any) -> Tuple[int, ...]:
+    """One sample's ids given as a list: integers only (never text parsed as a number)."""
+    if not isinstance(row, (list, tuple)) or not all(isinstance(t, (int, np.integer)) for t in row):
+        raise JournalError(f"token ids given as {type(row).__name__} {_preview(row)}: expected a list of integers "
+                           "per sample")
+    return tuple(int(t) for t in row)
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def _numbers(value: Any, what: str) -> np.ndarray:
+    """`value` as an array of floats, or a one-line error naming what it holds instead."""
+    try:
+        return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise JournalError(f"{what} given as {type(value).__name__} {_preview(value)}: expected numbers") from None
+
+
+def _decode(tokenizer: Any, ids: Sequence[int], step: int, index: int) -> str:
+    try:
+        return tokenizer.decode(list(ids), skip_special_tokens=True)
+    except (OverflowError, ValueError, TypeError, IndexError) as exc:  # ids outside the vocabulary (-1, 2**40)
+        raise JournalError(f"sample {index} at step {step} holds token ids the tokenizer cannot decode "
+                           f"(from {min(ids)} to {max(ids)}): {exc}") from None
 
 
 def _strip(row: List[int], pad: int) -> List[int]:
@@ -144,6 +181,9 @@ def _masks(output: Any, prompts: Any, responses: Any) -> Tuple[Any, Any]:
     response_mask = _field(output, ("response_mask",))
     attention = _field(output, ("attention_mask",))
     prompt_mask = None
+    if attention is not None and getattr(attention, "ndim", None) != 2:
+        raise JournalError(f"attention_mask of shape {list(getattr(attention, 'shape', ()))}: expected one row per "
+                           "sample (2-D)")
     if attention is not None and prompts is not None and hasattr(prompts, "shape"):
         prompt_mask = attention[:, : prompts.shape[-1]]
         if response_mask is None and hasattr(responses, "shape"):
@@ -158,7 +198,7 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     if isinstance(value, torch.Tensor) and value.is_nested:
         rows = [row.detach().float().sum().item() for row in value.unbind()]
         return rows if len(rows) == len(lengths) else None
-    array = value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
+    array = _numbers(value, "rewards")
     if array.ndim == 1 and len(array) == len(lengths):
         return [float(v) for v in array]
     if array.ndim == 2 and len(array) == len(lengths):
@@ -177,17 +217,29 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
         return [float(r.mean()) if r.numel() else None for r in rows] if len(rows) == len(lengths) else None
     if not isinstance(logps, (torch.Tensor, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):
         return None
-    array = logps.detach().float().cpu().numpy() if isinstance(logps, torch.Tensor) else np.asarray(logps, dtype=float)
+    array = _numbers(logps, "log-probs")
     return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
 
 
-def _served(journal: Any, run: str, mode: str, steps: Any, gen_index: int) -> Dict[int, Tuple[int, Any]]:
-    """Step -> (seq, event) of the latest generate call with an output at each of `steps` (one read of the log)."""
+# (step, session, stage) -> (seq, event) of that session's latest call of a side stage (reward, log-probs).
+_SideCalls = Dict[Tuple[int, str, str], Tuple[int, Any]]
+
+
+def _served(journal: Any, run: str, mode: str, steps: Any, gen_index: int, side_stages: Sequence[str],
+            session: Optional[str] = None) -> Tuple[Dict[int, Tuple[int, Any]], _SideCalls]:
+    """One read of the log: step -> (seq, event) of the latest generate call with an output at each of `steps`
+    (of `session` only, when given), and each session's latest call of each side stage there."""
     latest: Dict[int, Tuple[int, Any]] = {}
-    for seq, event in journal.events(run=run, steps=steps, stage="generate", types=[GenerationRecorded, ReplayServed]):
-        if (event.mode, event.gen_index) == (mode, gen_index) and event.output is not None:
+    side: _SideCalls = {}
+    for seq, event in journal.events(run=run, steps=steps, types=CALL_EVENT_TYPES):
+        if (event.mode, event.gen_index) != (mode, gen_index):
+            continue
+        if event.stage in side_stages:
+            side[(event.step, event.session, event.stage)] = (seq, event)
+        elif (event.stage == "generate" and isinstance(event, (GenerationRecorded, ReplayServed))
+              and event.output is not None and session in (None, event.session)):
             latest[event.step] = (seq, event)
-    return latest
+    return latest, side
 
 
 def _source(journal: Any, seq: int, event: Any) -> Tuple[Any, Optional[Any]]:
@@ -210,7 +262,7 @@ def _the_run(journal: Any) -> str:
 
 
 def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
-            tokenizer: Any = None, decoded: Optional[int] = None) -> List[Sample]:
+            tokenizer: Any = None, decoded: Optional[int] = None, session: Optional[str] = None) -> List[Sample]:
     """The samples of the generate call served at `step` (its latest call: recorded, or replayed from
     another step), with the rewards and mean log-probs of the run's stages at that step.
 
@@ -221,17 +273,20 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
         tokenizer: decodes the ids into ``prompt`` and ``response`` (special tokens left out); None: ids only.
         decoded: decode only the first `decoded` samples (the rest keep ids, rewards and lengths, with no
             text); None: all of them.
+        session: only this session's calls (its id): the call it recorded or replayed there; None: the
+            latest call of any session.
 
     Raises:
         JournalError: no generate call with an output there, or its payload holds no response ids in a
             form above.
     """
     run = run or _the_run(journal)
-    served = _served(journal, run, mode, {step}, gen_index)
-    if step not in served:
-        raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}")
     stages = _side_stages(journal, run)
-    return _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer, decoded)
+    served, side = _served(journal, run, mode, {step}, gen_index, stages, session)
+    if step not in served:
+        of = "" if session is None else f" of session {session}"
+        raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}{of}")
+    return _read(journal, step, *served[step], stages, side, tokenizer, decoded)
 
 
 def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
@@ -240,18 +295,28 @@ def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = No
     """(step, its samples) for every step of `steps` (None: all) with a generate call, in step order: as
     `samples` for each, the log read once. One step's samples are in memory at a time."""
     run = run or _the_run(journal)
-    served = _served(journal, run, mode, steps, gen_index)
     stages = _side_stages(journal, run)
+    served, side = _served(journal, run, mode, steps, gen_index, stages)
     for step in sorted(served):
-        yield step, _read(journal, run, mode, gen_index, step, *served[step], stages, tokenizer, decoded)
+        yield step, _read(journal, step, *served[step], stages, side, tokenizer, decoded)
 
 
 def _side_stages(journal: Any, run: str) -> List[str]:
     return [s for s in journal.stages(run=run) if s == "reward" or s.startswith("reward.") or s == _LOGPROB_STAGE]
 
 
-def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int, event: Any,
-          side_stages: Sequence[str], tokenizer: Any, decoded: Optional[int] = None) -> List[Sample]:
+def _side_output(journal: Any, side: _SideCalls, step: int, session: str, stage: str) -> Any:
+    """What `session` journaled for `stage` at `step`: its recorded or replayed output; None when it journaled
+    none there, or stored none (a reward computed live and not stored is not shown as another session's)."""
+    _, event = side.get((step, session, stage), (None, None))
+    if not isinstance(event, (GenerationRecorded, ReplayServed)) or event.output is None:
+        return None
+    return journal.load(event.output, step=step)
+
+
+def _read(journal: Any, step: int, seq: int, event: Any,
+          side_stages: Sequence[str], side: _SideCalls, tokenizer: Any, decoded: Optional[int] = None) -> List[Sample]:
+    session = event.session
     event, source = _source(journal, seq, event)
     output = journal.load(event.output, step=step)
     responses = _field(output, _RESPONSE_KEYS)
@@ -271,10 +336,9 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
     rewards: Dict[str, List[float]] = {}
     logprobs: Optional[List[Optional[float]]] = None
     for stage in side_stages:
-        found = journal.lookup(step, gen_index, mode=mode, run=run, stage=stage)
-        if found is None:
+        value = _side_output(journal, side, step, session, stage)
+        if value is None:
             continue
-        value = journal.load_output(found)
         if stage == _LOGPROB_STAGE:
             logprobs = _mean_logprob(value, lengths)
         else:
@@ -289,8 +353,8 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
         text = tokenizer is not None and (decoded is None or i < decoded)
         out.append(Sample(
             step=step, index=i, prompt_ids=prompt_ids, response_ids=response_ids,
-            prompt=tokenizer.decode(list(prompt_ids), skip_special_tokens=True) if text else None,
-            response=tokenizer.decode(list(response_ids), skip_special_tokens=True) if text else None,
+            prompt=_decode(tokenizer, prompt_ids, step, i) if text else None,
+            response=_decode(tokenizer, response_ids, step, i) if text else None,
             truncated=None if eos is None else eos not in response_ids,
             rewards={stage: values[i] for stage, values in rewards.items()},
             logprob_mean=None if logprobs is None or logprobs[i] is None or not math.isfinite(logprobs[i]) else logprobs[i],
@@ -298,5 +362,6 @@ def _read(journal: Any, run: str, mode: str, gen_index: int, step: int, seq: int
             source_run=event.source_run if replayed else None,
             source_step=event.source_step if replayed else None,
             source_gen_index=event.source_gen_index if replayed else None,
+            session=session,
         ))
     return out

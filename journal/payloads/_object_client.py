@@ -70,10 +70,27 @@ def is_url(text: str) -> bool:
 
 def remote_url(text: str) -> str:
     """`text` as a URL the client takes: a URL as it is; a plain path (``../team-remote``, ``/data/r``,
-    ``~/r``) as the ``file://`` URL of that folder, made absolute against the working directory now."""
-    if is_url(text):
-        return text
-    return pathlib.Path(os.path.expanduser(text)).resolve().as_uri()
+    ``~/r``) as the ``file://`` URL of that folder, made absolute against the working directory now.
+
+    Raises:
+        RemoteError: `text` is empty, a URL that does not parse (``http://[::1``), or ``file://`` without a
+            path: none names a place, and none becomes the working folder or ``/`` by accident.
+    """
+    if not text.strip():
+        raise RemoteError("an empty remote URL names no place: give a URL (s3://bucket/prefix, file:///folder) "
+                          "or a folder's path")
+    if not is_url(text):
+        return pathlib.Path(os.path.expanduser(text)).resolve().as_uri()
+    shown = repr(redact(text[:200]) + ("..." if len(text) > 200 else ""))
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 (read to check it: a port past 65535 or no number raises here)
+    except ValueError as exc:  # an unclosed IPv6 bracket, a port that is no number ...
+        raise RemoteError(f"malformed remote URL {shown} ({exc}): check it") from None
+    if parts.scheme.lower() == "file" and not parts.path:
+        raise RemoteError(f"the remote URL {shown} names no folder: write file:///absolute/folder, or the folder's "
+                          "path")
+    return text
 
 
 def _local_folder(url: str) -> str:
@@ -177,7 +194,7 @@ class Remote:
             import obstore
             from obstore.store import from_url
         except ImportError:
-            raise RemoteError('object storage needs the s3 extra: pip install "stepjournal[s3]"') from None
+            raise RemoteError('object storage needs obstore: pip install "obstore>=0.12,<0.13"') from None
         self._obstore = obstore
         url = remote_url(url)
         self.url = public_url(url)

@@ -101,10 +101,20 @@ class ObjectPayloadStore:
             # A payload in the cache was written to the remote before its first event committed.
             if self.cache is None or not self.cache.has(digest):
                 self.remote.put(_payload_key(digest), blob)
-        if not items or not self._cache_writable():
+        if not items:
             return write_events(None)
-        cache = self.cache
-        return write_events(lambda txn: cache.put_in(txn, items))
+
+        def in_txn(txn: Any) -> None:
+            # A release in another process may have deleted an object of the same bytes since it was
+            # written (or found in the cache); releases delete inside a write transaction
+            # (`delete_in`), so one found here stays until the events naming it commit.
+            for digest, blob in items:
+                if not self.remote.exists(_payload_key(digest)):
+                    self.remote.put(_payload_key(digest), blob)
+            if self._cache_writable():
+                self.cache.put_in(txn, items)
+
+        return write_events(in_txn)
 
     def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
         """The bytes of `items` that `commit` puts in the local cache's LMDB pages."""
@@ -119,6 +129,19 @@ class ObjectPayloadStore:
         if self._cache_writable():
             found = self.cache.delete(digest) or found
         return found
+
+    def delete_in(self, txn: Any, digests: Sequence[bytes]) -> None:
+        """`delete` of each of `digests` inside the open write transaction `txn` of the cache's journal
+        (a release's deletion, `_release.delete_released`): a record's `commit` checks its objects in a
+        write transaction too, so the two never overlap."""
+        for digest in digests:
+            check_digest(digest)
+            key = _payload_key(digest)
+            if self.remote.exists(key):
+                self.remote.delete(key)
+        if self._cache_writable():
+            for digest in self.cache.delete_in(txn, digests):
+                self.cache.files.delete(digest)
 
     # -- reading ---------------------------------------------------------------------------------
     def _blob(self, digest: bytes, nbytes: Optional[int]) -> Any:

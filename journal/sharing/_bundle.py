@@ -32,7 +32,7 @@ from .._journal import Journal
 from ..base._log import get_logger
 from ..base._progress import Progress, report_progress
 from ..payloads._object_store import ObjectPayloadStore
-from ._pull import PullReport, pull_from
+from ._pull import PullReport, pull_from, written_by_others
 from ._remote import Released, journal_id, local_payload
 from ._remote_layout import (MANIFEST, check_format, encode_segment, event_in, manifest_bytes, new_head,
                              read_head, read_json, read_segment)
@@ -297,7 +297,8 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: R
     bundles of one journal's selections can be imported in any order, or twice.
 
     An import that fails into a journal folder it created removes that folder (`undone_on_failure`),
-    even when runs before the damage were committed; an existing journal keeps those runs.
+    even when runs before the damage were committed, unless another process has it open or recorded
+    into it meanwhile; an existing journal keeps those runs.
 
     Args:
         runs: import under other run keys: a run key for every incoming run, or ``{old: new}``.
@@ -318,7 +319,7 @@ def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: R
             report = pull_from(reader, ObjectPayloadStore.over(reader), journal, progress=progress, runs=runs,
                                keep=keep)
         else:
-            with undone_on_failure(journal), Journal(journal, session=False) as opened:
+            with undone_on_failure(journal, kept=written_by_others), Journal(journal, session=False) as opened:
                 report = pull_from(reader, ObjectPayloadStore.over(reader), opened, progress=progress, runs=runs,
                                    keep=keep)
     finally:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 import attrs
 
 from ..events._convert import encode_event
-from ..base._errors import IntegrityError, JournalError, PayloadMissingError
+from ..base._errors import IntegrityError, JournalError, PayloadMissingError, StepJournalError
 from ..events._events import EventsImported, PayloadsReleased, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options, rename, renames_of
 from ..index._import_map import ImportMap
@@ -36,8 +36,14 @@ from ._remotes_config import add_remote, resolve_remote
 from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
 from ..base._undo import undone_on_failure
+from ..storage._store import open_in_this_process
 
-__all__ = ["PullReport", "pull", "pull_from", "clone", "incoming", "planned_runs", "PlannedRun"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["PullReport", "pull", "pull_from", "clone", "incoming", "planned_runs", "PlannedRun", "written_by_others"]
 
 log = get_logger("stepjournal.sharing._remote")
 
@@ -200,8 +206,8 @@ def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options
     (docs/sharing.md, "What an import checks").
 
     A pull creates nothing on the remote (not even a missing ``file://`` folder). A pull that fails
-    into a journal it created removes it (`undone_on_failure`); an existing journal keeps the runs
-    committed before the failure.
+    into a journal it created removes it (`undone_on_failure`), unless another process has it open or
+    recorded into it meanwhile; an existing journal keeps the runs committed before the failure.
 
     Args:
         progress: told after each run of events committed: ``progress("pull <source>", events done, events of
@@ -222,10 +228,51 @@ def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options
     check_options(runs, keep)
     url = resolve_remote(journal, url)  # before a journal it creates: no name to resolve there then
     if not isinstance(journal, Journal):
-        with undone_on_failure(journal), Journal(journal, session=False) as opened:
+        with undone_on_failure(journal, kept=written_by_others), Journal(journal, session=False) as opened:
             return pull(url, opened, progress=progress, options=options, runs=runs, keep=keep)
     remote = Remote(url, options=options, create=False)
     return pull_from(remote, ObjectPayloadStore.over(remote), journal, progress=progress, runs=runs, keep=keep)
+
+
+def written_by_others(path: str) -> bool:
+    """Whether another process has the journal at `path` open, or it holds an event no import brought (a
+    record of another process while a pull or import that created the journal ran): then a failing pull
+    leaves it (`undone_on_failure`)."""
+    folder = os.path.realpath(path)
+    if open_in_this_process(folder) or _locked_elsewhere(folder):
+        return True
+    covered = 0  # events left of the last `EventsImported`'s run
+    try:
+        with Journal(path, readonly=True) as journal:
+            for _seq, event in journal.events():
+                if covered:
+                    covered -= 1
+                elif isinstance(event, EventsImported):
+                    covered = event.source_last - event.source_first + 1
+                else:
+                    return True
+    except StepJournalError:
+        return True  # it cannot be told: kept
+    return False
+
+
+def _locked_elsewhere(folder: str) -> bool:
+    """Whether another process has the journal at `folder` open: LMDB holds a lock on the first byte of its
+    ``lock.mdb`` while it does (as `compact` finds). Only for a journal this process does not hold open:
+    closing the probe drops every lock this process holds on the file."""
+    if fcntl is None:  # pragma: no cover
+        return False
+    try:
+        fd = os.open(os.path.join(folder, "lock.mdb"), os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 _CACHED_SEGMENT_BYTES = 1 << 23  # segments the checks read are kept (decoded) for the pull up to this many bytes

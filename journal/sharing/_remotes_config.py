@@ -231,12 +231,13 @@ def _unknown(journal: Any, name: str, config: Dict[str, Any]) -> str:
 
 
 def resolve_remote(journal: Any, remote: Optional[str]) -> str:
-    """The URL a push or pull of `journal` uses for `remote`: a name of its config, else one of yours
+    """The URL a push or pull of `journal` uses for `remote`: a name of its config or of yours
     (``--global``), None (its default), a URL, or a plain path (a folder: ``../team-remote``). A name
     wins over a folder of the same name; write ``./NAME`` for the folder.
 
     Raises:
-        RemoteConfigError: None and no default remote; a bare name that is neither a remote nor a folder.
+        RemoteConfigError: None and no default remote; a bare name that is neither a remote nor a folder;
+            a name (the default's too) that the journal and you both define with different URLs.
     """
     folder = _folder(journal)
     exists = os.path.isfile(os.path.join(folder, "data.mdb"))
@@ -247,8 +248,15 @@ def resolve_remote(journal: Any, remote: Optional[str]) -> str:
                                     f"stepjournal remote add {folder} NAME URL")
         remote = config["default"]
     found = _url_named(remote, config)
-    if found is None and _NAME.fullmatch(remote):  # yours are read only when the journal has no such name
-        found = _url_named(remote, _read(user_config_folder()))
+    yours = _url_named(remote, _read(user_config_folder())) if _NAME.fullmatch(remote) else None
+    if found is not None and yours is not None and found != yours:
+        # A journal folder can come from someone else with its remotes.json: its name never silently
+        # takes a push or pull of yours to its URL, nor yours to a URL its owner did not mean.
+        raise RemoteConfigError(
+            f"remote {remote!r} is {public_url(found)} in journal {folder!r} and {public_url(yours)} in "
+            f"{_whose(None)}: give the URL you mean, or remove one of them (stepjournal remote remove {folder} "
+            f"{remote}, or stepjournal remote remove --global {remote})")
+    found = found or yours
     if found is not None or _given(remote):
         return found or remote
     raise RemoteConfigError(f"{_unknown(journal, remote, config)}, and neither has {_whose(None)}: give a URL, a "

@@ -20,11 +20,14 @@ from ..base._log import get_logger
 from ..base._version import JOURNAL_FORMAT, __version__
 from ..events._keys import META_FORMAT, META_READ_FORMAT, META_WRITTEN_BY
 
-__all__ = ["check_format_in", "check_format_of", "mark_format_in"]
+__all__ = ["check_format_in", "check_format_of", "mark_format_in", "is_new_in"]
 
 log = get_logger(__name__)
 
 _VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!_-]{1,40}")
+# How this library writes a format: str() of an int from 1. int() would also take "-1", "0", " 1" or
+# "1_0", and a "-1" would pass as older than this library's format and be written to.
+_FORMAT_TEXT = re.compile(rb"[1-9][0-9]{0,17}")
 
 
 def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
@@ -38,7 +41,7 @@ def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
 
     Raises:
         JournalFormatError: naming the journal's format, the version that wrote it and what to do.
-        IntegrityError: ``format`` or ``read_format`` is not a number.
+        IntegrityError: ``format`` or ``read_format`` is not a format number (decimal digits, 1 or more).
     """
     found = _number(txn, meta, META_FORMAT)
     if found is None or found <= JOURNAL_FORMAT:
@@ -73,6 +76,23 @@ def check_format_of(env: Any, path: str, *, writing: bool) -> None:
         check_format_in(txn, meta, path, writing=writing)
 
 
+def is_new_in(txn: Any, meta: Any, events: Any, path: str) -> bool:
+    """Whether the journal is new (no ``format`` yet), for a writable open.
+
+    Raises:
+        IntegrityError: it holds events but no ``format``: taken for new, its format and key layout
+            would be stamped as this library's over events of a format nobody knows.
+    """
+    if txn.get(META_FORMAT, db=meta) is not None:
+        return False
+    if events is not None and txn.cursor(db=events).first():
+        raise IntegrityError(
+            f"journal {path!r} holds events but no format in its meta: it is damaged or was not written by "
+            "stepjournal, and is not written to. Restore it from a copy; a read-only open still reads it"
+        )
+    return True
+
+
 def mark_format_in(txn: Any, meta: Any, *, new: bool) -> None:
     """Write this library's format into a new journal, and this version as the last to write the journal."""
     if new:
@@ -86,9 +106,8 @@ def _number(txn: Any, meta: Any, key: bytes) -> Optional[int]:
     raw = txn.get(key, db=meta)
     if raw is None:
         return None
-    try:
-        return int(bytes(raw))
-    except ValueError:
+    if _FORMAT_TEXT.fullmatch(bytes(raw)) is None:
         raise IntegrityError(
-            f"the journal's meta key {key.decode()!r} holds {bytes(raw)[:20]!r}, not a number"
-        ) from None
+            f"the journal's meta key {key.decode()!r} holds {bytes(raw)[:20]!r}, not a format number (1 or more)"
+        )
+    return int(bytes(raw))

@@ -25,10 +25,11 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from ..base._errors import JournalError
+from ..base._errors import IntegrityError, JournalError
 from ..base._log import get_logger
+from ._format import check_format_of
 
-__all__ = ["open_env", "open_db", "creation_lock"]
+__all__ = ["open_env", "open_db", "creation_lock", "check_sizes", "empty_data_file"]
 
 log = get_logger(__name__)
 
@@ -75,17 +76,46 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
             os.close(fd)
 
 
+def check_sizes(**sizes: object) -> None:
+    """Refuse a size (``map_size=``, ``max_size=``) that is not a whole number of bytes LMDB can take, or None."""
+    for name, value in sizes.items():
+        if value is not None and (type(value) is not int or not 0 <= value < 1 << 64):
+            raise JournalError(f"{name}={value!r} is not a size: give a whole number of bytes (0 or more)")
+
+
+def empty_data_file(path: str) -> IntegrityError:
+    """The error for the journal at `path` whose ``data.mdb`` is empty with no creation under way."""
+    return IntegrityError(
+        f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
+        "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
+    )
+
+
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:
     """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors).
 
-    The path is given as bytes: py-lmdb encodes a str path as strict UTF-8, which a folder name that is
-    not UTF-8 (its bytes kept in the str as surrogates) cannot be."""
+    Opened for writing, a journal of a newer format is refused here (`JournalFormatError`), before the
+    caller creates the named databases this library knows and that format may lack. The path is given as
+    bytes: py-lmdb encodes a str path as strict UTF-8, which a folder name that is not UTF-8 (its bytes kept
+    in the str as surrogates) cannot be.
+    """
     for _ in range(_TRIES):
         try:
-            return lmdb.open(os.fsencode(key), map_size=map_size, **options)
+            env = lmdb.open(os.fsencode(key), map_size=map_size, **options)
+            if not options.get("readonly"):
+                _check_format(env, path)
+            return env
         except lmdb.MapResizedError:
             continue
     raise _resizing(path)
+
+
+def _check_format(env: lmdb.Environment, path: str) -> None:
+    try:
+        check_format_of(env, path, writing=True)
+    except BaseException:
+        env.close()
+        raise
 
 
 def open_db(env: lmdb.Environment, name: str, *, create: bool, path: str):

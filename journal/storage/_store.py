@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - not on Windows
 from ..base._log import get_logger
 from ..base._errors import IntegrityError, JournalError, JournalFullError, JournalLockedError
 from ._lmdb_check import check_env_structure, check_file_size, check_tree
-from ._lmdb_open import creation_lock, open_db, open_env
+from ._lmdb_open import check_sizes, creation_lock, empty_data_file, open_db, open_env
 from ..base._paths import check_lmdb_files, check_room_to_create, os_error, prepare_journal_folder
 
 __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
@@ -150,11 +150,7 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
     with creation_lock(key, exclusive=not readonly) if _size(data_file) in (None, 0) else nullcontext():
         check_lmdb_files(key)  # again: what the creation made meanwhile
         if _size(data_file) == 0:
-            # LMDB would silently start a new, empty journal over it.
-            raise IntegrityError(
-                f"journal {path!r} is damaged: data.mdb is empty (truncated, or its creation was interrupted "
-                "before anything was recorded). Restore it from a copy, or move the folder away to start anew"
-            )
+            raise empty_data_file(path)  # LMDB would silently start a new, empty journal over it
         # A journal copied to a read-only place cannot take LMDB's reader lock; nobody writes there.
         lock = not readonly or _is_writable_location(key)
         # Readahead stays on: py-lmdb touches every page of a value as it hands it out, so with it off a
@@ -234,6 +230,7 @@ class Store:
     def __init__(self, path: str, *, readonly: bool = False, map_size: int = _DEFAULT_MAP_SIZE,
                  max_size: int | None = None, sync: bool = True, check: str = "open") -> None:
         self.path = os.fspath(path)
+        check_sizes(map_size=map_size, max_size=max_size)
         self.readonly = readonly
         self._check = check
         self.max_size = max_size

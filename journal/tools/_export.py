@@ -6,7 +6,7 @@ loads payloads without the codecs they were stored with: a custom-type value com
 `OpaqueValue` holding what its codec stored, and no code of the codec's author runs.
 
 safetensors is not a dependency: `export_payloads` raises `ImportError` naming the
-``stepjournal[export]`` extra when it is missing.
+``export`` extra (``pip install 'safetensors>=0.4'``) when it is missing.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def _need_safetensors() -> None:
         import safetensors.torch  # noqa: F401
     except ImportError:
         raise ImportError(
-            "exporting payloads needs safetensors: install it with `pip install 'stepjournal[export]'`",
+            "exporting payloads needs safetensors: install it with `pip install 'safetensors>=0.4'`",
             name="safetensors",
         ) from None
 
@@ -329,7 +329,7 @@ def export_payloads(
         The manifest (also written as ``folder/manifest.json``).
 
     Raises:
-        ImportError: safetensors is not installed (the ``stepjournal[export]`` extra).
+        ImportError: safetensors is not installed (the ``export`` extra).
         ExportError: `folder` exists and is not an empty folder, the run is not found, or it has no
             recorded output at those steps.
     """

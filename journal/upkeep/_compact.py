@@ -46,6 +46,7 @@ from ..base._log import get_logger
 from ..base._owned import closing, open_file, open_root
 from ..base._paths import check_lmdb_files
 from ..storage._format import check_format_of
+from ..storage._lmdb_open import empty_data_file
 from ..storage._store import MAX_DBS, open_in_this_process
 
 __all__ = ["compact", "CompactResult", "CompactError", "JournalBusyError"]
@@ -193,8 +194,15 @@ def _copy_payload_files(folder: str, to: str, path: str) -> None:
 
 
 def _check_format(folder: str, path: str) -> None:
-    """Refuse a journal of a newer format: its events may name payload files this library cannot see."""
-    env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    """Refuse a journal of a newer format: its events may name payload files this library cannot see.
+    The first open of the journal: what a creator killed inside `lmdb.open` left is refused here."""
+    if os.path.getsize(os.path.join(folder, "data.mdb")) == 0:
+        raise empty_data_file(path)  # lock.mdb is held: no creation is under way
+    try:
+        env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    except lmdb.Error as exc:
+        raise CompactError(f"cannot read journal {path!r} ({exc}); nothing was changed: run "
+                           f"`stepjournal verify` on it") from None
     try:
         check_format_of(env, path, writing=True)
     finally:
@@ -221,6 +229,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
         JournalBusyError: a process (this one included) has the journal open.
         JournalFullError: the target has not enough free space; nothing was changed.
         CompactError: the copy failed or did not check out; nothing was changed.
+        IntegrityError: ``data.mdb`` is empty (its creation was interrupted); nothing was changed.
     """
     path = os.fspath(path)
     folder = os.path.realpath(path)

@@ -10,7 +10,8 @@ A payload file is content-addressed: a record of another process can name a rele
 write transaction of their own, which deletes only those no event committed since the release names;
 a writer checks, inside its own write transaction, that its files are there and places any that is
 not again (`LmdbPayloadStore.commit`). LMDB lets one write transaction run at a time, in every
-process: a deletion and a record's check-and-commit never overlap. With
+process: a deletion and a record's check-and-commit never overlap. An `ObjectPayloadStore`'s objects
+are deleted and checked the same way (`ObjectPayloadStore.delete_in`, `.commit`). With
 another store the events commit first and the objects are deleted after: a crash in between leaves
 bytes that an event already released, which `verify` reports and the next prune deletes
 (`RetentionPlan.leftover`).
@@ -30,6 +31,7 @@ from ..base._errors import StepJournalError
 from ..events._events import Event, GenerationRecorded, PayloadsReleased, call_refs
 from ..events._keys import seq_key, seq_of
 from ..base._log import get_logger
+from ..payloads._object_store import ObjectPayloadStore
 from ..payloads._payload_store import LmdbPayloadStore, PayloadStore
 from ..index._projections import Projections
 from ._retention import Retention, RetentionError, RetentionPlan, RetentionState, group_of
@@ -79,19 +81,22 @@ def release_in(
 def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes], after: int) -> None:
     """Delete the released `keys` once their release committed, with seq `after` its last event.
 
-    The journal's payload files go inside a write transaction that first reads the events committed
-    after `after`: a digest one of them names (a record of another process stored the same bytes
-    meanwhile) stays. Another store's objects are deleted as they are.
+    The journal's payload files, and an `ObjectPayloadStore`'s objects, go inside a write transaction
+    that first reads the events committed after `after`: a digest one of them names (a record of another
+    process stored the same bytes meanwhile) stays. A store of the user's deletes as it is.
     """
     if not keys:
         return
-    files = payloads.files if isinstance(payloads, LmdbPayloadStore) else None
-    if files is None:
+    if isinstance(payloads, LmdbPayloadStore):
+        delete_in = lambda txn, gone: [payloads.files.delete(key) for key in gone]  # noqa: E731
+    elif isinstance(payloads, ObjectPayloadStore):
+        delete_in = payloads.delete_in
+    else:
         for key in keys:
             payloads.delete(key)
         return
 
-    def fn(txn: Any) -> None:  # writes nothing: it holds LMDB's writer lock while it deletes
+    def fn(txn: Any) -> None:  # it holds LMDB's writer lock while it deletes
         named = set()
         for seq, body in _bodies_after(txn, store, after):
             try:
@@ -99,9 +104,7 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
             except StepJournalError:  # it may name any of them: they stay, left over for a later prune
                 log.warning("released_files_kept", seq=seq, reason="an event cannot be read; run `stepjournal verify`")
                 return
-        for key in keys:
-            if key.hex() not in named:
-                files.delete(key)
+        delete_in(txn, [key for key in keys if key.hex() not in named])
 
     store.write(fn)
 

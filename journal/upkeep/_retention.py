@@ -45,6 +45,7 @@ __all__ = [
 # What groups records (see the module docstring).
 Group = Tuple[str, str, str]  # run, mode, stage
 
+_LARGEST_SIZE = (1 << 63) - 1
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
 
@@ -80,10 +81,19 @@ def parse_size(text: Union[str, int]) -> int:
             number = -1.0
         if unit not in _UNITS or not digits or number != number or number < 0:
             raise RetentionError(f"max_bytes {text!r} is not a size: use a byte count like 4096, 512M or 10G")
-        value = int(number * _UNITS[unit])
+        scaled = number * _UNITS[unit]  # 1e400 and a 5 000-digit count are infinite as floats
+        value = int(scaled) if scaled <= _LARGEST_SIZE else _LARGEST_SIZE + 1
+    if value > _LARGEST_SIZE:
+        raise RetentionError(f"max_bytes {_clipped(text)} is past any size (at most 2**63-1 bytes): use a byte "
+                             "count like 4096, 512M or 10G")
     if value < 0:
         raise RetentionError(f"max_bytes {text!r} is negative: use a byte count like 4096, 512M or 10G")
     return value
+
+
+def _clipped(text: Any) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
 
 
 def _check_count(value: Any) -> None:

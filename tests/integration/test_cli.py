@@ -519,8 +519,8 @@ def test_export_without_safetensors_names_the_extra(engine, tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert "pip install 'stepjournal[export]'" in result.stdout
-    assert "stepjournal: error: export needs safetensors: pip install 'stepjournal[export]'" in result.stderr
+    assert "pip install 'safetensors>=0.4'" in result.stdout
+    assert "stepjournal: error: export needs safetensors: pip install 'safetensors>=0.4'" in result.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
 
 

@@ -50,12 +50,27 @@ def assert_rollout_equal(a: dict, b: dict) -> None:
 
 
 # -- opening ---------------------------------------------------------------------------------------
-def test_journal_opens_with_path_alone_and_records_a_session(jpath):
+def test_journal_opens_with_path_alone_and_records_its_session_with_its_first_call(jpath):
     with Journal(jpath) as j:
+        assert j.sessions() == [] and j.session is not None  # nothing written before a call
+        assert j.session_fingerprint(j.session) == {}
+        j.record(1, "x")
         (seq, ev), = j.sessions()
-        assert seq == 1 and isinstance(ev, SessionOpened)
+        assert seq == 1 and isinstance(ev, SessionOpened) and j.last_seq() == 2
         assert ev.run == "default" and ev.fingerprint == {} and ev.pid == os.getpid()
         assert j.session == ev.session
+        j.record(2, "y")
+        assert len(j.sessions()) == 1
+
+
+def test_a_session_that_journals_no_call_leaves_nothing_in_the_log(jpath):
+    with Journal(jpath) as j:
+        j.record(1, "x")
+    with Journal(jpath, run="other", fingerprint={"model": "m"}):
+        pass
+    with Journal(jpath, readonly=True) as j:
+        assert [type(e) for _, e in j.events()] == [SessionOpened, GenerationRecorded]
+        assert j.verify() == []
 
 
 def test_journal_folder_is_created_owner_only(jpath):

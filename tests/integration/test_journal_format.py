@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from stepjournal import JOURNAL_FORMAT, Journal, JournalFormatError, __version__
+from stepjournal import JOURNAL_FORMAT, IntegrityError, Journal, JournalFormatError, __version__
 from cli_support import run_cli as cli
-from lmdb_raw import items, put_raw
+from lmdb_raw import delete_raw, drop_db, items, put_raw, tables
 
 NEWER = JOURNAL_FORMAT + 1
 
@@ -85,3 +85,45 @@ def test_compact_refuses_a_newer_format_and_leaves_it_as_it_was(newer):
     before = items(newer, "meta")
     _one_error_line(cli("compact", newer), f"format {NEWER}", "stepjournal 9.1.0")
     assert items(newer, "meta") == before
+
+
+@pytest.mark.parametrize("value", [b"-1", b"0", b"+1", b" 1", b"1_0", b"1" + b"0" * 30])
+def test_a_format_no_stepjournal_writes_is_refused_and_the_journal_left_as_it_was(tmp_path, value):
+    # Formats are the decimal numbers this library writes, from 1: "0" or "-1" is damage, not an older
+    # format to write over; a format of 31 digits is garbage rather than a newer one.
+    path = str(tmp_path / "journal")
+    with Journal(path) as journal:
+        journal.record(1, {"ids": [1, 2]})
+    put_raw(path, "meta", b"format", value)
+    before = items(path, "meta")
+    for readonly in (False, True):
+        with pytest.raises(IntegrityError, match="meta key 'format' holds"):
+            Journal(path, readonly=readonly, session=False)
+    assert items(path, "meta") == before
+    _one_error_line(cli("prune", "--keep-last", "1", path), "meta key 'format' holds")
+    assert items(path, "meta") == before
+
+
+def test_a_journal_with_events_and_no_format_is_not_taken_for_a_new_one(tmp_path):
+    # A missing format made the open stamp it as new: its creation time replaced, this format and the
+    # current key layout written over a journal whose format and index nobody knows.
+    path = str(tmp_path / "journal")
+    with Journal(path) as journal:
+        journal.record(1, {"ids": [1, 2]})
+    delete_raw(path, "meta", b"format")
+    before = items(path, "meta")
+    with pytest.raises(IntegrityError, match="holds events but no format"):
+        Journal(path, session=False)
+    assert items(path, "meta") == before
+    _one_error_line(cli("reindex", path), "holds events but no format")
+    assert items(path, "meta") == before
+
+
+def test_a_writable_open_of_a_newer_format_creates_none_of_the_tables_that_format_lacks(newer):
+    # The open made every named database it knows before the format was read: a newer format without
+    # one (here: rows) was written to, then refused.
+    drop_db(newer, "rows")
+    before = tables(newer)
+    with pytest.raises(JournalFormatError, match=f"in format {NEWER}"):
+        Journal(newer, session=False)
+    assert tables(newer) == before

@@ -44,7 +44,7 @@ def test_each_session_is_indexed_with_the_seq_of_its_session_opened(jpath):
 
 def test_a_journal_without_a_sessions_index_opens_read_only_and_still_finds_fingerprints(jpath):
     with Journal(jpath, fingerprint={"model": "a"}) as journal:
-        session = journal.session
+        session = journal.record(1, "x").event.session
     _drop_sessions_index(jpath)
     with Journal(jpath, readonly=True) as journal:
         assert journal.session_fingerprint(session) == {"model": "a"}
@@ -54,16 +54,19 @@ def test_a_journal_without_a_sessions_index_opens_read_only_and_still_finds_fing
 
 def test_opening_an_old_journal_for_writing_builds_its_sessions_index(jpath):
     with Journal(jpath, fingerprint={"model": "a"}) as journal:
-        old = journal.session
+        old = journal.record(1, "x").event.session
     _drop_sessions_index(jpath)
     with Journal(jpath) as journal:
+        journal.record(2, "y")
         assert set(_sessions_index(journal)) == {old, journal.session}
         assert journal.session_fingerprint(old) == {"model": "a"}
 
 
 def test_reindex_rebuilds_the_sessions_index_from_the_log(jpath):
     with Journal(jpath) as journal:
+        journal.record(1, "x")
         before = _sessions_index(journal)
+        assert list(before) == [journal.session]
         assert journal.reindex() == journal.last_seq()
         assert _sessions_index(journal) == before
 
@@ -143,7 +146,7 @@ def test_journal_audit_reads_the_same_records_as_the_audit_of_its_events(jpath):
 
 def test_an_indexed_session_fingerprint_is_read_without_scanning_the_log(jpath):
     with Journal(jpath, fingerprint={"model": "a"}) as first:
-        session = first.session
+        session = first.record(1, "x").event.session
     with Journal(jpath, readonly=True) as journal:
 
         def no_scan(**_):

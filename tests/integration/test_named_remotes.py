@@ -174,8 +174,10 @@ def test_your_own_remotes_are_seen_by_every_journal_and_by_clone_and_are_never_a
     cloned = shell("stepjournal clone team b", tmp_path)
     assert cloned.returncode == 0, cloned.stderr
     assert [(r.name, r.url) for r in list_remotes(str(tmp_path / "b"))] == [("origin", f"file://{team}")]
-    add_remote(str(tmp_path / "a"), "team", str(other))  # the journal's own name wins over yours
-    assert shell("stepjournal push a team", tmp_path).returncode == 0 and (other / "heads").is_dir()
+    add_remote(str(tmp_path / "a"), "team", str(other))  # the journal and you name two places "team": refused
+    refused = shell("stepjournal push a team", tmp_path)
+    assert refused.returncode == 1 and f"file://{other} in journal" in refused.stderr, refused.stderr
+    assert f"file://{team} in your remotes" in refused.stderr and not other.exists()
     assert resolve_clone_source("s3://bucket/x") == "s3://bucket/x" and resolve_clone_source(str(team)) == str(team)
     with pytest.raises(RemoteConfigError, match="your own remotes have no default"):
         add_remote(None, "second", str(other), default=True)

@@ -201,8 +201,10 @@ def test_a_folder_of_other_files_is_refused_and_left_as_it_was(tmp_path):
     # The folder it suggests works, and an empty folder or an existing journal opens as before.
     Journal(ckpt / "stepjournal").close()
     (tmp_path / "empty").mkdir()
-    Journal(tmp_path / "empty").close()
     with Journal(tmp_path / "empty") as journal:
+        journal.record(1, "x")
+    with Journal(tmp_path / "empty") as journal:
+        journal.record(2, "y")
         assert len(journal.sessions()) == 2
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from stepjournal import IntegrityError, Journal
 from journal_workers import open_new_journals
+from cli_support import run_cli as cli
 from kill_points import start_script
 from reliability_support import worker_context
 
@@ -106,3 +107,19 @@ def test_an_empty_data_file_that_no_process_creates_is_refused_at_once(tmp_path,
     with pytest.raises(IntegrityError, match="data.mdb is empty"):
         Journal(str(path), readonly=readonly)
     assert os.path.getsize(path / "data.mdb") == 0
+
+
+@pytest.mark.parametrize("data", [b"", b"\0" * 100])
+def test_compact_of_a_creation_that_was_killed_says_so_in_one_line_and_writes_nothing(tmp_path, data):
+    # What a creator killed inside lmdb.open leaves: LMDB made lock.mdb, then data.mdb, and wrote none or
+    # part of its first page. compact opened it with lmdb.open and died with a traceback.
+    path = tmp_path / "journal"
+    path.mkdir(mode=0o700)
+    (path / "lock.mdb").touch(mode=0o600)
+    (path / "data.mdb").write_bytes(data)
+    for to in ([], ["--to", str(tmp_path / "copy")]):
+        done = cli("compact", str(path), *to)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "data.mdb is empty" in lines[0] if not data else "not an LMDB file" in lines[0], lines[0]
+    assert (path / "data.mdb").read_bytes() == data and not (tmp_path / "copy").exists()

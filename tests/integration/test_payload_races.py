@@ -19,7 +19,7 @@ from journal_workers import REFUSED, SMALL_FILE_FROM, VERBS, content, run_verb, 
 from kill_points import start_process
 from lmdb_raw import flip_byte
 from reliability_support import worker_context
-from stepjournal import (CompactError, Journal, Retention, compact, export_bundle, list_remotes, prune, push)
+from stepjournal import (CompactError, Journal, JournalError, Retention, compact, export_bundle, list_remotes, prune, push)
 from stepjournal.events._events import EventsImported, GenerationRecorded
 from stepjournal.events._keys import seq_key
 
@@ -84,15 +84,16 @@ def _race(place: dict, tmp: str, first: str, second: str, at: Callable[[str], bo
             assert proc.exitcode in (0, REFUSED), f"{second} at {label!r} of {first} exited {proc.exitcode}"
         child.go()
     child.finish(exits=(0, REFUSED))
-    _check_whole(path, ack, f"{second} in {first}")
+    _check_whole(path, ack, f"{second} in {first}", place.get("payload_store"))
     return child.seen, tag
 
 
-def _check_whole(path: str, ack: str, what: str) -> None:
-    """Every acknowledged record and remote is there, and `verify` finds nothing wrong."""
+def _check_whole(path: str, ack: str, what: str, objects: Optional[str] = None) -> None:
+    """Every acknowledged record and remote is there, and `verify` (of the object store at `objects`, when
+    the journal's payloads are there) finds nothing wrong."""
     with open(ack, encoding="utf-8") as f:
         acked = f.read().split("\n")
-    with Journal(path, readonly=True) as journal:
+    with Journal(path, readonly=True, payload_store=objects) as journal:
         assert journal.verify() == [], what
         recorded = {(e.run, e.step) for _, e in journal.events(types=[GenerationRecorded])}
         imported = {e.origin for _, e in journal.events(types=[EventsImported])}
@@ -181,6 +182,84 @@ def test_a_pull_refuses_a_run_whose_payloads_a_prune_in_another_process_released
         assert "refused IntegrityError" in f.read().split("\n")
 
 
+def _object_store_place(tmp: str) -> dict:
+    """A journal whose "base" run keeps X, Y and Z in an object store (``file://``), the cache its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        _small_files(patch)
+        objects = "file://" + os.path.join(tmp, "objects")
+        os.makedirs(os.path.join(tmp, "objects"))
+        seed = os.path.join(tmp, "seed")
+        with Journal(seed, run="base", payload_store=objects) as journal:
+            for step, name in enumerate("XYZ"):
+                journal.record(step, content(name))
+    return {"seed": seed, "payload_store": objects}
+
+
+@pytest.mark.parametrize("first, release", [("prune", 2), ("retention", 3)])
+def test_an_object_store_release_keeps_an_object_a_record_of_another_process_named_after_it(tmp_path, first, release):
+    """With ``payload_store=``, the release has committed (the `release`-th write transaction), its objects
+    not yet deleted; a record of the same bytes (found in the cache, so not sent again) commits."""
+    place = _object_store_place(str(tmp_path / "place"))
+    _seen, races = _race(place, str(tmp_path / "race"), first, "record", _occurrence("lmdb committed", release))
+    assert races == 1
+
+
+def _remote_without(place: dict, tmp_path, name: str) -> str:
+    """A copy of the seed remote whose object of `content(name)` is gone: a pull of it fails at its second run."""
+    remote = str(tmp_path / "remote")
+    shutil.copytree(place["remote"], remote)
+    with pytest.MonkeyPatch.context() as patch:
+        _small_files(patch)
+        with Journal(str(tmp_path / "scratch"), session=False) as journal:
+            os.unlink(os.path.join(remote, "payloads", journal.prepare(content(name)).key.hex()))
+    return remote
+
+
+def _go_to(child, stop: Callable[[str], bool]) -> None:
+    """Let `child` go on to the first point `stop` accepts, where it waits."""
+    label = child.next_point()
+    while label is not None and not stop(label):
+        child.go()
+        label = child.next_point()
+    assert label is not None, child.seen
+
+
+def test_a_pull_that_fails_into_a_journal_it_created_keeps_a_record_another_process_committed_there(
+        place, tmp_path):
+    """A pull into a new folder commits its first run; a record of another process commits into the journal it
+    made; the pull's second run then fails (an object of it is gone from the remote). The acknowledged record
+    stays: the pull removes only a journal that holds nothing but what it brought."""
+    remote = _remote_without(place, tmp_path, "U")
+    path, ack = str(tmp_path / "new"), str(tmp_path / "acks")
+    ctx = worker_context()
+    child = start_process(ctx, verb_in_lockstep, "pull", path, dict(place, remote=remote), 0, ack)
+    _go_to(child, lambda label: label.startswith("pull "))  # its first run committed
+    proc = ctx.Process(target=run_verb, args=("record", path, place, 1, ack))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    child.go()
+    child.finish(exits=(REFUSED,))
+    _check_whole(path, ack, "record in a failing pull")
+
+
+def test_a_pull_that_fails_into_a_journal_it_created_keeps_it_while_another_process_has_it_open(place, tmp_path):
+    """As above, the other process having opened the journal and committed nothing yet when the pull fails:
+    its record, acknowledged after, would be written into a removed file."""
+    remote = _remote_without(place, tmp_path, "U")
+    path, ack = str(tmp_path / "new"), str(tmp_path / "acks")
+    ctx = worker_context()
+    child = start_process(ctx, verb_in_lockstep, "pull", path, dict(place, remote=remote), 0, ack)
+    _go_to(child, lambda label: label.startswith("pull "))
+    writer = start_process(ctx, verb_in_lockstep, "record", path, place, 1, ack)
+    _go_to(writer, lambda label: label.startswith("lmdb put"))  # open, in its first write transaction
+    child.go()
+    child.finish(exits=(REFUSED,))
+    writer.go()
+    writer.finish()
+    _check_whole(path, ack, "record in a failing pull")
+
+
 # -- a fork child, the size cap -------------------------------------------------------------------
 def _fork_child_drops(held: list) -> None:
     held.clear()  # the child's copy of the prepared payload goes away unrecorded
@@ -217,6 +296,13 @@ def test_the_size_cap_does_not_count_the_records_own_staged_file(tmp_path, monke
         _staged_written(journal, prepared)
         journal.record(0, prepared)
         assert journal.verify() == []
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, True, 1 << 64])
+@pytest.mark.parametrize("name", ["max_size", "map_size"])
+def test_a_size_that_is_not_one_is_refused_in_one_line(tmp_path, name, size):
+    with pytest.raises(JournalError, match=f"{name}={size!r} is not a size"):
+        Journal(str(tmp_path / "journal"), **{name: size})
 
 
 def _staged_written(journal: Journal, prepared) -> None:

@@ -564,4 +564,4 @@ def test_without_trl_the_errors_import_and_attach_names_the_extra(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "attach needs TRL" in result.stdout and "pip install 'stepjournal[trl]'" in result.stdout
+    assert "attach needs TRL" in result.stdout and "pip install -e '.[trl]'" in result.stdout

@@ -212,6 +212,7 @@ def test_a_per_stage_spec_naming_an_unknown_stage_is_refused_with_the_closest_na
         with pytest.raises(SpecError, match=r"'ref_logprob' \(did you mean 'ref_log_prob'\?\)"):
             attach(trainer, journal, {"generate": "cache", "ref_logprob": "replay"})
         assert getattr(trainer, "_stepjournal", None) is None
+        assert journal.last_seq() == 0  # a refused start leaves no session in the log
         handle = attach(trainer, journal, "generate:cache/reward.length:cache/old_log_prob:cache")
         assert handle.stages == ("generate", "reward.length", "old_log_prob", "metrics")
         handle.detach()

@@ -269,5 +269,5 @@ def test_without_verl_the_config_reader_imports_and_the_rest_names_the_extra(tmp
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "pip install 'stepjournal[verl]'" in result.stdout
+    assert "pip install -e '.[verl]'" in result.stdout
     assert "attach needs verl" in result.stdout
