@@ -1,7 +1,7 @@
 """Many processes open one new journal at once: an open waits for the creation under way (as LMDB does).
 
 A new journal's ``data.mdb`` is created empty inside `lmdb.open`, which then writes its first pages.
-The ranks of `accelerate launch` or `torchrun` open one journal at the same moment, so one of them
+The ranks an `accelerate` or `torchrun` launch starts open one journal at the same moment, so one of them
 can see that empty file before LMDB's own lock; it must wait for the creation, and only a
 ``data.mdb`` that is empty with no creation under way is refused as damaged.
 """
