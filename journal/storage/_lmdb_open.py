@@ -92,10 +92,14 @@ def empty_data_file(path: str) -> IntegrityError:
 
 
 def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:
-    """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors)."""
+    """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors).
+
+    The path is given as bytes: py-lmdb encodes a str path as strict UTF-8, which a folder name that is not
+    UTF-8 (its bytes kept in the str as surrogates) cannot be.
+    """
     for _ in range(_TRIES):
         try:
-            return lmdb.open(key, map_size=map_size, **options)
+            return lmdb.open(os.fsencode(key), map_size=map_size, **options)
         except lmdb.MapResizedError:
             continue
     raise _resizing(path)
