@@ -69,6 +69,8 @@ def _new_locks_in_fork_child() -> None:
     for journal in list(_JOURNALS):
         journal._lock = threading.RLock()
         journal._writer.forget_in_fork_child()  # the parent's claim to its run stays the parent's
+        if journal._with_session:  # here, while the child has one thread: its threads' calls name one session
+            journal._open_session()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_fork_child)
@@ -136,6 +138,7 @@ class Journal(Recording, Queries):
         self._registry = registry
         self._lock = threading.RLock()
         self._writer = RunWriter(self.path, run)  # the session's live-writer claim on its run
+        self._with_session = session and not readonly  # before the fork hook can see this journal
         _JOURNALS.add(self)
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
@@ -147,7 +150,6 @@ class Journal(Recording, Queries):
         self._imports = FoldedImports()  # the import map, kept as the log grows: one read for many replays
         self.session: Optional[str] = None
         self._opening: Optional[SessionOpened] = None  # this session's SessionOpened, until its first call
-        self._with_session = session and not readonly
         try:
             if not readonly:
                 self._init_meta()
@@ -215,8 +217,6 @@ class Journal(Recording, Queries):
             log.info("journal_reopened_after_fork", path=self.path, pid=os.getpid())
             self._store.reopen_after_fork()
             self._index.clear()
-            if self._with_session:
-                self._open_session()
         return self._store
 
     def _init_meta(self) -> None:
@@ -272,15 +272,16 @@ class Journal(Recording, Queries):
                 return seqs
 
             # buffers: checking a stored duplicate payload hashes it in place instead of copying it.
-            return store.write(fn, needed=needed + sum(len(b) for b in lead_bytes), buffers=True)
+            seqs = store.write(fn, needed=needed + sum(len(b) for b in lead_bytes), buffers=True)
+            if lead:  # committed: whatever the payload store does after, the session is open in the log
+                self._opening = None
+            return seqs
 
         with self._lock:
             if self._opening is not None and any(getattr(e, "session", None) == self.session for e in events):
                 lead.append(self._opening)
             lead_bytes = [encode_event(e) for e in lead]
             seqs = self._payloads.commit(payloads, write_events)
-            if lead:
-                self._opening = None
             if self._retainer is not None:
                 self._retainer.committed()  # after the commit: what a remote store deletes
         return seqs

@@ -187,6 +187,11 @@ def _check_key(run: str, mode: str, stage: str) -> None:
     if size > MAX_KEY_BYTES:
         stage_bytes = len(stage.encode())
         used = size - _STEP_AND_INDEX - 3 - stage_bytes
+        if stage_bytes > MAX_KEY_BYTES - _STEP_AND_INDEX - 3 - 2:  # no room left for a one-byte run key and mode
+            raise InvalidKeyError(
+                f"stage {stage[:40]!r} takes {stage_bytes} bytes encoded as UTF-8; it may take at most "
+                f"{MAX_KEY_BYTES - _STEP_AND_INDEX - 3 - 2} with a run key and a mode of one byte each (LMDB keys are "
+                f"at most {MAX_KEY_BYTES} bytes): use a shorter stage")
         raise InvalidKeyError(
             f"run key and mode take {used} bytes encoded as UTF-8; together they may take at most "
             f"{MAX_KEY_BYTES - _STEP_AND_INDEX - 3 - stage_bytes} with stage {stage[:40]!r} (LMDB keys are at "

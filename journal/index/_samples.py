@@ -150,10 +150,22 @@ def _preview(value: Any) -> str:
 
 def _numbers(value: Any, what: str) -> np.ndarray:
     """`value` as an array of floats, or a one-line error naming what it holds instead."""
+    _real(value, what)
     try:
         return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
     except (TypeError, ValueError, OverflowError):
         raise JournalError(f"{what} given as {type(value).__name__} {_preview(value)}: expected numbers") from None
+
+
+def _real(value: Any, what: str) -> None:
+    """Refuse complex numbers: a cast to float would show only their real part (and warn on stderr)."""
+    dtype = getattr(value, "dtype", None)
+    try:
+        complex_ = dtype.is_complex if isinstance(dtype, torch.dtype) else dtype is not None and np.dtype(dtype).kind == "c"
+    except TypeError:  # a dtype numpy does not know: the cast below names it
+        complex_ = False
+    if complex_:
+        raise JournalError(f"{what} given as {type(value).__name__} {_preview(value)}: expected real numbers")
 
 
 def _decode(tokenizer: Any, ids: Sequence[int], step: int, index: int) -> str:
@@ -196,6 +208,7 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     if value is None:
         return None
     if isinstance(value, torch.Tensor) and value.is_nested:
+        _real(value, "rewards")
         rows = [row.detach().float().sum().item() for row in value.unbind()]
         return rows if len(rows) == len(lengths) else None
     array = _numbers(value, "rewards")
@@ -213,6 +226,7 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
     if logps is None and isinstance(value, torch.Tensor):
         logps = value
     if isinstance(logps, torch.Tensor) and logps.is_nested:
+        _real(logps, "log-probs")
         rows = [row.detach().float() for row in logps.unbind()]
         return [float(r.mean()) if r.numel() else None for r in rows] if len(rows) == len(lengths) else None
     if not isinstance(logps, (torch.Tensor, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):

@@ -61,6 +61,7 @@ def _store_kwargs(url: str, options: Mapping[str, Any], *, create: bool = True) 
 
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_MAX_URL = 8192  # characters: a bucket, a prefix of S3's longest key (1024 bytes) and room to spare
 
 
 def is_url(text: str) -> bool:
@@ -73,8 +74,9 @@ def remote_url(text: str) -> str:
     ``~/r``) as the ``file://`` URL of that folder, made absolute against the working directory now.
 
     Raises:
-        RemoteError: `text` is empty, a URL that does not parse (``http://[::1``), or ``file://`` without a
-            path: none names a place, and none becomes the working folder or ``/`` by accident.
+        RemoteError: `text` is empty, a URL that does not parse (``http://[::1``) or is longer than 8192
+            characters, or ``file://`` without a path: none names a place, and none becomes the working folder
+            or ``/`` by accident.
     """
     if not text.strip():
         raise RemoteError("an empty remote URL names no place: give a URL (s3://bucket/prefix, file:///folder) "
@@ -82,6 +84,9 @@ def remote_url(text: str) -> str:
     if not is_url(text):
         return pathlib.Path(os.path.expanduser(text)).resolve().as_uri()
     shown = repr(redact(text[:200]) + ("..." if len(text) > 200 else ""))
+    if len(text) > _MAX_URL:  # the HTTP client panics on a request URI past 64 KiB, which no server takes
+        raise RemoteError(f"the remote URL {shown} is {len(text)} characters long, past the {_MAX_URL} a remote URL "
+                          "may have: check it")
     try:
         parts = urllib.parse.urlsplit(text)
         parts.port  # noqa: B018 (read to check it: a port past 65535 or no number raises here)

@@ -46,3 +46,12 @@ def test_the_largest_allowed_run_key_records_and_replays_after_a_reopen(tmp_path
         assert journal.verify() == []
     with pytest.raises(InvalidKeyError):
         Journal(path, run=run + "r")
+
+
+def test_a_stage_too_long_for_any_run_key_is_named_with_the_room_it_has(tmp_path):
+    stage = "reward." + "x" * 5000
+    with Journal(str(tmp_path / "j")) as journal:
+        with pytest.raises(InvalidKeyError, match=rf"stage 'reward\.x+' takes 5007 bytes encoded as UTF-8; it may "
+                                                  rf"take at most {MAX_KEY_BYTES - 12 - 3 - 2}.*use a shorter stage"):
+            journal.record(1, {"x": 1}, stage=stage)
+        assert journal.last_seq() == 0

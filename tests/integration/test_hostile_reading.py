@@ -50,6 +50,10 @@ ODD_SAMPLES = {
     "rewards that sum past 1e308": ({"response_ids": [[2, 3], [3]]},
                                     {"rewards": torch.tensor([[1e308, 1e308], [-1e308, 0.0]], dtype=torch.float64)},
                                     "reward inf"),
+    "a complex reward": ({"response_ids": [[2, 3]]}, {"rewards": torch.tensor([1 + 1j])},
+                         "rewards given as Tensor tensor([1.+1.j]): expected real numbers"),
+    "complex token-level scores": ({"response_ids": [[2, 3]]}, {"token_level_scores": torch.tensor([[1j, 2j]])},
+                                   "rewards given as Tensor"),
     "token id -1": ({"response_ids": [[2, -1]]}, None, "cannot decode (from -1 to 2)"),
     "token id 2**40": ({"response_ids": torch.tensor([[2, 2 ** 40]])}, None, "cannot decode (from 2 to 1099511627776)"),
 }
@@ -243,7 +247,8 @@ URL_VERBS = {
 BAD_URLS = {"an unclosed IPv6 bracket": ("http://[::1", "malformed remote URL 'http://[::1'"),
             "file:// without a path": ("file://", "the remote URL 'file://' names no folder"),
             "an empty URL": ("", "an empty remote URL names no place"),
-            "a port past 65535": ("http://[::1]:99999999999999999999/x", "malformed remote URL")}
+            "a port past 65535": ("http://[::1]:99999999999999999999/x", "malformed remote URL"),
+            "a URL of 70 000 characters": ("http://h/" + "a" * 70_000, "the remote URL 'http://h/aaaa")}
 
 
 @pytest.mark.parametrize("url", sorted(BAD_URLS))

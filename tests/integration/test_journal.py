@@ -20,6 +20,7 @@ from stepjournal import (
     InvalidKeyError,
     Journal,
     JournalClosedError,
+    ObjectPayloadStore,
     ReplayServed,
     SessionOpened,
     UnknownEventTypeError,
@@ -71,6 +72,28 @@ def test_a_session_that_journals_no_call_leaves_nothing_in_the_log(jpath):
     with Journal(jpath, readonly=True) as j:
         assert [type(e) for _, e in j.events()] == [SessionOpened, GenerationRecorded]
         assert j.verify() == []
+
+
+class _FailsOnceAfterItsEventsCommit(ObjectPayloadStore):
+    """A user's payload store whose commit raises after the events committed (a mirror it also feeds is down)."""
+
+    failed = False
+
+    def commit(self, items, write_events):
+        seqs = super().commit(items, write_events)
+        if not self.failed:
+            self.failed = True
+            raise OSError("the mirror is down")
+        return seqs
+
+
+def test_a_first_call_that_committed_before_its_store_failed_opens_its_session_once(jpath, tmp_path):
+    store = _FailsOnceAfterItsEventsCommit((tmp_path / "objects").as_uri())
+    with Journal(jpath, payload_store=store) as j:
+        with pytest.raises(OSError, match="mirror"):
+            j.record(1, "x")
+        j.record(2, "y")
+        assert [opened.session for _, opened in j.sessions()] == [j.session]
 
 
 def test_journal_folder_is_created_owner_only(jpath):
@@ -331,6 +354,27 @@ def test_sigkill_during_appends_leaves_a_whole_journal(jpath):
         for step in steps:
             out = j.load_output(j.lookup(step))
             assert out["s"] == str(step) and torch.equal(out["x"], torch.full((200_000,), step))
+
+
+def _fork_child_records_under_its_own_session(j: Journal, parent: str) -> None:
+    own = j.session  # read before the child touches the journal
+    j.record(2, rollout(2))
+    sys.exit(0 if own not in (None, parent) and j.session == own else 3)
+
+
+def test_a_fork_child_has_its_own_session_from_the_fork_on(jpath):
+    """Not from its first use of the journal: two threads of the child making their first calls at once would
+    each start a session there, and the record of the one whose session was replaced would name a session that
+    no SessionOpened opens."""
+    j = Journal(jpath, run="f")  # no call yet: the parent's SessionOpened is still held
+    proc = mp.get_context("fork").Process(target=_fork_child_records_under_its_own_session, args=(j, j.session))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    j.record(1, rollout(1))
+    opened = {event.session: event.pid for _, event in j.sessions()}
+    assert opened == {j.session: os.getpid(), j.lookup(2).event.session: proc.pid}
+    j.close()
 
 
 def test_fork_child_reopens_instead_of_reusing_the_parent_environment(jpath):
