@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import stat
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -32,6 +31,7 @@ except ImportError:  # pragma: no cover - not on Windows
 
 from .events._events import Event, GenerationRecorded
 from .base._log import get_logger
+from .base._owned import closing, open_file, open_root
 from .base._paths import writer_lock_name
 
 __all__ = ["RunWriter", "WriterLock"]
@@ -39,8 +39,6 @@ __all__ = ["RunWriter", "WriterLock"]
 log = get_logger("stepjournal._journal")
 
 _MAX_INFO_BYTES = 4096
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class WriterLock:
@@ -62,15 +60,12 @@ class WriterLock:
         self._seen: set = set()
         if fcntl is None:
             return
-        try:
-            fd = os.open(os.path.join(folder, writer_lock_name(run, mode)), os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC,
-                         0o600)
+        name = writer_lock_name(run, mode)
+        try:  # written in place: a link, a FIFO or a file with other names there is refused (UnsafePathError)
+            with closing(open_root(folder)) as root:
+                self._fd = open_file(root, name, os.O_RDWR | os.O_CREAT, where=os.path.join(folder, name), in_place=True)
         except OSError:
             return  # a read-only copy, a folder of someone else: no detection, never a failure
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return
-        self._fd = fd
 
     def claim(self) -> Optional[Dict[str, Any]]:
         """Try to be the run's live writer; return the other live writer's details the first time one is met.

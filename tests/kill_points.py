@@ -30,8 +30,8 @@ FD_ENV = "STEPJOURNAL_TEST_LOCKSTEP_FD"
 TESTS = os.path.dirname(os.path.abspath(__file__))
 _LMDB_WRITES = frozenset({"put", "putmulti", "delete", "replace", "pop", "drop"})
 _LMDB_ENDS = frozenset({"commit", "__exit__"})
-_FILE_STEPS = frozenset({"open", "os.rename", "os.mkdir", "os.rmdir", "os.remove", "os.chmod", "os.truncate",
-                         "os.listdir", "os.scandir", "shutil.rmtree"})
+_FILE_STEPS = frozenset({"open", "os.fsync", "os.rename", "os.mkdir", "os.rmdir", "os.remove", "os.chmod",
+                         "os.truncate", "os.listdir", "os.scandir", "shutil.rmtree"})
 
 
 # -- the child's side ------------------------------------------------------------------------------
@@ -103,6 +103,10 @@ class Lockstep:
         within = threading.local()  # this thread's own point is being told (its steps are not points)
 
         def hook(event: str, args: Tuple[Any, ...]) -> None:
+            if event == "stepjournal.owned_path":  # a step relative to a folder's descriptor, with its path
+                event, args = args[0], args[1:]
+            elif _relative_to_a_folder(event, args):
+                return  # told by its stepjournal.owned_path event
             if not state["on"] or getattr(within, "point", False) or event not in _FILE_STEPS or not args:
                 return
             where = args[0]
@@ -121,6 +125,12 @@ class Lockstep:
 
         sys.addaudithook(hook)
         return lambda on: state.__setitem__("on", on)
+
+
+def _relative_to_a_folder(event: str, args: Tuple[Any, ...]) -> bool:
+    """Whether the interpreter's event `event` is a step on a name relative to a folder's descriptor."""
+    dir_fd = {"os.rename": 2, "os.mkdir": 2, "os.remove": 1, "os.rmdir": 1}.get(event)
+    return dir_fd is not None and len(args) > dir_fd and isinstance(args[dir_fd], int) and args[dir_fd] >= 0
 
 
 # -- the parent's side -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 - `report`: figures for docs/reliability.md, merged into the JSON file named by the environment
   variable ``STEPJOURNAL_RELIABILITY_REPORT`` (nothing is written when it is unset).
 - `worker_context`: the multiprocessing context that starts the tests' child processes (see its docstring).
+- `fuzz_worker`: a fuzz's worker run to its end, its JSON result read, or the case it died at named.
 - `expected_output`: the deterministic rollout the writer children record, so the parent can check
   every byte that was served without keeping a copy.
 """
@@ -14,8 +15,9 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import signal
 import time
-from typing import Any
+from typing import Any, Callable, Tuple
 
 import torch
 
@@ -83,6 +85,24 @@ def worker_context(kind: str = "forkserver"):
         ctx.set_forkserver_preload(["torch", "stepjournal.payloads._codec", "stepjournal._journal", "stepjournal.adapters._raw",
                                     "reliability_workers"])
     return ctx
+
+
+def fuzz_worker(target: Callable[..., None], args: Tuple[Any, ...], out: str, rebuild: str) -> dict:
+    """Run `target(*args)` in a worker that writes its result to `out` as JSON (and the case it is on to
+    ``<out>.case``, with an alarm per case); return the result, or fail the test naming the case it died at
+    and `rebuild` (how to build that case again)."""
+    import pytest
+
+    proc = worker_context().Process(target=target, args=args)
+    proc.start()
+    proc.join(3600)  # a hang detector only: each case has its own alarm
+    if proc.exitcode != 0:
+        with open(out + ".case", encoding="ascii") as fh:
+            case = fh.read()
+        how = signal.Signals(-proc.exitcode).name if proc.exitcode < 0 else f"exit {proc.exitcode}"
+        pytest.fail(f"the fuzz worker died ({how}; SIGALRM: a case ran past its alarm) at case {case}; {rebuild}")
+    with open(out, encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 # Payload sizes the writer children cycle through: small ones make many short commits, large ones

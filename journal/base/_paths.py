@@ -17,6 +17,7 @@ import stat
 from typing import List, Union
 
 from ._errors import JournalError, JournalFullError, UnsafePathError
+from ._owned import file_kind
 
 __all__ = [
     "resolve_journal_path",
@@ -136,7 +137,7 @@ def check_lmdb_files(folder: str) -> None:
             )
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError(
-                f"{name} in journal folder {folder!r} is {_file_kind(st.st_mode)}, not a regular file; LMDB cannot "
+                f"{name} in journal folder {folder!r} is {file_kind(st.st_mode)}, not a regular file; LMDB cannot "
                 f"use it safely. Move it away{' (LMDB recreates a missing lock.mdb)' if name == 'lock.mdb' else ''}"
             )
         if st.st_nlink != 1:
@@ -150,14 +151,6 @@ def check_lmdb_files(folder: str) -> None:
                 f"{name} in journal folder {folder!r} belongs to user id {st.st_uid}, not to this user ({me}); "
                 "its owner can change it under you. Copy the journal folder to a place of your own and open the copy"
             )
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return kind
-    return "a special file"
 
 
 def os_error(path: str, exc: BaseException, doing: str) -> JournalError:

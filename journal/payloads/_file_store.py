@@ -9,6 +9,11 @@ the bytes go to a new file under ``FOLDER/tmp/`` (``writev`` of the buffers give
 commit the event (`commit`). A crash in between leaves at most a file no event names: an orphan in
 ``tmp/`` (`partial_files`) or a whole payload nothing references, both of which `verify` reports.
 
+Every path of the folder (the folder itself, ``tmp/``, the two-digit folders, the files) is opened,
+made, listed, renamed and removed through `base/_owned.py`, one folder descriptor at a time from the
+folder above the payload folder: a link, a FIFO or someone else's file at one of those names is an
+`UnsafePathError`, never followed, never waited on.
+
 A file is never changed after its rename: a payload is replaced by renaming a new file over it, and
 removed by unlinking it, neither of which touches a reader's open file. A replay maps the file
 (``mmap``, private and copy-on-write) and hands the mapping to the load, whose tensors are views of
@@ -26,14 +31,16 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import re
+import stat
 import threading
-import uuid
 import weakref
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
-from ..base._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError
+from ..base._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError, UnsafePathError
+from ..base._owned import entries, kind_at, make_temp, names_in, open_file, owned_folder, remove, replace, sync
 from ..base._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
 from ._payloads import ZSTD_MAGIC, own_nbytes, stored_bound, stored_digest_read, unwrap
@@ -49,6 +56,7 @@ TMP_FOLDER = "tmp"
 _IOV_MAX = 1024
 _READ_CHUNK = 1 << 22
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+_FAN = re.compile(r"[0-9a-f]{2}")
 
 
 def local_payload_store(store: Any) -> LmdbPayloadStore:
@@ -92,7 +100,7 @@ class FilePayloadStore:
         buffers = _buffers(blob)
         # The check is bounded by the size of the value being stored, never by the file's.
         nbytes = own_nbytes(buffers[0]) if len(buffers) == 1 else sum(b.nbytes for b in buffers)
-        if os.path.exists(path) and self._intact(path, digest, nbytes):
+        if self._intact(digest, nbytes):
             return
         self._write(path, buffers)
 
@@ -103,12 +111,14 @@ class FilePayloadStore:
 
     def delete(self, digest: bytes) -> bool:
         self._refuse_if_readonly()
-        path = self.path_of(digest)
+        name = digest.hex()
         try:
-            os.unlink(path)
+            with _folder(self.folder, name[:2]) as fan:
+                if not remove(fan, name[2:], where=self.path_of(digest)):
+                    return False
+                sync(fan, where=os.path.dirname(self.path_of(digest)))
         except FileNotFoundError:
             return False
-        _fsync_folder(os.path.dirname(path))
         return True
 
     def stage(self, blob: Any) -> "StagedFile":
@@ -129,50 +139,58 @@ class FilePayloadStore:
         """The files a write left in ``tmp/`` without renaming them (a crash cut it short), oldest first."""
         tmp = os.path.join(self.folder, TMP_FOLDER)
         try:
-            names = os.listdir(tmp)
+            with _folder(self.folder, TMP_FOLDER) as fd:
+                return [os.path.join(tmp, name) for name, _ in entries(fd, where=tmp)]
         except FileNotFoundError:
             return []
-        found = []
-        for name in names:
-            path = os.path.join(tmp, name)
-            try:
-                found.append((os.stat(path).st_mtime_ns, path))
-            except FileNotFoundError:
-                continue  # a write in flight renamed it meanwhile: not left behind
-        return [path for _, path in sorted(found)]
 
     def remove_partial_files(self) -> int:
         """Delete what `partial_files` lists; return how many. Only for a journal no process is writing:
         a write in flight has its file there too."""
         self._refuse_if_readonly()
-        found = self.partial_files()
-        for path in found:
-            os.unlink(path)
-        if found:
-            _fsync_folder(os.path.join(self.folder, TMP_FOLDER))
-        return len(found)
+        tmp = os.path.join(self.folder, TMP_FOLDER)
+        try:
+            with _folder(self.folder, TMP_FOLDER) as fd:
+                removed = sum(remove(fd, name, where=os.path.join(tmp, name)) for name, _ in entries(fd, where=tmp))
+                if removed:
+                    sync(fd, where=tmp)
+        except FileNotFoundError:
+            return 0
+        return removed
 
     def _refuse_if_readonly(self) -> None:
         if self.readonly:
             raise JournalError(f"the payload folder {self.folder} was opened read-only; open it writable to write")
 
-    def _intact(self, path: str, digest: bytes, nbytes: int) -> bool:
+    def _intact(self, digest: bytes, nbytes: int) -> bool:
+        """Whether the file of `digest` is there, a plain file holding the payload (else it is replaced)."""
         try:
-            with open(path, "rb") as f:
+            f = self._opened(digest)
+            if f is None:
+                return False
+            with f:
                 return _file_digest(f, digest, nbytes) == digest
-        except (IntegrityError, OSError):
+        except (IntegrityError, UnsafePathError, OSError):
             return False
 
     def _new_tmp(self) -> str:
-        """A new name under ``tmp/`` (the folder made if missing)."""
-        tmp_folder = os.path.join(self.folder, TMP_FOLDER)
-        _make_folder(tmp_folder, self.folder)
-        return os.path.join(tmp_folder, uuid.uuid4().hex)
+        """A new file under ``tmp/`` (the folders made if missing), created under a name of its own."""
+        try:
+            with _folder(self.folder, TMP_FOLDER, create=True) as tmp:
+                fd, name = make_temp(tmp, "", where=os.path.join(self.folder, TMP_FOLDER), mode=0o644)
+        except OSError as exc:
+            if exc.errno in _FULL:
+                raise JournalFullError(
+                    f"the disk holding {self.folder} is full: no payload file could be made") from None
+            raise
+        os.close(fd)
+        return os.path.join(self.folder, TMP_FOLDER, name)
 
     def _write_tmp(self, tmp: str, buffers: List[memoryview]) -> None:
-        """`buffers` written to the new file `tmp` and fsynced; on an error the file is removed."""
+        """`buffers` written to the new file `tmp` (made by `_new_tmp`) and fsynced; on an error the file is removed."""
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with _folder(self.folder, TMP_FOLDER) as folder:
+                fd = open_file(folder, os.path.basename(tmp), os.O_WRONLY, where=tmp)
             try:
                 _write_all(fd, buffers)
                 os.fsync(fd)
@@ -184,13 +202,14 @@ class FilePayloadStore:
 
     def _rename_into_place(self, tmp: str, path: str, nbytes: int) -> None:
         """`tmp` (`nbytes` written and fsynced) renamed to `path`, then its folder fsynced."""
+        fan = os.path.basename(os.path.dirname(path))
         try:
-            _make_folder(os.path.dirname(path), self.folder)
-            os.rename(tmp, path)
+            with _folder(self.folder, TMP_FOLDER) as folder, _folder(self.folder, fan, create=True) as into:
+                replace(folder, os.path.basename(tmp), into, os.path.basename(path), source=tmp, where=path)
+                sync(into, where=os.path.dirname(path))
         except OSError as exc:
             _remove_quietly(tmp)
             raise self._full(exc, nbytes) from None
-        _fsync_folder(os.path.dirname(path))
 
     def _full(self, exc: OSError, nbytes: int) -> OSError:
         """`JournalFullError` for a full disk, else `exc` itself."""
@@ -219,10 +238,9 @@ class FilePayloadStore:
 
     def _open(self, digest: bytes, nbytes: Optional[int]) -> Tuple[Any, int]:
         """(the open file, its size), refused when missing or larger than a payload of `nbytes` may be."""
-        try:
-            f = open(self.path_of(digest), "rb")
-        except FileNotFoundError:
-            raise self._missing(digest) from None
+        f = self._opened(digest)
+        if f is None:
+            raise self._missing(digest)
         size = os.fstat(f.fileno()).st_size
         if size > stored_bound(nbytes):
             f.close()
@@ -267,52 +285,69 @@ class FilePayloadStore:
             if _file_digest(f, digest, nbytes, one_thread) != digest:
                 raise self._damaged(digest)
 
+    def _opened(self, digest: bytes) -> Optional[Any]:
+        """The file of `digest` opened for reading (a plain file of this user, see `base/_owned.py`); None
+        when there is none."""
+        name = digest.hex()
+        try:
+            with _folder(self.folder, name[:2]) as fan:
+                return os.fdopen(open_file(fan, name[2:], os.O_RDONLY, where=self.path_of(digest)), "rb")
+        except FileNotFoundError:
+            return None
+
     def total_bytes(self, *, besides: Optional[bytes] = None) -> int:
         """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder), but the file
         this process staged for the digest `besides` (the payload whose room is being asked for)."""
         staged = self._staged.get(besides) if besides is not None else None
         own = staged._tmp if staged is not None and staged.pid == os.getpid() else None
         total = 0
-        for folder, _, names in os.walk(self.folder):
-            for name in names:
-                path = os.path.join(folder, name)
-                if path == own:
-                    continue
-                try:
-                    total += os.stat(path).st_size
-                except FileNotFoundError:
-                    continue  # deleted meanwhile
+        for fan in [TMP_FOLDER, *self._fans()]:
+            try:
+                with _folder(self.folder, fan) as fd:
+                    total += sum(st.st_size for name, st in entries(fd, where=os.path.join(self.folder, fan))
+                                 if stat.S_ISREG(st.st_mode) and os.path.join(self.folder, fan, name) != own)
+            except FileNotFoundError:
+                continue
         return total
 
     def stored(self, digest: bytes) -> Optional[Any]:
         """The file's bytes as they are stored, unchecked, as a read-only mapping of the file (a push of a
         GB payload holds page cache, not a copy of it); None when there is no such file."""
-        try:
-            with open(self.path_of(digest), "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
-                    return b""
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
+        f = self._opened(digest)
+        if f is None:
             return None
+        with f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def has(self, digest: bytes) -> bool:
-        return os.path.isfile(self.path_of(digest))
+        check_digest(digest)
+        name = digest.hex()
+        try:
+            with _folder(self.folder, name[:2]) as fan:
+                return kind_at(fan, name[2:]) is not None
+        except FileNotFoundError:
+            return False
 
     def __contains__(self, digest: object) -> bool:
         return isinstance(digest, bytes) and len(digest) == DIGEST_SIZE and self.has(digest)
 
-    def digests(self) -> Iterator[bytes]:
+    def _fans(self) -> List[str]:
+        """The two-digit folders' names, sorted."""
         try:
-            fans = sorted(os.listdir(self.folder))
+            with _folder(self.folder) as fd:
+                return sorted(name for name in names_in(fd, where=self.folder) if _FAN.fullmatch(name))
         except FileNotFoundError:
-            return
-        for fan in fans:
-            if len(fan) != 2 or fan == TMP_FOLDER:
-                continue
+            return []
+
+    def digests(self) -> Iterator[bytes]:
+        for fan in self._fans():
             try:
-                names = sorted(os.listdir(os.path.join(self.folder, fan)))
-            except NotADirectoryError:
-                continue
+                with _folder(self.folder, fan) as fd:
+                    names = sorted(names_in(fd, where=os.path.join(self.folder, fan)))
+            except FileNotFoundError:
+                continue  # removed meanwhile
             for name in names:
                 try:
                     digest = bytes.fromhex(fan + name)
@@ -393,34 +428,17 @@ def _file_digest(f: Any, digest: bytes, nbytes: Optional[int], one_thread: bool 
     return stored_digest_read(f.read, digest.hex(), nbytes, one_thread=one_thread)
 
 
-def _make_folder(path: str, root: str) -> None:
-    """Make `path` (and `root` above it) if missing, durably: the new entry's parent is synced."""
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path)
-    if path != root and not os.path.isdir(parent):
-        _make_folder(parent, root)
+def _folder(folder: str, *names: str, create: bool = False) -> ContextManager[int]:
+    """The descriptor of the payload folder `folder`, or of its sub-folder `names` (see `owned_folder`)."""
+    parent, top = os.path.split(folder)
+    return owned_folder(parent or os.curdir, top, *names, create=create)
+
+
+def _remove_quietly(tmp: str) -> None:
+    """Remove the file `tmp` that `_new_tmp` made, if it is still there."""
+    payloads = os.path.dirname(os.path.dirname(tmp))
     try:
-        os.mkdir(path)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        if exc.errno in _FULL:
-            raise JournalFullError(f"the disk holding {root} is full: the folder {path} could not be made") from None
-        raise
-    _fsync_folder(parent)
-
-
-def _fsync_folder(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        with _folder(payloads, TMP_FOLDER) as folder:
+            remove(folder, os.path.basename(tmp), where=tmp)
+    except (FileNotFoundError, UnsafePathError):
+        pass  # nothing of ours to remove there

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
-from ..base._errors import IntegrityError, JournalFullError, PayloadMissingError
+from ..base._errors import IntegrityError, JournalFullError, PayloadMissingError, UnsafePathError
 from ..base._pages import MappedFile, releaser
 from ._payloads import blob_intact, joined, own_nbytes, stored_digest, stored_size, unwrap
 from ..storage._store import Store
@@ -322,7 +322,7 @@ class LmdbPayloadStore:
             sizes = [len(b) if b is not None else (items[at][1] or 0) for at, b in enumerate(blobs)]
             side_by_side = workers > 1 and sum(sizes) >= _PARALLEL_FROM * len(items)
 
-            def check(at: int) -> Optional[IntegrityError]:
+            def check(at: int) -> Optional[Exception]:
                 digest, nbytes = items[at]
                 if blobs[at] is None and self.files is not None and self.files.has(digest):
                     return _problem(lambda: self.files.check(digest, nbytes=nbytes, one_thread=side_by_side))
@@ -375,9 +375,9 @@ def check_digest(digest: object) -> None:
         raise IntegrityError(f"payload digest {digest!r} is malformed: a payload key is {DIGEST_SIZE} bytes")
 
 
-def check_all(store: PayloadStore, items: Sequence[Tuple[bytes, Optional[int]]]) -> List[Optional[IntegrityError]]:
+def check_all(store: PayloadStore, items: Sequence[Tuple[bytes, Optional[int]]]) -> List[Optional[Exception]]:
     """`check` of each ``(digest, nbytes)`` of `items` in `store`: per item, None when it is whole, else the
-    `PayloadMissingError` or `IntegrityError` `check` raises (for `verify`). A store with its own
+    `PayloadMissingError`, `IntegrityError` or `UnsafePathError` `check` raises (for `verify`). A store with its own
     ``check_many`` (one read transaction, checks side by side) does it its way."""
     own = getattr(store, "check_many", None)
     if own is not None:
@@ -385,10 +385,11 @@ def check_all(store: PayloadStore, items: Sequence[Tuple[bytes, Optional[int]]])
     return [_problem(lambda: store.check(digest, nbytes=nbytes)) for digest, nbytes in items]
 
 
-def _problem(check: Callable[[], None]) -> Optional[IntegrityError]:
-    """What `check` raised when the payload is missing or damaged, else None; any other error propagates."""
+def _problem(check: Callable[[], None]) -> Optional[Exception]:
+    """What `check` raised when the payload is missing or damaged (or its file is not a plain file of this
+    user: `UnsafePathError`), else None; any other error propagates."""
     try:
         check()
-    except IntegrityError as exc:  # PayloadMissingError is one too
+    except (IntegrityError, UnsafePathError) as exc:  # PayloadMissingError is one too
         return exc
     return None

@@ -4,7 +4,8 @@ A remote's name is configuration of this copy of the journal, not something the 
 it is no event (the log holds what happened; a remote added or removed changes nothing that
 happened), it travels with no push, bundle or clone, and it changes in place. So it is a small JSON
 file beside ``data.mdb``, written whole and atomically (a temporary file, fsync, rename, fsync of the
-folder) under an exclusive lock of the folder, and read bounded (docs/sharing.md, "Named remotes").
+folder) under an exclusive lock of the folder, and read bounded (docs/sharing.md, "Named remotes"). Both
+files are owned paths of the folder (`base/_owned.py`): never opened through a link, nor waited on as a FIFO.
 Keeping it out of LMDB also lets `push` (which opens the journal read-only, beside a live trainer)
 read it without a transaction, and ``remote add`` never waits on the trainer's write lock.
 
@@ -29,6 +30,7 @@ import attrs
 from ._bounded_parse import json_document
 from ..base._errors import JournalError, RemoteConfigError, RemoteUrlSecretError
 from ..payloads._object_client import is_url, remote_url
+from ..base._owned import closing, make_temp, open_file, open_root, remove, replace
 from ..base._paths import os_error
 from ..base._secrets import public_url
 
@@ -74,7 +76,8 @@ def _read(folder: str) -> Dict[str, Any]:
     """The config of the journal at `folder` (an empty one when it has none), checked for its shape."""
     path = os.path.join(folder, CONFIG_FILE)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with closing(open_root(folder)) as root:
+            fd = open_file(root, CONFIG_FILE, os.O_RDONLY, where=path)
     except FileNotFoundError:
         return {"format": _FORMAT, "default": None, "remotes": []}
     except OSError as exc:
@@ -119,25 +122,35 @@ def _changing(journal: Any) -> Iterator[Dict[str, Any]]:
             os.makedirs(folder, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise os_error(folder, exc, "create the config folder") from None
-    lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    lock = open_root(folder)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         config = _read(folder)
         yield config
-        tmp = os.path.join(folder, f".{CONFIG_FILE}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(config, f, indent=2)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(folder, CONFIG_FILE))
-            os.fsync(lock)
-        except OSError as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise os_error(folder, exc, "change the remotes of") from None
+        _write(lock, folder, config)
     finally:
         os.close(lock)
+
+
+def _write(fd: int, folder: str, config: Dict[str, Any]) -> None:
+    """`config` written to a new file in `folder` (`fd`, its descriptor), fsynced, renamed over the config
+    file, and the folder fsynced."""
+    try:
+        tmp_fd, tmp = make_temp(fd, f".{CONFIG_FILE}.", where=folder)
+    except OSError as exc:
+        raise os_error(folder, exc, "change the remotes of") from None
+    try:
+        with os.fdopen(tmp_fd, "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        replace(fd, tmp, fd, CONFIG_FILE, source=os.path.join(folder, tmp), where=os.path.join(folder, CONFIG_FILE))
+        os.fsync(fd)
+    except BaseException as exc:
+        remove(fd, tmp, where=os.path.join(folder, tmp))
+        if isinstance(exc, OSError):
+            raise os_error(folder, exc, "change the remotes of") from None
+        raise
 
 
 def _listed(config: Dict[str, Any]) -> List[NamedRemote]:

@@ -95,11 +95,13 @@ def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> 
     """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors).
 
     Opened for writing, a journal of a newer format is refused here (`JournalFormatError`), before the
-    caller creates the named databases this library knows and that format may lack.
+    caller creates the named databases this library knows and that format may lack. The path is given as
+    bytes: py-lmdb encodes a str path as strict UTF-8, which a folder name that is not UTF-8 (its bytes kept
+    in the str as surrogates) cannot be.
     """
     for _ in range(_TRIES):
         try:
-            env = lmdb.open(key, map_size=map_size, **options)
+            env = lmdb.open(os.fsencode(key), map_size=map_size, **options)
             if not options.get("readonly"):
                 _check_format(env, path)
             return env

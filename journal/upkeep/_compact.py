@@ -43,6 +43,8 @@ from ..events._events import call_refs
 from ..events._keys import seq_of
 from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ..base._log import get_logger
+from ..base._owned import closing, open_file, open_root
+from ..base._paths import check_lmdb_files
 from ..storage._format import check_format_of
 from ..storage._lmdb_open import empty_data_file
 from ..storage._store import MAX_DBS, open_in_this_process
@@ -81,9 +83,11 @@ class CompactResult:
 
 
 def _lock_exclusive(lock_file: str, path: str) -> int:
-    """Take the exclusive lock on byte 0 of ``lock.mdb``; refuse when any process has the journal open."""
+    """Take the exclusive lock on byte 0 of ``lock.mdb``; refuse when any process has the journal open.
+    It is emptied after the swap: opened as an owned path (`base/_owned.py`), never through a link."""
     try:
-        fd = os.open(lock_file, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        with closing(open_root(os.path.dirname(lock_file))) as root:
+            fd = open_file(root, "lock.mdb", os.O_RDWR, where=lock_file, in_place=True)
     except FileNotFoundError:
         raise CompactError(f"journal {path!r} has no lock.mdb; open it once for writing, then compact") from None
     except OSError as exc:
@@ -110,7 +114,7 @@ def _entries(env: lmdb.Environment) -> dict:
 
 def _copy(src: str, dest_dir: str, path: str) -> int:
     """Write the compacted copy of `src`'s environment into `dest_dir`; check it; return its size."""
-    env = lmdb.open(src, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    env = lmdb.open(os.fsencode(src), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     try:
         used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
         free = shutil.disk_usage(dest_dir).free
@@ -121,7 +125,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
             )
         expected = _entries(env)
         try:
-            env.copy(dest_dir, compact=True)
+            env.copy(os.fsencode(dest_dir), compact=True)
         except lmdb.Error as exc:
             raise CompactError(f"compacting {path!r} failed ({exc}); nothing was changed") from None
     finally:
@@ -132,7 +136,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
         os.fsync(fd)
     finally:
         os.close(fd)
-    copy = lmdb.open(dest_dir, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    copy = lmdb.open(os.fsencode(dest_dir), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     try:
         found = _entries(copy)
     finally:
@@ -144,7 +148,7 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
 
 def _named_digests(folder: str) -> Tuple[set, Optional[int]]:
     """(the digests (hex) the journal's events name, the seq of the first event that cannot be read or None)."""
-    env = lmdb.open(folder, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     named: set = set()
     try:
         with env.begin() as txn:
@@ -195,7 +199,7 @@ def _check_format(folder: str, path: str) -> None:
     if os.path.getsize(os.path.join(folder, "data.mdb")) == 0:
         raise empty_data_file(path)  # lock.mdb is held: no creation is under way
     try:
-        env = lmdb.open(folder, readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+        env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
     except lmdb.Error as exc:
         raise CompactError(f"cannot read journal {path!r} ({exc}); nothing was changed: run "
                            f"`stepjournal verify` on it") from None
@@ -236,6 +240,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
         raise CompactError("compaction needs fcntl locks (not available on this platform)")
     if open_in_this_process(folder):
         raise JournalBusyError(f"journal {path!r} is open in this process; close every Journal on it, then compact")
+    check_lmdb_files(folder)
     lock_file = os.path.join(folder, "lock.mdb")
     fd = _lock_exclusive(lock_file, path)
     try:

@@ -9,7 +9,7 @@ import msgpack
 
 from ..index._call_rows import KeyRuleCache, call_row
 from ..events._convert import checked_body, decode_event
-from ..base._errors import IntegrityError, StepJournalError
+from ..base._errors import IntegrityError, StepJournalError, UnsafePathError
 from ..events._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ..index._import_map import ImportMap
 from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
@@ -37,8 +37,10 @@ class VerifyProblem:
     Attributes:
         kind: ``event``, ``payload``, ``index``, ``rows`` (an audit row kept by the appends that is not
             the one the log gives), ``missing_payload``, ``released_payload`` (a payload
-            retention released is still stored), ``orphan_file`` (a payload file no event names) or
-            ``partial_file`` (a payload file a write left half done).
+            retention released is still stored), ``orphan_file`` (a payload file no event names),
+            ``partial_file`` (a payload file a write left half done) or ``unsafe_path`` (something other
+            than the journal's own folder or plain file at a path of ``payloads/``: a link, a FIFO, a file
+            in place of a folder; nothing behind it is read).
         where: the event sequence number, payload digest or index key concerned.
         steps: the train steps affected, when known.
         detail: what is wrong.
@@ -93,8 +95,12 @@ def verify(
     problems = fold.problems + _index_problems(fold.expected, dict(index_items()), checked_up_to, last_seq())
     if last_seq() == checked_up_to:  # a release appended meanwhile rewrites a row the log read had not seen
         problems += [VerifyProblem("rows", where, (), detail) for where, detail in rows]
-    problems += _payload_problems(payloads, fold, progress, done)
-    return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
+    try:
+        problems += _payload_problems(payloads, fold, progress, done)
+        return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
+    except UnsafePathError as exc:  # a folder of payloads/ is not the journal's own: nothing in it is read
+        files = getattr(payloads, "files", None)  # the journal's payload files, the one store that raises it
+        return problems + [VerifyProblem("unsafe_path", files.folder if files is not None else "", (), str(exc))]
 
 
 @attrs.define
@@ -193,6 +199,9 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
         for (place, _, hexd), exc in zip(batch, outcomes):
             done += fold.stored_size.get(hexd, 0)
             if exc is None:
+                continue
+            if isinstance(exc, UnsafePathError):  # a payload file's name holds a link, a FIFO ...
+                stored.append((place, VerifyProblem("unsafe_path", hexd, fold.steps(hexd), str(exc))))
                 continue
             if not isinstance(exc, IntegrityError):
                 raise exc

@@ -241,8 +241,8 @@ KILLED_RECORD = """
         if point == "folder-synced" and stat.S_ISDIR(os.fstat(fd).st_mode) and renamed:  # the renamed file's folder
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def rename(a, b):
-        real_rename(a, b)
+    def rename(a, b, **folders):  # the names are relative to the folders' descriptors
+        real_rename(a, b, **folders)
         renamed.append(b)
         if point == "renamed":
             os.kill(os.getpid(), signal.SIGKILL)

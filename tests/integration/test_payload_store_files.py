@@ -133,8 +133,8 @@ KILLED_WRITER = """
         if where == "before-rename" and stat.S_ISREG(os.fstat(fd).st_mode):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def rename(a, b):
-        real_rename(a, b)
+    def rename(a, b, **folders):  # the names are relative to the folders' descriptors
+        real_rename(a, b, **folders)
         if where == "after-rename":
             os.kill(os.getpid(), signal.SIGKILL)
 
