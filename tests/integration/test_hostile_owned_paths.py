@@ -197,3 +197,42 @@ def test_a_journal_folder_whose_name_is_not_utf8_records_reads_verifies_and_comp
     assert [r.name for r in list_remotes(path)] == ["origin"]
     done = run_cli("verify", path, timeout=HANG)
     assert done.returncode == 0 and "journal is whole" in done.stdout, done
+
+
+RECORD_WATCHED = textwrap.dedent("""
+    import sys, torch
+    from kill_points import Lockstep
+    from stepjournal import Journal
+    path, n = sys.argv[1], int(sys.argv[2])
+    switch = Lockstep.inherited().filesystem(path)
+    with Journal(path, run="r") as recording:
+        switch(True)
+        recording.record(3, {"ids": torch.arange(n) + 1})
+""")
+
+
+def test_a_staged_file_swapped_for_a_hard_link_after_its_creation_is_not_written_through(journal, tmp_path):
+    """A staged payload file is created exclusively under a random name, then written: when another process
+    puts a hard link to a file of the user's at that name in between (the child stopped at its first step after
+    the creation), the bytes still go to the file the journal created; the user's file keeps its bytes."""
+    import re
+
+    from kill_points import start_script
+
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"the user's own notes")
+    child = start_script(RECORD_WATCHED, journal, str(BIG))
+    staged = None
+    while True:
+        label = child.next_point()
+        assert label is not None, f"the record ended before its staged file was made: {child.seen[-5:]}"
+        if staged is not None:
+            break  # the file exists now: its creation's step came before
+        if re.fullmatch(r"open payloads/tmp/[0-9a-f]{32}", label):
+            staged = os.path.join(journal, label.split(" ", 1)[1])
+        child.go()
+    os.unlink(staged)
+    os.link(mine, staged)
+    child.go()
+    child.finish(exits=(0, 1))
+    assert mine.read_bytes() == b"the user's own notes"
