@@ -271,7 +271,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
 
 
 def _compact_to(folder: str, to: str, path: str, before: int) -> CompactResult:
-    created = not os.path.exists(to)
+    created = not os.path.lexists(to)  # a link to nowhere is a name taken, not a new folder
     if not created and (not os.path.isdir(to) or os.listdir(to)):
         raise CompactError(f"compact target {to!r} exists and is not an empty folder; name a new one")
     if created:

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-from stepjournal import Journal, UnsafePathError, add_remote, compact, list_remotes
+from stepjournal import CompactError, Journal, UnsafePathError, add_remote, compact, list_remotes
 from stepjournal.base._paths import writer_lock_name
 from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER
 from stepjournal.payloads._payload_store import FILE_FROM
@@ -236,3 +236,12 @@ def test_a_staged_file_swapped_for_a_hard_link_after_its_creation_is_not_written
     child.go()
     child.finish(exits=(0, 1))
     assert mine.read_bytes() == b"the user's own notes"
+
+
+def test_compact_to_a_link_to_nowhere_is_refused_in_one_line_and_creates_nothing_where_it_points(journal, tmp_path):
+    """``compact --to`` a link to nowhere: not a new folder (it is a name taken), refused as a target that exists."""
+    os.symlink(tmp_path / "nowhere", tmp_path / "copy")
+    with pytest.raises(CompactError, match="exists and is not an empty folder"):
+        compact(journal, to=tmp_path / "copy")
+    one_error_line(run_cli("compact", journal, "--to", str(tmp_path / "copy"), timeout=HANG), "not an empty folder")
+    assert not os.path.lexists(tmp_path / "nowhere")
