@@ -45,6 +45,7 @@ from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ..base._log import get_logger
 from ..base._owned import closing, open_file, open_root
 from ..base._paths import check_lmdb_files
+from ..base._undo import remove_entry
 from ..storage._format import check_format_of
 from ..storage._lmdb_open import empty_data_file
 from ..storage._store import MAX_DBS, open_in_this_process
@@ -248,7 +249,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
         before = os.path.getsize(data_file)
         for name in os.listdir(folder):  # what a compaction killed midway left
             if name.startswith(_TMP_PREFIX):
-                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                remove_entry(os.path.join(folder, name))  # a link itself, not where it points
         if to is not None:
             return _compact_to(folder, os.fspath(to), path, before)
         tmp = os.path.join(folder, f"{_TMP_PREFIX}{os.getpid()}")

@@ -245,3 +245,15 @@ def test_compact_to_a_link_to_nowhere_is_refused_in_one_line_and_creates_nothing
         compact(journal, to=tmp_path / "copy")
     one_error_line(run_cli("compact", journal, "--to", str(tmp_path / "copy"), timeout=HANG), "not an empty folder")
     assert not os.path.lexists(tmp_path / "nowhere")
+
+
+def test_a_link_at_compacts_own_work_folder_name_is_removed_and_what_it_points_to_is_untouched(journal, tmp_path):
+    """A received journal may hold a link at ``.compact-<pid>``, the work folder's name for the process that
+    compacts (a container's compaction runs at the same few process ids): compact removes the link, as it
+    removes what a killed compaction left, and compacts; the folder it pointed to is untouched."""
+    outside = elsewhere(tmp_path)
+    before = snapshot(outside)
+    os.symlink(outside, os.path.join(journal, f".compact-{os.getpid()}"))
+    compact(journal)
+    assert not any(name.startswith(".compact-") for name in os.listdir(journal))
+    assert snapshot(outside) == before
