@@ -26,7 +26,7 @@ import shutil
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Set
 
-__all__ = ["undone_on_failure"]
+__all__ = ["undone_on_failure", "remove_entry"]
 
 
 def _first_missing(folder: str) -> Optional[str]:
@@ -62,11 +62,13 @@ def undone_on_failure(path: Any, *, kept: Callable[[str], bool] = lambda folder:
             shutil.rmtree(created, ignore_errors=True)
         elif before is not None:
             for name in set(os.listdir(folder)) - before:
-                _remove(os.path.join(folder, name))
+                remove_entry(os.path.join(folder, name))
         raise
 
 
-def _remove(path: str) -> None:
+def remove_entry(path: str) -> None:
+    """Remove what is at `path`: a folder with what it holds, or anything else, a link itself (never what it
+    points to); nothing when there is nothing."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:

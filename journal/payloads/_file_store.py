@@ -173,8 +173,9 @@ class FilePayloadStore:
         except (IntegrityError, UnsafePathError, OSError):
             return False
 
-    def _new_tmp(self) -> str:
-        """A new file under ``tmp/`` (the folders made if missing), created under a name of its own."""
+    def _new_tmp(self) -> Tuple[int, str]:
+        """A new file under ``tmp/`` (the folders made if missing), created under a name of its own: its
+        descriptor (write-only, for `_write_tmp`) and its path."""
         try:
             with _folder(self.folder, TMP_FOLDER, create=True) as tmp:
                 fd, name = make_temp(tmp, "", where=os.path.join(self.folder, TMP_FOLDER), mode=0o644)
@@ -183,14 +184,12 @@ class FilePayloadStore:
                 raise JournalFullError(
                     f"the disk holding {self.folder} is full: no payload file could be made") from None
             raise
-        os.close(fd)
-        return os.path.join(self.folder, TMP_FOLDER, name)
+        return fd, os.path.join(self.folder, TMP_FOLDER, name)
 
-    def _write_tmp(self, tmp: str, buffers: List[memoryview]) -> None:
-        """`buffers` written to the new file `tmp` (made by `_new_tmp`) and fsynced; on an error the file is removed."""
+    def _write_tmp(self, fd: int, tmp: str, buffers: List[memoryview]) -> None:
+        """`buffers` written to the new file `tmp` through `fd`, the descriptor `_new_tmp` created it with (its
+        name, opened again, may be another file's by now), fsynced and closed; on an error the file is removed."""
         try:
-            with _folder(self.folder, TMP_FOLDER) as folder:
-                fd = open_file(folder, os.path.basename(tmp), os.O_WRONLY, where=tmp)
             try:
                 _write_all(fd, buffers)
                 os.fsync(fd)
@@ -222,8 +221,8 @@ class FilePayloadStore:
         return exc
 
     def _write(self, path: str, buffers: List[memoryview]) -> None:
-        tmp = self._new_tmp()
-        self._write_tmp(tmp, buffers)
+        fd, tmp = self._new_tmp()
+        self._write_tmp(fd, tmp, buffers)
         self._rename_into_place(tmp, path, sum(b.nbytes for b in buffers))
 
     # -- reading ---------------------------------------------------------------------------------
@@ -369,16 +368,16 @@ class StagedFile:
     def __init__(self, store: FilePayloadStore, buffers: List[memoryview]) -> None:
         self._store = store
         self.pid = os.getpid()  # the process whose thread writes it
-        self._tmp = store._new_tmp()
+        fd, self._tmp = store._new_tmp()
         self._nbytes = sum(b.nbytes for b in buffers)
         self._error: Optional[BaseException] = None
         self._digest: Optional[bytes] = None
-        self._thread = threading.Thread(target=self._run, args=(buffers,), name="stepjournal-stage", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(fd, buffers), name="stepjournal-stage", daemon=True)
         self._thread.start()
 
-    def _run(self, buffers: List[memoryview]) -> None:
+    def _run(self, fd: int, buffers: List[memoryview]) -> None:
         try:
-            self._store._write_tmp(self._tmp, buffers)
+            self._store._write_tmp(fd, self._tmp, buffers)
         except BaseException as exc:  # raised where the record waits for it (`finish`)
             self._error = exc
 

@@ -408,7 +408,7 @@ def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[D
         JournalError: `path` already holds something.
     """
     path = os.fspath(path)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    if os.path.lexists(path) and (not os.path.isdir(path) or os.listdir(path)):  # a link to nowhere too
         raise JournalError(f"cannot clone into {path!r}: it exists and is not an empty folder; use pull")
     url = remote_url(os.fspath(url))
     report = pull(url, path, progress=progress, options=options, runs=runs, keep=keep)

@@ -334,7 +334,7 @@ def export_payloads(
             recorded output at those steps.
     """
     target = os.path.abspath(folder)
-    if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
+    if os.path.lexists(target) and (not os.path.isdir(target) or os.listdir(target)):  # a link to nowhere too
         raise ExportError(f"{folder} exists and is not an empty folder; export into a new one")
     with OpaqueReader(journal) as reader:  # a path that holds no journal is said before safetensors loads torch
         _need_safetensors()

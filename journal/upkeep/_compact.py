@@ -45,6 +45,7 @@ from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
 from ..base._log import get_logger
 from ..base._owned import closing, open_file, open_root
 from ..base._paths import check_lmdb_files
+from ..base._undo import remove_entry
 from ..storage._format import check_format_of
 from ..storage._lmdb_open import empty_data_file
 from ..storage._store import MAX_DBS, open_in_this_process
@@ -248,7 +249,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
         before = os.path.getsize(data_file)
         for name in os.listdir(folder):  # what a compaction killed midway left
             if name.startswith(_TMP_PREFIX):
-                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                remove_entry(os.path.join(folder, name))  # a link itself, not where it points
         if to is not None:
             return _compact_to(folder, os.fspath(to), path, before)
         tmp = os.path.join(folder, f"{_TMP_PREFIX}{os.getpid()}")
@@ -271,7 +272,7 @@ def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
 
 
 def _compact_to(folder: str, to: str, path: str, before: int) -> CompactResult:
-    created = not os.path.exists(to)
+    created = not os.path.lexists(to)  # a link to nowhere is a name taken, not a new folder
     if not created and (not os.path.isdir(to) or os.listdir(to)):
         raise CompactError(f"compact target {to!r} exists and is not an empty folder; name a new one")
     if created:

@@ -77,6 +77,15 @@ def test_a_failed_clone_into_an_empty_folder_given_leaves_it_there_and_empty(tmp
     assert os.listdir(tmp_path / "b") == []
 
 
+def test_a_clone_into_a_dangling_link_is_refused_and_creates_nothing_where_it_points(tmp_path):
+    """A link to nowhere at the target is not a missing folder: the clone would make the journal where the link
+    points, and its undo (which removes only what it finds it created) would leave it there when it fails."""
+    os.symlink(tmp_path / "elsewhere", tmp_path / "b")
+    with pytest.raises(StepJournalError, match="exists and is not an empty folder"):
+        clone((tmp_path / "missing").as_uri(), tmp_path / "b")
+    assert not os.path.lexists(tmp_path / "elsewhere")
+
+
 def test_a_failed_pull_into_an_existing_journal_keeps_it_whole(tmp_path):
     record(tmp_path / "a")
     before = sorted(os.listdir(tmp_path / "a"))

@@ -101,3 +101,16 @@ def test_keys_taken_at_one_path_cost_probes_linear_in_their_number(tmp_path):
         assert len(set(keys)) == n and keys[:3] == ["same", "same~2", "same~3"]
         probes[n] = counter[0]
     assert probes[8_000] <= 5 * probes[2_000], probes
+
+
+def test_export_to_a_link_to_nowhere_is_refused_in_one_line_and_creates_nothing_where_it_points(tmp_path):
+    """A link to nowhere at ``--to`` is a name taken, not a new folder: refused as a target that exists, never
+    made through the link (where the export's files would land outside the folder named)."""
+    path = str(tmp_path / "journal")
+    with Journal(path, run="r") as journal:
+        journal.record(1, {"ids": torch.arange(4)})
+    os.symlink(tmp_path / "nowhere", tmp_path / "out")
+    result = _cli("export", path, "--to", str(tmp_path / "out"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "exists and is not an empty folder" in result.stderr, result.stderr
+    assert not os.path.lexists(tmp_path / "nowhere")

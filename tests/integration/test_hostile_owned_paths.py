@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-from stepjournal import Journal, UnsafePathError, add_remote, compact, list_remotes
+from stepjournal import CompactError, Journal, UnsafePathError, add_remote, compact, list_remotes
 from stepjournal.base._paths import writer_lock_name
 from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER
 from stepjournal.payloads._payload_store import FILE_FROM
@@ -197,3 +197,63 @@ def test_a_journal_folder_whose_name_is_not_utf8_records_reads_verifies_and_comp
     assert [r.name for r in list_remotes(path)] == ["origin"]
     done = run_cli("verify", path, timeout=HANG)
     assert done.returncode == 0 and "journal is whole" in done.stdout, done
+
+
+RECORD_WATCHED = textwrap.dedent("""
+    import sys, torch
+    from kill_points import Lockstep
+    from stepjournal import Journal
+    path, n = sys.argv[1], int(sys.argv[2])
+    switch = Lockstep.inherited().filesystem(path)
+    with Journal(path, run="r") as recording:
+        switch(True)
+        recording.record(3, {"ids": torch.arange(n) + 1})
+""")
+
+
+def test_a_staged_file_swapped_for_a_hard_link_after_its_creation_is_not_written_through(journal, tmp_path):
+    """A staged payload file is created exclusively under a random name, then written: when another process
+    puts a hard link to a file of the user's at that name in between (the child stopped at its first step after
+    the creation), the bytes still go to the file the journal created; the user's file keeps its bytes."""
+    import re
+
+    from kill_points import start_script
+
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"the user's own notes")
+    child = start_script(RECORD_WATCHED, journal, str(BIG))
+    staged = None
+    while True:
+        label = child.next_point()
+        assert label is not None, f"the record ended before its staged file was made: {child.seen[-5:]}"
+        if staged is not None:
+            break  # the file exists now: its creation's step came before
+        if re.fullmatch(r"open payloads/tmp/[0-9a-f]{32}", label):
+            staged = os.path.join(journal, label.split(" ", 1)[1])
+        child.go()
+    os.unlink(staged)
+    os.link(mine, staged)
+    child.go()
+    child.finish(exits=(0, 1))
+    assert mine.read_bytes() == b"the user's own notes"
+
+
+def test_compact_to_a_link_to_nowhere_is_refused_in_one_line_and_creates_nothing_where_it_points(journal, tmp_path):
+    """``compact --to`` a link to nowhere: not a new folder (it is a name taken), refused as a target that exists."""
+    os.symlink(tmp_path / "nowhere", tmp_path / "copy")
+    with pytest.raises(CompactError, match="exists and is not an empty folder"):
+        compact(journal, to=tmp_path / "copy")
+    one_error_line(run_cli("compact", journal, "--to", str(tmp_path / "copy"), timeout=HANG), "not an empty folder")
+    assert not os.path.lexists(tmp_path / "nowhere")
+
+
+def test_a_link_at_compacts_own_work_folder_name_is_removed_and_what_it_points_to_is_untouched(journal, tmp_path):
+    """A received journal may hold a link at ``.compact-<pid>``, the work folder's name for the process that
+    compacts (a container's compaction runs at the same few process ids): compact removes the link, as it
+    removes what a killed compaction left, and compacts; the folder it pointed to is untouched."""
+    outside = elsewhere(tmp_path)
+    before = snapshot(outside)
+    os.symlink(outside, os.path.join(journal, f".compact-{os.getpid()}"))
+    compact(journal)
+    assert not any(name.startswith(".compact-") for name in os.listdir(journal))
+    assert snapshot(outside) == before
