@@ -42,6 +42,7 @@ from ..base._errors import JournalError, JournalFullError, StepJournalError
 from ..events._events import call_refs
 from ..events._keys import seq_of
 from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
+from ._verify import live_digests
 from ..base._log import get_logger
 from ..base._owned import closing, open_file, open_root
 from ..base._paths import check_lmdb_files
@@ -189,9 +190,38 @@ def _copy_payload_files(folder: str, to: str, path: str) -> None:
             f"event #{unreadable} of {path!r} cannot be read, so the payload files it names are unknown; "
             "nothing was written: run `stepjournal verify` on it, or copy the folder as it is")
     target = FilePayloadStore(os.path.join(to, PAYLOAD_FOLDER))
+    copied = set()
     for digest in source.digests():
         if digest.hex() in named:
             target.put(digest, source.stored(digest))
+            copied.add(digest.hex())
+    missing = sorted(_live_digests(folder) - copied - _lmdb_payloads(to))
+    if missing:
+        raise CompactError(
+            f"{len(missing)} payload(s) that records of {path!r} use are missing from it ({missing[0][:16]}…), so "
+            "the copy would lack them; nothing was written: run `stepjournal verify` on it, or copy the folder as it is")
+
+
+def _live_digests(folder: str) -> set:
+    """The digests (hex) of the payloads the journal's unreleased records use (`live_digests`)."""
+    env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"events", txn=txn, create=False)
+            return live_digests((seq_of(key), bytes(body)) for key, body in txn.cursor(db=db))
+    finally:
+        env.close()
+
+
+def _lmdb_payloads(folder: str) -> set:
+    """The digests (hex) the journal at `folder` holds in its LMDB payload table."""
+    env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"payloads", txn=txn, create=False)
+            return {bytes(key).hex() for key in txn.cursor(db=db).iternext(keys=True, values=False)}
+    finally:
+        env.close()
 
 
 def _check_format(folder: str, path: str) -> None:

@@ -16,7 +16,7 @@ from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
 from ..payloads._payload_store import PayloadStore, check_all
 from ._verify_rows import rows_problems
 
-__all__ = ["VerifyProblem", "verify"]
+__all__ = ["VerifyProblem", "verify", "live_digests"]
 
 # Salvaging the step of an undecodable event reads at most this many field names, this long.
 _SALVAGE_FIELDS = 64
@@ -101,6 +101,15 @@ def verify(
     except UnsafePathError as exc:  # a folder of payloads/ is not the journal's own: nothing in it is read
         files = getattr(payloads, "files", None)  # the journal's payload files, the one store that raises it
         return problems + [VerifyProblem("unsafe_path", files.folder if files is not None else "", (), str(exc))]
+
+
+def live_digests(bodies: Iterable[Tuple[int, bytes]]) -> set:
+    """The payload digests (hex) a record of the log uses that no release released: what a whole copy of the
+    journal must hold, as `verify` folds it (pulled releases translated, shared digests kept while used)."""
+    fold = _LogFold(LAYOUT_VERSION)
+    for seq, body in bodies:
+        fold.add(seq, body)
+    return fold.live()
 
 
 @attrs.define

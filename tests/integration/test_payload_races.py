@@ -326,16 +326,48 @@ def test_compact_to_refuses_a_journal_with_an_event_it_cannot_read(tmp_path, mon
     assert not os.path.exists(tmp_path / "copy2")
 
 
+def _recorded_as_files(path: str, names: str) -> List[Tuple[bytes, str]]:
+    """A journal at `path` (closed) with one payload file a step for each of `names`, steps from 1; its
+    files' (digest, path)."""
+    with Journal(path) as journal:
+        for step, name in enumerate(names, start=1):
+            journal.record(step, content(name))
+        files = journal.local_payloads().files
+        return [(digest, files.path_of(digest)) for digest in sorted(files.digests())]
+
+
+def _whole_copy_holds(path: str, files: int) -> None:
+    with Journal(path, readonly=True) as journal:
+        assert journal.verify() == []
+        assert len(list(journal.local_payloads().files.digests())) == files
+
+
 def test_compact_to_copies_every_payload_file_the_events_name(tmp_path, monkeypatch):
     _small_files(monkeypatch)
     path = str(tmp_path / "journal")
-    with Journal(path) as journal:
-        for step, name in enumerate("XY"):
-            journal.record(step, content(name))
+    _recorded_as_files(path, "XY")
     compact(path, to=str(tmp_path / "copy"))
-    with Journal(str(tmp_path / "copy"), readonly=True) as journal:
-        assert journal.verify() == []
-        assert len(list(journal.local_payloads().files.digests())) == 2
+    _whole_copy_holds(str(tmp_path / "copy"), 2)
+
+
+def test_compact_to_refuses_a_journal_missing_a_payload_file_a_record_uses(tmp_path, monkeypatch):
+    _small_files(monkeypatch)
+    path = str(tmp_path / "journal")
+    lost, lost_path = _recorded_as_files(path, "XY")[0]
+    os.unlink(lost_path)  # the source is damaged: a copy of it must not pass for whole
+    result = run_cli("compact", path, "--to", str(tmp_path / "copy"))
+    assert result.returncode != 0 and "1 payload(s)" in result.stderr and lost.hex()[:16] in result.stderr
+    assert "Traceback" not in result.stderr and not os.path.exists(tmp_path / "copy")
+
+
+def test_compact_to_copies_a_journal_whose_released_payloads_are_gone(tmp_path, monkeypatch):
+    _small_files(monkeypatch)
+    path = str(tmp_path / "journal")
+    _recorded_as_files(path, "XYZ")
+    with Journal(path) as journal:
+        prune(journal, Retention(keep_last=1))
+    compact(path, to=str(tmp_path / "copy"))
+    _whole_copy_holds(str(tmp_path / "copy"), 1)
 
 
 # -- the concurrency matrix ----------------------------------------------------------------------------
