@@ -48,6 +48,7 @@ from ..base._owned import closing, open_file, open_root
 from ..base._paths import check_lmdb_files
 from ..base._undo import remove_entry
 from ..storage._format import check_format_of
+from ..storage._lmdb_check import check_env_structure, check_file_size
 from ..storage._lmdb_open import empty_data_file
 from ..storage._store import MAX_DBS, open_in_this_process
 
@@ -225,9 +226,11 @@ def _lmdb_payloads(folder: str) -> set:
 
 
 def _check_format(folder: str, path: str) -> None:
-    """Refuse a journal of a newer format: its events may name payload files this library cannot see.
-    The first open of the journal: what a creator killed inside `lmdb.open` left is refused here."""
-    if os.path.getsize(os.path.join(folder, "data.mdb")) == 0:
+    """Refuse a damaged journal, and one of a newer format (its events may name payload files this library
+    cannot see). The first open of the journal: what a creator killed inside `lmdb.open` left is refused
+    here, and a truncated or crafted data.mdb before any of its pages is mapped (SIGBUS otherwise)."""
+    data_file = os.path.join(folder, "data.mdb")
+    if os.path.getsize(data_file) == 0:
         raise empty_data_file(path)  # lock.mdb is held: no creation is under way
     try:
         env = lmdb.open(os.fsencode(folder), readonly=True, lock=False, max_dbs=MAX_DBS, subdir=True)
@@ -235,6 +238,8 @@ def _check_format(folder: str, path: str) -> None:
         raise CompactError(f"cannot read journal {path!r} ({exc}); nothing was changed: run "
                            f"`stepjournal verify` on it") from None
     try:
+        check_file_size(env, data_file, path)
+        check_env_structure(env, data_file, path)
         check_format_of(env, path, writing=True)
     finally:
         env.close()

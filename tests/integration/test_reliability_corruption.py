@@ -29,6 +29,7 @@ from stepjournal import (
 from stepjournal.events._convert import decode_event, encode_event
 from stepjournal.adapters import journaled
 
+from cli_support import run_cli
 from lmdb_raw import flip_byte, items, put_raw
 from reliability_support import expected_output, report, same_output, worker_context
 from reliability_workers import inspect_journal
@@ -213,6 +214,22 @@ def test_a_truncated_data_file_is_refused_with_a_typed_error_naming_the_journal(
         assert not result["opened"] and result["error"][0] in ("IntegrityError", "JournalError")
         assert path in result["error"][1]
     report("corruption_truncation_" + str(fraction), opens_refused=2)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.9])
+def test_compact_of_a_truncated_data_file_is_refused_in_one_line(tmp_path, fraction):
+    """compact reads the journal outside a `Journal`: its data.mdb is checked before a page is mapped (SIGBUS)."""
+    path = str(tmp_path / "journal")
+    _build(path)
+    data = os.path.join(path, "data.mdb")
+    size = os.path.getsize(data)
+    with open(data, "r+b") as fh:
+        fh.truncate(int(size * fraction) // 4096 * 4096)
+    for extra in ([], ["--to", str(tmp_path / "copy")]):
+        result = run_cli("compact", path, *extra)
+        assert result.returncode == 1 and "truncated" in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "copy") and os.path.getsize(data) == int(size * fraction) // 4096 * 4096
 
 
 def test_a_missing_lock_file_is_recreated_and_nothing_is_lost(tmp_path):
