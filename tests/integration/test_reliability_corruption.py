@@ -201,14 +201,20 @@ def _inspect(path: str, readonly: bool, out: str) -> dict:
         return json.load(fh)
 
 
+def _built_and_truncated(path: str, keep) -> int:
+    """A built journal at `path` whose data.mdb is cut to `keep(its size)` bytes; returns that length."""
+    _build(path)
+    data = os.path.join(path, "data.mdb")
+    length = keep(os.path.getsize(data))
+    with open(data, "r+b") as fh:
+        fh.truncate(length)
+    return length
+
+
 @pytest.mark.parametrize("fraction", [0.0, 0.0001, 0.25, 0.5, 0.9, 0.999])
 def test_a_truncated_data_file_is_refused_with_a_typed_error_naming_the_journal(tmp_path, fraction):
     path = str(tmp_path / "journal")
-    _build(path)
-    data = os.path.join(path, "data.mdb")
-    size = os.path.getsize(data)
-    with open(data, "r+b") as fh:
-        fh.truncate(int(size * fraction))
+    _built_and_truncated(path, lambda size: int(size * fraction))
     for readonly in (True, False):
         result = _inspect(path, readonly, str(tmp_path / f"out{readonly}.json"))
         assert not result["opened"] and result["error"][0] in ("IntegrityError", "JournalError")
@@ -220,16 +226,12 @@ def test_a_truncated_data_file_is_refused_with_a_typed_error_naming_the_journal(
 def test_compact_of_a_truncated_data_file_is_refused_in_one_line(tmp_path, fraction):
     """compact reads the journal outside a `Journal`: its data.mdb is checked before a page is mapped (SIGBUS)."""
     path = str(tmp_path / "journal")
-    _build(path)
-    data = os.path.join(path, "data.mdb")
-    size = os.path.getsize(data)
-    with open(data, "r+b") as fh:
-        fh.truncate(int(size * fraction) // 4096 * 4096)
+    kept = _built_and_truncated(path, lambda size: int(size * fraction) // 4096 * 4096)
     for extra in ([], ["--to", str(tmp_path / "copy")]):
         result = run_cli("compact", path, *extra)
         assert result.returncode == 1 and "truncated" in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
-    assert not os.path.exists(tmp_path / "copy") and os.path.getsize(data) == int(size * fraction) // 4096 * 4096
+    assert not os.path.exists(tmp_path / "copy") and os.path.getsize(os.path.join(path, "data.mdb")) == kept
 
 
 def test_a_missing_lock_file_is_recreated_and_nothing_is_lost(tmp_path):
