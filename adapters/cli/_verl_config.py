@@ -112,7 +112,8 @@ def migration(cfg: Any) -> Tuple[Any, List[Tuple[str, Any]], Dict[str, Any]]:
     overrides.append(((hook if _has(cfg, hook) else f"+{hook}"), hook_value))
     yaml: Dict[str, Any] = {}
     if found.form == "stepjournal":
-        overrides.append((_SECTION, None))  # the section's keys stay in the config, now checked
+        # The file's own section stays as it is: `+stepjournal=verl` on the command line would be merged
+        # after the file and reset its keys (the file lists `- stepjournal: verl` to have them checked).
         return found, overrides, yaml
     off, dump_key = _OLD_FORMS[found.form]
     overrides.append((_SECTION, None))
@@ -160,6 +161,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     say(f"# {args.config}: {found.form} -> stepjournal policy {found.policy}, journal {found.path}, run {found.run}")
     say("# add these overrides to the verl command line (quoted for the shell; +stepjournal=verl checks the keys):")
     say(override_line(overrides))
+    if found.form == "stepjournal":
+        say("# the config's stepjournal section stays; for checked keys list `- stepjournal: verl` before `_self_` "
+            "in its defaults list")
     if yaml:
         say("")
         say("# or put this in the YAML (and `- stepjournal: verl` before `_self_` in its defaults list, for checked keys):")

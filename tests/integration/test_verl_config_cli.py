@@ -87,6 +87,25 @@ def test_the_printed_line_composes_in_verls_hydra_to_the_same_policy(name, role,
     assert (pasted.form, pasted.policy, pasted.path) == ("stepjournal", before.policy, before.path)
 
 
+def test_a_config_already_on_stepjournal_keeps_its_section(tmp_path):
+    """Its own section is not reset by the printed line (Hydra merges `+stepjournal=verl` after the file)."""
+    cfg = OmegaConf.load(VERL_CONFIG)
+    cfg.stepjournal = {"policy": "cache@1-5;repeat", "dump_dir": "/ckpt/rollouts", "fingerprint": {"data": 3}}
+    OmegaConf.save(cfg, tmp_path / "my_ppo.yaml")
+    before = read_verl_config(cfg)
+    done = run_line("stepjournal verl-config my_ppo.yaml", tmp_path)
+    assert done.returncode == 0, done.stderr
+    argv = shell_argv(tmp_path, f"python {pasted_line(done.stdout)}")
+
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        after = read_verl_config(hydra_compose(config_name="my_ppo", overrides=argv))
+    assert (after.policy, after.path, after.fingerprint) == (before.policy, before.path, before.fingerprint)
+
+
 def test_the_docs_line_prints_what_the_page_shows(tmp_path):
     """docs/verl.md's `stepjournal verl-config my_ppo.yaml`, on verl's config with skip.rollout_tq enabled."""
     (line,) = DOC_LINES
