@@ -115,5 +115,7 @@ def register() -> None:
 
 try:
     register()
-except ImportError:  # Hydra's layout changed: the section stays unregistered, verl configs still read
+except (ImportError, KeyError, AttributeError):
+    # Another Hydra than the one this was written for (1.3): a Hydra application must still start, and
+    # verl configs still read (`read_verl_config` checks the keys and suggests the one meant).
     pass
