@@ -68,6 +68,7 @@ VERBS: Dict[str, Tuple[str, str]] = {
     "prune": ("prune", "release the payloads of steps retention rules do not keep; events stay (writes)"),
     "compact": ("compact", "write a compacted copy and swap it in, so freed space returns to the disk (writes)"),
     "import-verl": ("import_verl", "import verl RolloutSkip / SkipManager dumps into a journal (writes)"),
+    "verl-config": ("verl_config", "print the quoted overrides and YAML that move a verl config's rollout skip to stepjournal"),
     "push": ("push", "send what the journal recorded since its last push to a remote"),
     "pull": ("pull", "bring the events and payloads pushed to a remote into the journal (writes)"),
     "clone": ("clone", "create the journal from everything pushed to URL; it names URL origin (writes)"),

@@ -56,6 +56,10 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
         ("stepjournal compact runs/grpo", "give the space prune freed back to the disk"),
         ("stepjournal compact runs/grpo --to runs/grpo-compacted", "write a compacted copy instead"),
     ),
+    "verl-config": (
+        ("stepjournal verl-config ppo_trainer.yaml", "the overrides to paste (quoted for the shell) and the YAML"),
+        ("stepjournal verl-config outputs/2026-11-30/10-00-00/.hydra/config.yaml", "the same for a run's saved config"),
+    ),
     "import-verl": (
         ("stepjournal import-verl /data/rollout_dump --into runs/grpo --trust-pickle",
          "verl RolloutSkip dumps into a journal (unpickles them: your own dumps only)"),

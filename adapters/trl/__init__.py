@@ -3,7 +3,8 @@
 `attach(trainer, journal, policy)` intercepts the trainer's ``_generate_single_turn`` (or its
 ``rollout_func``) and returns a `TrlRecorder` handle (`TrlJournal` is its former name, kept as an
 alias); `JournaledTrainerMixin`, `JournaledGRPOTrainer` and `JournaledRLOOTrainer` do the same from
-the constructor. What each call is keyed by and what is stored: `stepjournal.adapters.trl._hooks`
+the constructor; ``python -m stepjournal.adapters.trl SCRIPT`` with ``STEPJOURNAL=PATH[:POLICY]`` in the
+environment (`install_env_attach`, `journal_from_env`) journals a script nobody edits. What each call is keyed by and what is stored: `stepjournal.adapters.trl._hooks`
 and docs/trl.md.
 
 The package has the inner shape of every adapter (docs/adapters.md): ``_config`` (the TRL surface it
@@ -26,6 +27,7 @@ _MISSING_TRL: Any = None
 try:
     from ._config import trainer_fingerprint
     from ._hooks import JournaledGRPOTrainer, JournaledRLOOTrainer, JournaledTrainerMixin, TrlJournal, TrlRecorder, attach
+    from ._env import EnvJournal, install_env_attach, journal_from_env
 except ModuleNotFoundError as exc:
     if exc.name is None or exc.name.split(".")[0] not in ("trl", "transformers", "accelerate", "datasets"):
         raise
@@ -41,6 +43,9 @@ __all__ = [
     "JournaledGRPOTrainer",
     "JournaledRLOOTrainer",
     "trainer_fingerprint",
+    "install_env_attach",
+    "journal_from_env",
+    "EnvJournal",
     "TrlAdapterError",
     "TrlSignatureError",
 ]

@@ -19,6 +19,7 @@ folder name) and the fingerprint is `verl_fingerprint` (``_fingerprint.py``) plu
 
 from __future__ import annotations
 
+import difflib
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -45,7 +46,8 @@ log = get_logger(__name__)
 JOURNAL_DIRNAME = "stepjournal"
 DEFAULT_DUMP_DIR = "~/.verl/rollout_dump"
 
-# Keys of the native section, with the EngineConfig field each one feeds (None: adapter-only).
+# Keys of the native section, with the EngineConfig field each one feeds (None: adapter-only). Hydra's
+# structured section (hydra_plugins/stepjournal_verl) declares the same keys; a test checks they agree.
 _NATIVE_KEYS = {
     "enable": None,
     "policy": "policy",
@@ -249,10 +251,14 @@ def _enabled_forms(cfg: Any) -> List[Tuple[str, Any]]:
 def _native(section: Any, overrides: Mapping[str, Any]) -> Tuple[Dict[str, Any], str, Tuple[str, ...]]:
     data = dict(plain(section)) if not hasattr(section, "__dataclass_fields__") else {}
     data.update(overrides)
+    # The structured section (`+stepjournal=verl`, docs/verl.md) holds every key, None where unset.
+    data = {key: value for key, value in data.items() if value is not None}
     unknown = sorted(set(data) - set(_NATIVE_KEYS))
     if unknown:
+        meant = [difflib.get_close_matches(str(key), list(_NATIVE_KEYS), n=1) for key in unknown]
+        hints = "".join(f" (did you mean {close[0]!r} for {key!r}?)" for key, close in zip(unknown, meant) if close)
         raise ConfigError(
-            f"stepjournal section has unknown keys {unknown}: known keys are {', '.join(sorted(_NATIVE_KEYS))}"
+            f"stepjournal section has unknown keys {unknown}{hints}: known keys are {', '.join(sorted(_NATIVE_KEYS))}"
         )
     if "policy" not in data:
         raise ConfigError("stepjournal.policy is missing: give a policy spec such as 'cache' or 'dump@1-5;repeat'")

@@ -27,7 +27,10 @@ def test_wheel_contains_only_the_stepjournal_package(tmp_path):
     (wheel,) = tmp_path.glob("stepjournal-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"stepjournal"}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"stepjournal", "hydra_plugins"}
+    # Hydra's plugin namespace gets one module (the verl section's ConfigStore entry) and no `__init__.py`
+    # of its own, which would hide every other Hydra plugin installed beside it.
+    assert [n for n in names if n.startswith("hydra_plugins/")] == ["hydra_plugins/stepjournal_verl/__init__.py"]
     assert "stepjournal/py.typed" in names
     # Every package folder of the source tree (the adapters' subpackages too) is in the wheel.
     packages = {"journal": "stepjournal", "policies": "stepjournal/policies", "adapters": "stepjournal/adapters"}
