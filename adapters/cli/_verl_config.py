@@ -23,7 +23,7 @@ _MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
 _MANAGER = "stepjournal.adapters.verl.JournaledAgentLoopManager"
 _HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 _HOOK = "stepjournal.adapters.verl.install_fully_async"
-_SECTION = "+stepjournal=verl"  # the structured section Hydra checks (hydra_plugins/stepjournal_verl)
+_SECTION = "+stepjournal=verl"  # the structured section Hydra checks (adapters/verl/hydra_plugins/stepjournal_verl)
 # Each old form: the key that turns it off, and the key its dump folder was read from.
 _OLD_FORMS: Dict[str, Tuple[str, str]] = {
     "rollout_skip_v1": ("actor_rollout_ref.rollout.skip_rollout", "actor_rollout_ref.rollout.skip_dump_dir"),

@@ -47,7 +47,7 @@ JOURNAL_DIRNAME = "stepjournal"
 DEFAULT_DUMP_DIR = "~/.verl/rollout_dump"
 
 # Keys of the native section, with the EngineConfig field each one feeds (None: adapter-only). Hydra's
-# structured section (hydra_plugins/stepjournal_verl) declares the same keys; a test checks they agree.
+# structured section (adapters/verl/hydra_plugins/stepjournal_verl) declares the same keys; a test checks they agree.
 _NATIVE_KEYS = {
     "enable": None,
     "policy": "policy",
