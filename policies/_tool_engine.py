@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import attrs
@@ -147,7 +148,9 @@ class ToolEngine:
 
         def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
-                self._check_caught_up(stage, step, mode, served, served.run())
+                started = time.perf_counter()
+                result = served.run()
+                self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return run_tool()
 
         try:
@@ -170,8 +173,10 @@ class ToolEngine:
 
         async def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
+                started = time.perf_counter()
                 result = served.run()
-                self._check_caught_up(stage, step, mode, served, await result if inspect.isawaitable(result) else result)
+                result = await result if inspect.isawaitable(result) else result
+                self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return await run_tool()
 
         try:
@@ -220,11 +225,12 @@ class ToolEngine:
         log.info("tool_sample_left_recording", step=step, stage=stage, key=str(facts.key), catch_up=len(served))
         return served
 
-    def _check_caught_up(self, stage: str, step: int, mode: str, served: _Served, result: Any) -> None:
+    def _check_caught_up(self, stage: str, step: int, mode: str, served: _Served, result: Any,
+                         duration_s: float) -> None:
         digest = self.journal.prepare(served.to_stored(result), store=False).digest
         same = digest == served.digest
         self.journal.record_bypass(
-            step, gen_index=served.key.gen_index, mode=mode, policy=CATCH_UP_POLICY, stage=stage,
+            step, gen_index=served.key.gen_index, mode=mode, policy=CATCH_UP_POLICY, stage=stage, duration_s=duration_s,
             reason=(f"catch-up: {served.request} run again on the live environment before the sample's first miss; "
                     + ("the same response as served" if same else "another response than served")),
         )

@@ -8,7 +8,7 @@ a bypassed call under `CATCH_UP_POLICY` re-ran a served call on the live environ
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Container, Dict, Iterable, List, Optional, Tuple
 
 import attrs
 
@@ -39,8 +39,9 @@ class ToolCallRow:
         key: its `ToolCallKey` (sample, turn, call).
         outcome: ``"recorded"``, ``"replayed"``, ``"miss"`` (the tool ran and was recorded), ``"refused"``
             (a miss under ``replay``), ``"bypassed"`` or ``"caught up"`` (re-run on the live environment).
-        request: the `ToolRequest` (None when the event holds none: a refusal, a bypass).
-        response: the `ToolResponse` (None when nothing was stored or served).
+        request: the `ToolRequest` (None when the event holds none: a refusal, a bypass; a catch-up shows
+            the request of the served call it ran again).
+        response: the `ToolResponse` (None when nothing was stored or served; a catch-up: the one served).
         duration_s: how long the call took here (the tool's wall time when it ran).
         saved_s: for a replay, the wall time the served call took when it ran (the tool time saved).
         source_key: for a replay, the key of the served record.
@@ -97,16 +98,18 @@ def _outcome(event: Any) -> str:
     return "miss" if event.policy in SERVING_RULES else "recorded"
 
 
-def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[Iterable[int]] = None,
+def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[Container[int]] = None,
                    sample: Optional[int] = None, payloads: bool = True) -> List[ToolCallRow]:
     """Every tool call of the journal (of `run`, `steps`, `sample` when given), in log order.
 
     Args:
+        steps: the steps to read (a set, a range, `StepRanges`); None: every step.
         payloads: False leaves requests and responses out (the counts need none).
     """
-    wanted = None if steps is None else set(steps)
     rows = []
-    for seq, event in journal.events(run=run, types=_CALL_EVENTS, steps=wanted):
+    # A catch-up re-runs a call its session was served: its row shows that call's request and response.
+    served: Dict[Tuple[str, str, int, int], Tuple[Optional[ToolRequest], Optional[ToolResponse]]] = {}
+    for seq, event in journal.events(run=run, types=_CALL_EVENTS, steps=steps):
         tool = tool_of_stage(event.stage)
         if tool is None:
             continue
@@ -126,6 +129,11 @@ def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[I
             request = _loaded(journal, event.input, ToolRequest)
         if payloads and isinstance(event, (GenerationRecorded, ReplayServed)):
             response = _loaded(journal, event.output, ToolResponse)
+        place = (event.session, event.stage, event.step, event.gen_index)
+        if outcome == "replayed":
+            served[place] = (request, response)
+        elif outcome == "caught up":
+            request, response = served.get(place, (None, None))
         rows.append(ToolCallRow(
             seq=seq, session=event.session, run=event.run, step=event.step, mode=event.mode, stage=event.stage,
             tool=request.tool if request is not None else tool, key=key, outcome=outcome, request=request,
@@ -137,14 +145,13 @@ def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[I
 
 def tool_step_summaries(rows: Iterable[ToolCallRow]) -> List[ToolStepSummary]:
     """Per (run, step), in step order: calls, replays, misses (refusals counted among them), tool time run
-    (the calls that ran the tool) and saved (the replays' recorded wall time)."""
+    (the calls that ran the tool; a miss's time holds its catch-up's) and saved (the replays' recorded wall
+    time). A catch-up is not a call of its own here."""
     table: Dict[Tuple[str, int], List[float]] = {}
     for row in rows:
-        if row.outcome == "caught up":
-            counts = table.setdefault((row.run, row.step), [0, 0, 0, 0, 0.0, 0.0])
-            counts[4] += row.duration_s
-            continue
         counts = table.setdefault((row.run, row.step), [0, 0, 0, 0, 0.0, 0.0])
+        if row.outcome == "caught up":  # its time is in the miss that ran it, too
+            continue
         counts[0] += 1
         counts[1] += row.outcome == "replayed"
         counts[2] += row.outcome in ("miss", "refused")

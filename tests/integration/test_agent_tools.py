@@ -8,7 +8,10 @@ from typing import Any, Dict
 
 import pytest
 
+import json
+
 from agent_tools import run_async_phase, run_phase
+from cli_support import run_cli
 from reliability_support import worker_context
 from stepjournal import Journal, tool_call_rows, tool_step_summaries
 
@@ -74,10 +77,19 @@ def test_a_generation_changed_at_turn_2_misses_from_there_on_and_cache_records_t
     assert sample0 == [
         ("s0.t0.c0", "calculator", "replayed"), ("s0.t0.c1", "sandbox.create", "replayed"),
         ("s0.t1.c0", "sandbox.execute", "replayed"),
-        ("s0.t0.c1", "sandbox", "caught up"), ("s0.t1.c0", "sandbox", "caught up"),
+        ("s0.t0.c1", "sandbox.create", "caught up"), ("s0.t1.c0", "sandbox.execute", "caught up"),
         ("s0.t2.c0", "sandbox.execute", "miss"), ("s0.t4.c0", "calculator", "miss"),
         ("s0.t4.c1", "calculator", "replayed"), ("s0.t4.c2", "sandbox.release", "miss"),
     ]
+    # The command line counts the same, and names the changed call and the catch-up.
+    done = run_cli("audit", path, "--tools", "--json", "--steps", "1")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert [(s["calls"], s["replayed"], s["misses"]) for s in shown["steps"]] == [(42, 21, 21)]
+    assert shown["steps"][0]["saved_s"] > 0
+    text = run_cli("show", path, "1", "--text", "--sample", "0").stdout
+    assert 'sandbox.execute({"code":"print(x * 3)","instance":"i0"})  miss' in text
+    assert text.count("caught up") == 2 and "session 2 of 2" in text
     # Recorded now: the changed sample replays its new history, with no tool run.
     again = in_new_process("sync", path, "replay", changed_sample=0, shift=True)
     assert again["executions"] == {"calculator": 0, "sandbox": 0}
