@@ -1,5 +1,6 @@
-"""The tool calls of a journal on the command line: ``audit --tools`` (a row per call, a summary per step) and
-``show STEP --text --sample S`` (one sample's calls as its turns). The rows are `stepjournal.tool_call_rows`'."""
+"""The tool calls of a journal on the command line: ``audit --tools`` (a row per call, a summary per step),
+``show STEP --text --sample S`` (one sample's calls as its turns) and ``diff A B --tools`` (the first differing
+tool response). The rows are `stepjournal.tool_call_rows`'."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from stepjournal import tool_call_rows, tool_step_summaries
 from ._common import open_readonly, parse_steps
 from ._render import cell, fitted_table, plain_table, print_json, print_line
 
-__all__ = ["run_audit", "run_show", "row_json"]
+__all__ = ["run_audit", "run_show", "run_diff", "row_json"]
 
 _CALLS = (("step", "right", 6), ("call", "left", 12), ("tool", "left", 16), ("outcome", "left", 9),
           ("time", "right", 7), ("saved", "right", 7), ("arguments", "left", None))
@@ -107,3 +108,23 @@ def run_show(args: argparse.Namespace, out: Console) -> int:
                 for line in row.response.text.splitlines() or [""]:
                     out.print(f"      → {cell(line)}", highlight=False)
     return 0
+
+
+def run_diff(args: argparse.Namespace, out: Console) -> int:
+    """``stepjournal diff A B --tools``: the first tool call whose response differs (each side's latest answer
+    per key, in --run-a / --run-b and --steps); exit status 1 when one differs, 0 when none does."""
+    from stepjournal import first_tool_difference
+
+    steps = parse_steps(args.steps)
+    sides = []
+    for path, run in ((args.journal_a, args.run_a), (args.journal_b, args.run_b)):
+        with open_readonly(path, check="as-read") as journal:
+            sides.append(tool_call_rows(journal, run=run, steps=steps))
+    difference = first_tool_difference(*sides)
+    if args.json:
+        print_json({"first_difference": difference, "calls_a": len(sides[0]), "calls_b": len(sides[1])})
+    elif difference is None:
+        print_line(out, f"tool responses: the same ({len(sides[0])} and {len(sides[1])} tool call events)")
+    else:
+        print_line(out, f"first differing tool response: {cell(difference)}")
+    return 0 if difference is None else 1

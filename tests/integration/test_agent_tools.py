@@ -9,6 +9,7 @@ from typing import Any, Dict
 import pytest
 
 import json
+from pathlib import Path
 
 from agent_tools import run_async_phase, run_phase
 from cli_support import run_cli
@@ -90,6 +91,15 @@ def test_a_generation_changed_at_turn_2_misses_from_there_on_and_cache_records_t
     text = run_cli("show", path, "1", "--text", "--sample", "0").stdout
     assert 'sandbox.execute({"code":"print(x * 3)","instance":"i0"})  miss' in text
     assert text.count("caught up") == 2 and "session 2 of 2" in text
+    # diff names the first tool call that answers otherwise than in a journal recorded unchanged.
+    unchanged = str(Path(path).parent / "unchanged")
+    in_new_process("sync", unchanged, "dump")
+    done = run_cli("diff", unchanged, path, "--tools")
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.split() == ("first differing tool response: step 1 tool.sandbox s0.t2.c0: the requests differ "
+                                   '(sandbox.execute({"code":"print(x * 2)","instance":"i0"}) vs '
+                                   'sandbox.execute({"code":"print(x * 3)","instance":"i0"}))').split()
+    assert run_cli("diff", unchanged, unchanged, "--tools").returncode == 0
     # Recorded now: the changed sample replays its new history, with no tool run.
     again = in_new_process("sync", path, "replay", changed_sample=0, shift=True)
     assert again["executions"] == {"calculator": 0, "sandbox": 0}
