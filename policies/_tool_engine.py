@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import attrs
 
-from stepjournal import CATCH_UP_POLICY, SERVING_RULES, Journal, ToolCallKey, ToolRequest, tool_stage
+from stepjournal import CATCH_UP_POLICY, SERVING_RULES, Journal, ToolCallError, ToolCallKey, ToolRequest, tool_stage
 from stepjournal.log import get_logger
 
 from ._base import Policy
@@ -86,17 +86,24 @@ class ToolEngine:
             (``replay(on_missing=generate)`` is ``cache``) for every tool, or a per-stage spec naming
             each tool's stage (``"tool.calculator:replay/tool.sandbox:cache"``); a stage it does not
             name is bypassed.
+        tools: the tools (and stateful environments) this engine journals, when known up front: a per-stage
+            spec naming another ``tool.<name>`` is then refused with did-you-mean (a misspelt stage would
+            otherwise leave its tool bypassed), and so is a call of a tool not in it.
         options: the `EngineOptions` (fingerprint checks, bypassed modes ...).
         **option_keywords: each option as its own keyword, as `Engine` takes them.
 
     Attributes:
         engine: the `Engine` that carries the calls out.
+        tools: the declared tools, or None.
     """
 
     def __init__(self, journal: Journal, policy: Union[Policy, str, Mapping[str, Any]] = "cache", *,
-                 options: Optional[EngineOptions] = None, **option_keywords: Any) -> None:
-        self.engine = Engine(journal, policy, options=EngineOptions.from_keywords(options, option_keywords,
-                                                                                   where="ToolEngine"))
+                 tools: Optional[Sequence[str]] = None, options: Optional[EngineOptions] = None,
+                 **option_keywords: Any) -> None:
+        stages = None if tools is None else [tool_stage(name) for name in tools]
+        self.engine = Engine(journal, policy, stages=stages,
+                             options=EngineOptions.from_keywords(options, option_keywords, where="ToolEngine"))
+        self.tools = None if tools is None else tuple(tools)
         self.journal = journal
         self._lock = threading.Lock()
         self._turn_calls: Dict[Tuple[str, int, int, int], int] = {}
@@ -192,6 +199,9 @@ class ToolEngine:
     def _begin(self, tool: str, arguments: Any, step: int, sample: int, turn: int, call: Optional[int], mode: str,
                environment: Optional[str], to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any]):
         stage = tool_stage(environment if environment is not None else tool)
+        if self.tools is not None and (environment if environment is not None else tool) not in self.tools:
+            raise ToolCallError(f"tool {tool!r} (stage {stage!r}) is not one of this engine's tools {list(self.tools)}: "
+                                "name it in ToolEngine(tools=...)")
         request = ToolRequest.of(tool, arguments)
         with self._lock:
             if call is None:

@@ -220,6 +220,14 @@ def test_a_policy_that_serves_other_steps_cannot_decide_tool_calls(journal):
                                                                                             "bypass")
 
 
+def test_declared_tools_refuse_a_misspelt_stage_in_the_spec_and_an_undeclared_tool(journal):
+    with pytest.raises(SpecError, match="did you mean 'tool.calculator'"):
+        ToolEngine(journal, "tool.calculater:replay", tools=["calculator"])
+    engine = ToolEngine(journal, "tool.calculator:replay", tools=["calculator"])
+    with pytest.raises(ToolCallError, match="not one of this engine's tools"):
+        journaled_tool(Counted(), engine, "add").at(step=1, sample=0)(a=1, b=2)
+
+
 def test_a_stateful_catch_up_that_answers_otherwise_is_refused(tmp_path):
     state = {"runs": 0}
 
