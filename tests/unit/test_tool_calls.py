@@ -300,3 +300,24 @@ def test_responses_keep_their_type_and_the_first_differing_response_is_named(tmp
         assert first_tool_difference(tool_call_rows(left), tool_call_rows(left)) is None
         difference = first_tool_difference(tool_call_rows(left), tool_call_rows(right))
     assert difference == 'step 1 tool.look s0.t0.c0: the responses to look({"what":"a"}) differ'
+
+
+def test_a_response_with_images_replays_its_tensors_reward_and_metrics(tmp_path):
+    import torch
+
+    image = torch.arange(12, dtype=torch.uint8).reshape(3, 4)
+
+    def render(scene: str) -> ToolResponse:
+        return ToolResponse(f"drew {scene}", reward=0.5, metrics={"ms": 3}, images=(image,))
+
+    answers = []
+    for policy in ("dump", "replay"):
+        with Journal(str(tmp_path / "j")) as journal:
+            answers.append(journaled_tool(render, journal, "render", policy).at(step=1, sample=0)(scene="cube"))
+    served = answers[1]
+    assert (served.text, served.reward, dict(served.metrics)) == ("drew cube", 0.5, {"ms": 3})
+    assert len(served.images) == 1 and torch.equal(served.images[0], image)
+    with Journal(str(tmp_path / "j"), readonly=True) as journal:
+        (recorded_row, replayed_row) = tool_call_rows(journal)
+    assert (recorded_row.outcome, replayed_row.outcome) == ("recorded", "replayed")
+    assert torch.equal(replayed_row.response.images[0], image)
