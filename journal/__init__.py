@@ -20,7 +20,7 @@ _MODULE_OF_NAMES = {
     "base._errors": ("CodecPluginError", "DiffError", "EventDecodeError", "ImportClaimError", "ImportConflictError", "IntegrityError", "InvalidKeyError", "JournalClosedError", "JournalError", "JournalFormatError", "JournalFullError", "JournalLockedError", "PayloadDecodeError", "PayloadMissingError", "RemoteConfigError", "RemoteConflictError", "RemoteCredentialsError", "RemoteError", "RemoteFormatError", "RemoteMissingError", "RemotePlainHttpError", "RemoteRegionError", "RemoteUnreachableError", "RemoteUrlSecretError", "StepJournalError", "UnknownCodecError", "UnknownEventTypeError", "UnsafePathError", "UnsupportedSchemaVersionError", "UnsupportedValueError"),
     "events._events": ("AUDIT_SCHEMA_VERSION", "CallBypassed", "CallRefused", "EventsImported", "GenerationRecorded", "PayloadRef", "PayloadsReleased", "ReplayServed", "SessionOpened"),
     "index._runs_index": ("RunSummary",),
-    "events._tool_calls": ("CATCH_UP_POLICY", "SERVING_RULES", "MAX_CALL", "MAX_SAMPLE", "MAX_TURN", "TOOL_STAGE_PREFIX", "ToolCallError", "ToolCallKey",
+    "events._tool_calls": ("CATCH_UP_POLICY", "EVERY_TOOL", "SERVING_RULES", "MAX_CALL", "MAX_SAMPLE", "MAX_TURN", "TOOL_STAGE_PREFIX", "ToolCallError", "ToolCallKey",
                            "ToolRequest", "ToolResponse", "canonical_arguments", "tool_of_stage", "tool_stage"),
     "upkeep._retention": ("Retention", "RetentionConflictError", "RetentionError", "RetentionPlan", "PlannedRelease", "plan_retention"),
     "upkeep._prune": ("prune", "find_release"),

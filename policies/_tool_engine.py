@@ -20,13 +20,23 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequ
 
 import attrs
 
-from stepjournal import CATCH_UP_POLICY, SERVING_RULES, Journal, ToolCallError, ToolCallKey, ToolRequest, tool_stage
+from stepjournal import (
+    CATCH_UP_POLICY,
+    EVERY_TOOL,
+    SERVING_RULES,
+    TOOL_STAGE_PREFIX,
+    Journal,
+    ToolCallError,
+    ToolCallKey,
+    ToolRequest,
+    tool_stage,
+)
 from stepjournal.log import get_logger
 
 from ._base import Policy
 from ._engine import CallHooks, Engine, Outcome
-from ._errors import ReplayMissError, ReplayRefusedError
-from ._options import EngineOptions
+from ._errors import ReplayMissError, ReplayRefusedError, SpecError
+from ._options import EngineOptions, unknown_keys_text
 from ._stages import StagePolicies
 from ._tool_policy import ToolCallFacts, ToolPolicy, ToolReplayMissError, tool_rule
 
@@ -84,8 +94,8 @@ class ToolEngine:
         journal: the journal (opened for writing) the calls go to.
         policy: the tools' spec: one of ``cache``, ``replay``, ``dump``, ``passthrough``, ``bypass``
             (``replay(on_missing=generate)`` is ``cache``) for every tool, or a per-stage spec naming
-            each tool's stage (``"tool.calculator:replay/tool.sandbox:cache"``); a stage it does not
-            name is bypassed.
+            each tool's stage (``"tool.calculator:replay/tool.sandbox:cache"``); `EVERY_TOOL`
+            (``tools:replay``) stands for every tool stage it does not name; another stage is bypassed.
         tools: the tools (and stateful environments) this engine journals, when known up front: a per-stage
             spec naming another ``tool.<name>`` is then refused with did-you-mean (a misspelt stage would
             otherwise leave its tool bypassed), and so is a call of a tool not in it.
@@ -100,10 +110,17 @@ class ToolEngine:
     def __init__(self, journal: Journal, policy: Union[Policy, str, Mapping[str, Any]] = "cache", *,
                  tools: Optional[Sequence[str]] = None, options: Optional[EngineOptions] = None,
                  **option_keywords: Any) -> None:
-        stages = None if tools is None else [tool_stage(name) for name in tools]
-        self.engine = Engine(journal, policy, stages=stages,
-                             options=EngineOptions.from_keywords(options, option_keywords, where="ToolEngine"))
+        self.engine = Engine(journal, policy, options=EngineOptions.from_keywords(options, option_keywords,
+                                                                                   where="ToolEngine"))
         self.tools = None if tools is None else tuple(tools)
+        if self.tools is not None and isinstance(self.engine.policy, StagePolicies):
+            # Only the tool stages are this engine's to check: a shared spec names other engines' stages too.
+            declared = tuple(tool_stage(name) for name in self.tools)
+            unknown = [stage for stage in self.engine.policy.stages
+                       if stage.startswith(TOOL_STAGE_PREFIX) and stage not in declared]
+            if unknown:
+                raise SpecError("per-stage spec names unknown tool stage "
+                                + unknown_keys_text(unknown, declared, "the tool stages here are"))
         self.journal = journal
         self._lock = threading.Lock()
         self._turn_calls: Dict[Tuple[str, int, int, int], int] = {}
@@ -116,6 +133,8 @@ class ToolEngine:
         policy = self.engine.policy
         if isinstance(policy, StagePolicies):
             named = policy.for_stage(stage)
+            if named is None:
+                named = policy.for_stage(EVERY_TOOL)
             return "bypass" if named is None else tool_rule(named, stage)
         return tool_rule(policy, stage)
 

@@ -20,6 +20,7 @@ from ._keys import check_stage
 
 __all__ = [
     "TOOL_STAGE_PREFIX",
+    "EVERY_TOOL",
     "SERVING_RULES",
     "CATCH_UP_POLICY",
     "MAX_SAMPLE",
@@ -36,6 +37,8 @@ __all__ = [
 
 # Every tool's calls are in a stage of its own, named with this prefix and the tool's (or environment's) name.
 TOOL_STAGE_PREFIX = "tool."
+# In a per-stage spec, the entry for every tool stage the spec does not name itself (``tools:replay``).
+EVERY_TOOL = "tools"
 # The rules that serve recorded responses: a call they record is a miss (the tool ran).
 SERVING_RULES = ("cache", "replay")
 # The policy name of a stateful tool's catch-up calls (journaled as bypassed): a served call run

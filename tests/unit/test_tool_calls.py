@@ -218,6 +218,8 @@ def test_a_policy_that_serves_other_steps_cannot_decide_tool_calls(journal):
     engine = ToolEngine(journal, "tool.add:replay/tool.env:cache")
     assert (engine.rule("tool.add"), engine.rule("tool.env"), engine.rule("tool.other")) == ("replay", "cache",
                                                                                             "bypass")
+    every = ToolEngine(journal, "generate:cache/tools:replay/tool.env:cache", tools=["add", "env"])
+    assert (every.rule("tool.add"), every.rule("tool.env")) == ("replay", "cache")
 
 
 def test_declared_tools_refuse_a_misspelt_stage_in_the_spec_and_an_undeclared_tool(journal):
