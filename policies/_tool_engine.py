@@ -13,6 +13,7 @@ live environment then holds the state the model saw, or `ToolStateMismatchError`
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 import time
@@ -87,6 +88,10 @@ def _same(value: Any) -> Any:
     return value
 
 
+async def _in_a_thread(work: Callable[[], Any]) -> Any:
+    return await asyncio.to_thread(work)
+
+
 class ToolEngine:
     """Journal tool calls: record, replay by request, and apply the miss rule, per tool stage.
 
@@ -100,6 +105,9 @@ class ToolEngine:
             spec naming another ``tool.<name>`` is then refused with did-you-mean (a misspelt stage would
             otherwise leave its tool bypassed), and so is a call of a tool not in it.
         options: the `EngineOptions` (fingerprint checks, bypassed modes ...).
+        run_blocking: where `acall` runs its journal I/O (deciding, loading, recording): ``async (work) ->
+            work()``. Default: a worker thread (`asyncio.to_thread`), so the event loop's other calls go on
+            while one waits for its durable commit, and concurrent calls can share one.
         **option_keywords: each option as its own keyword, as `Engine` takes them.
 
     Attributes:
@@ -109,10 +117,12 @@ class ToolEngine:
 
     def __init__(self, journal: Journal, policy: Union[Policy, str, Mapping[str, Any]] = "cache", *,
                  tools: Optional[Sequence[str]] = None, options: Optional[EngineOptions] = None,
+                 run_blocking: Optional[Callable[[Callable[[], Any]], Awaitable[Any]]] = None,
                  **option_keywords: Any) -> None:
         self.engine = Engine(journal, policy, options=EngineOptions.from_keywords(options, option_keywords,
                                                                                    where="ToolEngine"))
         self.tools = None if tools is None else tuple(tools)
+        self._run_blocking = run_blocking or _in_a_thread
         if self.tools is not None and isinstance(self.engine.policy, StagePolicies):
             # Only the tool stages are this engine's to check: a shared spec names other engines' stages too.
             declared = tuple(tool_stage(name) for name in self.tools)
@@ -192,9 +202,10 @@ class ToolEngine:
                     sample: int, turn: int = 0, call: Optional[int] = None, mode: str = "train",
                     environment: Optional[str] = None, to_stored: Callable[[Any], Any] = _same,
                     from_stored: Callable[[Any], Any] = _same) -> Outcome:
-        """`call` for an async tool: awaits `run_tool()` when the call must run (the journal I/O runs inline)."""
+        """`call` for an async tool: awaits `run_tool()` when the call must run; the journal I/O runs through
+        `run_blocking` (a worker thread by default)."""
         stage, request, key, facts, hooks = self._begin(tool, arguments, step, sample, turn, call, mode, environment,
-                                                       to_stored, from_stored)
+                                                       to_stored, from_stored, self._run_blocking)
         rule = self.rule(stage)
 
         async def generate() -> Any:
@@ -216,7 +227,8 @@ class ToolEngine:
 
     # -- the steps of a call -------------------------------------------------------------------------
     def _begin(self, tool: str, arguments: Any, step: int, sample: int, turn: int, call: Optional[int], mode: str,
-               environment: Optional[str], to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any]):
+               environment: Optional[str], to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any],
+               run_blocking: Optional[Callable[[Callable[[], Any]], Awaitable[Any]]] = None):
         stage = tool_stage(environment if environment is not None else tool)
         if self.tools is not None and (environment if environment is not None else tool) not in self.tools:
             raise ToolCallError(f"tool {tool!r} (stage {stage!r}) is not one of this engine's tools {list(self.tools)}: "
@@ -238,7 +250,8 @@ class ToolEngine:
             return prepared, prepared.digest
 
         hooks = CallHooks(prepare_input=prepare, to_stored=to_stored,
-                          from_stored=lambda outcome: from_stored(outcome.value))
+                          from_stored=lambda outcome: from_stored(outcome.value),
+                          **({} if run_blocking is None else {"run_blocking": run_blocking}))
         return stage, request, key, facts, hooks
 
     def _catch_up(self, stage: str, step: int, mode: str, facts: ToolCallFacts, rule: str) -> List[_Served]:
