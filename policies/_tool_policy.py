@@ -13,7 +13,6 @@ travels as data in `ToolCallFacts`; the decision reads nothing else but the read
 
 from __future__ import annotations
 
-import bisect
 from typing import FrozenSet, List, Optional, Sequence, Tuple
 
 import attrs
@@ -112,10 +111,9 @@ class RecordedToolCall:
 
 def recorded_tool_calls(view: JournalView, step: int, sample: int) -> List[RecordedToolCall]:
     """The recorded calls of one sample at `step` in the view's stage, in key order (turn, then call)."""
-    indices = view.recorded_indices(step)
     lo, hi = ToolCallKey.sample_span(sample)
     found = []
-    for gen_index in indices[bisect.bisect_left(indices, lo):bisect.bisect_left(indices, hi)]:
+    for gen_index in view.recorded_indices(step, lo, hi):  # the sample's range of the index, not the step's
         source = view.lookup(step, gen_index)
         if source is not None:
             found.append(RecordedToolCall(ToolCallKey.from_gen_index(gen_index), source))

@@ -120,6 +120,7 @@ def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[C
         request = response = None
         saved, source_key = 0.0, None
         if isinstance(event, ReplayServed):
+            event = journal.as_read_here(seq, event)  # a pulled replay names its source by this journal's seq
             source_key = ToolCallKey.from_gen_index(event.source_gen_index)
             source = journal.event(event.source_seq)
             saved = float(getattr(source, "duration_s", 0.0) or 0.0)

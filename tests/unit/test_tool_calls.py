@@ -323,3 +323,16 @@ def test_a_response_with_images_replays_its_tensors_reward_and_metrics(tmp_path)
         (recorded_row, replayed_row) = tool_call_rows(journal)
     assert (recorded_row.outcome, replayed_row.outcome) == ("recorded", "replayed")
     assert torch.equal(replayed_row.response.images[0], image)
+
+
+def test_a_samples_calls_are_read_as_a_range_of_the_steps_index(journal):
+    keys = [ToolCallKey(s, t, c) for s in (0, 1, 2, 300) for t in (0, 255) for c in (0, 255)]
+    for key in keys:
+        journal.record(4, "r", gen_index=key.gen_index, input={"k": str(key)}, stage="tool.t")
+    lo, hi = ToolCallKey.sample_span(1)
+    got = journal.recorded_indices(4, stage="tool.t", start=lo, stop=hi)
+    assert got == sorted(k.gen_index for k in keys if k.sample == 1)
+    assert journal.recorded_indices(4, stage="tool.t", start=hi, stop=hi) == []
+    assert journal.recorded_indices(4, stage="tool.t", start=ToolCallKey.sample_span(300)[0]) == sorted(
+        k.gen_index for k in keys if k.sample == 300)
+    assert journal.recorded_indices(4, stage="tool.t") == sorted(k.gen_index for k in keys)
