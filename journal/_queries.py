@@ -49,9 +49,10 @@ class Queries:
         return self._index.steps(self._live(), run or self.run, mode, max(start, 0), stop, stage)
 
     def recorded_indices(self, step: int, *, mode: str = "train", run: Optional[str] = None,
-                         stage: str = DEFAULT_STAGE) -> List[int]:
-        """The call indices recorded (with output) at `step`, ascending."""
-        return self._index.indices(self._live(), run or self.run, mode, step, stage)
+                         stage: str = DEFAULT_STAGE, start: int = 0, stop: Optional[int] = None) -> List[int]:
+        """The call indices recorded (with output) at `step`, ascending; only ``start <= index < stop`` when given
+        (read as a range of the index: a tool call's sample, `ToolCallKey.sample_span`)."""
+        return self._index.indices(self._live(), run or self.run, mode, step, stage, start, stop)
 
     def step_count(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
                    stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> int:

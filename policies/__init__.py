@@ -39,6 +39,18 @@ from ._plugins import PluginStatus, plugin_report
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
 from ._stages import StagePolicies, parse_stages
+from ._tool_engine import ToolEngine, ToolStateMismatchError
+from ._tool_policy import (
+    TOOL_RULES,
+    RecordedToolCall,
+    ToolCallFacts,
+    ToolPolicy,
+    ToolReplayMissError,
+    match_tool_call,
+    recorded_tool_calls,
+    sample_history,
+    tool_rule,
+)
 
 __all__ = [
     "parse",
@@ -92,4 +104,15 @@ __all__ = [
     "ReplayMissError",
     "FingerprintMismatchError",
     "InputMismatchError",
+    "ToolEngine",
+    "ToolStateMismatchError",
+    "ToolReplayMissError",
+    "ToolPolicy",
+    "ToolCallFacts",
+    "RecordedToolCall",
+    "TOOL_RULES",
+    "match_tool_call",
+    "recorded_tool_calls",
+    "sample_history",
+    "tool_rule",
 ]

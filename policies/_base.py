@@ -226,11 +226,11 @@ class JournalView:
         i = bisect.bisect_right(steps, step)
         return steps[i] if i < len(steps) else None
 
-    def recorded_indices(self, step: int) -> List[int]:
-        """The generation indices recorded at `step`, ascending."""
+    def recorded_indices(self, step: int, start: int = 0, stop: Optional[int] = None) -> List[int]:
+        """The generation indices recorded at `step`, ascending (only ``start <= index < stop`` when given)."""
         if self.scope is not None and step not in self.scope:
             return []
-        return self._journal.recorded_indices(step, **self._where)
+        return self._journal.recorded_indices(step, **self._where, start=start, stop=stop)
 
     def serve_from(self, step: int, gen_index: int) -> Optional[RecordedGeneration]:
         """The record of `step` that answers call `gen_index` when serving from another step.

@@ -190,6 +190,7 @@ class Engine(ReplayChecks):
         input_digest: Optional[str] = None,
         stage: str = DEFAULT_STAGE,
         weights_version: Any = None,
+        decide_with: Optional[Policy] = None,
     ) -> PendingCall:
         """Decide a call; replays are served (loaded and journaled) here.
 
@@ -197,6 +198,8 @@ class Engine(ReplayChecks):
             stage: the call's stage (``"generate"`` by default; ``"reward"``, ``"ref_log_prob"`` ...).
             weights_version: for a model-dependent stage, what identifies the weights (a JSON scalar);
                 folded into the input digest (`stage_input_digest`).
+            decide_with: a policy that decides this one call instead of the engine's (the tool calls'
+                `ToolPolicy`, made per call with its facts); the checks and journaling are the same.
 
         Raises:
             ReplayRefusedError: the policy refused, or a replay failed a validity check; journaled.
@@ -220,11 +223,12 @@ class Engine(ReplayChecks):
         if bypassed:
             decision: Decision = BypassCall(reason=f"mode {mode!r} is bypassed", policy="bypass")
         else:
+            deciding = self.policy if decide_with is None else decide_with
             try:
-                decision = self.policy.decide(ctx, JournalView(self.journal, mode=mode, stage=stage))
+                decision = deciding.decide(ctx, JournalView(self.journal, mode=mode, stage=stage))
             except IntegrityError as exc:  # the view read a damaged record
-                decision = self._damaged(ctx, self.policy.name, exc)
-        policy = decision.policy or self.policy.name
+                decision = self._damaged(ctx, deciding.name, exc)
+        policy = decision.policy or (self.policy if decide_with is None else decide_with).name
         if isinstance(decision, ServeRecorded):
             try:
                 decision = self._check_replay(ctx, decision, policy)
@@ -342,6 +346,7 @@ class Engine(ReplayChecks):
         hooks: Optional[CallHooks] = None,
         stage: str = DEFAULT_STAGE,
         weights_version: Any = None,
+        decide_with: Optional[Policy] = None,
     ) -> Outcome:
         """Decide one call, run `generate()` if needed, journal it, and return the outcome.
 
@@ -358,9 +363,10 @@ class Engine(ReplayChecks):
                 call's input (or its digest), and never replays onto another input.
             weights_version: for a model-dependent stage (log-probs, values ...), what identifies the
                 weights it ran with (a JSON scalar such as the global step); part of the input digest.
+            decide_with: a policy that decides this call instead of the engine's (see `begin`).
         """
         sequence = self._sequence(
-            step, mode, gen_index, input, input_digest, hooks or _NO_HOOKS, stage, weights_version
+            step, mode, gen_index, input, input_digest, hooks or _NO_HOOKS, stage, weights_version, decide_with
         )
         effect = next(sequence)
         while True:
@@ -382,13 +388,15 @@ class Engine(ReplayChecks):
         hooks: Optional[CallHooks] = None,
         stage: str = DEFAULT_STAGE,
         weights_version: Any = None,
+        decide_with: Optional[Policy] = None,
     ) -> Outcome:
         """`call` for an async generator function: awaits `generate()` when the call must run.
 
         The journal I/O runs through ``hooks.run_blocking`` (default: inline).
         """
         hooks = hooks or _NO_HOOKS
-        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks, stage, weights_version)
+        sequence = self._sequence(step, mode, gen_index, input, input_digest, hooks, stage, weights_version,
+                                  decide_with)
         effect = next(sequence)
         while True:
             if effect is _GENERATE:
@@ -412,6 +420,7 @@ class Engine(ReplayChecks):
         hooks: CallHooks,
         stage: str = DEFAULT_STAGE,
         weights_version: Any = None,
+        decide_with: Optional[Policy] = None,
     ) -> Generator[Any, Any, Outcome]:
         """The call sequence, written once for `call` and `acall`: decide, time and run the generator, journal.
 
@@ -432,7 +441,7 @@ class Engine(ReplayChecks):
                 digest = given.digest
             pending = self.begin(
                 step, mode=mode, gen_index=gen_index, input_digest=digest, stage=stage,
-                weights_version=weights_version,
+                weights_version=weights_version, decide_with=decide_with,
             )
             return pending, given
 

@@ -44,8 +44,8 @@ class WithoutRecord(JournalView):
             return None
         return super().lookup(step, gen_index)
 
-    def recorded_indices(self, step: int) -> List[int]:
-        return [i for i in super().recorded_indices(step) if (step, i) != self._hidden]
+    def recorded_indices(self, step: int, start: int = 0, stop: Optional[int] = None) -> List[int]:
+        return [i for i in super().recorded_indices(step, start, stop) if (step, i) != self._hidden]
 
     def recorded_steps(self) -> List[int]:
         if self._left is None:

@@ -50,9 +50,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
     p.add_argument("--no-pager", action="store_true",
                    help="never page (a table on a terminal goes through $PAGER, else less -FRX)")
+    p.add_argument("--tools", action="store_true", help="one row per tool call (its key, tool, arguments, "
+                   "outcome, time) and per step its calls, misses and tool time saved (docs/agents.md)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.tools:
+        from ._tool_views import run_audit
+
+        return run_audit(args, out)
     steps = parse_steps(args.steps)
     with open_readonly(args.journal, check="as-read") as journal:
         if args.json and not (args.run or steps is not None or args.mode or args.stage or args.action):

@@ -69,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "step, decoded on both sides with its rewards (docs/reading.md)")
     p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one each "
                    "run's fingerprint names); loaded from local files only")
+    p.add_argument("--tools", action="store_true", help="name the first tool call whose response differs "
+                   "(agentic rollouts, docs/agents.md); with --run-a, --run-b, --steps, --json")
     p.add_argument("--no-pager", action="store_true",
                    help="never page (the table on a terminal goes through $PAGER, else less -FRX)")
 
@@ -117,6 +119,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _run(args: argparse.Namespace, out: Console) -> int:
+    if args.tools:
+        from ._tool_views import run_diff
+
+        return run_diff(args, out)
     from stepjournal import Journal
     from stepjournal.policies import StepRanges
 

@@ -178,9 +178,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the "
                    "run's fingerprint names); loaded from local files only")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
+    p.add_argument("--sample", type=nonneg_int, help="with --text: that sample's tool calls, turn by turn, each "
+                   "with its arguments, response and outcome (docs/agents.md)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.sample is not None and not args.text:
+        raise UsageError("--sample goes with --text (show STEP --text --sample S: a sample's tool calls)")
+    if args.text and args.sample is not None:
+        from ._tool_views import run_show
+
+        return run_show(args, out)
     if args.text:
         from ._show_text import run as show_text
 

@@ -44,6 +44,7 @@ from ..events._keys import (
     LAYOUT_VERSION,
     META_LAYOUT,
     MAX_KEY_BYTES,
+    MAX_GEN_INDEX,
     MAX_STEP,
     META_SESSIONS_INDEX,
     META_STEPS_INDEX,
@@ -633,9 +634,11 @@ class Projections:
             key = bytes(cur.key())
             return _step_of(key, len(prefix)) if key.startswith(prefix) else None
 
-    def indices(self, store: Store, run: str, mode: str, step: int, stage: str = DEFAULT_STAGE) -> List[int]:
-        """The generation indices recorded (with output) at `step`, ascending."""
-        if not 0 <= step <= MAX_STEP:
+    def indices(self, store: Store, run: str, mode: str, step: int, stage: str = DEFAULT_STAGE, start: int = 0,
+                stop: Optional[int] = None) -> List[int]:
+        """The generation indices recorded (with output) at `step`, ascending; those in ``start <= i < stop``
+        (a range of the index is a cursor walk over that range only: a tool call reads its sample's calls)."""
+        if not 0 <= step <= MAX_STEP or start > MAX_GEN_INDEX or (stop is not None and stop <= start):
             return []
         out: List[int] = []
         with store.read() as txn:
@@ -644,11 +647,14 @@ class Projections:
                 return out
             skey = prefix + step.to_bytes(_STEP, "big")
             cur = txn.cursor(db=store.db("gen"))
-            if cur.set_range(skey):
+            if cur.set_range(skey + max(start, 0).to_bytes(4, "big")):
                 for key in cur.iternext(values=False):
                     if not key.startswith(skey):
                         break
-                    out.append(int.from_bytes(key[len(skey) :], "big"))
+                    index = int.from_bytes(key[len(skey) :], "big")
+                    if stop is not None and index >= stop:
+                        break
+                    out.append(index)
         return out
 
     def rank_items(self, store: Store) -> List[Tuple[bytes, int]]:
