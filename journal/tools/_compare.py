@@ -11,14 +11,19 @@ tolerance. Integer, bool and string values are exact unless a per-field toleranc
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import math
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
-import numpy as np
-import torch
 
-from ..payloads._codec import CodecRegistry, default_registry
+from ..payloads._codec_registry import CodecRegistry, default_registry
 from ._tolerance import EXACT, Tolerance, Tolerances
+
+# numpy and torch are imported by the functions that walk values, not here: the report's types and a diff
+# whose digests all agree (no payload loaded) need neither, and torch's import is most of a second.
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
 
 __all__ = [
     "Difference",
@@ -105,7 +110,7 @@ def _position_text(position: Tuple[int, ...]) -> str:
 
 def json_float(value: Optional[float]) -> Any:
     """A float for JSON: nan and inf as strings (JSON has neither)."""
-    if value is None or np.isfinite(value):
+    if value is None or math.isfinite(value):
         return value
     return repr(float(value))
 
@@ -164,6 +169,9 @@ class _ValueWalk:
             self.found.append(diff)
 
     def value(self, a: Any, b: Any, path: str, names: Tuple[str, ...]) -> None:
+        import numpy as np
+        import torch
+
         self.seen.add(names)
         a, b = self.unwrap(a), self.unwrap(b)
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -218,6 +226,8 @@ class _ValueWalk:
             self.value(x, y, f"{path}[{i}]", names)
 
     def object_array(self, a: np.ndarray, b: np.ndarray, path: str, names: Tuple[str, ...]) -> None:
+        import numpy as np
+
         if a.dtype != b.dtype:
             self.add(Difference(path, DIFFERING, "dtype", f"dtype {a.dtype} vs {b.dtype}",
                                 dtype_a=str(a.dtype), dtype_b=str(b.dtype), shape_a=a.shape, shape_b=b.shape))
@@ -263,6 +273,9 @@ class _ValueWalk:
         ))
 
     def tensor(self, a: torch.Tensor, b: torch.Tensor, path: str, names: Tuple[str, ...]) -> None:
+        import numpy as np
+        import torch
+
         meta = dict(shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=str(a.dtype), dtype_b=str(b.dtype))
         if a.shape != b.shape:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
@@ -295,6 +308,8 @@ class _ValueWalk:
             self.elementwise(a.view(width), b.view(width), EXACT, path, meta, torch_ops=True)
 
     def array(self, a: np.ndarray, b: np.ndarray, path: str, names: Tuple[str, ...]) -> None:
+        import numpy as np
+
         meta = dict(shape_a=a.shape, shape_b=b.shape, dtype_a=str(a.dtype), dtype_b=str(b.dtype))
         if a.shape != b.shape:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
@@ -310,6 +325,9 @@ class _ValueWalk:
 
     def elementwise(self, a: Any, b: Any, tol: Tolerance, path: str, meta: Dict[str, Any], torch_ops: bool) -> None:
         """Count, measure and locate the differing elements of two same-shape arrays, vectorised."""
+        import numpy as np
+        import torch
+
         lib = torch if torch_ops else np
         flat_a, flat_b = a.reshape(-1), b.reshape(-1)
         # One pass finds the differing elements; everything after works on those alone, so a pair
@@ -362,6 +380,9 @@ class _ValueWalk:
 
 
 def _element(array: Any, position: Tuple[int, ...]) -> str:
+    import numpy as np
+    import torch
+
     item = array[position] if position else array[()]
     single = str(array.dtype).replace("torch.", "") in ("float32", "float16", "bfloat16", "complex64")
     if isinstance(item, (torch.Tensor, np.generic)):
@@ -373,10 +394,14 @@ def _element(array: Any, position: Tuple[int, ...]) -> str:
 
 
 def _is_number(value: Any) -> bool:
+    import numpy as np
+
     return isinstance(value, (int, float, complex, np.number, np.bool_))
 
 
 def _is_float(value: Any) -> bool:
+    import numpy as np
+
     return isinstance(value, (float, complex, np.floating, np.complexfloating))
 
 
@@ -398,6 +423,9 @@ def _type(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
+    import numpy as np
+    import torch
+
     if isinstance(value, float):
         text = repr(value)
     elif isinstance(value, (torch.Tensor, np.ndarray)):
