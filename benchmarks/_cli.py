@@ -151,7 +151,7 @@ def goal_table(goals: Dict[str, Any]) -> Table:
         measured = goal.get("measured")
         table.add_row(name, f"{goal.get('op', '')} {goal['goal']}{unit}",
                       "not measured" if measured is None else f"{measured:.3g}{unit}",
-                      "met" if goal["met"] else "NOT MET")
+                      ("met" if goal["met"] else "NOT MET") + (f" ({goal['note']})" if measured is None and "note" in goal else ""))
     return table
 
 
