@@ -58,7 +58,7 @@ def quick_report(tmp_path_factory) -> dict:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # a hang detector: the quick run took 226 s at load 10, the demo journal and its verbs included
     )
     assert done.returncode == 0, done.stderr[-4000:]
     printed = json.loads(done.stdout)
