@@ -151,8 +151,13 @@ def goal_table(goals: Dict[str, Any]) -> Table:
         measured = goal.get("measured")
         table.add_row(name, f"{goal.get('op', '')} {goal['goal']}{unit}",
                       "not measured" if measured is None else f"{measured:.3g}{unit}",
-                      ("met" if goal["met"] else "NOT MET") + (f" ({goal['note']})" if measured is None and "note" in goal else ""))
+                      ("met" if goal["met"] else "NOT MET") + (f" ({_brief(goal['note'])})" if measured is None and "note" in goal else ""))
     return table
+
+
+def _brief(note: str, width: int = 60) -> str:
+    """A note cut to `width` characters for the table (the report's JSON keeps it whole)."""
+    return note if len(note) <= width else note[: width - 1] + "…"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
-__all__ = ["bench_cli_start", "bench_verb_start", "verb_lines"]
+__all__ = ["bench_cli_start", "bench_verb_start", "make_demo", "verb_lines", "VerbLine"]
 
 GOAL_S = 0.5
 # Issue 48: a verb that prints no tensor starts in 0.3 s; `show` of a step, which decodes its payload, in 0.8 s.
@@ -47,18 +48,31 @@ def bench_cli_start(reps: int = 5) -> Dict[str, Any]:
     return out
 
 
-def verb_lines() -> Dict[str, Tuple[str, float, Tuple[int, ...]]]:
-    """Each timed verb: (its command line as typed in the folder `make demo` ran in, its goal, the exit
-    statuses of a finished run). `diff` compares the demo's replay (session s2) with the recording it
-    replayed: equal digests, no payload loaded; it exits 1 because s2 also replayed steps 7-8 the
+class VerbLine(NamedTuple):
+    """One timed verb: its command line as typed in the folder `make demo` ran in, its goal in seconds, and
+    the exit statuses of a finished run."""
+
+    text: str
+    goal_s: float
+    statuses: Tuple[int, ...] = (0,)
+
+    @property
+    def argv(self) -> List[str]:
+        """The words after ``stepjournal``."""
+        return shlex.split(self.text)[1:]
+
+
+def verb_lines() -> Dict[str, VerbLine]:
+    """Each timed verb by name. `diff` compares the demo's replay (session s2) with the recording it
+    replayed: equal digests, no payload loaded; it exits 1 because s2 also replayed steps 7-8, which the
     recording lacks."""
     return {
-        "diff": (f"stepjournal diff {DEMO} {DEMO} --session-b s2", VERB_GOAL_S, (0, 1)),
-        "audit": (f"stepjournal audit {DEMO}", VERB_GOAL_S, (0,)),
-        "runs": (f"stepjournal runs {DEMO}", VERB_GOAL_S, (0,)),
-        "status": (f"stepjournal status {DEMO} {REMOTE}", VERB_GOAL_S, (0,)),
-        "show": (f"stepjournal show {DEMO} 1", SHOW_GOAL_S, (0,)),
-        "show_text": (f"stepjournal show {DEMO} 1 --text", SHOW_GOAL_S, (0,)),
+        "diff": VerbLine(f"stepjournal diff {DEMO} {DEMO} --session-b s2", VERB_GOAL_S, (0, 1)),
+        "audit": VerbLine(f"stepjournal audit {DEMO}", VERB_GOAL_S),
+        "runs": VerbLine(f"stepjournal runs {DEMO}", VERB_GOAL_S),
+        "status": VerbLine(f"stepjournal status {DEMO} {REMOTE}", VERB_GOAL_S),
+        "show": VerbLine(f"stepjournal show {DEMO} 1", SHOW_GOAL_S),
+        "show_text": VerbLine(f"stepjournal show {DEMO} 1 --text", SHOW_GOAL_S),
     }
 
 
@@ -100,29 +114,29 @@ def bench_verb_start(folder: Path, reps: int = 5) -> Dict[str, Any]:
     base = _stepjournal()
     lines = verb_lines()
     # The figure of `diff` is the one with no payload loaded: checked once, untimed.
-    diff_json = subprocess.run([*base, *lines["diff"][0].split()[1:], "--json"], cwd=folder, capture_output=True,
-                               text=True, timeout=300)
+    diff_json = subprocess.run([*base, *lines["diff"].argv, "--json"], cwd=folder, capture_output=True, text=True,
+                               timeout=300)
     loaded = json.loads(diff_json.stdout)["payloads_loaded"] if diff_json.returncode in (0, 1) else None
     assert loaded == 0, (loaded, diff_json.stderr)
     walls: Dict[str, List[float]] = {verb: [] for verb in lines}
     cpus: Dict[str, List[float]] = {verb: [] for verb in lines}
     failed: Dict[str, str] = {}
     for _ in range(reps):
-        for verb, (line, _goal, statuses) in lines.items():
-            wall, cpu, status, last = _run([*base, *line.split()[1:]], folder)
-            if status not in statuses:
+        for verb, line in lines.items():
+            wall, cpu, status, last = _run([*base, *line.argv], folder)
+            if status not in line.statuses:
                 failed[verb] = f"exited {status}: {last}"
             walls[verb].append(wall)
             cpus[verb].append(cpu)
     out: Dict[str, Any] = {"goals": {}, "stepjournal": " ".join(base)}
-    for verb, (line, goal, _statuses) in lines.items():
+    for verb, line in lines.items():
         median = None if verb in failed else statistics.median(walls[verb])
-        out[verb] = {"line": line, "median_s": median, "cpu_median_s": statistics.median(cpus[verb]),
+        out[verb] = {"line": line.text, "median_s": median, "cpu_median_s": statistics.median(cpus[verb]),
                      "times_s": [round(t, 4) for t in walls[verb]]}
         row: Dict[str, Any] = {
-            "measured": None if median is None else round(median, 4), "goal": goal, "op": "<=", "unit": "s",
-            "met": median is not None and median <= goal,
-            "basis": f"{line}, typed in make demo's folder, fresh process, median of {reps}",
+            "measured": None if median is None else round(median, 4), "goal": line.goal_s, "op": "<=", "unit": "s",
+            "met": median is not None and median <= line.goal_s,
+            "basis": f"{line.text}, typed in make demo's folder, fresh process, median of {reps}",
         }
         if verb in failed:
             row["note"] = f"not measured: {failed[verb]}"

@@ -54,7 +54,7 @@ def test_a_verb_that_decodes_no_payload_imports_no_torch(tmp_path, verb):
 
 
 # The verbs of issue 48 that print no tensor, as `make bench` types them on the demo journal.
-NO_TENSOR_VERBS = {verb: line for verb, line in verb_lines().items() if line[1] == VERB_GOAL_S}
+NO_TENSOR_VERBS = {verb: line for verb, line in verb_lines().items() if line.goal_s == VERB_GOAL_S}
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +69,11 @@ def demo_folder(tmp_path_factory):
 def test_a_verb_that_prints_no_tensor_imports_no_tensor_library_on_the_demo_journal(demo_folder, verb):
     """`diff` of the demo's replay against its recording (equal digests: no payload loaded), `audit`, `runs`
     and `status` load neither torch nor numpy: their start is Python's, the CLI's and the journal's."""
-    line, _goal, statuses = NO_TENSOR_VERBS[verb]
-    argv = line.split()[1:]
-    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], cwd=demo_folder, capture_output=True,
+    line = NO_TENSOR_VERBS[verb]
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=line.argv)], cwd=demo_folder, capture_output=True,
                           text=True, timeout=120)
-    assert done.returncode in statuses, done.stderr
-    assert heavy(done) == [], (line, heavy(done))
+    assert done.returncode in line.statuses, done.stderr
+    assert heavy(done) == [], (line.text, heavy(done))
 
 
 @pytest.mark.parametrize("verb", ["runs", "audit", "verify", "diff", "timeline", "report", "status", "show", "export"])
