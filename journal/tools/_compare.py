@@ -19,11 +19,14 @@ import attrs
 from ..payloads._codec_registry import CodecRegistry, default_registry
 from ._tolerance import EXACT, Tolerance, Tolerances
 
-# numpy and torch are imported by the functions that walk values, not here: the report's types and a diff
-# whose digests all agree (no payload loaded) need neither, and torch's import is most of a second.
+# numpy and torch are bound by `compare_values`, at its first call, not at import: the report's types and
+# a diff whose digests all agree (no payload loaded) need neither, and torch's import is most of a second.
+# Every function below that uses them runs inside a comparison.
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
+else:
+    np = torch = None
 
 __all__ = [
     "Difference",
@@ -169,9 +172,6 @@ class _ValueWalk:
             self.found.append(diff)
 
     def value(self, a: Any, b: Any, path: str, names: Tuple[str, ...]) -> None:
-        import numpy as np
-        import torch
-
         self.seen.add(names)
         a, b = self.unwrap(a), self.unwrap(b)
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -226,8 +226,6 @@ class _ValueWalk:
             self.value(x, y, f"{path}[{i}]", names)
 
     def object_array(self, a: np.ndarray, b: np.ndarray, path: str, names: Tuple[str, ...]) -> None:
-        import numpy as np
-
         if a.dtype != b.dtype:
             self.add(Difference(path, DIFFERING, "dtype", f"dtype {a.dtype} vs {b.dtype}",
                                 dtype_a=str(a.dtype), dtype_b=str(b.dtype), shape_a=a.shape, shape_b=b.shape))
@@ -273,9 +271,6 @@ class _ValueWalk:
         ))
 
     def tensor(self, a: torch.Tensor, b: torch.Tensor, path: str, names: Tuple[str, ...]) -> None:
-        import numpy as np
-        import torch
-
         meta = dict(shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=str(a.dtype), dtype_b=str(b.dtype))
         if a.shape != b.shape:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
@@ -308,8 +303,6 @@ class _ValueWalk:
             self.elementwise(a.view(width), b.view(width), EXACT, path, meta, torch_ops=True)
 
     def array(self, a: np.ndarray, b: np.ndarray, path: str, names: Tuple[str, ...]) -> None:
-        import numpy as np
-
         meta = dict(shape_a=a.shape, shape_b=b.shape, dtype_a=str(a.dtype), dtype_b=str(b.dtype))
         if a.shape != b.shape:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
@@ -325,9 +318,6 @@ class _ValueWalk:
 
     def elementwise(self, a: Any, b: Any, tol: Tolerance, path: str, meta: Dict[str, Any], torch_ops: bool) -> None:
         """Count, measure and locate the differing elements of two same-shape arrays, vectorised."""
-        import numpy as np
-        import torch
-
         lib = torch if torch_ops else np
         flat_a, flat_b = a.reshape(-1), b.reshape(-1)
         # One pass finds the differing elements; everything after works on those alone, so a pair
@@ -380,9 +370,6 @@ class _ValueWalk:
 
 
 def _element(array: Any, position: Tuple[int, ...]) -> str:
-    import numpy as np
-    import torch
-
     item = array[position] if position else array[()]
     single = str(array.dtype).replace("torch.", "") in ("float32", "float16", "bfloat16", "complex64")
     if isinstance(item, (torch.Tensor, np.generic)):
@@ -394,14 +381,10 @@ def _element(array: Any, position: Tuple[int, ...]) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    import numpy as np
-
     return isinstance(value, (int, float, complex, np.number, np.bool_))
 
 
 def _is_float(value: Any) -> bool:
-    import numpy as np
-
     return isinstance(value, (float, complex, np.floating, np.complexfloating))
 
 
@@ -423,9 +406,6 @@ def _type(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
-    import numpy as np
-    import torch
-
     if isinstance(value, float):
         text = repr(value)
     elif isinstance(value, (torch.Tensor, np.ndarray)):
@@ -439,6 +419,15 @@ def _key_path(path: str, key: Any) -> str:
     if isinstance(key, str) and key.isidentifier():
         return f"{path}.{key}" if path else key
     return f"{path}[{key!r}]"
+
+
+def _import_tensor_libraries() -> None:
+    global np, torch
+    if torch is None:
+        import numpy
+        import torch as imported_torch
+
+        np, torch = numpy, imported_torch
 
 
 def compare_values(
@@ -460,6 +449,7 @@ def compare_values(
         The `Comparison`, and the set of key paths seen (tuples of dict keys), to check that every
         per-field tolerance named something.
     """
+    _import_tensor_libraries()
     walk = _ValueWalk(tolerances or Tolerances(), default_registry if registry is None else registry)
     walk.value(a, b, "", ())
     if walk.count == 0:
