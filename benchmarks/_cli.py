@@ -19,7 +19,7 @@ from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
 from ._bench_share_cli import bench_share_cli
 from ._bench_verify import bench_verify
-from ._cli_start import bench_cli_start
+from ._cli_start import bench_cli_start, bench_verb_start
 from ._measure import load_average, machine_facts, quiet_logs
 from ._report import goals_and_ratios
 from ._suite import Context, bench_lookup, bench_passthrough, bench_record, bench_replay, bench_scan
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
         "passthrough": bench_passthrough,
         "scan": bench_scan,
         "cli_start": lambda _ctx: bench_cli_start(reps=1 if args.quick else 5),
+        "verb_start": lambda ctx: bench_verb_start(ctx.workdir / "verb-start", reps=1 if args.quick else 5),
         "retention": bench_retention,
         "verify": bench_verify,
         "diff": bench_diff,
@@ -150,8 +151,13 @@ def goal_table(goals: Dict[str, Any]) -> Table:
         measured = goal.get("measured")
         table.add_row(name, f"{goal.get('op', '')} {goal['goal']}{unit}",
                       "not measured" if measured is None else f"{measured:.3g}{unit}",
-                      "met" if goal["met"] else "NOT MET")
+                      ("met" if goal["met"] else "NOT MET") + (f" ({_brief(goal['note'])})" if measured is None and "note" in goal else ""))
     return table
+
+
+def _brief(note: str, width: int = 60) -> str:
+    """A note cut to `width` characters for the table (the report's JSON keeps it whole)."""
+    return note if len(note) <= width else note[: width - 1] + "…"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -91,6 +91,7 @@ def goals_and_ratios(figures: Dict[str, Any], main: str) -> Dict[str, Any]:
         "replay_peak_rss_vs_payload": _goal(r["replay_peak_rss_vs_payload"], 1.5, "<=", "x", f"{main}, first replay in a fresh process"),
     }
     goals.update(figures.get("cli_start", {}).get("goals", {}))
+    goals.update(figures.get("verb_start", {}).get("goals", {}))
     for section in ("record_growing", "diff", "remote", "share_cli", "verify"):
         goals.update(figures.get(section, {}).get("goals", {}))
     return {"ratios": _rounded(ratios), "goals": goals}

@@ -5,8 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 import attrs
 
@@ -14,6 +13,9 @@ from stepjournal.log import get_logger
 from ._base import is_policy
 from ._builtin import BUILTIN_POLICIES
 from ._errors import PluginError, PluginLoadError, SpecError
+
+if TYPE_CHECKING:  # importlib.metadata is imported where plugins are looked up: a spec of built-ins never pays it
+    from importlib.metadata import EntryPoint
 
 __all__ = ["PluginStatus", "plugin_names", "plugin_report", "PLUGIN_GROUP", "DISABLE_PLUGINS_ENV"]
 
@@ -51,6 +53,8 @@ def _autoload_disabled() -> bool:
 
 def plugin_names() -> Dict[str, str]:
     """Installed policy plugins: name -> ``module:attr`` (empty when autoload is disabled)."""
+    from importlib.metadata import entry_points
+
     if _autoload_disabled():
         return {}
     return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
@@ -65,6 +69,8 @@ def plugin_report() -> Tuple[PluginStatus, ...]:
     (``STEPJOURNAL_DISABLE_PLUGIN_AUTOLOAD``). Importing a plugin runs its module's code, as using
     it in a spec would.
     """
+    from importlib.metadata import entry_points
+
     if _autoload_disabled():
         return ()
     report = []
@@ -164,6 +170,8 @@ def load_plugin(name: str) -> Tuple[Any, str, EntryPoint]:
             f"unknown policy {name!r}{_suggest(name, BUILTIN_POLICIES)}: built-in policies are {known}; plugin "
             f"discovery is off ({DISABLE_PLUGINS_ENV} is set)"
         )
+    from importlib.metadata import entry_points
+
     installed = list(entry_points(group=PLUGIN_GROUP))
     found = [ep for ep in installed if ep.name == name]
     if not found:

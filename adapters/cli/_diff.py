@@ -21,6 +21,7 @@ from stepjournal.base._errors import StepJournalError
 
 if TYPE_CHECKING:
     from stepjournal import DiffReport
+    from stepjournal.policies import StepRanges
 
 from ._render import cell, error_line, json_text, print_line
 
@@ -124,11 +125,12 @@ def _run(args: argparse.Namespace, out: Console) -> int:
 
         return run_diff(args, out)
     from stepjournal import Journal
-    from stepjournal.policies import StepRanges
 
     fields = _field_tolerances(args.tol)
     steps: Optional[StepRanges] = None
     if args.steps is not None:
+        from stepjournal.policies import StepRanges  # the policies package only for --steps (its plugins' metadata)
+
         try:
             steps = StepRanges.parse(args.steps)
         except StepJournalError as exc:
@@ -143,7 +145,7 @@ def _run(args: argparse.Namespace, out: Console) -> int:
     try:
         journal_b = journal_a if same else Journal(args.journal_b, readonly=True)
         try:
-            from stepjournal import diff_journals  # torch: once both journals are open, not before a usage error
+            from stepjournal import diff_journals  # once both journals are open, not before a usage error
 
             report = diff_journals(
                 journal_a, journal_b, run_a=args.run_a, run_b=args.run_b, session_a=args.session_a,

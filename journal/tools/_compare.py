@@ -11,14 +11,22 @@ tolerance. Integer, bool and string values are exact unless a per-field toleranc
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import math
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
-import numpy as np
-import torch
 
-from ..payloads._codec import CodecRegistry, default_registry
+from ..payloads._codec_registry import CodecRegistry, default_registry
 from ._tolerance import EXACT, Tolerance, Tolerances
+
+# numpy and torch are bound by `compare_values`, at its first call, not at import: the report's types and
+# a diff whose digests all agree (no payload loaded) need neither, and torch's import is most of a second.
+# Every function below that uses them runs inside a comparison.
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
+else:
+    np = torch = None
 
 __all__ = [
     "Difference",
@@ -105,7 +113,7 @@ def _position_text(position: Tuple[int, ...]) -> str:
 
 def json_float(value: Optional[float]) -> Any:
     """A float for JSON: nan and inf as strings (JSON has neither)."""
-    if value is None or np.isfinite(value):
+    if value is None or math.isfinite(value):
         return value
     return repr(float(value))
 
@@ -413,6 +421,15 @@ def _key_path(path: str, key: Any) -> str:
     return f"{path}[{key!r}]"
 
 
+def _import_tensor_libraries() -> None:
+    global np, torch
+    if torch is None:
+        import numpy
+        import torch as imported_torch
+
+        np, torch = numpy, imported_torch
+
+
 def compare_values(
     a: Any,
     b: Any,
@@ -432,6 +449,7 @@ def compare_values(
         The `Comparison`, and the set of key paths seen (tuples of dict keys), to check that every
         per-field tolerance named something.
     """
+    _import_tensor_libraries()
     walk = _ValueWalk(tolerances or Tolerances(), default_registry if registry is None else registry)
     walk.value(a, b, "", ())
     if walk.count == 0:

@@ -18,7 +18,7 @@ import attrs
 import msgpack
 
 from ..index._audit import session_names
-from ..payloads._codec import CodecRegistry
+from ..payloads._codec_registry import CodecRegistry
 from ._compare import Comparison, compare_values
 from ..events._convert import decode_event
 from ._diff_report import (

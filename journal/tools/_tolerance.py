@@ -6,11 +6,14 @@ bool and string values are exact unless a per-field tolerance names them.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
+import math
+from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Tuple, Union
 
 import attrs
-import numpy as np
-import torch
+
+if TYPE_CHECKING:  # pragma: no cover - names for the annotations only: a diff that loads no payload imports no torch
+    import numpy as np
+    import torch
 
 __all__ = ["Tolerance", "Tolerances", "DTYPE_TOLERANCES", "EXACT"]
 
@@ -70,7 +73,7 @@ class Tolerances:
 
     def __attrs_post_init__(self) -> None:
         for value in (self.atol, self.rtol, *(t for f in self.fields.values() for t in (f.atol, f.rtol))):
-            if value is not None and not (value >= 0 and np.isfinite(value)):
+            if value is not None and not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"tolerance {value!r} is not a finite number >= 0")
         for name in self.fields:
             if not name or any(not part for part in name.split(".")):

@@ -12,11 +12,13 @@ import sys
 
 import pytest
 
+from benchmarks._cli_start import VERB_GOAL_S, make_demo, verb_lines
+
 PROBE = """
 import sys
 from stepjournal.adapters.cli import main
 code = main({argv!r})
-heavy = sorted(m for m in ("torch", "numpy", "matplotlib", "safetensors", "structlog") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "numpy", "matplotlib", "safetensors", "structlog", "transformers") if m in sys.modules)
 print("heavy:" + ",".join(heavy))
 sys.exit(code)
 """
@@ -49,6 +51,29 @@ def test_a_verb_that_decodes_no_payload_imports_no_torch(tmp_path, verb):
     done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "torch" not in heavy(done)
+
+
+# The verbs of issue 48 that print no tensor, as `make bench` types them on the demo journal.
+NO_TENSOR_VERBS = {verb: line for verb, line in verb_lines().items() if line.goal_s == VERB_GOAL_S}
+
+
+@pytest.fixture(scope="module")
+def demo_folder(tmp_path_factory):
+    """A folder where `make demo` ran, with a folder remote the journal was pushed to."""
+    folder = tmp_path_factory.mktemp("demo")
+    make_demo(folder)
+    return folder
+
+
+@pytest.mark.parametrize("verb", sorted(NO_TENSOR_VERBS))
+def test_a_verb_that_prints_no_tensor_imports_no_tensor_library_on_the_demo_journal(demo_folder, verb):
+    """`diff` of the demo's replay against its recording (equal digests: no payload loaded), `audit`, `runs`
+    and `status` load neither torch nor numpy: their start is Python's, the CLI's and the journal's."""
+    line = NO_TENSOR_VERBS[verb]
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=line.argv)], cwd=demo_folder, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode in line.statuses, done.stderr
+    assert heavy(done) == [], (line.text, heavy(done))
 
 
 @pytest.mark.parametrize("verb", ["runs", "audit", "verify", "diff", "timeline", "report", "status", "show", "export"])

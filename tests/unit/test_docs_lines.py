@@ -18,6 +18,7 @@ from doc_lines import DocLine, block_lines, command_lines
 # The modules that run docs lines, each with what it does with them.
 RUNNERS = {
     "test_docs_commands": "docs/audit.md's lines on the demo journal, and verify of a damaged copy",
+    "test_readme": "the README's reading of the demo journal and its activation line",
     "test_cli_help": "the synopsis lines (verbs and options the parser has) and the completion line",
     "test_timeline": "audit.md's timeline line with a hidden source",
     "test_samples": "reading.md's show --text and diff --text lines",
