@@ -101,6 +101,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         import tensorboard  # noqa: F401  (PyTorch's writer needs it, and says so less plainly)
     except ImportError:
         raise Failure(f"export --tensorboard needs TensorBoard: {PIP_INSTALL}") from None
+    if os.path.exists(args.tensorboard) and not os.path.isdir(args.tensorboard):
+        raise Failure(f"--tensorboard {cell(args.tensorboard)} is not a folder: name a new folder, or the log folder "
+                      "your trainer writes TensorBoard files into")
     from torch.utils.tensorboard import SummaryWriter
 
     written = []
@@ -109,20 +112,21 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         opened = [event for _, event in journal.sessions()]
         names = session_names(event.session for event in opened)
         chosen = {choose_session(journal, run_key, args.session)[0]} if args.session else None
-        sessions = {e.session: e for e in opened if e.run == run_key and (chosen is None or e.session in chosen)}
+        folders = {e.session: os.path.join(args.tensorboard, session_folder(run_key, names[e.session], e.ts))
+                   for e in opened if e.run == run_key and (chosen is None or e.session in chosen)}
+        for folder in folders.values():  # all checked before anything is written
+            if os.path.isdir(folder) and any(f.startswith("events.out.tfevents") for f in os.listdir(folder)):
+                raise Failure(f"{cell(folder)} already holds event files (TensorBoard would show both): "
+                              "export into another folder, or remove them")
         tokenizer = _tokenizer(journal, run_key, args, err)
         with progress_bar(err) as progress:
-            task = progress.add_task("sessions", total=len(sessions))
-            for session, event in sessions.items():
+            task = progress.add_task("sessions", total=len(folders))
+            for session, folder in folders.items():
                 data = collect(journal, run_key, tokenizer, per_step=args.samples, chars=args.chars, session=session,
                                ids=tokenizer is None)
                 progress.update(task, advance=1)
                 if not data["steps"]:
                     continue  # a session that made no train call
-                folder = os.path.join(args.tensorboard, session_folder(run_key, names[session], event.ts))
-                if os.path.isdir(folder) and any(f.startswith("events.out.tfevents") for f in os.listdir(folder)):
-                    raise Failure(f"{cell(folder)} already holds event files (TensorBoard would show both): "
-                                  "export into another folder, or remove them")
                 writer = SummaryWriter(log_dir=folder)
                 try:
                     for entry in data["steps"]:

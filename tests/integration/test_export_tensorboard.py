@@ -168,15 +168,19 @@ def test_without_a_tokenizer_the_samples_are_token_ids_and_one_line_says_how_to_
                                                     f"    response ids: {batch['response_ids'][0]}")
 
 
-def test_one_session_and_a_second_export_into_the_same_folder(journal_path, tmp_path):
+def test_one_session_a_second_export_into_the_same_folder_and_what_is_refused(journal_path, tmp_path):
     done = run_cli("export", journal_path, "--tensorboard", str(tmp_path / "tb"), "--session", "s2")
     assert done.returncode == 0, done.stderr
     (name,) = read_runs(tmp_path / "tb")
     assert name.split(os.sep)[1].startswith("s2-")
-    again = run_cli("export", journal_path, "--tensorboard", str(tmp_path / "tb"), "--session", "s2")
+    again = run_cli("export", journal_path, "--tensorboard", str(tmp_path / "tb"))  # every session: s2's is there
     assert again.returncode == 1 and "already holds event files" in again.stderr
+    assert list(read_runs(tmp_path / "tb")) == [name]  # checked before anything was written: no s1 either
     unknown = run_cli("export", journal_path, "--tensorboard", str(tmp_path / "tb"), "--session", "s9")
     assert unknown.returncode == 2 and "s1 (" in unknown.stderr and "s2 (" in unknown.stderr
+    (tmp_path / "a-file").write_text("")
+    not_a_folder = run_cli("export", journal_path, "--tensorboard", str(tmp_path / "a-file"))
+    assert not_a_folder.returncode == 1 and f"--tensorboard {tmp_path / 'a-file'} is not a folder" in not_a_folder.stderr
     wrong = run_cli("export", journal_path, "--to", str(tmp_path / "out"), "--samples", "2")
     assert wrong.returncode == 2 and "--samples goes with --tensorboard" in wrong.stderr
 
