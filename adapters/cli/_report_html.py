@@ -130,7 +130,7 @@ table{border-collapse:collapse;width:100%} td,th{padding:2px 8px;border-bottom:1
 tr.step{cursor:pointer} tr.step:hover{background:#f3f6fb} .replayed{color:#1f77b4} .released{color:#9467bd}
 #samples pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;margin:2px 0 10px}
 #samples pre.prompt::before{content:"prompt  ";color:#888} #samples pre.response::before{content:"response  ";color:#888}
-#metrics{display:grid;grid-template-columns:1fr 1fr;column-gap:1.5em} #metrics h2{grid-column:1/-1;margin:.3em 0}
+#metrics h2{margin:.3em 0}
 #pager button{margin-right:4px} #search{width:50%;padding:4px} .hit{cursor:pointer;color:#1f5fbf}
 """
 
