@@ -17,7 +17,7 @@ import argparse
 import datetime
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from rich.console import Console
 from rich.markup import escape
@@ -108,10 +108,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     written = []
     with Journal(args.journal, readonly=True) as journal:
-        run_key = choose_run(journal, args.run[0] if args.run else None)
+        given_run = args.run[0] if args.run else None
+        if args.session:  # the session names its run
+            session, _, run_key = choose_session(journal, given_run, args.session)
+            chosen: Optional[Set[str]] = {session}
+        else:
+            run_key, chosen = choose_run(journal, given_run), None
         opened = [event for _, event in journal.sessions()]
         names = session_names(event.session for event in opened)
-        chosen = {choose_session(journal, run_key, args.session)[0]} if args.session else None
         folders = {e.session: os.path.join(args.tensorboard, session_folder(run_key, names[e.session], e.ts))
                    for e in opened if e.run == run_key and (chosen is None or e.session in chosen)}
         for folder in folders.values():  # all checked before anything is written

@@ -173,20 +173,21 @@ def _fill(entry: Dict[str, Any], found: List[Any], per_step: int, chars: int, id
             sample["prompt_ids"], sample["response_ids"] = list(s.prompt_ids[:chars]), list(s.response_ids[:chars])
 
 
-def choose_session(journal: Journal, run: str, given: str) -> Tuple[str, str]:
-    """The session `given` names, (full id, short name): its short name as `runs` and `audit` show it (``s2``),
-    its id or a unique prefix of it; it must be a session of `run`."""
+def choose_session(journal: Journal, run: Optional[str], given: str) -> Tuple[str, str, str]:
+    """The session `given` names, (full id, short name, its run): its short name as `runs` and `audit` show it
+    (``s2``), its id or a unique prefix of it; when `run` is given, it must be a session of `run`."""
     opened = [event for _, event in journal.sessions()]
     names = session_names(event.session for event in opened)
-    found = list(dict.fromkeys(e.session for e in opened if given and (names[e.session] == given
-                                                                       or e.session.startswith(given))))
+    found = [e for e in {e.session: e for e in opened}.values()
+             if given and (names[e.session] == given or e.session.startswith(given))]
     if len(found) != 1:
-        known = ", ".join(f"{names[e.session]} ({e.session[:8]})" for e in opened if e.run == run) or "none"
+        known = ", ".join(f"{names[e.session]} ({e.session[:8]})" for e in opened if run in (None, e.run)) or "none"
+        whose = f"run {cell(run)}'s" if run is not None else "its"
         raise UsageError(f"--session {cell(given)}: {'no' if not found else len(found)} session matches; "
-                         f"run {cell(run)}'s sessions are: {known}")
-    if not any(e.session == found[0] and e.run == run for e in opened):
-        raise UsageError(f"--session {cell(given)} is a session of another run than {cell(run)}; pass its --run")
-    return found[0], names[found[0]]
+                         f"{whose} sessions are: {known}")
+    if run is not None and found[0].run != run:
+        raise UsageError(f"--session {cell(given)} is a session of run {cell(found[0].run)}, not {cell(run)}")
+    return found[0].session, names[found[0].session], found[0].run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -194,8 +195,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("-o", "--out", required=True, metavar="FILE.html", help="the HTML file to write")
     p.add_argument("--run", help="the run key (needed when the journal holds several)")
-    p.add_argument("--session", metavar="S", help="only this session's calls (its name as runs and audit show it, "
-                   "s2; or its id or a unique prefix); default: each step's generate call, whichever session made it")
+    p.add_argument("--session", metavar="S", help="only this session's calls, of its run (its name as runs and audit "
+                   "show it, s2; or its id or a unique prefix); default: each step's generate call, whichever session "
+                   "made it")
     p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run's fingerprint "
                    "names); loaded from local files only")
     p.add_argument("--no-text", action="store_true", help="no tokenizer: lengths and rewards only")
@@ -210,8 +212,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.splitext(args.out)[1].lower() not in (".html", ".htm"):
         raise UsageError(f"-o {args.out}: name an .html file")
     with Journal(args.journal, readonly=True) as journal:
-        run_key = choose_run(journal, args.run)
-        session, name = choose_session(journal, run_key, args.session) if args.session else (None, None)
+        if args.session:  # the session names its run
+            session, name, run_key = choose_session(journal, args.run, args.session)
+        else:
+            session, name, run_key = None, None, choose_run(journal, args.run)
         tokenizer = load_tokenizer(journal, run_key, args.tokenizer) if not args.no_text else None
         data = collect(journal, run_key, tokenizer, per_step=args.samples, chars=args.chars, session=session)
     if not data["steps"]:

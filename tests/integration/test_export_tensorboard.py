@@ -185,6 +185,21 @@ def test_one_session_a_second_export_into_the_same_folder_and_what_is_refused(jo
     assert wrong.returncode == 2 and "--samples goes with --tensorboard" in wrong.stderr
 
 
+def test_a_session_names_its_run(tmp_path):
+    """In a journal of two runs, --session needs no --run: export and report take the session's own."""
+    path = str(tmp_path / "two")
+    for run in ("first", "second"):
+        with Journal(path, run=run, sync=False) as journal:
+            journal.record(1, {"prompt_ids": [[2]], "response_ids": [[3, 1]]})
+    done = run_cli("export", path, "--tensorboard", str(tmp_path / "tb"), "--session", "s2", "--no-text")
+    assert done.returncode == 0, done.stderr
+    assert [n.split(os.sep)[0] for n in read_runs(tmp_path / "tb")] == ["second"]
+    page = run_cli("report", path, "-o", str(tmp_path / "r.html"), "--session", "s2", "--no-text")
+    assert page.returncode == 0 and "<title>two: run second, session s2</title>" in (tmp_path / "r.html").read_text()
+    mismatched = run_cli("report", path, "-o", str(tmp_path / "r.html"), "--session", "s2", "--run", "first")
+    assert mismatched.returncode == 2 and "--session s2 is a session of run second, not first" in mismatched.stderr
+
+
 def test_without_tensorboard_installed_it_names_the_pip_install_in_one_line(journal_path, tmp_path):
     code = ("import sys; sys.modules['tensorboard'] = None; from stepjournal.adapters.cli import main; "
             "sys.exit(main(['export', sys.argv[1], '--tensorboard', sys.argv[2]]))")

@@ -219,4 +219,4 @@ def test_an_unknown_session_is_refused_naming_the_runs_sessions(metrics_report, 
     path, _, _ = metrics_report
     done = run_cli("report", path, "-o", str(tmp_path / "x.html"), "--no-text", "--session", "s3")
     assert done.returncode == 2 and not (tmp_path / "x.html").exists()
-    assert "--session s3: no session matches; run trl's sessions are: s1 (" in done.stderr and ", s2 (" in done.stderr
+    assert "--session s3: no session matches; its sessions are: s1 (" in done.stderr and ", s2 (" in done.stderr
