@@ -17,9 +17,9 @@ $(VENV)/.base: $(VENV)/bin/python pyproject.toml constraints.txt
 	$(PIP) -e .
 	touch $@
 
-# Docs install: the light extras the pages of docs/ use (object storage, pictures, export, YAML policies), so
+# Docs install: the extras the pages of docs/ use (object storage, pictures, export, YAML policies, TensorBoard), so
 # each example there runs in the demo's venv; the verl and TRL pages start with their own install line.
-DOCS_EXTRAS := s3,timeline,export,yaml
+DOCS_EXTRAS := s3,timeline,export,yaml,tensorboard
 $(VENV)/.docs: $(VENV)/.base
 	$(PIP) -e ".[$(DOCS_EXTRAS)]"
 	touch $@

@@ -61,7 +61,8 @@ VERBS: Dict[str, Tuple[str, str]] = {
     "show": ("show", "the structure of a recorded payload: keys, dtypes, shapes, first values"),
     "verify": ("verify", "re-hash every payload, decode every event, check the index (JOURNAL may be a bundle "
                "file: checked without importing it)"),
-    "export": ("export", "write recorded payloads as safetensors + JSON, or a portable bundle"),
+    "export": ("export", "write recorded payloads as safetensors + JSON, a portable bundle, or TensorBoard event "
+               "files"),
     "import": ("import", "bring a bundle's events and payloads into a journal (writes)"),
     "timeline": ("timeline", "draw the run: a column per step, replays linked to their source"),
     "reindex": ("reindex", "rebuild the index (a projection) from the event log; writes to the journal"),
@@ -76,8 +77,8 @@ VERBS: Dict[str, Tuple[str, str]] = {
     "remote": ("remote", "name the remotes of a journal: add, list, remove (writes the journal folder's "
                "remotes.json)"),
     "plugins": ("plugins", "the installed policy plugins and whether each loads"),
-    "report": ("report", "write one self-contained HTML file of a run: charts per step, its samples decoded, a "
-               "text search (docs/reading.md)"),
+    "report": ("report", "write one self-contained HTML file of a run or session: charts per step, its samples "
+               "decoded, a text search (docs/reading.md)"),
     "completion": ("completion", 'print the shell completion script: eval "$(stepjournal completion bash)" in '
                    "~/.bashrc"),
     "diff": ("diff", "where two runs part: the first differing step, stage and sample"),

@@ -34,6 +34,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "export": (
         ("stepjournal export runs/grpo --to exported --steps 1-10", "steps 1-10 as safetensors + JSON"),
         ("stepjournal export runs/grpo --bundle team.bundle --steps 1-50", "steps 1-50 in one portable file"),
+        ("stepjournal export runs/grpo --tensorboard tb", "each session as a TensorBoard run, beside the training's"),
     ),
     "import": (
         ("stepjournal import team.bundle runs/grpo", "bring a bundle's records into a journal"),
@@ -72,6 +73,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "report": (
         ("stepjournal report runs/grpo -o grpo.html", "the run in one HTML file: charts, samples, search"),
         ("stepjournal report runs/grpo -o grpo.html --samples 32 --chars 500", "more samples a step, shorter text"),
+        ("stepjournal report runs/grpo -o replay.html --session s2", "one session's calls and metrics"),
     ),
     "completion": (
         ("stepjournal completion bash", 'the bash script; in ~/.bashrc: eval "$(stepjournal completion bash)"'),

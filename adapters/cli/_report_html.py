@@ -53,8 +53,14 @@ def _line(values: Sequence[Optional[float]], low: float, high: float, colour: st
             current.append(_xy(i, len(values), v, low, high))
     if current:
         runs.append(current)
+    # A value with none beside it (a metric logged every few steps) is a dot: a one-point line draws nothing.
     return "".join(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{" ".join(r)}"/>'
-                   for r in runs)
+                   if len(r) > 1 else _dot(r[0], colour) for r in runs)
+
+
+def _dot(point: str, colour: str) -> str:
+    x, y = point.split(",")
+    return f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"/>'
 
 
 def _reward_chart(steps: List[Dict[str, Any]]) -> str:
@@ -106,6 +112,17 @@ def _duration_chart(steps: List[Dict[str, Any]], stages: List[str]) -> str:
     return _frame("stage durations (seconds per step)", [s["step"] for s in steps], low, high, body)
 
 
+def _metric_charts(steps: List[Dict[str, Any]], names: List[str]) -> str:
+    """One chart per name the ``metrics`` stage logged (TRL's loss, reward, kl ...), over every step."""
+    charts = []
+    for k, name in enumerate(names):
+        values = [s["metrics"].get(name) for s in steps]
+        low, high = _scale(values)
+        charts.append(_frame(name, [s["step"] for s in steps], low, high,
+                             _line(values, low, high, _STAGE_COLOURS[k % len(_STAGE_COLOURS)])))
+    return "".join(charts)
+
+
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:1.2em;color:#222;max-width:1100px}
 figure{margin:0 0 1em} figcaption{font-weight:600;margin-bottom:.2em} .tick{font-size:11px;fill:#555}
@@ -113,6 +130,7 @@ table{border-collapse:collapse;width:100%} td,th{padding:2px 8px;border-bottom:1
 tr.step{cursor:pointer} tr.step:hover{background:#f3f6fb} .replayed{color:#1f77b4} .released{color:#9467bd}
 #samples pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;margin:2px 0 10px}
 #samples pre.prompt::before{content:"prompt  ";color:#888} #samples pre.response::before{content:"response  ";color:#888}
+#metrics h2{margin:.3em 0}
 #pager button{margin-right:4px} #search{width:50%;padding:4px} .hit{cursor:pointer;color:#1f5fbf}
 """
 
@@ -138,6 +156,8 @@ function drawTable() {
 function showStep(step) {
   const s = data.steps.find(x => x.step === step); const box = document.getElementById('samples'); box.replaceChildren();
   box.append(el('h3', `step ${s.step}: ${served(s)} · ${s.count} samples (${s.samples.length} shown)`));
+  const logged = Object.entries(s.metrics).map(([k, v]) => `${k} ${v === null ? '-' : Number(v.toPrecision(4))}`);
+  if (logged.length) box.append(el('p', 'metrics: ' + logged.join(' · '), 'metrics'));
   for (const x of s.samples) {
     const rewards = Object.entries(x.rewards).map(([k, v]) => `${k} ${v}`).join(' · ');
     const head = el('div', `sample ${x.index} · ${x.length} tokens${x.truncated ? ' (truncated)' : ''}${rewards ? ' · ' + rewards : ''}`);
@@ -178,6 +198,7 @@ def render(data: Dict[str, Any], *, title: str) -> str:
         f"<p>{len(steps)} train steps; up to {data['per_step']} samples a step, text cut at {data['chars']} characters."
         " Click a step to read its samples.</p>",
         f'<section id="charts">{charts}</section>',
+        f'<section id="metrics"><h2>metrics</h2>{_metric_charts(steps, data["metrics"])}</section>' if data["metrics"] else "",
         '<p><input id="search" type="search" placeholder="search prompts and responses"></p><div id="hits"></div>',
         '<div id="pager"><button id="prev">previous</button><button id="next">next</button> <span id="where"></span></div>',
         '<table id="steps"><thead><tr><th>step</th><th>generate</th><th>reward mean</th><th>spread</th>'

@@ -305,12 +305,13 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
 
 def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
                      gen_index: int = 0, tokenizer: Any = None,
-                     decoded: Optional[int] = None) -> Iterator[Tuple[int, List[Sample]]]:
-    """(step, its samples) for every step of `steps` (None: all) with a generate call, in step order: as
-    `samples` for each, the log read once. One step's samples are in memory at a time."""
+                     decoded: Optional[int] = None,
+                     session: Optional[str] = None) -> Iterator[Tuple[int, List[Sample]]]:
+    """(step, its samples) for every step of `steps` (None: all) with a generate call (of `session` only, when
+    given), in step order: as `samples` for each, the log read once. One step's samples are in memory at a time."""
     run = run or _the_run(journal)
     stages = _side_stages(journal, run)
-    served, side = _served(journal, run, mode, steps, gen_index, stages)
+    served, side = _served(journal, run, mode, steps, gen_index, stages, session)
     for step in sorted(served):
         yield step, _read(journal, step, *served[step], stages, side, tokenizer, decoded)
 

@@ -137,3 +137,86 @@ def test_past_the_text_budget_every_embedded_text_is_cut_to_its_share(report, to
     assert len(texts) == 2 * SAMPLES * STEPS and max(len(t) for t in texts) == 11  # 10 and the "…"
     assert "the cat sa…" in texts and sum(t.endswith("…") for t in texts) > STEPS
     assert {e["count"] for e in data["steps"]} == {SAMPLES}  # the summaries still cover every sample
+
+
+# -- the metrics stage and --session: a TRL-shaped run that journaled only generate and metrics (TRL's default) --
+METRIC_STEPS = 30
+
+
+def trl_logged(step: int, session: int) -> dict:
+    return {"loss": 0.5 / step + session, "reward": (step % 7) / 4, "kl": 0.01 * step, "model": "tiny"}
+
+
+@pytest.fixture(scope="module")
+def metrics_report(tmp_path_factory):
+    """The recording (s1), then a session replaying its generations and logging its own metrics (s2); the report
+    of the run, and of each session."""
+    folder = tmp_path_factory.mktemp("metrics")
+    path = str(folder / "journal")
+    for session in (0, 1):
+        with Journal(path, run="trl", sync=False) as journal:
+            for step in range(1, METRIC_STEPS + 1):
+                if session == 0:
+                    journal.record(step, {"prompt_ids": [ids("what is two")] * 2,
+                                          "response_ids": [ids("four"), ids(response(step, 1))]})
+                else:
+                    journal.record_replay(step, journal.lookup(step), policy="replay", reason="replay")
+                journal.record(step, trl_logged(step, session), stage="metrics")
+    pages = {}
+    for name, extra in (("all", []), ("s1", ["--session", "s1"]), ("s2", ["--session", "s2"])):
+        pages[name] = folder / f"{name}.html"
+        done = run_cli("report", path, "-o", str(pages[name]), "--no-text", *extra)
+        assert done.returncode == 0, done.stderr
+    with Journal(path, readonly=True) as journal:
+        sessions = list(dict.fromkeys(e.session for _, e in journal.sessions()))
+        journaled = {(sessions.index(r.session), r.step): journal.load(journal.event(r.seq).output)
+                     for r in journal.audit(stage="metrics")}
+    return path, pages, journaled
+
+
+def shown_number(value: float) -> str:
+    """A number as the page's metrics line shows it: 4 significant digits (JavaScript's shortest form)."""
+    return f"{float(f'{value:.4g}'):g}"
+
+
+def metrics_line(journaled: dict, session: int, step: int) -> str:
+    numbers = {k: v for k, v in journaled[(session, step)].items() if isinstance(v, float)}
+    return "metrics: " + " · ".join(f"{k} {shown_number(v)}" for k, v in numbers.items())
+
+
+def test_the_metrics_stage_is_charted_when_only_generate_was_journaled(metrics_report, browser):
+    _, pages, journaled = metrics_report
+    tab, problems = open_report(browser, pages["all"])
+    charts = tab.locator("#metrics figure")
+    assert tab.locator("#metrics figcaption").all_inner_texts() == ["kl", "loss", "reward"]  # "model" is no number
+    # Without --session each step shows its generate call's session: the replay (s2), with its own metrics.
+    for k, name in enumerate(["kl", "loss", "reward"]):
+        values = [journaled[(1, step)][name] for step in range(1, METRIC_STEPS + 1)]
+        assert charts.nth(k).locator("text.tick").all_text_contents()[:2] == [f"{max(values):.3g}", f"{min(values):.3g}"]
+        (line,) = charts.nth(k).locator("polyline").all()
+        assert len(line.get_attribute("points").split()) == METRIC_STEPS
+    tab.click('tr.step[data-step="7"]')
+    assert tab.inner_text("#samples h3").startswith("step 7: replayed from step 7")
+    assert tab.inner_text("#samples p.metrics") == metrics_line(journaled, 1, 7)
+    assert problems == []
+
+
+def test_session_reports_one_sessions_calls_and_metrics(metrics_report, browser):
+    _, pages, journaled = metrics_report
+    for session, name, served in ((0, "s1", "generated"), (1, "s2", "replayed from step 12")):
+        tab, problems = open_report(browser, pages[name])
+        assert tab.inner_text("h1").endswith(f"run trl, session {name}")
+        tab.click('tr.step[data-step="12"]')
+        assert tab.inner_text("#samples h3").startswith(f"step 12: {served} · 2 samples")
+        assert tab.inner_text("#samples p.metrics") == metrics_line(journaled, session, 12)
+        losses = [journaled[(session, step)]["loss"] for step in range(1, METRIC_STEPS + 1)]
+        assert tab.locator("#metrics figure").nth(1).locator("text.tick").all_text_contents()[:2] == [
+            f"{max(losses):.3g}", f"{min(losses):.3g}"]
+        assert problems == []
+
+
+def test_an_unknown_session_is_refused_naming_the_runs_sessions(metrics_report, tmp_path):
+    path, _, _ = metrics_report
+    done = run_cli("report", path, "-o", str(tmp_path / "x.html"), "--no-text", "--session", "s3")
+    assert done.returncode == 2 and not (tmp_path / "x.html").exists()
+    assert "--session s3: no session matches; its sessions are: s1 (" in done.stderr and ", s2 (" in done.stderr

@@ -116,6 +116,29 @@ def test_show_text_decodes_each_sample_as_the_trainer_did_with_the_reward_its_fu
     assert "reward.length" in table.stdout and "  response: " in table.stdout
 
 
+def test_export_tensorboard_writes_the_numbers_trl_logged_at_each_step(recorded, tmp_path):
+    """The metrics stage of a real GRPO run, through `export --tensorboard`, read back with TensorBoard's reader:
+    each step's loss, reward and kl are the trainer's own log_history entries (as float32, a scalar's type)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    path, trainer, _, _, _ = recorded
+    done = run_cli("export", str(path), "--tensorboard", str(tmp_path / "tb"), "--no-text")
+    assert done.returncode == 0, done.stderr
+    (folder,) = {p.parent for p in (tmp_path / "tb").rglob("events.out.tfevents.*")}
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    f32 = lambda v: float(torch.tensor(float(v), dtype=torch.float32))  # noqa: E731
+    history = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry["step"] for entry in history] == list(range(1, STEPS + 1))
+    for name in ("loss", "reward", "kl", "completions/mean_length"):  # TRL logs the reward at generating steps only
+        assert {e.step: e.value for e in events.Scalars(f"metrics/{name}")} == {
+            entry["step"]: f32(entry[name]) for entry in history if name in entry}
+    assert "metrics/step_time" not in events.Tags()["scalars"]  # a timing the metrics stage leaves out
+    assert {e.step for e in events.Scalars("samples/count")} == set(GENERATION_STEPS)
+    assert {e.step: e.value for e in events.Scalars("metrics/train_loss")} == {
+        STEPS: f32(trainer.state.log_history[-1]["train_loss"])}  # train()'s own log, the last step's second call
+
+
 def test_a_recording_journals_each_stage_at_the_step_it_runs(recorded):
     path, trainer, reward, counted, handle = recorded
     # The recording did the work that a replay must skip: 2 generations, 2 reward calls, old and ref log-probs.

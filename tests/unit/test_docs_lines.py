@@ -22,6 +22,7 @@ RUNNERS = {
     "test_cli_help": "the synopsis lines (verbs and options the parser has) and the completion line",
     "test_timeline": "audit.md's timeline line with a hidden source",
     "test_samples": "reading.md's show --text and diff --text lines",
+    "test_export_tensorboard": "reading.md's report --session and export --tensorboard lines",
     "test_trl_diff": "diff.md's diff of two TRL runs",
     "test_named_remotes": "sharing.md's named-remote session against moto",
     "test_trl_multinode": "sharing.md's TRL topology lines, on their machines",
