@@ -1,6 +1,7 @@
 """The table verbs in a pseudo-terminal of 80 and 120 columns (its window size set as a terminal sets it, no
 COLUMNS): each line fits, the free-text column (audit's reason, runs' fingerprint) gets the width, ``--wide``
-overflows instead of squeezing, and a pipe takes the width of the terminal it ends in.
+overflows instead of squeezing, a pipe takes the width of the terminal it ends in, and ``diff`` shows numbers
+at four digits with their relative difference.
 
 Every command runs in a process of its own (`cli_support.start_cli`), in the journal's folder, so a path
 never decides a line's width.
@@ -201,3 +202,15 @@ def test_the_audit_title_names_the_stages_listed_and_the_newest_calls(folder):
     none = in_terminal(folder, 120, "audit", "j", "--stage", "reward", "--run", "baseline").splitlines()
     assert none[0] == "reward calls (run baseline) in j" and none[-1] == "no reward call matches"
 
+
+# -- diff's numbers ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("columns", [80, 120])
+def test_diff_shows_numbers_at_four_digits_with_their_relative_difference(folder, columns):
+    shown = in_terminal(folder, columns, "diff", "j", "j2", "--run-a", "baseline", "--steps", "1-5", "--stage", "generate")
+    lines = shown.splitlines()
+    assert not re.search(r"\d\.\d{6,}", shown), shown  # no float of 17 digits, anywhere
+    (step_3,) = [line for line in lines if line.split()[:2] == ["3", "generate"]]
+    assert re.search(r"0\.2 vs 0\.2 \(rel [\d.]+e-16\)$", step_3), step_3  # alike in 4 digits, 1e-16 apart
+    (step_4,) = [line for line in lines if line.split()[:2] == ["4", "generate"]]
+    assert "0.02" in step_4.split() and step_4.endswith("0.2 vs 0.22 (rel 0.091)"), step_4
+    assert "(reward sample 1: 0.2 vs 0.22 (rel 0.091))" in shown.replace("\n", " ")  # the summary line too
