@@ -293,8 +293,9 @@ class FittedColumns:
 
     Every column takes what its header and cells need when the table fits so. Else a fixed column takes that
     up to its most, and the free-text columns (most None: a reason, a fingerprint) share what is left, no more
-    than they need. They get 3/8 of the width at least: for that the widest fixed columns give way, down to
-    their header's width, except those named `whole` (a step, an action: never cut). Rows come in pieces
+    than they need. They get 3/8 of the width at least (or what they need, when less): for that the widest
+    fixed columns give way, down to their header's width, except those named `whole` (a step, an action:
+    never cut); what the free text does not need goes back to the fixed columns cut. Rows come in pieces
     (`measure` each before `table`): a column only grows, so the pieces of a long listing line up unless a
     later cell needs more.
     """
@@ -325,14 +326,21 @@ class FittedColumns:
         def share() -> int:
             return (self.width + 2 - sum(w + 2 for w in fixed.values())) // max(free, 1) - 2
 
-        floor = max(_FREE_MIN, self.width * 3 // 8)
+        wanted = max((need for i, need in enumerate(self.needs) if i not in fixed), default=0)
+        floor = min(max(_FREE_MIN, self.width * 3 // 8), wanted)  # never more than the free text needs
         while free and share() < floor:
             shrinking = [i for i in fixed if fixed[i] > least[i]]
             if not shrinking:
                 break
             fixed[max(shrinking, key=lambda i: fixed[i])] -= 1
         rest = max(_FREE_MIN, share())
-        return [fixed[i] if i in fixed else min(need, rest) for i, need in enumerate(self.needs)]
+        widths = [fixed[i] if i in fixed else min(need, rest) for i, need in enumerate(self.needs)]
+        spare = self.width - (sum(w + 2 for w in widths) - 2)  # what the free text does not need goes back
+        for i in fixed:
+            grown = max(0, min(spare, self.needs[i] - widths[i]))
+            widths[i] += grown
+            spare -= grown
+        return widths
 
     def table(self, *, wrap: bool = False) -> Any:
         """An empty table of these widths: each cell cut to its column's width with an ellipsis, or with

@@ -107,7 +107,7 @@ def _steps(summary: Any) -> str:
 def _runs(width: int, summaries: List[Any]) -> Any:
     rows = [[clean(s.run), str(len(s.sessions)), str(s.calls), str(s.counts["generated"]), str(s.counts["replayed"]),
              _steps(s), human_size(s.stored_bytes)] for s in summaries]
-    layout = FittedColumns(width, _RUNS)
+    layout = FittedColumns(width, _RUNS, whole=[name for name, _, _ in _RUNS[1:]])  # the counts are never cut
     layout.measure(rows)
     table = layout.table()
     for row in rows:
@@ -119,7 +119,7 @@ def _sessions(width: int, summaries: List[Any], names: Dict[str, str], differing
     """The sessions table: name, time, host and run as wide as they need, the fingerprint in the rest."""
     rows = [[names[session.session], short_time(session.ts)[:16], clean(session.host), clean(s.run),
              _fingerprint_text(session.fingerprint, differing)] for s in summaries for _, session in s.sessions]
-    layout = FittedColumns(width, _SESSIONS)
+    layout = FittedColumns(width, _SESSIONS, whole=("session", "opened (UTC)"))
     layout.measure([row[:4] + [Text.from_markup(row[4]).plain] for row in rows])
     table = layout.table()
     for row in rows:
