@@ -8,14 +8,16 @@ there is nothing to compare (a journal that does not open, an unknown run or fie
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import textwrap
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import attrs
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from stepjournal.base._errors import StepJournalError
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from stepjournal import DiffReport
     from stepjournal.policies import StepRanges
 
-from ._render import cell, error_line, json_text, print_line
+from ._render import FittedColumns, cell, clean, error_line, json_text, print_line
 
 __all__ = ["add_arguments", "run"]
 
@@ -38,7 +40,10 @@ _STATE_TEXT = {
 }
 _COUNT_TEXT = {"equal": "equal", "within_tolerance": "within tolerance", "differing": "differing",
                "only_a": "only in A", "only_b": "only in B", "damaged": "damaged", "unreadable": "unreadable"}
-_TABLE_WIDTH = 100
+_STATE_WORDS = {state: Text.from_markup(text).plain for state, text in _STATE_TEXT.items()}
+# The table's columns: name, justify, the most each takes (None: `where`, which gets the rest and wraps).
+_COLUMNS = (("step", "right", 11), ("stage", "left", 14), ("call", "left", 12), ("state", "left", 10),
+            ("max |a-b|", "right", 9), ("where", "left", None))
 
 
 class _Usage(Exception):
@@ -157,10 +162,11 @@ def _run(args: argparse.Namespace, out: Console) -> int:
                 journal_b.close()
     finally:
         journal_a.close()
+    shown = report if args.json else shown_numbers(report)
     if args.plot is not None:
         from ._diff_plot import render_diff
 
-        render_diff(report, args.plot, title=_title(report))
+        render_diff(report, args.plot, title=_title(shown))
     if args.tokenizer is not None and not args.text:
         raise _Usage("--tokenizer goes with --text")
     text = None
@@ -177,7 +183,7 @@ def _run(args: argparse.Namespace, out: Console) -> int:
         from ._pager import paged  # here, not at the top: `stepjournal --help` loads no verb's output code
 
         with paged(out, enabled=not args.no_pager) as page:
-            _print_report(report, page)
+            _print_report(shown, page)
             if args.text:
                 from ._diff_text import print_text
 
@@ -185,6 +191,54 @@ def _run(args: argparse.Namespace, out: Console) -> int:
             if args.plot is not None:
                 print_line(page, f"wrote {escape(args.plot)}")
     return report.exit_code
+
+
+def number_text(value: float) -> str:
+    """A number as the diff shows it: four significant digits (``%.4g``)."""
+    return f"{value:.4g}"
+
+
+def _value_texts(a: Optional[str], b: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """Two differing values (the comparison's texts) as the report shows them: floats at ``%.4g``, the second
+    followed by their relative difference ``|a-b| / max(|a|,|b|)``, so that two values alike in four digits
+    still show how far apart they are. Other values (ints, token ids, strings, shapes) as they are."""
+    numbers = [_float_of(text) for text in (a, b)]
+    if numbers[0] is None or numbers[1] is None:
+        return a, b
+    x, y = numbers
+    scale = max(abs(x), abs(y))
+    rel = abs(x - y) / scale if scale and math.isfinite(scale) else None
+    return number_text(x), number_text(y) + ("" if rel is None else f" (rel {rel:.2g})")
+
+
+def _float_of(text: Optional[str]) -> Optional[float]:
+    """The float a value's text spells (``-0.87768066``, ``1e-05``, ``nan``), None for an int or any other text."""
+    if text is None:
+        return None
+    try:
+        int(text)
+        return None  # an int (a token id, a count): every digit stays
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def shown_numbers(report: DiffReport) -> DiffReport:
+    """`report` with each difference's values as the table and the summary show them (`_value_texts`); the
+    JSON keeps the exact texts."""
+    from stepjournal.tools._compare import Comparison, Difference
+
+    def difference(d: Difference) -> Difference:
+        value_a, value_b = _value_texts(d.value_a, d.value_b)
+        return attrs.evolve(d, value_a=value_a, value_b=value_b)
+
+    def comparison(c: Optional[Comparison]) -> Optional[Comparison]:
+        return None if c is None else attrs.evolve(c, differences=tuple(map(difference, c.differences)))
+
+    return attrs.evolve(report, pairs=tuple(attrs.evolve(p, comparison=comparison(p.comparison)) for p in report.pairs))
 
 
 def _side_text(side: Any) -> str:
@@ -212,33 +266,22 @@ def _print_report(report: DiffReport, out: Console) -> None:
 
 
 def _table(report: DiffReport, width: int) -> Any:
-    """One row per pair that does not agree; runs of equal pairs collapse into one row."""
-    from rich import box
-    from rich.table import Table
-
+    """One row per pair that does not agree; runs of equal pairs collapse into one row. Each column is as wide
+    as it needs; `where` gets the rest of the terminal and wraps there."""
     from stepjournal.tools._compare import json_float
     from stepjournal.tools._diff_report import compact_steps
 
     modes = {p.mode for p in report.pairs}
     show_call = len(modes) > 1 or any(p.gen_index for p in report.pairs)
-    table = Table(box=box.SIMPLE_HEAD, width=min(_TABLE_WIDTH, width), pad_edge=False)
-    table.add_column("step", justify="right", max_width=11, overflow="fold")
-    table.add_column("stage", max_width=14, overflow="fold")
-    if show_call:
-        table.add_column("call", max_width=12, overflow="fold")
-    table.add_column("state", max_width=10, no_wrap=True)
-    table.add_column("max |a-b|", justify="right", max_width=9, no_wrap=True)
-    table.add_column("where", ratio=1, overflow="fold")
+    rows: List[List[str]] = []  # plain text, the state's key in place of its styled text
     run: List[Any] = []
 
     def flush() -> None:
-        if not run:
-            return
-        steps = compact_steps([p.step for p in run])
-        stages = ", ".join(dict.fromkeys(p.stage for p in run))
-        cells = [steps, cell(stages)] + ([""] if show_call else [])
-        table.add_row(*cells, _STATE_TEXT["equal"], "", f"{len(run)} pair{'s' if len(run) != 1 else ''}")
-        run.clear()
+        if run:
+            stages = ", ".join(dict.fromkeys(p.stage for p in run))
+            rows.append([compact_steps([p.step for p in run]), clean(stages), "", "equal", "",
+                         f"{len(run)} pair{'s' if len(run) != 1 else ''}"])
+            run.clear()
 
     for pair in report.pairs:
         if pair.state == "equal":
@@ -246,10 +289,16 @@ def _table(report: DiffReport, width: int) -> Any:
             continue
         flush()
         error = json_float(pair.max_abs)
-        error_text = "" if error is None else (f"{error:.2e}" if isinstance(error, float) else str(error))
-        cells = [str(pair.step), cell(pair.stage)]
-        if show_call:
-            cells.append(cell(f"{pair.mode} #{pair.gen_index}"))
-        table.add_row(*cells, _STATE_TEXT[pair.state], error_text, cell(pair.brief()))
+        error_text = "" if error is None else (number_text(error) if isinstance(error, float) else str(error))
+        call = f"#{pair.gen_index}" if pair.mode == "train" else f"{pair.mode} #{pair.gen_index}"
+        rows.append([str(pair.step), clean(pair.stage), clean(call), pair.state, error_text, clean(pair.brief())])
     flush()
+    columns = [column for column in _COLUMNS if show_call or column[0] != "call"]
+    texts = [[text for i, text in enumerate(row) if show_call or i != 2] for row in rows]
+    layout = FittedColumns(width, columns)
+    layout.measure([[_STATE_WORDS[text] if i == len(row) - 3 else text for i, text in enumerate(row)] for row in texts])
+    table = layout.table(wrap=True)
+    table.columns[1].no_wrap, table.columns[1].overflow = False, "fold"  # a run of equal pairs lists its stages
+    for row in texts:
+        table.add_row(*(_STATE_TEXT[text] if i == len(row) - 3 else escape(text) for i, text in enumerate(row)))
     return table

@@ -117,4 +117,4 @@ def _marked(parts: Dict[str, str]) -> str:
 
 
 def _number(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:g}"
+    return "-" if value is None else f"{value:.4g}"  # as the diff's table shows numbers

@@ -15,8 +15,9 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
@@ -42,7 +43,10 @@ __all__ = [
     "json_text",
     "human_size",
     "error_line",
-    "fitted_table",
+    "FittedColumns",
+    "print_unsqueezed",
+    "terminal_width",
+    "NO_TERMINAL_WIDTH",
     "plain_table",
     "JSON_RAW",
     "SURROGATE",
@@ -112,6 +116,30 @@ class _TrimmedLines:
         return self._stream.fileno()
 
 
+# The most a table takes when no terminal is in sight and COLUMNS is not set (a file, cron, CI, a script's
+# capture): a table is as wide as its cells need, so this only bounds a long reason, and keeps it whole for grep.
+NO_TERMINAL_WIDTH = 200
+
+
+def terminal_width() -> Optional[int]:
+    """The width output is drawn at when stdout is no terminal: COLUMNS when set, else the width of a
+    terminal on stderr or stdin (the one a pipe's reader shows), else None.
+
+    The controlling terminal (/dev/tty) is not asked: a process whose three streams are redirected (a test
+    run, a job started from a shell) keeps the fixed width whatever window started it."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for fd in (2, 0):
+        try:
+            found = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if found > 0:
+            return found
+    return None
+
+
 @contextlib.contextmanager
 def consoles() -> Iterator[Tuple[Console, Console]]:
     """The console for results (stdout) and the one for progress and warnings (stderr)."""
@@ -123,12 +151,12 @@ def consoles() -> Iterator[Tuple[Console, Console]]:
     if out.is_terminal:
         yield out, make_console(stderr=True)
         return
-    # A pipe or a file has no width: a line of text stays one line (scripts grep it), and a wide
-    # audit table is not squeezed into 80 columns. COLUMNS, when set, is the width asked for. No line
-    # carries the padding of a table.
+    # A pipe gets the width of the terminal it ends in (`stepjournal runs J | head`: stderr or stdin is that
+    # terminal), or COLUMNS; with neither, tables take up to NO_TERMINAL_WIDTH and a line of text stays one
+    # line (scripts grep it). No line carries the padding of a table.
     trimmed = _TrimmedLines(sys.stdout)
-    width = None if os.environ.get("COLUMNS") else max(out.width, 200)
-    out = make_console(file=trimmed, width=width, soft_wrap=width is not None)
+    width = terminal_width()
+    out = make_console(file=trimmed, width=width or NO_TERMINAL_WIDTH, soft_wrap=width is None)
     try:
         yield out, make_console(stderr=True)
     finally:
@@ -245,8 +273,10 @@ def short_time(ts: Optional[float]) -> str:
     return text.replace("T", " ")[:19]
 
 
-# A column of a table that fits the terminal: name, justify, width (None: what the others leave).
+# A column of a table that fits the terminal: name, justify, and the most it takes (None: the free-text column,
+# which gets what the others leave).
 Column = Tuple[str, str, Optional[int]]
+_FREE_MIN = 8  # a free-text column narrower than this says nothing
 
 
 def plain_table() -> Any:
@@ -258,17 +288,78 @@ def plain_table() -> Any:
     return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
 
 
-def fitted_table(width: int, columns: Sequence[Column]) -> Tuple[Any, bool]:
-    """A table of one line per row that fits `width` columns: each cell cut to its column's width
-    with an ellipsis; the columns of width None share what the others leave, and are left out when
-    each would get under 8. Returns the table and whether those columns are in it (the caller's last
-    cells)."""
-    table = plain_table()
-    stretching = sum(w is None for _, _, w in columns)
-    rest = width - sum(w + 2 for _, _, w in columns if w) - 1
-    share = (rest - 2 * (stretching - 1)) // max(stretching, 1)
-    for name, justify, w in columns:
-        if w is None and share < 8:
-            continue
-        table.add_column(name, justify=justify, width=(w or share) + 1, no_wrap=True, overflow="ellipsis")
-    return table, share >= 8
+class FittedColumns:
+    """The widths of a table of one line per row that fits `width` columns.
+
+    Every column takes what its header and cells need when the table fits so. Else a fixed column takes that
+    up to its most, and the free-text columns (most None: a reason, a fingerprint) share what is left, no more
+    than they need. They get 3/8 of the width at least (or what they need, when less): for that the widest
+    fixed columns give way, down to their header's width, except those named `whole` (a step, an action:
+    never cut); what the free text does not need goes back to the fixed columns cut. Rows come in pieces
+    (`measure` each before `table`): a column only grows, so the pieces of a long listing line up unless a
+    later cell needs more.
+    """
+
+    def __init__(self, width: int, columns: Sequence[Column], *, whole: Sequence[str] = ()) -> None:
+        self.width = width
+        self.columns = list(columns)
+        self.whole = set(whole)
+        self.needs = [cell_len(name) for name, _, _ in columns]  # what each column's cells need, however wide
+
+    def measure(self, rows: Iterable[Sequence[str]]) -> None:
+        """Grow the columns to what `rows` (plain text, one string a column) need."""
+        for row in rows:
+            for i, text in enumerate(row):
+                self.needs[i] = max(self.needs[i], cell_len(text))
+
+    def widths(self) -> List[int]:
+        """Each column's width."""
+        # A column is its text, a space of padding and a space of divider; the last has neither (pad_edge).
+        if sum(need + 2 for need in self.needs) - 2 <= self.width:
+            return list(self.needs)
+        fixed = {i: min(need, most) for i, (need, (_, _, most)) in enumerate(zip(self.needs, self.columns))
+                 if most is not None}
+        least = {i: w if self.columns[i][0] in self.whole else min(w, max(3, cell_len(self.columns[i][0])))
+                 for i, w in fixed.items()}
+        free = len(self.columns) - len(fixed)
+
+        def share() -> int:
+            return (self.width + 2 - sum(w + 2 for w in fixed.values())) // max(free, 1) - 2
+
+        wanted = max((need for i, need in enumerate(self.needs) if i not in fixed), default=0)
+        floor = min(max(_FREE_MIN, self.width * 3 // 8), wanted)  # never more than the free text needs
+        while free and share() < floor:
+            shrinking = [i for i in fixed if fixed[i] > least[i]]
+            if not shrinking:
+                break
+            fixed[max(shrinking, key=lambda i: fixed[i])] -= 1
+        rest = max(_FREE_MIN, share())
+        widths = [fixed[i] if i in fixed else min(need, rest) for i, need in enumerate(self.needs)]
+        spare = self.width - (sum(w + 2 for w in widths) - 2)  # what the free text does not need goes back
+        for i in fixed:
+            grown = max(0, min(spare, self.needs[i] - widths[i]))
+            widths[i] += grown
+            spare -= grown
+        return widths
+
+    def table(self, *, wrap: bool = False) -> Any:
+        """An empty table of these widths: each cell cut to its column's width with an ellipsis, or with
+        `wrap`, a free column's text wrapped onto more lines."""
+        table = plain_table()
+        for (name, justify, most), w in zip(self.columns, self.widths()):
+            wraps = wrap and most is None
+            table.add_column(name, justify=justify, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+        return table
+
+
+def print_unsqueezed(out: Console, table: Any) -> None:
+    """`table` at its own width, however narrow the terminal: a long line overflows (for ``less -S``, a pipe,
+    a file) instead of wrapping or losing its end. Each column gets its widest cell (``--wide``)."""
+    from rich.measure import Measurement
+    from rich.segment import Segments
+
+    for column in table.columns:
+        column.no_wrap = True  # at its own width nothing is cut: each column gets its widest cell
+    natural = Measurement.get(out, out.options.update_width(1 << 16), table).maximum
+    # Console.print draws at most the console's width: the table is drawn at its own, then printed uncropped.
+    out.print(Segments(out.render(table, out.options.update_width(natural))), crop=False)

@@ -1,9 +1,11 @@
 """``stepjournal runs``: run keys, sessions, fingerprints and call counts.
 
-The default view fits 80 columns: the columns that say what a run is (calls, generated, replayed,
-steps, stored) and, per session, its name, run, time, host and fingerprint; a run's bypassed or
-refused calls and its stages get a line of their own, so a narrow view hides none of them. ``--wide``
-shows every column.
+The default view fits the terminal: the columns that say what a run is (calls, generated, replayed,
+steps, stored) and, per session, its name, run, time, host and fingerprint, each column as wide as it
+needs and the fingerprint in the rest. The fingerprint column shows the keys whose values differ between
+the sessions (what changed from one run to the next), or the whole fingerprint when none does. A run's
+bypassed or refused calls and its stages get a line of their own, so a narrow view hides none of them.
+``--wide`` shows every column and every key, at its own width (lines overflow for ``less -S``).
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ import argparse
 from typing import Any, Dict, List
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from stepjournal.events._events import ACTIONS
 
 from ._common import names_of_sessions, open_readonly
-from ._render import cell, fingerprint_text, fitted_table, human_size, plain_table, print_json, print_line, short_time
+from ._render import (FittedColumns, cell, clean, fingerprint_text, human_size, plain_table, print_json, print_line,
+                      print_unsqueezed, short_time)
 
 __all__ = ["add_arguments", "run"]
 
-_RUNS = (("run", "left", None), ("sessions", "right", 8), ("calls", "right", 7), ("generated", "right", 9),
-         ("replayed", "right", 8), ("steps", "left", 11), ("stored", "right", 9))
-_SESSIONS = (("session", "left", 7), ("opened (UTC)", "left", 16), ("host", "left", 12), ("run", "left", None),
+_RUNS = (("run", "left", None), ("sessions", "right", 8), ("calls", "right", 12), ("generated", "right", 12),
+         ("replayed", "right", 12), ("steps", "left", 25), ("stored", "right", 10))
+_SESSIONS = (("session", "left", 7), ("opened (UTC)", "left", 16), ("host", "left", 16), ("run", "left", 24),
              ("fingerprint", "left", None))
 
 
@@ -30,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal runs``."""
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--wide", action="store_true", help="every column (the default view fits 80 columns)")
+    fmt.add_argument("--wide", action="store_true",
+                     help="every column, each cell whole (lines overflow the terminal: less -S); the default view fits it")
     fmt.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     p.add_argument("--stage", help="count only the calls of this stage (generate, reward ...)")
 
@@ -48,9 +54,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     names = names_of_sessions(summaries)
     print_line(out, f"runs in {cell(args.journal)}")
     if args.wide:
-        out.print(_wide_runs(summaries))
+        print_unsqueezed(out, _wide_runs(summaries))
         out.print("sessions")
-        out.print(_wide_sessions(summaries, names))
+        print_unsqueezed(out, _wide_sessions(summaries, names))
         return 0
     out.print(_runs(out.width, summaries))
     for s in summaries:
@@ -60,8 +66,38 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if notes:
             out.print(f"{cell(s.run)}: {cell(' · '.join(notes))}")
     out.print("sessions")
-    out.print(_sessions(out.width, summaries, names))
+    opened = [session for s in summaries for _, session in s.sessions]
+    differing = _differing_keys([session.fingerprint for session in opened])
+    out.print(_sessions(out.width, summaries, names, differing))
+    if len(opened) > 1:
+        out.print(_fingerprint_note(differing, opened))
     return 0
+
+
+def _differing_keys(fingerprints: List[Dict[str, Any]]) -> List[str]:
+    """The keys whose value is not the same in every fingerprint (missing from one counts), sorted."""
+    keys = sorted({key for fp in fingerprints for key in fp})
+    return [key for key in keys if len({_value_text(fp, key) for fp in fingerprints}) > 1]
+
+
+def _value_text(fp: Dict[str, Any], key: str) -> str:
+    """``key=value`` (rich markup), or ``no key`` when the fingerprint has none."""
+    return fingerprint_text({key: fp[key]}) if key in fp else f"no {cell(key)}"
+
+
+def _fingerprint_text(fp: Dict[str, Any], differing: List[str]) -> str:
+    """What the sessions table shows of a fingerprint: the keys that differ between sessions, else all."""
+    if not differing:
+        return fingerprint_text(fp)
+    return ", ".join(_value_text(fp, key) for key in differing)
+
+
+def _fingerprint_note(differing: List[str], opened: List[Any]) -> str:
+    if not differing:
+        return "fingerprint: the same in every session"
+    count = len({key for session in opened for key in session.fingerprint})
+    which = "the key that differs" if len(differing) == 1 else f"the {len(differing)} keys that differ"
+    return f"fingerprint: {which} between sessions; --wide shows all {count}"
 
 
 def _steps(summary: Any) -> str:
@@ -69,21 +105,25 @@ def _steps(summary: Any) -> str:
 
 
 def _runs(width: int, summaries: List[Any]) -> Any:
-    table, _ = fitted_table(width, _RUNS)
-    for s in summaries:
-        table.add_row(cell(s.run), str(len(s.sessions)), str(s.calls), str(s.counts["generated"]),
-                      str(s.counts["replayed"]), _steps(s), human_size(s.stored_bytes))
+    rows = [[clean(s.run), str(len(s.sessions)), str(s.calls), str(s.counts["generated"]), str(s.counts["replayed"]),
+             _steps(s), human_size(s.stored_bytes)] for s in summaries]
+    layout = FittedColumns(width, _RUNS, whole=[name for name, _, _ in _RUNS[1:]])  # the counts are never cut
+    layout.measure(rows)
+    table = layout.table()
+    for row in rows:
+        table.add_row(*(escape(text) for text in row))
     return table
 
 
-def _sessions(width: int, summaries: List[Any], names: Dict[str, str]) -> Any:
-    table, with_fingerprint = fitted_table(width, _SESSIONS)
-    for s in summaries:
-        for _, session in s.sessions:
-            cells = [names[session.session], short_time(session.ts)[:16], cell(session.host)]
-            if with_fingerprint:
-                cells += [cell(s.run), fingerprint_text(session.fingerprint)]
-            table.add_row(*cells)
+def _sessions(width: int, summaries: List[Any], names: Dict[str, str], differing: List[str]) -> Any:
+    """The sessions table: name, time, host and run as wide as they need, the fingerprint in the rest."""
+    rows = [[names[session.session], short_time(session.ts)[:16], clean(session.host), clean(s.run),
+             _fingerprint_text(session.fingerprint, differing)] for s in summaries for _, session in s.sessions]
+    layout = FittedColumns(width, _SESSIONS, whole=("session", "opened (UTC)"))
+    layout.measure([row[:4] + [Text.from_markup(row[4]).plain] for row in rows])
+    table = layout.table()
+    for row in rows:
+        table.add_row(*(escape(text) for text in row[:4]), row[4])
     return table
 
 

@@ -483,7 +483,7 @@ def test_cli_exit_status_is_0_when_equal_1_when_different_2_on_bad_input(jpath, 
     lines = differ.stdout.splitlines()
     assert lines[0].startswith("runs agree through step 6; at step 7 the first differing stage is generate")
     assert all(len(line) <= 100 for line in lines if jpath not in line)  # A: and B: keep their paths whole
-    assert any("DIFFERS" in line and "reward sample 2: 0.0 vs 1.0" in line for line in lines)
+    assert any("DIFFERS" in line and "reward sample 2: 0 vs 1 (rel 1)" in line for line in lines)
     sides = (jpath, jpath, "--session-a", first, "--session-b", second)
     cases = {
         "--tol 'reward': write FIELD=ATOL": sides + ("--tol", "reward"),

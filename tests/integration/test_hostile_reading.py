@@ -197,7 +197,8 @@ def test_the_table_below_covers_every_numeric_argument():
 
 # The rest of each command line, `J` the journal and `OUT` a path to write, with `{}` where the value goes.
 NUMERIC_BASE = {
-    ("audit", "--limit"): ["audit", "J", "-n", "{}"],
+    ("audit", "--last"): ["audit", "J", "-n", "{}"],
+    ("audit", "--limit"): ["audit", "J", "--first", "{}"],
     ("audit", "--steps"): ["audit", "J", "--steps", "{}"],
     ("show", "step"): ["show", "J", "{}"],
     ("show", "--index"): ["show", "J", "1", "--index", "{}"],
