@@ -333,7 +333,15 @@ class FittedColumns:
             if not shrinking:
                 break
             fixed[max(shrinking, key=lambda i: fixed[i])] -= 1
-        rest = max(_FREE_MIN, share())
+        # Narrower still (a 40-column terminal): the headers of the columns that may be cut give way too, for
+        # a free column of _FREE_MIN (or what it needs); a line wider than the terminal is cut by the table
+        # itself, anywhere, the step and the action included.
+        while free and share() < min(_FREE_MIN, wanted):
+            shrinking = [i for i in fixed if fixed[i] > 1 and self.columns[i][0] not in self.whole]
+            if not shrinking:
+                break
+            fixed[max(shrinking, key=lambda i: fixed[i])] -= 1
+        rest = max(1, share())
         widths = [fixed[i] if i in fixed else min(need, rest) for i, need in enumerate(self.needs)]
         spare = self.width - (sum(w + 2 for w in widths) - 2)  # what the free text does not need goes back
         for i in fixed:

@@ -9,10 +9,10 @@ from typing import Any, Dict, List
 
 from rich.console import Console
 
-from stepjournal import tool_call_rows, tool_step_summaries
+from stepjournal import ToolCallRow, tool_call_rows, tool_step_summaries
 
 from ._common import open_readonly, parse_steps
-from ._render import cell, fitted_table, plain_table, print_json, print_line
+from ._render import FittedColumns, cell, plain_table, print_json, print_line
 
 __all__ = ["run_audit", "run_show", "run_diff", "row_json"]
 
@@ -39,6 +39,13 @@ def row_json(row: Any) -> Dict[str, Any]:
     }
 
 
+def _counted(rows: List[ToolCallRow], args: argparse.Namespace) -> List[ToolCallRow]:
+    """The calls `audit`'s count options keep: the newest N (``-n`` / ``--last``) or the oldest N (``--first``)."""
+    if args.last is not None:
+        return rows[len(rows) - args.last:] if args.last else []
+    return rows if args.first is None else rows[:args.first]
+
+
 def run_audit(args: argparse.Namespace, out: Console) -> int:
     """``stepjournal audit JOURNAL --tools``: each tool call, then per step its calls, misses and tool time saved."""
     steps = parse_steps(args.steps)
@@ -49,7 +56,7 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
         rows = [row for row in rows if row.stage == args.stage]
     summaries = tool_step_summaries(rows)
     if args.json:
-        print_json({"calls": [row_json(row) for row in rows[:args.limit]],
+        print_json({"calls": [row_json(row) for row in _counted(rows, args)],
                     "steps": [{"run": s.run, "step": s.step, "calls": s.calls, "replayed": s.replayed,
                                "misses": s.misses, "refused": s.refused, "tool_s": s.tool_s, "saved_s": s.saved_s}
                               for s in summaries]})
@@ -58,12 +65,13 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
         print_line(out, f"journal {cell(args.journal)} has no tool calls")
         return 0
     print_line(out, f"tool calls in {cell(args.journal)}")
-    table, with_arguments = fitted_table(out.width, _CALLS)
-    for row in rows[:args.limit]:
-        cells = [str(row.step), str(row.key), cell(row.tool), row.outcome, _seconds(row.duration_s),
-                 _seconds(row.saved_s) if row.outcome == "replayed" else "-"]
-        if with_arguments:
-            cells.append(cell(row.request.arguments if row.request is not None else "-"))
+    texts = [[str(row.step), str(row.key), cell(row.tool), row.outcome, _seconds(row.duration_s),
+              _seconds(row.saved_s) if row.outcome == "replayed" else "-",
+              cell(row.request.arguments if row.request is not None else "-")] for row in _counted(rows, args)]
+    layout = FittedColumns(out.width, _CALLS, whole=("step", "outcome"))
+    layout.measure(texts)
+    table = layout.table()
+    for cells in texts:
         table.add_row(*cells)
     out.print(table)
     out.print("per step")
