@@ -261,14 +261,15 @@ def test_verify_shows_bytes_checked_their_rate_and_time_left_on_a_terminal_only_
     done, total, unit = re.search(r"([\d.]+)/([\d.]+) (bytes|kB|MB|GB)", bars[-1]).groups()
     assert done == total, bars[-1]
     assert re.search(r"\d[\d.]* (bytes|kB|MB|GB)/s", bars[-1]), bars[-1]
-    assert re.search(r"\d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]  # elapsed, then time left
+    assert re.search(r"elapsed \d+:\d\d:\d\d\s+left \d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]
     assert "verifying" not in run_in_pty([str(SCRIPT), "verify", journal, "--json"], env)
     assert cli("verify", journal).stderr == ""  # piped: nothing
 
 
 def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(journal, tmp_path):
     """push, clone, export (a bundle, or tensors --to a folder) and import: the bar ends with every event (or
-    call) done, the bytes moved, their rate and the time left; with --json, or piped, nothing reaches stderr."""
+    call) done, the bytes moved (of all, for a clone and an import), their rate, and the labelled time elapsed
+    and left; with --json, or piped, nothing reaches stderr."""
     import json
     import re
 
@@ -289,8 +290,11 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
         assert bars, (label, shown)
         done, total = map(int, re.search(r"(\d+)/(\d+)", bars[-1]).groups())
         assert done == total > 0, bars[-1]
-        assert re.search(r"\d[\d.]* (bytes|kB|MB) · \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1]), bars[-1]
-        assert re.search(r"\d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]  # elapsed, then time left
+        # a pull (a clone, an import) knows the bytes it fetches: "of" all of them
+        of = r" of (\d[\d.]* (bytes|kB|MB))" if label == "pull" else ""
+        moved = re.search(rf"(\d[\d.]* (bytes|kB|MB)){of} · \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1])
+        assert moved and (not of or moved.group(1) == moved.group(3)), bars[-1]
+        assert re.search(r"elapsed \d+:\d\d:\d\d\s+left \d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]
     # The bytes on the bar are those the verb reports: push once more, into a fresh remote, with --json too.
     fresh = f"file://{tmp_path / 'fresh'}"
     reported = json.loads(cli("push", journal, fresh, "--json").stdout)["bytes_sent"]
