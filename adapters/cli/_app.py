@@ -126,6 +126,10 @@ def _log_level(verbosity: int) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 failure or damage found, 2 bad arguments)."""
+    if os.environ.get("_ARGCOMPLETE"):  # a Tab of `stepjournal completion`'s script: answer it and exit
+        from ._completion import complete
+
+        complete(build_parser)
     try:
         status = _main(argv)
         sys.stdout.flush()  # a reader that went away shows here, not in an "Exception ignored" at exit
