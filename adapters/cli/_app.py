@@ -183,5 +183,5 @@ def _main(argv: Optional[List[str]]) -> int:
         return 1
     except KeyboardInterrupt as exc:
         # A verb that resumes (push, pull, clone) says how, in the interrupt it raises again.
-        print(f"stepjournal: interrupted{f'; {exc}' if str(exc) else ''}", file=sys.stderr)
+        print(f"stepjournal: interrupted{f'; {one_line(exc)}' if str(exc) else ''}", file=sys.stderr)
         return 130

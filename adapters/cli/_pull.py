@@ -76,10 +76,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         words = pull_words(args.remote, args.journal)
         args.remote, args.journal = words.remote, words.journal
     url = resolve_remote(args.journal, args.remote)
-    named = "its default remote" if args.remote is None else f"remote {cell(args.remote)}"
-    shown = "" if args.remote is not None and redact(url) == args.remote else f" ({cell(redact(url))})"
+    word = None if args.remote is None else redact(args.remote)  # a URL typed with a password shows none
+    named = "its default remote" if word is None else f"remote {cell(word)}"
+    shown = "" if word is not None and redact(url) == word else f" ({cell(redact(url))})"
     args.understood = f"from {named}{shown}"  # said back: before the bar on a terminal, and in the report line
     if not args.json and err.is_terminal:
         print_line(err, f"pull: {args.understood} into journal {cell(args.journal)}")
-    again = f"stepjournal pull {shlex.quote(args.journal)}" + (f" {shlex.quote(args.remote)}" if args.remote else "")
+    again = f"stepjournal pull {shlex.quote(args.journal)}" + (f" {shlex.quote(word)}" if word else "")
     return pulled(args, out, err, lambda progress: pull(url, args.journal, progress=progress, **options), again)
