@@ -62,6 +62,8 @@ def _time_columns() -> List[Any]:
     from rich.progress import ProgressColumn
     from rich.text import Text
 
+    from rich.table import Column
+
     class Elapsed(ProgressColumn):
         def render(self, task: Any) -> Text:
             return Text(f"elapsed {_clock(task.finished_time if task.finished else task.elapsed)}",
@@ -73,7 +75,7 @@ def _time_columns() -> List[Any]:
             left = task.time_remaining if left is None else left
             return Text(f"left {_clock(0 if task.finished else left)}", style="progress.remaining")
 
-    return [Elapsed(), Left()]
+    return [Elapsed(table_column=Column(no_wrap=True)), Left(table_column=Column(no_wrap=True))]
 
 
 def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False, in_bytes: bool = False) -> Any:
@@ -86,14 +88,22 @@ def progress_bar(err: Console, *, quiet: bool = False, moved: bool = False, in_b
         return _NoBar()
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
-    columns = [TextColumn("{task.description}"), BarColumn()]
+    from rich.table import Column
+
+    def text(template: str) -> Any:
+        return TextColumn(template, table_column=Column(no_wrap=True))
+
+    # Under 100 columns the bar takes what the words leave (at 80: a few cells): the words never wrap.
+    wide = err.width >= 100
+    bar = BarColumn(bar_width=40) if wide else BarColumn(bar_width=None, table_column=Column(ratio=1))
+    columns = [text("{task.description}"), bar]
     if moved:
-        columns += [TextColumn("{task.fields[events]}"), TextColumn("{task.fields[moved]}")]
+        columns += [text("{task.fields[events]}"), text("{task.fields[moved]}")]
     else:
         columns.append(DownloadColumn() if in_bytes else MofNCompleteColumn())
     if in_bytes:
-        columns.append(TextColumn("{task.fields[rate]}"))
-    return Progress(*columns, *_time_columns(), console=err)
+        columns.append(text("{task.fields[rate]}"))
+    return Progress(*columns, *_time_columns(), console=err, expand=not wide)
 
 
 class _OnFirstReport:
@@ -121,6 +131,15 @@ class _OnFirstReport:
             self._bar.stop()
 
 
+def _of(moved: int, total: int) -> str:
+    """``12.3/98.8 MB``: the bytes moved of all, in the unit of all (as rich's download column writes them)."""
+    from rich.filesize import pick_unit_and_suffix
+
+    unit, suffix = pick_unit_and_suffix(total, ["bytes", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"], 1000)
+    places = 0 if unit == 1 else 1
+    return f"{moved / unit:,.{places}f}/{total / unit:,.{places}f} {suffix}"
+
+
 @contextlib.contextmanager
 def progress_to(err: Console, *, quiet: bool = False, again: str = "") -> Iterator[Callable[..., None]]:
     """A library progress callback drawn on `err`: per kind of item, those done of all, the bytes moved
@@ -138,10 +157,11 @@ def progress_to(err: Console, *, quiet: bool = False, again: str = "") -> Iterat
         whole, part = (moved_total, moved) if moved_total else (total, done)
         rate = shown.per_second(moved) if moved_total else 0.0
         left: Optional[float] = (moved_total - moved) / rate if rate else None
-        of = f" of {human_size(moved_total)}" if moved_total else ""
-        speed = f" · {shown.rate(moved)}" if moved else ""
-        bar.update(tasks[what], completed=part, total=whole or None, events=f"{done}/{total} events",
-                   moved=f"{human_size(moved)}{of}{speed}", left=left)
+        size = _of(moved, moved_total) if moved_total else human_size(moved)
+        speed = f" {shown.rate(moved)}" if moved else ""
+        events = f"{done}/{total}{' events' if err.width >= 100 else ''}"  # at 80 columns the line fits whole
+        bar.update(tasks[what], completed=part, total=whole or None, events=events, moved=f"{size}{speed}",
+                   left=left)
 
     update.counts_bytes = True  # type: ignore[attr-defined]
     update.counts_total_bytes = True  # type: ignore[attr-defined]

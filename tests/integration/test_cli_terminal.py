@@ -290,11 +290,18 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
         assert bars, (label, shown)
         done, total = map(int, re.search(r"(\d+)/(\d+)", bars[-1]).groups())
         assert done == total > 0, bars[-1]
-        # a pull (a clone, an import) knows the bytes it fetches: "of" all of them
-        of = r" of (\d[\d.]* (bytes|kB|MB))" if label == "pull" else ""
-        moved = re.search(rf"(\d[\d.]* (bytes|kB|MB)){of} · \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1])
-        assert moved and (not of or moved.group(1) == moved.group(3)), bars[-1]
+        # a pull (a clone, an import) knows the bytes it fetches: those fetched of all of them
+        size = r"([\d.,]+)/([\d.,]+) (bytes|kB|MB)" if label == "pull" else r"\d[\d.]* (bytes|kB|MB)"
+        moved = re.search(rf"events {size} \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1])
+        assert moved and (label != "pull" or moved.group(1) == moved.group(2)), bars[-1]
         assert re.search(r"elapsed \d+:\d\d:\d\d\s+left \d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]
+    # At 80 columns the bar gives up its width, never the words: one line, labelled times.
+    narrow = {**env, "COLUMNS": "80"}
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), "clone", remote, str(tmp_path / "n")],
+                                                         narrow)).replace("\r", "\n")
+    bars = [line for line in shown.splitlines() if line.startswith("pull ")]
+    assert bars and all(len(line.rstrip()) <= 80 and re.search(r"elapsed \d+:\d\d:\d\d left", line)
+                        for line in bars), bars
     # The bytes on the bar are those the verb reports: push once more, into a fresh remote, with --json too.
     fresh = f"file://{tmp_path / 'fresh'}"
     reported = json.loads(cli("push", journal, fresh, "--json").stdout)["bytes_sent"]
