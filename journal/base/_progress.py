@@ -7,7 +7,8 @@ bytes sent, fetched or written so far: what a display turns into a size and a ra
 `export_payloads` reports ``progress(done, total)`` (calls written), and ``progress(done, total, moved)`` to such
 a callback. One whose ``counts_total_bytes`` attribute is true too is called
 ``progress(what, done, total, moved, moved_total)``, ``moved_total`` being all the bytes the work moves when
-it knows them (a pull and a clone: the payloads it fetches; 0: not known), so a display shows "of" and the
+it knows them (a push: the payloads it sends and its segments so far; a pull and a clone: the payloads it
+fetches; 0: not known), so a display shows "of" and the
 time left by bytes.
 """
 

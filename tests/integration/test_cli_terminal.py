@@ -290,10 +290,10 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
         assert bars, (label, shown)
         done, total = map(int, re.search(r"(\d+)/(\d+)", bars[-1]).groups())
         assert done == total > 0, bars[-1]
-        # a pull (a clone, an import) knows the bytes it fetches: those fetched of all of them
-        size = r"([\d.,]+)/([\d.,]+) (bytes|kB|MB)" if label == "pull" else r"\d[\d.]* (bytes|kB|MB)"
+        # a push, a pull (a clone, an import) know the bytes they move: those moved of all of them
+        size = r"([\d.,]+)/([\d.,]+) (bytes|kB|MB)" if label in ("pull", "push") else r"\d[\d.]* (bytes|kB|MB)"
         moved = re.search(rf"events {size} \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1])
-        assert moved and (label != "pull" or moved.group(1) == moved.group(2)), bars[-1]
+        assert moved and (label not in ("pull", "push") or moved.group(1) == moved.group(2)), bars[-1]
         assert re.search(r"elapsed \d+:\d\d:\d\d\s+left \d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]
     # At 80 columns the bar gives up its width, never the words: one line, labelled times.
     narrow = {**env, "COLUMNS": "80"}
