@@ -1,7 +1,8 @@
 """``stepjournal pull [REMOTE] JOURNAL``: bring the events and payloads pushed to a remote into a journal.
 
 Git's order, ``pull JOURNAL REMOTE``, works too: `pull_words` tells which word is which, and the verb says
-on stderr what it understood before it starts (``pull: from remote 'origin' (s3://...) into journal 'b'``).
+what it understood: on a terminal before it starts (``pull: from remote origin (s3://...) into journal b``),
+and in its report line.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def merge_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {"runs": runs, "keep": args.keep}
 
 
-def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object], again: str = "") -> int:
+def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object],
+           again: str = "") -> int:
     """Run `fetch(progress)` (a pull, clone or import) with progress on stderr, then print its report;
     interrupted, it says that `again` (a command line) resumes."""
     with progress_to(err, quiet=args.json, again=again) as progress:
