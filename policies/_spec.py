@@ -6,10 +6,11 @@ import inspect
 import math
 import re
 import typing
-import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
+
+from stepjournal.log import warn
 
 from ._base import CallContext, Decision, JournalView, is_policy
 from ._builtin import BUILTIN_POLICIES, Bypass, Nearest, Passthrough, Repeat, RepeatLast
@@ -150,7 +151,7 @@ def parse(spec: str) -> Any:
             raise SpecError(f"{where}: {exc}") from None
         clauses.append((ranges, policy, text.strip()))
     for message in _unreachable(clauses):
-        warnings.warn(f"{message} (in policy spec {spec!r})", SpecWarning, stacklevel=2)
+        warn(f"{message} (in policy spec {spec!r})", SpecWarning)  # at the user's line, not the library's
     if len(clauses) == 1 and match.group("ranges") is None:
         return clauses[0][1]
     return Schedule(tuple(clauses), name=";".join(label for _, _, label in clauses))

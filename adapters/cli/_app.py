@@ -112,12 +112,26 @@ def _verbs_in(argv: List[str]) -> List[str]:
     return [word for word in argv if not word.startswith("-")][:1]
 
 
+def _unknown_verb(word: str) -> UsageError:
+    """The error for a command line whose verb is `word`, not one of `VERBS`: the nearest verbs (as git's
+    ``did you mean``), else the list."""
+    import difflib
+
+    near = difflib.get_close_matches(word, list(VERBS), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else f"; the commands: {', '.join(VERBS)}"
+    return UsageError(f"unknown command {one_line(word)!r}{hint}")
+
+
 def _log_level(verbosity: int) -> int:
     return {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 failure or damage found, 2 bad arguments)."""
+    if os.environ.get("_ARGCOMPLETE"):  # a Tab of `stepjournal completion`'s script: answer it and exit
+        from ._completion import complete
+
+        complete(build_parser)
     try:
         status = _main(argv)
         sys.stdout.flush()  # a reader that went away shows here, not in an "Exception ignored" at exit
@@ -139,13 +153,15 @@ def _silence_stdout() -> None:
 def _main(argv: Optional[List[str]]) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
-        args = build_parser(_verbs_in(words)).parse_args(words)
+        verbs = _verbs_in(words)
+        if verbs and verbs[0] not in VERBS:
+            raise _unknown_verb(verbs[0])
+        args = build_parser(verbs).parse_args(words)
     except UsageError as exc:
         print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
-    journal = getattr(args, "journal", None)
     # The command line owns the library's log output while it runs; called in-process (tests,
     # notebooks) it hands the caller's logging configuration back afterwards.
     try:
@@ -157,6 +173,7 @@ def _main(argv: Optional[List[str]]) -> int:
         print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except IntegrityError as exc:
+        journal = getattr(args, "journal", None)  # as the verb read it (pull takes its two words in either order)
         # An import's damage is in its bundle; a journal a failed verb created is gone (nothing to verify).
         checked = args.bundle if args.command == "import" else journal
         hint = "" if args.command == "verify" or checked is None or not os.path.exists(checked) else (
@@ -166,6 +183,7 @@ def _main(argv: Optional[List[str]]) -> int:
     except (Failure, StepJournalError, OSError) as exc:
         print(f"stepjournal: error: {error_line(exc)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("stepjournal: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        # A verb that resumes (push, pull, clone) says how, in the interrupt it raises again.
+        print(f"stepjournal: interrupted{f'; {one_line(exc)}' if str(exc) else ''}", file=sys.stderr)
         return 130

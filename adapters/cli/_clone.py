@@ -4,6 +4,7 @@ path, or one of your own remote names: ``stepjournal remote add --global``)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from rich.console import Console
 
@@ -27,4 +28,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     options = merge_options(args)
     url = resolve_clone_source(args.url)
-    return pulled(args, out, err, lambda progress: clone(url, args.journal, progress=progress, **options))
+    again = f"stepjournal pull {shlex.quote(args.journal)}"  # the clone named origin before its first transfer
+    return pulled(args, out, err, lambda progress: clone(url, args.journal, progress=progress, **options), again)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import os
 
 import attrs
@@ -28,7 +29,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
         raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
     url = resolve_remote(args.journal, args.remote)
-    with progress_to(err, quiet=args.json) as progress:
+    again = f"stepjournal push {shlex.quote(args.journal)}" + (f" {shlex.quote(redact(args.remote))}" if args.remote else "")
+    with progress_to(err, quiet=args.json, again=again) as progress:
         report = push(args.journal, url, progress=progress)
     shown = cell(redact(url))
     if args.json:

@@ -2,9 +2,11 @@
 
 Every module logs through ``get_logger(__name__)``: a structlog logger bound to the stdlib logger of
 that name (``stepjournal._journal``, ``stepjournal.adapters.trl`` ...), so everything sits under the
-``stepjournal`` logger. Nothing here configures structlog globally or adds a handler: an application
-that configures nothing sees only warnings and errors (stdlib's last-resort handler, on stderr), and
-``logging.getLogger("stepjournal").setLevel(...)`` works as for any library.
+``stepjournal`` logger. Nothing here configures structlog globally: an application that configures
+nothing sees only warnings and errors, on stderr, each line prefixed ``stepjournal: warning:`` (the
+``stepjournal`` logger's one handler, `_Unconfigured`, stands in for the standard library's last resort,
+which would print the bare event, and steps aside as soon as the application adds a handler of its own),
+and ``logging.getLogger("stepjournal").setLevel(...)`` works as for any library.
 
 A record's message is ``event key=value ...``; the fields also travel as the record's ``stepjournal``
 attribute (a dict with ``event``), for JSON formatters and structlog's ``ProcessorFormatter``. Both
@@ -20,7 +22,7 @@ from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
 
 from ._secrets import redact
 
-__all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging"]
+__all__ = ["LOGGER_NAME", "RECORD_ATTRIBUTE", "get_logger", "console_logging", "warn"]
 
 LOGGER_NAME = "stepjournal"
 RECORD_ATTRIBUTE = "stepjournal"
@@ -82,6 +84,58 @@ class _Logger:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._structlog(), name)
+
+
+class _Unconfigured(logging.Handler):
+    """The library's warnings while the application configured no logging: what the standard library's last
+    resort would print (warnings and errors, on stderr), with the ``stepjournal:`` prefix a reader can tell
+    them by. Any handler the application has on the record's way up (the root's, ``basicConfig``'s,
+    `console_logging`'s) makes it print nothing; so does ``logging.lastResort = None``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.lastResort is None or self._handled_elsewhere(logging.getLogger(record.name)):
+            return
+        try:
+            sys.stderr.write(f"{LOGGER_NAME}: {record.levelname.lower()}: {record.getMessage()}\n")
+        except Exception:  # as logging's own handlers: a broken stderr never breaks the caller
+            self.handleError(record)
+
+    def _handled_elsewhere(self, logger: Optional[logging.Logger]) -> bool:
+        while logger is not None:
+            if any(handler is not self for handler in logger.handlers):
+                return True
+            if not logger.propagate:
+                return False
+            logger = logger.parent
+        return False
+
+
+def _install_last_resort() -> None:
+    logger = logging.getLogger(LOGGER_NAME)
+    if not any(isinstance(handler, _Unconfigured) for handler in logger.handlers):
+        logger.addHandler(_Unconfigured())
+
+
+_install_last_resort()
+
+
+def _ours(module: str) -> bool:
+    return module == LOGGER_NAME or module.startswith(LOGGER_NAME + ".")
+
+
+def warn(message: str, category: type) -> None:
+    """Issue a Python warning of `category` pointing at the first line outside stepjournal (the user's own
+    call), however deep in the library it was found; stacklevel counted by module name, so it holds in an
+    editable install and a wheel alike (``skip_file_prefixes`` needs Python 3.12 and the files' folders)."""
+    import warnings
+
+    frame, level = sys._getframe(1), 2
+    while frame is not None and _ours(frame.f_globals.get("__name__", "")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def get_logger(name: str) -> Any:

@@ -32,7 +32,7 @@ from ..index._projections import Projections
 from ..upkeep._release import catch_up_in, delete_released
 from ._remote import in_parallel, journal_id, one_ahead
 from ._remote_layout import check_manifest, event_in, read_head, read_segment
-from ._remotes_config import add_remote, resolve_remote
+from ._remotes_config import add_remote, list_remotes, resolve_remote
 from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
 from ..base._undo import undone_on_failure
@@ -311,9 +311,10 @@ def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[
 
 
 def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
-             runs: Renames, keep: Optional[str]) -> Tuple[IncomingChecks, Dict[str, Any]]:
+             runs: Renames, keep: Optional[str], sizes: Dict[str, int]) -> Tuple[IncomingChecks, Dict[str, Any]]:
     """Read every new segment once and check all it would bring (`IncomingChecks`) before anything is
-    committed; returns the checks and the segments kept for the pull (up to `_CACHED_SEGMENT_BYTES`)."""
+    committed; returns the checks and the segments kept for the pull (up to `_CACHED_SEGMENT_BYTES`), and
+    fills `sizes` with the stored size of every payload the new events name (but those released)."""
     checks = IncomingChecks(journal, imports, runs, keep, lambda d: remote.exists(f"payloads/{d}"),
                             several=len(wanted) > 1)
     cache: Dict[str, Any] = {}
@@ -321,7 +322,9 @@ def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[st
     for source, segments in wanted:
         for seg in segments:
             listed, released = read_segment(remote, source, seg)
-            checks.segment(source, seg["name"], [e for e in listed if imports.local(source, e[0]) is None], released)
+            new = [e for e in listed if imports.local(source, e[0]) is None]
+            checks.segment(source, seg["name"], new, released)
+            sizes.update((r.digest, r.stored_nbytes) for e in new for r in call_refs(e[2]) if r.digest not in released)
             if held + seg["nbytes"] <= _CACHED_SEGMENT_BYTES:
                 cache[seg["name"]] = (listed, released)
                 held += seg["nbytes"]
@@ -376,7 +379,10 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
     """
     check_options(runs, keep)
     sources, imports, wanted = incoming(remote, journal)
-    checks, cache = _checked(remote, journal, wanted, imports, runs, keep)
+    sizes: Dict[str, int] = {}
+    checks, cache = _checked(remote, journal, wanted, imports, runs, keep, sizes)
+    local = journal.local_payloads()
+    to_fetch = sum(n for d, n in sizes.items() if not local.has(bytes.fromhex(d)))  # the bar's "of"
     renamed = renames_of(runs, checks.seen_runs)
     releases = _PulledReleases()
     counts = {"events": 0, "payloads": 0, "bytes": 0}
@@ -386,7 +392,8 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
         counts["events"] += len(run.events)
         counts["payloads"] += fetched
         counts["bytes"] += nbytes
-        report_progress(progress, f"pull {run.source[:8]}", counts["events"], run.total, moved=counts["bytes"])
+        report_progress(progress, f"pull {run.source[:8]}", counts["events"], run.total, moved=counts["bytes"],
+                        moved_total=max(to_fetch, counts["bytes"]))
     report = PullReport(counts["events"], counts["payloads"], counts["bytes"], tuple(sources), checks.count)
     log.info("journal_pulled", url=remote.url, events=report.events_pulled, payloads=report.payloads_fetched,
              kept=report.kept)
@@ -399,18 +406,36 @@ def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[D
 
     `url` is a URL or a plain path (a folder); there is no journal yet whose remote names could be
     used. The new journal names it ``origin``, its default remote (without any user info or query),
-    so a later `pull` or `push` of it needs no URL.
+    before anything is transferred: a clone interrupted (Ctrl-C, a kill) is a journal that ``pull``
+    with no remote resumes, and a second clone into the folder is told so.
 
     A clone that fails leaves nothing: the folder it created is removed (an empty folder given stays
-    empty), so the corrected clone can run into the same path.
+    empty), so the corrected clone can run into the same path. An interrupted one (a
+    `KeyboardInterrupt`, a kill) keeps what it committed.
 
     Raises:
-        JournalError: `path` already holds something.
+        JournalError: `path` already holds something (a journal: pull into it instead, which resumes an
+            interrupted clone).
     """
     path = os.fspath(path)
     if os.path.lexists(path) and (not os.path.isdir(path) or os.listdir(path)):  # a link to nowhere too
-        raise JournalError(f"cannot clone into {path!r}: it exists and is not an empty folder; use pull")
+        raise JournalError(_not_empty(path))
     url = remote_url(os.fspath(url))
-    report = pull(url, path, progress=progress, options=options, runs=runs, keep=keep)
-    add_remote(path, "origin", public_url(url), default=True)
-    return report
+    remote = Remote(url, options=options, create=False)
+    with undone_on_failure(path, kept=written_by_others):  # a remote that is not there leaves no journal
+        Journal(path, session=False).close()
+        add_remote(path, "origin", public_url(url), default=True)
+        log.info("clone_named_origin", path=path, url=public_url(url))
+        with Journal(path, session=False) as opened:
+            return pull_from(remote, ObjectPayloadStore.over(remote), opened, progress=progress, runs=runs, keep=keep)
+
+
+def _not_empty(path: str) -> str:
+    """Why a clone refuses `path`, and what to run instead: a journal there (an interrupted clone, or one
+    brought up to date by pulling) is pulled into."""
+    if not os.path.isfile(os.path.join(path, "data.mdb")):
+        return f"cannot clone into {path!r}: it exists and is not an empty folder; use pull into a journal"
+    named = next((r for r in list_remotes(path) if r.default), None) if os.path.isdir(path) else None
+    source = f" from its default remote {named.name!r} ({named.url})" if named else ""
+    return (f"cannot clone into {path!r}: it holds a journal already (an interrupted clone resumes there); use "
+            f"pull{source}: stepjournal pull {path}")

@@ -232,17 +232,11 @@ def segments_to_push(journal: Journal, since: int, known: Set[str], segment_even
     carries (payloads in `known`, which the caller adds to as it goes, not counted). Pulled events
     are passed over; a last batch with no event of its own still moves the head on."""
     pending: List[Tuple[int, bytes, Any]] = []
-    pending_bytes, skip, through = 0, 0, since
+    pending_bytes, through = 0, since
     last: Optional[Tuple[int, bytes]] = None
-    for seq, raw in journal.raw_events(since=since):
-        raw = bytes(raw)
-        event = decode_event(raw, seq=seq)
+    for seq, raw, event in _events_after(journal, since):
         last = (seq, raw)
-        if isinstance(event, EventsImported):
-            skip = event.source_last - event.source_first + 1  # pulled events go back to no one
-            continue
-        if skip:
-            skip -= 1
+        if event is None:
             continue
         pending.append((seq, raw, event))
         pending_bytes += sum(r.stored_nbytes for r in call_refs(event) if r.digest not in known)
@@ -251,6 +245,33 @@ def segments_to_push(journal: Journal, since: int, known: Set[str], segment_even
             pending, pending_bytes, through = [], 0, seq
     if last is not None and (pending or last[0] > through):
         yield pending, last
+
+
+def _events_after(journal: Journal, since: int) -> Iterator[Tuple[int, bytes, Any]]:
+    """(seq, stored bytes, event) of every event after `since`, the event None where it is not the journal's
+    own (an `EventsImported` and the pulled events it covers go back to no one)."""
+    skip = 0
+    for seq, raw in journal.raw_events(since=since):
+        raw = bytes(raw)
+        event = decode_event(raw, seq=seq)
+        if isinstance(event, EventsImported):
+            skip = event.source_last - event.source_first + 1
+            event = None
+        elif skip:
+            skip -= 1
+            event = None
+        yield seq, raw, event
+
+
+def payload_bytes_after(journal: Journal, since: int) -> int:
+    """The stored bytes of the payloads the journal's own events after `since` name, each once: what a push
+    sends at most (the progress bar's "of"; those the remote holds already, or retention released, are not
+    sent). One read of the events to push, before the push reads them again."""
+    sizes: Dict[str, int] = {}
+    for _seq, _raw, event in _events_after(journal, since):
+        if event is not None:
+            sizes.update((ref.digest, ref.stored_nbytes) for ref in call_refs(event))
+    return sum(sizes.values())
 
 
 def payloads_of(events: List[Tuple[int, bytes, Any]], known: Set[str]) -> Dict[str, Tuple[Any, int, int]]:
@@ -274,6 +295,9 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
     own_payloads = journal.local_payloads()
+    # All the push moves, for the bar: its payloads at most, less those found not to need sending, and
+    # each segment as it goes (`report_progress`'s moved_total).
+    planned = {"bytes": payload_bytes_after(journal, head["last_seq"]) if progress is not None else 0}
 
     released = Released(journal)
 
@@ -297,10 +321,12 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
         for (ref, seq, step), found in in_parallel(wanted, send, _SENDS_AT_ONCE):
             if found is None:
                 known.add(ref.digest)
+                planned["bytes"] -= ref.stored_nbytes  # on the remote already: not sent
                 continue
             size, problem = found
             if problem == "missing" and ref.digest in released:
                 skipped.add(ref.digest)  # retention released it: the event goes, its payload cannot
+                planned["bytes"] -= ref.stored_nbytes
                 continue
             if problem:  # what was sent meanwhile is harmless: content-addressed, and no segment lists it
                 raise IntegrityError(
@@ -316,10 +342,12 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
             sent["events"] += len(events)
             sent["segments"] += 1
             sent["bytes"] += len(body)
+            planned["bytes"] += len(body)
         head["last_seq"], head["last_digest"] = through[0], digest_bytes(through[1]).hex()
         nonlocal etag  # last: it lists what now exists, and only if no other push moved it meanwhile
         etag = remote.put_if(f"heads/{source}.json", json.dumps(head).encode(), etag=etag)
-        report_progress(progress, "push", through[0], total, moved=sent["bytes"])
+        report_progress(progress, "push", through[0], total, moved=sent["bytes"],
+                        moved_total=max(planned["bytes"], sent["bytes"]))
 
     for events, through in segments_to_push(journal, head["last_seq"], known, segment_events):
         flush(events, through)

@@ -28,14 +28,15 @@ from typing import Any, Dict, Iterator, List, Optional
 import attrs
 
 from ._bounded_parse import json_document
+from ._remote_layout import MANIFEST
 from ..base._errors import JournalError, RemoteConfigError, RemoteUrlSecretError
 from ..payloads._object_client import is_url, remote_url
 from ..base._owned import closing, make_temp, open_file, open_root, remove, replace
 from ..base._paths import os_error
 from ..base._secrets import public_url
 
-__all__ = ["CONFIG_FILE", "NamedRemote", "add_remote", "checked_url", "list_remotes", "remove_remote", "resolve_remote",
-           "resolve_clone_source", "user_config_folder"]
+__all__ = ["CONFIG_FILE", "NamedRemote", "PullWords", "add_remote", "checked_url", "list_remotes", "pull_words",
+           "remove_remote", "resolve_remote", "resolve_clone_source", "user_config_folder"]
 
 CONFIG_FILE = "remotes.json"
 _FORMAT = 1
@@ -286,3 +287,61 @@ def _url_named(name: str, config: Dict[str, Any]) -> Optional[str]:
 def _given(remote: str) -> bool:
     """Whether `remote` is itself where to go: a URL, something no name can be, or an existing path."""
     return is_url(remote) or not _NAME.fullmatch(remote) or os.path.exists(remote)
+
+
+@attrs.frozen
+class PullWords:
+    """What ``stepjournal pull A B`` means: the `remote` word (a name, a URL or a path) and the `journal`
+    folder, and whether they came in git's order (``pull JOURNAL REMOTE``: `swapped`)."""
+
+    remote: str
+    journal: str
+    swapped: bool
+
+
+def pull_words(first: str, second: str) -> PullWords:
+    """Which of two words is the remote and which the journal, in either order: ``pull REMOTE JOURNAL`` or
+    git's ``pull JOURNAL REMOTE``. A word names a remote when it is a URL, a folder holding a remote (its
+    ``stepjournal-remote.json``), or a name of the other word's journal or of yours; a journal folder
+    (its ``data.mdb``) is never a remote. When both orders read so, the one whose journal exists is
+    taken; when neither does, the word that is a journal is the journal, else the first is the remote
+    (and the pull's own error says what is wrong with it).
+
+    Raises:
+        RemoteConfigError: both orders read as a remote and a journal, with both journals existing or
+            neither (the message names both readings).
+    """
+    readings = [PullWords(first, second, False), PullWords(second, first, True)]
+    fits = [w for w in readings if _names_a_remote(w.remote, w.journal) and not _remote_place(w.journal)]
+    existing = [w for w in fits if _is_journal(w.journal)]
+    if len(fits) == 1 or len(existing) == 1:
+        return (existing or fits)[0]
+    if fits:
+        raise RemoteConfigError(
+            f"{first!r} and {second!r} read two ways: pull from remote {first!r} into journal {second!r}, or "
+            f"from remote {second!r} into journal {first!r}; give the remote as a URL or a path (./NAME), "
+            "as stepjournal remote list shows it")
+    journals = [w for w in readings if _is_journal(w.journal) and not _is_journal(w.remote)]
+    return journals[0] if len(journals) == 1 else readings[0]
+
+
+def _is_journal(word: str) -> bool:
+    return os.path.isfile(os.path.join(word, "data.mdb"))
+
+
+def _remote_place(word: str) -> bool:
+    """Whether `word` is where a remote is: a URL, or a folder holding a remote's manifest."""
+    return is_url(word) or os.path.isfile(os.path.join(word, MANIFEST))
+
+
+def _names_a_remote(word: str, journal: str) -> bool:
+    """Whether `word` names a remote for a pull into `journal`: a remote's place, or a name of the journal's
+    remotes or of yours (never a journal folder)."""
+    if _is_journal(word):
+        return False
+    if _remote_place(word):
+        return True
+    if not _NAME.fullmatch(word):
+        return False
+    mine = _read(journal) if _is_journal(journal) else {"remotes": []}
+    return _url_named(word, mine) is not None or _url_named(word, _read(user_config_folder())) is not None

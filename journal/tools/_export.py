@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from ..index._audit import summarize_runs
 from ..payloads._codec_registry import CodecRegistry
-from ..base._errors import JournalError
+from ..base._errors import ExportError
 from ..events._events import PayloadRef, iso_time
 from .._journal import Journal
 from ..base._progress import report_progress
@@ -36,10 +36,6 @@ __all__ = ["EXPORT_FORMAT_VERSION", "ExportError", "OpaqueValue", "OpaqueReader"
 
 # The `format_version` of manifest.json and the `schema_version` of every rest.json.
 EXPORT_FORMAT_VERSION = 1
-
-
-class ExportError(JournalError):
-    """An export cannot be made as asked (no such run, nothing recorded, target folder not empty)."""
 
 
 class OpaqueValue:

@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
 from ..events._convert import decode_event
-from ..base._errors import JournalError, JournalFullError, StepJournalError
+from ..base._errors import CompactError, JournalBusyError, JournalFullError, StepJournalError
 from ..events._events import call_refs
 from ..events._keys import seq_of
 from ..payloads._file_store import PAYLOAD_FOLDER, FilePayloadStore
@@ -58,14 +58,6 @@ log = get_logger(__name__)
 
 _TMP_PREFIX = ".compact-"
 _MARGIN = 16 << 20  # free space kept beyond the copy's size
-
-
-class CompactError(JournalError):
-    """A compaction could not be done; the original journal is unchanged."""
-
-
-class JournalBusyError(CompactError):
-    """The journal is open in a process (this one or another); close it and compact again."""
 
 
 @attrs.frozen

@@ -26,7 +26,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Sequence, Set
 
 import attrs
 
-from ..base._errors import JournalError
+from ..base._errors import RetentionConflictError, RetentionError
 from ..events._events import Event, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ..index._import_map import ImportMap
 
@@ -48,14 +48,6 @@ Group = Tuple[str, str, str]  # run, mode, stage
 _LARGEST_SIZE = (1 << 63) - 1
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
-
-
-class RetentionError(JournalError, ValueError):
-    """Retention rules are malformed, or would release what they must not; nothing was changed."""
-
-
-class RetentionConflictError(RetentionError):
-    """Retention rules contradict each other (two rule sets select one group; pins over the byte cap)."""
 
 
 def group_of(event: Any) -> Group:

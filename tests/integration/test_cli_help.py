@@ -52,16 +52,18 @@ def test_help_shows_the_examples():
     assert "examples:\n  stepjournal prune runs/grpo --keep-last 100 --dry-run\n" in done.stdout
 
 
-def completions(*lines: str) -> list[list[str]]:
+def completions(*lines: str, cwd=None) -> list[list[str]]:
     """What bash offers for the last word of each of `lines`, in one shell that sourced the script
-    `stepjournal completion bash` prints (docs/audit.md's line, as typed), one after another."""
+    `stepjournal completion bash` prints (docs/audit.md's line, as typed), one after another: each line
+    set as bash sets it on a Tab (``COMP_LINE``, ``COMP_POINT``, ``COMP_WORDS``, ``COMP_CWORD``)."""
     (install,) = INSTALL
     script = [install.text]
     for line in lines:
         words = line.split(" ")
-        script.append(f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}; "
-                      'COMPREPLY=(); _stepjournal; printf "%s\\n" "${COMPREPLY[@]}"; echo @end')
-    done = run_line("\n".join(script) + "\n", None, timeout=120)
+        script.append(f"COMP_LINE={shlex.quote(line)}; COMP_POINT={len(line)}; "
+                      f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}; "
+                      'COMPREPLY=(); _python_argcomplete stepjournal; printf "%s\\n" "${COMPREPLY[@]}"; echo @end')
+    done = run_line("\n".join(script) + "\n", cwd, timeout=120)
     assert done.returncode == 0, done.stderr
     offered = done.stdout.split("@end\n")
     assert offered[-1] == "" and len(offered) == len(lines) + 1, done.stdout
@@ -74,11 +76,34 @@ def test_bash_completes_verbs_options_remote_actions_and_files(tmp_path):
                           "stepjournal -v diff A B --session-", "stepjournal remote a", "stepjournal completion z",
                           f"stepjournal runs {tmp_path}/journal-o")
     assert offered == [["audit"], ["diff"], ["--keep-last"], ["--session-a", "--session-b"], ["add"], ["zsh"],
-                       [f"{tmp_path}/journal-one"]]
+                       [f"{tmp_path}/journal-one/"]]
 
 
-def test_zsh_registers_the_same_completion_through_bashcompinit():
-    """zsh completes through its bash layer (zsh filters the candidates by what is typed itself)."""
+@pytest.fixture
+def two_runs(tmp_path):
+    """A journal with runs ``exp`` and ``exp-long`` and two sessions (s1, s2), and a file beside it."""
+    import torch
+
+    from stepjournal import Journal
+
+    for run in ("exp", "exp-long"):
+        with Journal(str(tmp_path / "j"), run=run) as journal:
+            journal.record(1, {"ids": torch.arange(2)})
+    (tmp_path / "session-notes.txt").write_text("a file a session option must not offer")
+    return tmp_path
+
+
+def test_bash_completes_run_keys_and_session_names_from_the_journal_on_the_line_never_file_names(two_runs):
+    offered = completions("stepjournal audit j --run ", "stepjournal audit j --run exp-", "stepjournal diff j j --run-b e",
+                          "stepjournal diff j j --session-a ", "stepjournal diff j j --session-b s2",
+                          "stepjournal diff missing j --session-a ", "stepjournal audit missing --run ",
+                          "stepjournal diff j j --session-a se", cwd=two_runs)
+    assert offered == [["exp", "exp-long"], ["exp-long"], ["exp", "exp-long"], ["s1", "s2"], ["s2"], [], [], []]
+
+
+def test_zsh_completes_natively_with_the_same_script(two_runs):
+    """zsh runs argcomplete's own zsh branch: the same program answers, with each option's help beside it
+    (`_describe`, which shows the choices on a Tab, is replaced here by a print of what it was given)."""
     import os
     import shutil
     import subprocess
@@ -90,16 +115,19 @@ def test_zsh_registers_the_same_completion_through_bashcompinit():
         "autoload -U +X compinit && compinit -u\n"
         f'eval "$({os.path.dirname(sys.executable)}/stepjournal completion zsh)"\n'
         'print -r -- "registered: $_comps[stepjournal]"\n'
-        "offer() { emulate -L sh; COMP_WORDS=(stepjournal diff A B --session-); COMP_CWORD=4; _stepjournal;"
-        ' printf "%s\\n" "${COMPREPLY[@]}"; }\n'
-        "offer\n"
+        '_describe() { print -rl -- "${(@P)2}"; }\n'
+        'offer() { BUFFER="$1"; CURSOR=${#BUFFER}; words=(${=BUFFER}); _python_argcomplete; print -- @end; }\n'
+        'offer "stepjournal diff j j --session-"\n'
+        'offer "stepjournal diff j j --session-a "\n'
+        'offer "stepjournal audit j --run "\n'
     )
-    done = subprocess.run([zsh, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HOME": os.environ.get("TMPDIR", "/tmp")})
+    env = {**os.environ, "HOME": str(two_runs), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([zsh, "-c", script], capture_output=True, text=True, timeout=120, cwd=two_runs, env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "registered: _bash_complete -o filenames -F _stepjournal"
-    assert {"--session-a", "--session-b"} <= set(lines[1:]) and "audit" not in lines[1:]
+    assert lines[0] == "registered: _python_argcomplete"
+    offered = [[w.split(":")[0] for w in part.strip().splitlines()] for part in "\n".join(lines[1:]).split("@end")[:-1]]
+    assert offered == [["--session-a", "--session-b"], ["s1", "s2"], ["exp", "exp-long"]]
 
 
 def synopsis_problems(lines) -> list:

@@ -271,14 +271,15 @@ def test_verify_shows_bytes_checked_their_rate_and_time_left_on_a_terminal_only_
     done, total, unit = re.search(r"([\d.]+)/([\d.]+) (bytes|kB|MB|GB)", bars[-1]).groups()
     assert done == total, bars[-1]
     assert re.search(r"\d[\d.]* (bytes|kB|MB|GB)/s", bars[-1]), bars[-1]
-    assert re.search(r"\d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]  # elapsed, then time left
+    assert re.search(r"elapsed \d+:\d\d:\d\d\s+left \d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]
     assert "verifying" not in run_in_pty([str(SCRIPT), "verify", journal, "--json"], env)
     assert cli("verify", journal).stderr == ""  # piped: nothing
 
 
 def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(journal, tmp_path):
     """push, clone, export (a bundle, or tensors --to a folder) and import: the bar ends with every event (or
-    call) done, the bytes moved, their rate and the time left; with --json, or piped, nothing reaches stderr."""
+    call) done, the bytes moved (of all, for a clone and an import), their rate, and the labelled time elapsed
+    and left; with --json, or piped, nothing reaches stderr."""
     import json
     import re
 
@@ -299,8 +300,18 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
         assert bars, (label, shown)
         done, total = map(int, re.search(r"(\d+)/(\d+)", bars[-1]).groups())
         assert done == total > 0, bars[-1]
-        assert re.search(r"\d[\d.]* (bytes|kB|MB) · \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1]), bars[-1]
-        assert re.search(r"\d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]  # elapsed, then time left
+        # a push, a pull (a clone, an import) know the bytes they move: those moved of all of them
+        size = r"([\d.,]+)/([\d.,]+) (bytes|kB|MB)" if label in ("pull", "push") else r"\d[\d.]* (bytes|kB|MB)"
+        moved = re.search(rf"events {size} \d[\d.]* (bytes|kB|MB|GB)/s", bars[-1])
+        assert moved and (label not in ("pull", "push") or moved.group(1) == moved.group(2)), bars[-1]
+        assert re.search(r"elapsed \d+:\d\d:\d\d\s+left \d+:\d\d:\d\d\s*$", bars[-1]), bars[-1]
+    # At 80 columns the bar gives up its width, never the words: one line, labelled times.
+    narrow = {**env, "COLUMNS": "80"}
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", run_in_pty([str(SCRIPT), "clone", remote, str(tmp_path / "n")],
+                                                         narrow)).replace("\r", "\n")
+    bars = [line for line in shown.splitlines() if line.startswith("pull ")]
+    assert bars and all(len(line.rstrip()) <= 80 and re.search(r"elapsed \d+:\d\d:\d\d left", line)
+                        for line in bars), bars
     # The bytes on the bar are those the verb reports: push once more, into a fresh remote, with --json too.
     fresh = f"file://{tmp_path / 'fresh'}"
     reported = json.loads(cli("push", journal, fresh, "--json").stdout)["bytes_sent"]

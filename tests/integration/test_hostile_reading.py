@@ -165,7 +165,9 @@ def test_completion_quotes_a_file_name_with_a_space_a_quote_and_a_dollar(tmp_pat
     setup = "autoload -U +X compinit && compinit -u\n" if shell == "zsh" else ""
     shown = typed_in_a_terminal(found, (
         f'{setup}eval "$(stepjournal completion {shell})"\n'
-        'stepjournal() { printf "<%s>\\n" "$@"; }\n'  # what the completed line runs: its words, one a line
+        # What the completed line runs: its words, one a line. A Tab still asks the real program (argcomplete's
+        # script runs `stepjournal` with _ARGCOMPLETE set).
+        'stepjournal() { if [ -n "${_ARGCOMPLETE-}" ]; then command stepjournal "$@"; else printf "<%s>\\n" "$@"; fi; }\n'
         f"stepjournal runs {tmp_path}/x\t\nexit\n"))
     assert f"<runs>\n<{tmp_path}/{name}>\n" in shown, shown
 
@@ -178,10 +180,9 @@ def numeric_arguments() -> list:
     """(verb, option or positional name, what it takes) for every argument of every verb that reads a number:
     an int type, a float type, step ranges or a size. Read from the parser, so a new one is in the table."""
     from stepjournal.adapters.cli import _app
-    from stepjournal.adapters.cli._completion import _subcommands
 
     found = []
-    for verb, parser in sorted(_subcommands(_app.build_parser()).items()):
+    for verb, parser in sorted(_app.build_parser()._subparsers._group_actions[0].choices.items()):
         for action in parser._actions:
             name = action.option_strings[-1] if action.option_strings else action.dest
             if action.type is not None and action.type is not str:

@@ -103,6 +103,8 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.adapters
     import stepjournal.adapters.trl
     import stepjournal.adapters.verl
+    import stepjournal.errors
+    import stepjournal.log
     import stepjournal.policies
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
@@ -110,6 +112,8 @@ def test_every_public_name_is_documented_in_docs():
         f"{module.__name__}.{name}"
         for module in (
             stepjournal,
+            stepjournal.errors,
+            stepjournal.log,
             stepjournal.policies,
             stepjournal.adapters,
             stepjournal.adapters.verl,
