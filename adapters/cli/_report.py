@@ -24,7 +24,7 @@ from stepjournal import Journal, StepJournalError, session_names
 from ._args import nonneg_int
 from ._common import choose_run
 from ._render import Failure, UsageError, cell, human_size, print_line
-from ._show_text import load_tokenizer
+from ._show_text import load_tokenizer, note_to
 
 __all__ = ["add_arguments", "run", "collect", "TEXT_BUDGET"]
 
@@ -131,8 +131,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("-o", "--out", required=True, metavar="FILE.html", help="the HTML file to write")
     p.add_argument("--run", help="the run key (needed when the journal holds several)")
-    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run's fingerprint "
-                   "names); loaded from local files only")
+    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run kept in the "
+                   "journal, else the one its fingerprint names); loaded from local files only")
     p.add_argument("--no-text", action="store_true", help="no tokenizer: lengths and rewards only")
     p.add_argument("--samples", type=nonneg_int, default=8, metavar="N", help="samples embedded per step (default 8)")
     p.add_argument("--chars", type=nonneg_int, default=2000, metavar="N",
@@ -146,10 +146,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise UsageError(f"-o {args.out}: name an .html file")
     with Journal(args.journal, readonly=True) as journal:
         run_key = choose_run(journal, args.run)
-        tokenizer = load_tokenizer(journal, run_key, args.tokenizer) if not args.no_text else None
+        notes: List[str] = []  # said once there is a report: an error stays the one line it is
+        tokenizer = load_tokenizer(journal, run_key, args.tokenizer, notes.append) if not args.no_text else None
         data = collect(journal, run_key, tokenizer, per_step=args.samples, chars=args.chars)
     if not data["steps"]:
         raise Failure(f"run {cell(run_key)} has no train calls: nothing to report")
+    for note in notes:
+        note_to(err)(note)
     page = render(data, title=f"{os.path.basename(os.path.abspath(args.journal))}: run {run_key}")
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(page)
