@@ -26,6 +26,7 @@ from stepjournal.policies import StepRanges
 from ._args import nonneg_int
 from ._common import choose_run
 from ._preview import EDGE, inline, inline_array, is_scalar
+from ._show_light import light_payload
 from ._render import ACTION_STYLE, Failure, UsageError, cell, clean, human_size, int_text, print_json, short_time
 
 __all__ = ["add_arguments", "run"]
@@ -61,10 +62,11 @@ def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
 def _preview(value: Any) -> Optional[List[Any]]:
     """The first few values of a tensor or array, as JSON-able Python numbers (None when not numeric)."""
     import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
-    import torch
 
     try:
-        if isinstance(value, torch.Tensor):
+        if type(value).__module__.split(".")[0] == "torch":  # a tensor: torch is imported already, by its decode
+            import torch
+
             flat = value.reshape(-1)[:_PREVIEW_VALUES]
             if flat.dtype.is_complex:
                 return [str(v) for v in flat.tolist()]
@@ -233,10 +235,15 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was {record.action} "
                 f"(event #{seq}) and has no stored {what}"
             )
-        from stepjournal import describe_payload  # torch
+        raw = journal.payload_bytes(ref.digest)
+        light = light_payload(raw, ref.digest, args.items)  # numpy and msgpack: no torch, when the payload allows
+        if light is not None:
+            structure, value = light
+        else:
+            from stepjournal import describe_payload  # torch
 
-        structure = describe_payload(journal.payload_bytes(ref.digest), max_items=args.items)
-        _annotate(structure, reader.load(ref, args.step), inline_text=not args.json)
+            structure, value = describe_payload(raw, max_items=args.items), reader.load(ref, args.step)
+        _annotate(structure, value, inline_text=not args.json)
     header = record.to_json()
     header.pop("schema_version")
     if args.json:

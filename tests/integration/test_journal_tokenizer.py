@@ -193,3 +193,78 @@ def test_show_previews_token_id_lists_inline_as_torch_prints_a_tensor(tmp_path):
     assert "│   ├── 0: list (20 items)  [100, 101, 102, ..., 117, 118, 119]" in lines, lines
     assert "│   └── 1: list (2 items)  [1, 2]" in lines
     assert "└── uid: list (2 items)  ['a', 'b']" in lines and len(lines) == 8
+
+
+# -- show reads a plain payload without torch -----------------------------------------------------------------
+def _payloads():
+    import numpy as np
+    import torch
+
+    return [
+        {"prompts": torch.arange(12).reshape(3, 4), "mask": torch.ones(3, 4, dtype=torch.bool),
+         "logp": -torch.rand(3, 4), "half": torch.rand(2, dtype=torch.float16), "uid": ["a", "b", "c"],
+         "meta": {"t": 1.0, "n": None, 3: (1, "x", b"raw")}, "arr": np.arange(6, dtype=">i4").reshape(2, 3)},
+        {"prompt_ids": [[5, 6], [7]], "completion_ids": [list(range(40)), []], "nan": float("nan")},
+        [torch.zeros(0, 5), 2 ** 70 - 1 - 2 ** 70 + 2 ** 70],
+    ]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_show_reads_a_plain_payload_as_the_codec_describes_and_decodes_it(tmp_path, index):
+    import numpy as np
+
+    from stepjournal import describe_payload
+    from stepjournal.adapters.cli._show_light import light_payload
+
+    value = _payloads()[index]
+    with Journal(str(tmp_path / "j")) as journal:
+        ref = journal.record(1, value).event.output
+        raw = journal.payload_bytes(ref.digest)
+        decoded = journal.load(ref)
+    light = light_payload(raw, ref.digest, 20)
+    if index == 2:  # an int past 64 bits is left to the codec
+        assert light is None
+        return
+    structure, read = light
+    assert structure == describe_payload(raw, max_items=20)
+
+    def same(a, b):
+        if hasattr(b, "numpy"):
+            return np.array_equal(a, b.numpy()) and a.shape == tuple(b.shape)
+        if isinstance(b, dict):
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in b)
+        if isinstance(b, (list, tuple)):
+            return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(b, np.ndarray):
+            return np.array_equal(a, b) and a.dtype == b.dtype
+        return a == b or (a != a and b != b)
+
+    assert same(read, decoded)
+    assert light_payload(raw, "0" * 64, 20) is None  # a digest that does not hold: the codec's path says so
+
+
+def test_light_reading_leaves_what_numpy_cannot_show_to_the_codec(tmp_path):
+    import torch
+
+    from stepjournal.adapters.cli._show_light import light_payload
+
+    with Journal(str(tmp_path / "j")) as journal:
+        for value in ({"x": torch.ones(2, dtype=torch.bfloat16)}, {(1, 2): 3}):
+            ref = journal.record(1, value).event.output
+            assert light_payload(journal.payload_bytes(ref.digest), ref.digest, 20) is None
+        ref = journal.record(2, {"x": [1]}).event.output
+        raw = bytearray(journal.payload_bytes(ref.digest))
+    raw[-1] ^= 1
+    assert light_payload(bytes(raw), ref.digest, 20) is None
+
+
+def test_show_of_a_plain_payload_imports_no_torch(tmp_path):
+    import subprocess
+
+    path = str(tmp_path / "j")
+    _record(path)
+    code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', sys.argv[1], '1']); "
+            "print(status, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 False", done.stdout + done.stderr
+    assert "completion_ids: list (2 items)" in done.stdout
