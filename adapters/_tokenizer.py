@@ -204,7 +204,7 @@ def _checked(document: Any, seq: int) -> Dict[str, Any]:
     return document
 
 
-def _load(journal: Journal, seq: int, event: GenerationRecorded) -> StoredTokenizer:
+def _load(journal: Journal, seq: int, event: GenerationRecorded, load: Any = None) -> StoredTokenizer:
     ref = event.output
     assert ref is not None  # `_latest` keeps stored documents only
     if ref.nbytes > MAX_DOCUMENT_BYTES:
@@ -215,7 +215,7 @@ def _load(journal: Journal, seq: int, event: GenerationRecorded) -> StoredTokeni
         raise TokenizerDocumentError("decoding the journal's tokenizer needs the tokenizers library: "
                                      "pip install tokenizers") from None
     try:
-        document = _checked(journal.load(ref, step=0), seq)
+        document = _checked((load or journal.load)(ref, step=0), seq)
     except StepJournalError as exc:
         if isinstance(exc, TokenizerDocumentError):
             raise
@@ -233,16 +233,17 @@ def recorded_tokenizer(journal: Journal, run: str) -> Optional[Tuple[int, Any]]:
     return _latest(journal, run)
 
 
-def journal_tokenizer(journal: Journal, run: str) -> Optional[StoredTokenizer]:
+def journal_tokenizer(journal: Journal, run: str, *, load: Any = None) -> Optional[StoredTokenizer]:
     """The tokenizer `run` kept in the journal (`record_tokenizer`), loaded as data; None when it kept none.
 
     Args:
         journal: an open `Journal` (read-only is enough).
         run: the run key.
+        load: how the document's payload is loaded, ``load(ref, step=...)`` (default `Journal.load`).
 
     Raises:
         TokenizerDocumentError: the document is refused (not of `record_tokenizer`'s form, too large, not a
             tokenizer the ``tokenizers`` library reads), or that library is not installed.
     """
     found = _latest(journal, run)
-    return None if found is None else _load(journal, *found)
+    return None if found is None else _load(journal, *found, load)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["light_payload"]
+__all__ = ["light_payload", "light_load"]
 
 # The payload format (stepjournal.payloads._codec_format, which imports torch): prefix, alignment, tags.
 _PREFIX = struct.Struct("<4sB3sQ")
@@ -146,3 +146,18 @@ def light_payload(raw: bytes, digest: str, max_items: Optional[int]) -> Optional
     except (_Unsupported, ValueError, TypeError, RecursionError, msgpack.ExtraData, msgpack.FormatError,
             msgpack.StackError):
         return None
+
+
+def light_load(journal: Any) -> Callable[..., Any]:
+    """``load(ref, step=None)``: a payload of `journal` read by `light_payload` when it allows, else by
+    `Journal.load` (the codec, torch), which also says what is wrong with one that cannot be read."""
+    from stepjournal import StepJournalError
+
+    def load(ref: Any, step: Optional[int] = None) -> Any:
+        try:
+            found = light_payload(journal.payload_bytes(ref.digest), ref.digest, 0)
+        except StepJournalError:  # missing or released: the codec's path names the step
+            found = None
+        return found[1] if found is not None else journal.load(ref, step=step)
+
+    return load

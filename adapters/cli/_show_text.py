@@ -23,6 +23,7 @@ from .._tokenizer import TokenizerDocumentError, journal_tokenizer
 from .._tokenizer_keys import TOKENIZER_KEY, VERL_TOKENIZER_KEYS
 from ._common import choose_run
 from ._preview import inline
+from ._show_light import light_load
 from ._render import Failure, cell, clean, one_line, print_json, print_line
 
 __all__ = ["run", "load_tokenizer", "note_to", "tokenizer_keys", "NO_TEXT_HINT"]
@@ -57,7 +58,7 @@ def load_tokenizer(journal: Journal, run: str, given: Optional[str],
     if given:
         return _from_files(given)
     try:
-        stored = journal_tokenizer(journal, run)
+        stored = journal_tokenizer(journal, run, load=light_load(journal))
     except TokenizerDocumentError as exc:  # refused, never loaded: the ids are still worth reading
         _note(note, f"{exc}; token ids shown (for text pass --tokenizer PATH)")
         return None
@@ -107,11 +108,15 @@ def _from_files(path: str) -> Any:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from stepjournal.index._samples import samples  # here, with numpy: building the parser imports neither
+
     with Journal(args.journal, readonly=True) as journal:
         run_key = choose_run(journal, args.run)
         notes: list = []  # said once the samples are read: an error stays the one line it is
         tokenizer = load_tokenizer(journal, run_key, args.tokenizer, notes.append)
-        found = journal.samples(args.step, run=run_key, mode=args.mode, gen_index=args.index, tokenizer=tokenizer)
+        # Plain payloads read with msgpack and numpy (`light_load`): no torch, when the payloads allow it.
+        found = samples(journal, args.step, run=run_key, mode=args.mode, gen_index=args.index, tokenizer=tokenizer,
+                        load=light_load(journal))
     for note in notes:
         note_to(err)(note)
     if args.json:

@@ -258,13 +258,17 @@ def test_light_reading_leaves_what_numpy_cannot_show_to_the_codec(tmp_path):
     assert light_payload(bytes(raw), ref.digest, 20) is None
 
 
-def test_show_of_a_plain_payload_imports_no_torch(tmp_path):
+def test_show_and_show_text_of_plain_payloads_import_no_torch(tmp_path, tokenizer):
     import subprocess
 
     path = str(tmp_path / "j")
-    _record(path)
-    code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', sys.argv[1], '1']); "
+    _record(path, tokenizer)
+    code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', *sys.argv[1:]]); "
             "print(status, 'torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, path, "1"], capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines()[-1] == "0 False", done.stdout + done.stderr
     assert "completion_ids: list (2 items)" in done.stdout
+    done = subprocess.run([sys.executable, "-c", code, path, "1", "--text"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 False", done.stdout + done.stderr
+    assert "  prompt:   count one" in done.stdout.splitlines()

@@ -128,7 +128,9 @@ def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_o
             "*sys.argv[2:]]); print(status, sorted({'verl', 'transformers'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "1 []", done.stdout + done.stderr  # 1: b"no tokens" holds no samples
-    assert "kept no tokenizer in the journal; for text pass --tokenizer PATH" in done.stderr
+    assert done.stderr.splitlines() == ["stepjournal: error: the generate output at step 1 (event #2) holds none of "
+                                        "completion_ids, response_ids, responses: no samples to read (docs/reading.md "
+                                        "lists the forms read)"]  # one line: the hint waits for samples to show
     # So does a --tokenizer path that is not there (a hub name is looked up in the local cache by transformers).
     nowhere = str(tmp_path / "nowhere")
     done = subprocess.run([sys.executable, "-c", code, path, "--tokenizer", nowhere], capture_output=True, text=True,
