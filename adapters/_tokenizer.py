@@ -2,7 +2,8 @@
 
 On disk it is an ordinary recorded call, so that every tool that keeps, copies, checks or prunes payloads
 (push, pull, bundles, ``verify``, ``compact``, retention) keeps the tokenizer with the calls it decodes: a
-`GenerationRecorded` of the stage ``tokenizer`` (`TOKENIZER_STAGE`), mode ``train``, step 0, call #0, whose
+`GenerationRecorded` of the stage and mode ``tokenizer`` (`TOKENIZER_STAGE`; its own mode, so that the views of
+the ``train`` mode's steps, such as ``report``, never take it for a step), step 0, call #0, whose
 output payload is the tokenizer document, a dict of strings::
 
     {"format": "stepjournal.tokenizer", "version": 1,
@@ -109,7 +110,7 @@ def tokenizer_document(tokenizer: Any, chat_template: Optional[str] = None) -> O
 
 def _latest(journal: Journal, run: str) -> Optional[Tuple[int, GenerationRecorded]]:
     """(seq, event) of the run's latest tokenizer record with a stored document (the step index: no log scan)."""
-    found = journal.lookup(0, 0, mode="train", run=run, stage=TOKENIZER_STAGE)
+    found = journal.lookup(0, 0, mode=TOKENIZER_STAGE, run=run, stage=TOKENIZER_STAGE)
     if found is None or not isinstance(found.event, GenerationRecorded) or found.event.output is None:
         return None
     return found.seq, found.event
@@ -139,7 +140,7 @@ def record_tokenizer(journal: Journal, tokenizer: Any, *, chat_template: Optiona
     held = _latest(journal, journal.run)
     if held is not None and held[1].output is not None and held[1].output.digest == prepared.digest:
         return None
-    recorded = journal.record(0, prepared, stage=TOKENIZER_STAGE, policy="tokenizer",
+    recorded = journal.record(0, prepared, mode=TOKENIZER_STAGE, stage=TOKENIZER_STAGE, policy="tokenizer",
                               reason="the run's tokenizer, kept to decode its token ids")
     return recorded.seq
 

@@ -109,7 +109,7 @@ def test_a_journal_recorded_before_tokenizers_were_kept_still_reads_with_tokeniz
 
 def _hostile(path: str, document) -> None:
     with Journal(path, run="exp") as journal:
-        journal.record(0, document, stage=TOKENIZER_STAGE)
+        journal.record(0, document, mode=TOKENIZER_STAGE, stage=TOKENIZER_STAGE)
         journal.record(1, {"prompt_ids": [[5, 6]], "completion_ids": [[7, 8]]})
 
 
@@ -272,3 +272,23 @@ def test_show_and_show_text_of_plain_payloads_import_no_torch(tmp_path, tokenize
                           timeout=120)
     assert done.stdout.splitlines()[-1] == "0 False", done.stdout + done.stderr
     assert "  prompt:   count one" in done.stdout.splitlines()
+
+
+def test_the_kept_tokenizer_is_no_step_a_diff_or_a_report_counts(tmp_path, tokenizer):
+    """A second session of the run keeps no second copy; diffing it with the first (or with a journal that kept
+    none) still says the runs agree, and the report's steps are the calls' steps only."""
+    from stepjournal import diff_journals
+    from stepjournal.tools._diff import RUN_STAGES
+
+    assert TOKENIZER_STAGE in RUN_STAGES
+    path, bare = str(tmp_path / "j"), str(tmp_path / "bare")
+    _record(path, tokenizer)
+    _record(path, tokenizer)
+    _record(bare)
+    sessions = run_cli("diff", path, path, "--session-a", "s1", "--session-b", "s2")
+    assert sessions.returncode == 0, sessions.stdout + sessions.stderr
+    with Journal(path, readonly=True) as a, Journal(bare, readonly=True) as b:
+        assert diff_journals(a, b).first_divergence is None
+        assert [p.stage for p in diff_journals(a, a, stage=TOKENIZER_STAGE).pairs] == [TOKENIZER_STAGE]  # asked for
+    done = run_cli("report", path, "-o", str(tmp_path / "r.html"))
+    assert done.returncode == 0 and "(1 steps," in done.stdout, done.stdout + done.stderr
