@@ -230,7 +230,8 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     if array.ndim == 1 and len(array) == len(lengths):
         return [float(v) for v in array]
     if array.ndim == 2 and len(array) == len(lengths):
-        return [float(row[:n].sum()) for row, n in zip(array, lengths)]
+        with np.errstate(over="ignore", invalid="ignore"):  # a sum past the float range is inf, said as such
+            return [float(row[:n].sum()) for row, n in zip(array, lengths)]
     return None
 
 
@@ -247,7 +248,8 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
     if not (_tensor(logps) or isinstance(logps, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):
         return None
     array = _numbers(logps, "log-probs")
-    return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
 
 
 # (step, session, stage) -> (seq, event) of that session's latest call of a side stage (reward, log-probs).
