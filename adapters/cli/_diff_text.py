@@ -13,7 +13,8 @@ from rich.console import Console
 
 from stepjournal import DiffReport, Journal, StepJournalError
 
-from ._render import cell
+from ._preview import EDGE, inline
+from ._render import cell, print_line
 from ._show_text import load_tokenizer
 
 __all__ = ["first_differing_sample", "print_text"]
@@ -31,6 +32,8 @@ def _split(tokenizer: Any, ids: Sequence[int], offset: Optional[int]) -> Dict[st
     """The response's text cut around the first differing token: before it, the token, after it. The cuts
     are found in the text of the whole response (a decoder may join tokens with spaces, or merge bytes),
     so the three pieces read as the response does."""
+    if tokenizer is None:  # no tokenizer: the ids around the first differing one
+        return _split_ids(ids, offset)
     decode = lambda part: tokenizer.decode(list(part), skip_special_tokens=True)  # noqa: E731
     whole = decode(ids)
     if offset is None or offset >= len(ids):
@@ -40,6 +43,15 @@ def _split(tokenizer: Any, ids: Sequence[int], offset: Optional[int]) -> Dict[st
         return {"before": before, "token": through[len(before):], "after": whole[len(through):]}
     return {"before": before, "token": tokenizer.decode([ids[offset]], skip_special_tokens=False),
             "after": decode(ids[offset + 1:])}
+
+
+def _split_ids(ids: Sequence[int], offset: Optional[int]) -> Dict[str, Any]:
+    if offset is None or offset >= len(ids):
+        return {"before": f"ids {inline(ids)}", "token": "", "after": ""}
+    start, end = max(0, offset - EDGE), offset + 1 + EDGE
+    before = ("ids [" + ("..., " if start else "") + "".join(f"{t}, " for t in ids[start:offset]))
+    after = "".join(f", {t}" for t in ids[offset + 1:end]) + (", ...]" if end < len(ids) else "]")
+    return {"before": before, "token": str(ids[offset]), "after": after}
 
 
 def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
@@ -53,13 +65,14 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
         return None
     found: List[List[Any]] = []
     tokenizers: List[Any] = []
+    notes: List[str] = []
     # A side's samples are one session's: the side's own, or the one that journaled the differing record (its
     # rewards are the ones compared), else the one whose generate call was compared; never a later session's.
     compared = next((p for p in report.pairs if (p.stage, p.mode, p.step, p.gen_index) == (
         "generate", first.mode, first.step, 0)), None)
     for path, side, label in ((path_a, report.a, "seq_a"), (path_b, report.b, "seq_b")):
         with Journal(path, readonly=True) as journal:
-            tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path))
+            tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path, notes.append))
             found.append(_side_samples(journal, side, first, [getattr(p, label) for p in (first, compared) if p is not None],
                                        tokenizers[-1]))
     for a, b in zip(*found):
@@ -68,7 +81,8 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
             sides = {}
             for label, sample, tokenizer in (("a", a, tokenizers[0]), ("b", b, tokenizers[1])):
                 sides[label] = {**sample.to_json(), "marked": _split(tokenizer, sample.response_ids, offset)}
-            return {"step": first.step, "sample": a.index, "token_offset": offset, **sides}
+            return {"step": first.step, "sample": a.index, "token_offset": offset, **sides,
+                    "notes": list(dict.fromkeys(notes))}
     return None
 
 
@@ -97,6 +111,8 @@ def print_text(found: Optional[Dict[str, Any]], out: Console) -> None:
     if found is None:
         out.print("text: no sample of the first differing step differs in its prompt, tokens or rewards")
         return
+    for note in found.get("notes", ()):
+        print_line(out, f"[yellow]{cell(note)}[/]")
     where = "" if found["token_offset"] is None else f" · first differing token at offset {found['token_offset']}"
     out.print(f"[bold]first differing sample: step {found['step']} · sample {found['sample']}[/]{where}")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, width=min(out.width, 160))
@@ -106,7 +122,8 @@ def print_text(found: Optional[Dict[str, Any]], out: Console) -> None:
     a, b = found["a"], found["b"]
     for stage in dict.fromkeys([*a["rewards"], *b["rewards"]]):
         table.add_row(cell(stage), _number(a["rewards"].get(stage)), _number(b["rewards"].get(stage)))
-    table.add_row("prompt", cell(a["prompt"]), cell(b["prompt"]))
+    table.add_row("prompt", *(cell(side["prompt"]) if side["prompt"] is not None else f"ids {inline(side['prompt_ids'])}"
+                              for side in (a, b)))
     table.add_row("response", _marked(a["marked"]), _marked(b["marked"]))
     out.print(table)
 

@@ -85,13 +85,7 @@ def _tokenizer(journal: Journal, run: str, args: argparse.Namespace, err: Consol
     ``--tokenizer`` that does not load is an error."""
     if args.no_text:
         return None
-    try:
-        return load_tokenizer(journal, run, args.tokenizer)
-    except Failure as exc:
-        if args.tokenizer:
-            raise
-        print_line(err, f"samples as token ids: {escape(str(exc))}")
-        return None
+    return load_tokenizer(journal, run, args.tokenizer, lambda line: print_line(err, f"samples as token ids: {escape(line)}"))
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -26,7 +26,7 @@ from stepjournal import GenerationRecorded, Journal, ReplayServed, StepJournalEr
 from ._args import nonneg_int
 from ._common import choose_run
 from ._render import Failure, UsageError, cell, human_size, print_line
-from ._show_text import load_tokenizer
+from ._show_text import load_tokenizer, note_to
 
 __all__ = ["add_arguments", "run", "collect", "step_metrics", "choose_session", "TEXT_BUDGET"]
 
@@ -198,8 +198,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="S", help="only this session's calls, of its run (its name as runs and audit "
                    "show it, s2; or its id or a unique prefix); default: each step's generate call, whichever session "
                    "made it")
-    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run's fingerprint "
-                   "names); loaded from local files only")
+    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer folder (default: the one the run kept in the "
+                   "journal, else the one its fingerprint names); loaded from local files only")
     p.add_argument("--no-text", action="store_true", help="no tokenizer: lengths and rewards only")
     p.add_argument("--samples", type=nonneg_int, default=8, metavar="N", help="samples embedded per step (default 8)")
     p.add_argument("--chars", type=nonneg_int, default=2000, metavar="N",
@@ -216,10 +216,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             session, name, run_key = choose_session(journal, args.run, args.session)
         else:
             session, name, run_key = None, None, choose_run(journal, args.run)
-        tokenizer = load_tokenizer(journal, run_key, args.tokenizer) if not args.no_text else None
+        notes: List[str] = []  # said once there is a report: an error stays the one line it is
+        tokenizer = load_tokenizer(journal, run_key, args.tokenizer, notes.append) if not args.no_text else None
         data = collect(journal, run_key, tokenizer, per_step=args.samples, chars=args.chars, session=session)
     if not data["steps"]:
         raise Failure(f"run {cell(run_key)}{f' session {name}' if name else ''} has no train calls: nothing to report")
+    for note in notes:
+        note_to(err)(note)
     title = f"{os.path.basename(os.path.abspath(args.journal))}: run {run_key}" + (f", session {name}" if name else "")
     page = render(data, title=title)
     with open(args.out, "w", encoding="utf-8") as fh:

@@ -25,6 +25,8 @@ from stepjournal.policies import StepRanges
 
 from ._args import nonneg_int
 from ._common import choose_run
+from ._preview import EDGE, inline, inline_array, is_scalar
+from ._show_light import light_payload
 from ._render import ACTION_STYLE, Failure, UsageError, cell, clean, human_size, int_text, print_json, short_time
 
 __all__ = ["add_arguments", "run"]
@@ -60,10 +62,11 @@ def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
 def _preview(value: Any) -> Optional[List[Any]]:
     """The first few values of a tensor or array, as JSON-able Python numbers (None when not numeric)."""
     import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
-    import torch
 
     try:
-        if isinstance(value, torch.Tensor):
+        if type(value).__module__.split(".")[0] == "torch":  # a tensor: torch is imported already, by its decode
+            import torch
+
             flat = value.reshape(-1)[:_PREVIEW_VALUES]
             if flat.dtype.is_complex:
                 return [str(v) for v in flat.tolist()]
@@ -87,8 +90,10 @@ def _preview(value: Any) -> Optional[List[Any]]:
     return out
 
 
-def _annotate(node: Dict[str, Any], value: Any) -> None:
-    """Add a "preview" of the first values to every tensor and array node of a `describe_payload` tree."""
+def _annotate(node: Dict[str, Any], value: Any, inline_text: bool = False) -> None:
+    """Add a "preview" of the first values to every tensor and array node of a `describe_payload` tree; with
+    `inline_text`, an "inline" text too (`_preview`: first and last values, as torch prints a tensor) on
+    those and on every list or tuple of scalars, whose items are then not listed one a line."""
     import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
 
     from stepjournal import OpaqueValue
@@ -99,7 +104,13 @@ def _annotate(node: Dict[str, Any], value: Any) -> None:
             preview = _preview(value)
             if preview is not None:
                 node["preview"] = preview
+            text = inline_array(value, rows_apart=True) if inline_text else None
+            if text is not None:
+                node["values"] = text  # on lines of their own under the node, as torch prints a tensor
         elif kind in ("list", "tuple") and isinstance(value, (list, tuple)):
+            if inline_text and value and all(is_scalar(v) for v in value):
+                node["inline"] = inline(value, edge=2 if any(isinstance(v, str) for v in value) else EDGE)
+                return
             for child, item in zip(node["items"], value):
                 walk(child, item)
         elif kind == "dict" and isinstance(value, dict):
@@ -118,12 +129,10 @@ def _node_text(node: Dict[str, Any]) -> str:
     kind = node["kind"]
     if kind in ("tensor", "ndarray"):
         text = f"[cyan]{kind}[/] {cell(node['dtype'])} {node['shape']} {human_size(node['nbytes'])}"
-        if "preview" in node:
-            more = ", …" if node["nbytes"] and len(node["preview"]) == _PREVIEW_VALUES else ""
-            text += f"  [dim]{cell(', '.join(str(v) for v in node['preview']))}{more}[/]"
         return text
     if kind in ("list", "tuple", "dict"):
-        return f"[cyan]{kind}[/] ({node['length']} {'keys' if kind == 'dict' else 'items'})"
+        text = f"[cyan]{kind}[/] ({node['length']} {'keys' if kind == 'dict' else 'items'})"
+        return text + (f"  [dim]{cell(node['inline'])}[/]" if "inline" in node else "")
     if kind == "object_array":
         return f"[cyan]object array[/] {node['shape']}"
     if kind == "str":
@@ -145,6 +154,10 @@ def _node_text(node: Dict[str, Any]) -> str:
 
 def _tree(node: Dict[str, Any], tree: Tree) -> None:
     kind = node["kind"]
+    if "values" in node:
+        tree.add("\n".join(f"[dim]{cell(line)}[/]" for line in node["values"].split("\n")))
+    if "inline" in node:  # its items are on its own line
+        return
     if kind == "dict":
         for item in node["items"]:
             child = tree.add(f"[bold]{cell(item['key'])}[/]: {_node_text(item['value'])}")
@@ -175,11 +188,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--items", type=nonneg_int, default=20, help="items shown per container (default 20)")
     p.add_argument("--text", action="store_true", help="each sample of the generate call, decoded, with its reward "
                    "and log-prob (docs/reading.md)")
-    p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the "
-                   "run's fingerprint names); loaded from local files only")
+    p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the run "
+                   "kept in the journal, else the one its fingerprint names); loaded from local files only")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
     p.add_argument("--sample", type=nonneg_int, help="with --text: that sample's tool calls, turn by turn, each "
                    "with its arguments, response and outcome (docs/agents.md)")
+    p.add_argument("--no-pager", action="store_true",
+                   help="on a terminal, print straight to it instead of through $PAGER (less)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -228,16 +243,30 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was {record.action} "
                 f"(event #{seq}) and has no stored {what}"
             )
-        from stepjournal import describe_payload  # torch
+        raw = journal.payload_bytes(ref.digest)
+        light = light_payload(raw, ref.digest, args.items)  # numpy and msgpack: no torch, when the payload allows
+        if light is not None:
+            structure, value = light
+        else:
+            from stepjournal import describe_payload  # torch
 
-        structure = describe_payload(journal.payload_bytes(ref.digest), max_items=args.items)
-        _annotate(structure, reader.load(ref, args.step))
+            structure, value = describe_payload(raw, max_items=args.items), reader.load(ref, args.step)
+        _annotate(structure, value, inline_text=not args.json)
     header = record.to_json()
     header.pop("schema_version")
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, "call": header, "payload": what,
                      "digest": ref.digest, "nbytes": ref.nbytes, "structure": structure})
         return 0
+    from ._pager import paged
+
+    with paged(out, enabled=not args.no_pager) as page:
+        _print_call(page, args, run, seq, record, what, ref, structure)
+    return 0
+
+
+def _print_call(out: Console, args: argparse.Namespace, run: str, seq: int, record: AuditRecord, what: str,
+                ref: PayloadRef, structure: Dict[str, Any]) -> None:
     title = (f"run {cell(run)} · {cell(args.mode)} · stage {cell(record.stage)} · step {args.step} · "
              f"call #{args.index} · event #{seq}")
     out.print(f"[bold]{title}[/]")
@@ -250,4 +279,3 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     root = Tree(_node_text(structure))
     _tree(structure, root)
     out.print(root)
-    return 0

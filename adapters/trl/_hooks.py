@@ -44,6 +44,7 @@ from stepjournal.policies import (
     StagePolicies,
 )
 
+from .._tokenizer import record_tokenizer
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of, topology_hint
 from ._errors import TrlAdapterError
@@ -288,6 +289,8 @@ def attach(
         ),
         stages=declared_stages(trainer),
     )
+    # The run's tokenizer, kept once in the journal: `show --text` and `report` decode with it, with no flag.
+    record_tokenizer(journal, getattr(trainer, "processing_class", None))
     handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)
     handle._install()
     log.info(

@@ -16,6 +16,7 @@ from verl.protocol import DataProto
 from stepjournal.log import get_logger
 from stepjournal.policies import ConfigError, Engine, ReplayMissError, open_engine
 
+from .._tokenizer import record_tokenizer
 from ._config import VerlJournalConfig, read_verl_config
 from ._nodes import select
 from ._errors import VerlAdapterError, VerlStepError
@@ -133,6 +134,7 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
     check_verl_stages(cfg.policy)  # before the journal opens: a refused spec leaves no session behind
     rollout = rollout_from_config(cfg, obj.generate_sequences, trainer=trainer)
     assert rollout is not None  # a read config enables a form
+    record_tokenizer(rollout.journal, getattr(trainer, "tokenizer", None))  # `show --text` decodes with it
     rollout.install(obj, "generate_sequences")
     rollout.stages = LegacyStages(trainer, rollout.engine).install()
     log.info("verl_attached", target=target, policy=rollout.config.policy, journal=rollout.journal.path)

@@ -1,7 +1,8 @@
 """`samples`: the samples of one generate call, as token ids (and text, given the run's tokenizer), side by
 side with the rewards and log-probs the run's other stages journaled at that step.
 
-Nothing here writes, and no tokenizer library is imported: a caller that wants text passes a tokenizer
+Nothing here writes, and neither torch nor a tokenizer library is imported (a tensor is known by torch being
+imported already, by the decode that made it): a caller that wants text passes a tokenizer
 (anything with ``decode(ids, skip_special_tokens=...)``; ``eos_token_id`` and ``pad_token_id`` are read when
 present). The forms read, by key of the call's output (and of its stored input for the prompts):
 
@@ -25,16 +26,30 @@ when that session stored none).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import attrs
 import numpy as np
-import torch
 
 from ..base._errors import JournalError
 from ..events._events import CALL_EVENT_TYPES, GenerationRecorded, ReplayServed
 
 __all__ = ["Sample", "samples", "samples_of_steps"]
+
+# How a payload is loaded: ``load(ref, step=...)``, `Journal.load` unless a reader passes its own.
+Load = Callable[..., Any]
+
+
+def _tensor(value: Any) -> bool:
+    """`value` is a torch tensor: known without importing torch (values decoded without it hold none)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch_dtype(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.dtype)
 
 _RESPONSE_KEYS = ("completion_ids", "response_ids", "responses")
 _PROMPT_KEYS = ("prompt_ids", "prompts")
@@ -114,17 +129,17 @@ def _rows(ids: Any, mask: Any = None, pad: Optional[int] = None) -> List[Tuple[i
     trailing (responses) or leading (prompts) `pad` ids left out when there is no mask."""
     if isinstance(ids, (list, tuple)):
         return [_listed(row) for row in ids]
-    if isinstance(ids, torch.Tensor) and ids.is_nested:  # jagged: each row its own length, no padding
+    if _tensor(ids) and ids.is_nested:  # jagged: each row its own length, no padding
         if ids.dtype.is_floating_point or ids.dtype.is_complex:
             raise JournalError(f"token ids of type {ids.dtype}: expected integers")
         return [tuple(row.tolist()) for row in ids.unbind()]
-    array = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    array = ids.detach().cpu().numpy() if _tensor(ids) else np.asarray(ids)
     if array.ndim != 2:
         raise JournalError(f"token ids of shape {list(array.shape)}: expected one row per sample (2-D)")
     if array.dtype.kind not in "iub":
         raise JournalError(f"token ids of type {array.dtype}: expected integers")
     if mask is not None:
-        keep = (mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)).astype(bool)
+        keep = (mask.detach().cpu().numpy() if _tensor(mask) else np.asarray(mask)).astype(bool)
         if keep.shape != array.shape:
             raise JournalError(f"a mask of shape {list(keep.shape)} over token ids of shape {list(array.shape)}: "
                                "expected one mask value per token")
@@ -152,7 +167,7 @@ def _numbers(value: Any, what: str) -> np.ndarray:
     """`value` as an array of floats, or a one-line error naming what it holds instead."""
     _real(value, what)
     try:
-        return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=float)
+        return value.detach().float().cpu().numpy() if _tensor(value) else np.asarray(value, dtype=float)
     except (TypeError, ValueError, OverflowError):
         raise JournalError(f"{what} given as {type(value).__name__} {_preview(value)}: expected numbers") from None
 
@@ -161,7 +176,7 @@ def _real(value: Any, what: str) -> None:
     """Refuse complex numbers: a cast to float would show only their real part (and warn on stderr)."""
     dtype = getattr(value, "dtype", None)
     try:
-        complex_ = dtype.is_complex if isinstance(dtype, torch.dtype) else dtype is not None and np.dtype(dtype).kind == "c"
+        complex_ = dtype.is_complex if _torch_dtype(dtype) else dtype is not None and np.dtype(dtype).kind == "c"
     except TypeError:  # a dtype numpy does not know: the cast below names it
         complex_ = False
     if complex_:
@@ -188,7 +203,7 @@ def _strip(row: List[int], pad: int) -> List[int]:
 def _masks(output: Any, prompts: Any, responses: Any) -> Tuple[Any, Any]:
     """(prompt mask, response mask) of verl's padded batch: ``attention_mask`` spans prompt then response.
     Jagged rows carry no padding: no mask."""
-    if any(isinstance(t, torch.Tensor) and t.is_nested for t in (prompts, responses)):
+    if any(_tensor(t) and t.is_nested for t in (prompts, responses)):
         return None, None
     response_mask = _field(output, ("response_mask",))
     attention = _field(output, ("attention_mask",))
@@ -207,7 +222,7 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     """One number per sample: a 1-D value as it is, a 2-D one summed over each response's tokens."""
     if value is None:
         return None
-    if isinstance(value, torch.Tensor) and value.is_nested:
+    if _tensor(value) and value.is_nested:
         _real(value, "rewards")
         rows = [row.detach().float().sum().item() for row in value.unbind()]
         return rows if len(rows) == len(lengths) else None
@@ -215,7 +230,8 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
     if array.ndim == 1 and len(array) == len(lengths):
         return [float(v) for v in array]
     if array.ndim == 2 and len(array) == len(lengths):
-        return [float(row[:n].sum()) for row, n in zip(array, lengths)]
+        with np.errstate(over="ignore", invalid="ignore"):  # a sum past the float range is inf, said as such
+            return [float(row[:n].sum()) for row, n in zip(array, lengths)]
     return None
 
 
@@ -223,16 +239,17 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
     logps = _field(value, ("old_log_probs",))
     if logps is None and isinstance(value, Mapping) and isinstance(value.get("outputs"), (list, tuple)) and value["outputs"]:
         logps = value["outputs"][0]  # TRL: (per-token log-probs, entropies ...)
-    if logps is None and isinstance(value, torch.Tensor):
+    if logps is None and _tensor(value):
         logps = value
-    if isinstance(logps, torch.Tensor) and logps.is_nested:
+    if _tensor(logps) and logps.is_nested:
         _real(logps, "log-probs")
         rows = [row.detach().float() for row in logps.unbind()]
         return [float(r.mean()) if r.numel() else None for r in rows] if len(rows) == len(lengths) else None
-    if not isinstance(logps, (torch.Tensor, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):
+    if not (_tensor(logps) or isinstance(logps, np.ndarray)) or logps.ndim != 2 or len(logps) != len(lengths):
         return None
     array = _numbers(logps, "log-probs")
-    return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [float(row[:n].mean()) if n else None for row, n in zip(array, lengths)]
 
 
 # (step, session, stage) -> (seq, event) of that session's latest call of a side stage (reward, log-probs).
@@ -276,7 +293,8 @@ def _the_run(journal: Any) -> str:
 
 
 def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "train", gen_index: int = 0,
-            tokenizer: Any = None, decoded: Optional[int] = None, session: Optional[str] = None) -> List[Sample]:
+            tokenizer: Any = None, decoded: Optional[int] = None, session: Optional[str] = None,
+            load: Optional[Load] = None) -> List[Sample]:
     """The samples of the generate call served at `step` (its latest call: recorded, or replayed from
     another step), with the rewards and mean log-probs of the run's stages at that step.
 
@@ -289,6 +307,8 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
             text); None: all of them.
         session: only this session's calls (its id): the call it recorded or replayed there; None: the
             latest call of any session.
+        load: how a payload is loaded, ``load(ref, step=...)`` (default `journal.load`); ``show --text``
+            reads plain payloads without torch.
 
     Raises:
         JournalError: no generate call with an output there, or its payload holds no response ids in a
@@ -300,7 +320,7 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
     if step not in served:
         of = "" if session is None else f" of session {session}"
         raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}{of}")
-    return _read(journal, step, *served[step], stages, side, tokenizer, decoded)
+    return _read(journal, step, *served[step], stages, side, tokenizer, decoded, load or journal.load)
 
 
 def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
@@ -313,27 +333,27 @@ def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = No
     stages = _side_stages(journal, run)
     served, side = _served(journal, run, mode, steps, gen_index, stages, session)
     for step in sorted(served):
-        yield step, _read(journal, step, *served[step], stages, side, tokenizer, decoded)
+        yield step, _read(journal, step, *served[step], stages, side, tokenizer, decoded, journal.load)
 
 
 def _side_stages(journal: Any, run: str) -> List[str]:
     return [s for s in journal.stages(run=run) if s == "reward" or s.startswith("reward.") or s == _LOGPROB_STAGE]
 
 
-def _side_output(journal: Any, side: _SideCalls, step: int, session: str, stage: str) -> Any:
+def _side_output(load: Load, side: _SideCalls, step: int, session: str, stage: str) -> Any:
     """What `session` journaled for `stage` at `step`: its recorded or replayed output; None when it journaled
     none there, or stored none (a reward computed live and not stored is not shown as another session's)."""
     _, event = side.get((step, session, stage), (None, None))
     if not isinstance(event, (GenerationRecorded, ReplayServed)) or event.output is None:
         return None
-    return journal.load(event.output, step=step)
+    return load(event.output, step=step)
 
 
 def _read(journal: Any, step: int, seq: int, event: Any,
-          side_stages: Sequence[str], side: _SideCalls, tokenizer: Any, decoded: Optional[int] = None) -> List[Sample]:
+          side_stages: Sequence[str], side: _SideCalls, tokenizer: Any, decoded: Optional[int], load: Load) -> List[Sample]:
     session = event.session
     event, source = _source(journal, seq, event)
-    output = journal.load(event.output, step=step)
+    output = load(event.output, step=step)
     responses = _field(output, _RESPONSE_KEYS)
     if responses is None:
         raise JournalError(
@@ -342,7 +362,7 @@ def _read(journal: Any, step: int, seq: int, event: Any,
     prompts = _field(output, _PROMPT_KEYS)
     recorded = source if source is not None else event
     if prompts is None and recorded.input is not None:
-        prompts = _field(journal.load(recorded.input, step=recorded.step), _PROMPT_KEYS)
+        prompts = _field(load(recorded.input, step=recorded.step), _PROMPT_KEYS)
     pad = getattr(tokenizer, "pad_token_id", None)
     prompt_mask, response_mask = _masks(output, prompts, responses)
     response_rows = _rows(responses, response_mask, pad)
@@ -351,7 +371,7 @@ def _read(journal: Any, step: int, seq: int, event: Any,
     rewards: Dict[str, List[float]] = {}
     logprobs: Optional[List[Optional[float]]] = None
     for stage in side_stages:
-        value = _side_output(journal, side, step, session, stage)
+        value = _side_output(load, side, step, session, stage)
         if value is None:
             continue
         if stage == _LOGPROB_STAGE:

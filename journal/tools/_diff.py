@@ -112,6 +112,11 @@ def _choose(scan: _Scan, path: str, label: str, run: Optional[str],
     return runs[0], None, None
 
 
+# Stages that record the run, not a step (the tokenizer `stepjournal.adapters.record_tokenizer` keeps, docs/journal.md):
+# a replay session that found it kept already records none, so comparing them would say sessions differ.
+RUN_STAGES = frozenset({"tokenizer"})
+
+
 def _records(
     scan: _Scan,
     run: str,
@@ -135,6 +140,8 @@ def _records(
             continue
         event_stage = getattr(event, "stage", "generate")  # journals before stages: every call generates
         if (stage is not None and event_stage != stage) or (mode is not None and event.mode != mode):
+            continue
+        if event_stage in RUN_STAGES and stage is None:  # the run's tokenizer, not a step's call: only when asked
             continue
         if steps is not None and event.step not in steps:
             continue

@@ -528,7 +528,7 @@ def test_export_without_safetensors_names_the_extra(engine, tmp_path):
 ERROR_PATHS = [
     ["runs", "{T}/missing"], ["audit", "{J}", "--steps", "5-2"], ["audit", "{J}", "--run", "nope"],
     ["show", "{J}", "99", "--run", "adapters"], ["show", "{J}", "1", "--run", "nope"],
-    ["show", "{J}", "1", "--run", "adapters", "--text"], ["verify", "{T}/missing"],
+    ["show", "{J}", "1", "--run", "adapters", "--text", "--tokenizer", "{T}/nowhere"], ["verify", "{T}/missing"],
     ["export", "{J}", "--to", "{T}/out", "--steps", "x"], ["export", "{J}", "--to", "{T}/out", "--run", "nope"],
     ["timeline", "{J}", "--out", "{T}/t.gif"], ["prune", "{J}", "--keep-last", "0", "--dry-run"],
     ["prune", "{J}", "--max-bytes", "lots"],

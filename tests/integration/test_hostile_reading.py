@@ -89,7 +89,8 @@ def test_samples_of_odd_shapes_types_and_values_are_shown_or_named_in_one_line(t
 
 def test_a_tokenizer_folder_that_names_code_of_its_own_is_refused_without_a_prompt(tmp_path):
     """The fingerprint names a folder whose tokenizer_config.json asks for custom code (auto_map): `show --text`
-    and `report` refuse it in one line, ask nothing on stdin (a "y" waits there) and never run it."""
+    and `report` refuse it in one line, ask nothing on stdin (a "y" waits there) and never run it; the ids are
+    shown instead (a journal never fails for want of a tokenizer)."""
     folder, ran = tmp_path / "tokenizer", tmp_path / "RAN"
     tiny_tokenizer().save_pretrained(folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -104,8 +105,8 @@ def test_a_tokenizer_folder_that_names_code_of_its_own_is_refused_without_a_prom
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # where transformers would copy the code to run it
     for verb in (["show", path, "1", "--text"], ["report", path, "-o", str(tmp_path / "r.html")]):
         done = subprocess.run([*CLI, *verb], input="y\n", capture_output=True, text=True, env=env, timeout=300)
-        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert done.stderr.startswith(f"stepjournal: error: cannot load the tokenizer {str(folder)!r}")
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"cannot load the tokenizer {str(folder)!r}") and "token ids shown" in done.stderr
         assert len(done.stderr.splitlines()) == 1 and "Do you wish" not in done.stdout + done.stderr
         assert not ran.exists()
 

@@ -121,7 +121,7 @@ def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_o
     assert TOKENIZER_KEYS == VERL_TOKENIZER_KEYS and set(VERL_TOKENIZER_KEYS) <= set(GENERATION_KEYS)
     assert GENERATION_KEYS[VERL_TOKENIZER_KEYS[0]] == "actor_rollout_ref.model.tokenizer_path"  # verl's first choice
     assert TOKENIZER_KEY == "tokenizer"  # TRL's (`trainer_fingerprint`), as recorded journals hold it
-    # The command line's read of them, and its error when no session names one, import neither verl nor
+    # The command line's read of them, and its line when no session names one, import neither verl nor
     # transformers (seconds each): the user is told what to pass at once.
     path = str(tmp_path / "j")
     with Journal(path, run="exp") as journal:
@@ -129,8 +129,10 @@ def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_o
     code = ("import sys; from stepjournal.adapters.cli import main; status = main(['show', sys.argv[1], '1', '--text', "
             "*sys.argv[2:]]); print(status, sorted({'verl', 'transformers'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "1 []", done.stdout + done.stderr
-    assert "recorded no tokenizer" in done.stderr and ", ".join((TOKENIZER_KEY, *VERL_TOKENIZER_KEYS)) in done.stderr
+    assert done.stdout.strip() == "1 []", done.stdout + done.stderr  # 1: b"no tokens" holds no samples
+    assert done.stderr.splitlines() == ["stepjournal: error: the generate output at step 1 (event #2) holds none of "
+                                        "completion_ids, response_ids, responses: no samples to read (docs/reading.md "
+                                        "lists the forms read)"]  # one line: the hint waits for samples to show
     # So does a --tokenizer path that is not there (a hub name is looked up in the local cache by transformers).
     nowhere = str(tmp_path / "nowhere")
     done = subprocess.run([sys.executable, "-c", code, path, "--tokenizer", nowhere], capture_output=True, text=True,
@@ -139,12 +141,13 @@ def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_o
     assert f"cannot load the tokenizer {nowhere!r} from local files (no such file or folder)" in done.stderr
 
 
-def test_a_missing_tokenizer_is_an_error_that_says_how_to_pass_one(tmp_path, tokenizer_dir):
+def test_a_missing_tokenizer_shows_ids_and_one_line_saying_how_to_pass_one(tmp_path, tokenizer_dir):
     path = str(tmp_path / "no-tokenizer")
     with Journal(path, run="exp") as journal:
         journal.record(1, verl_batch())
     done = run_cli("show", path, "1", "--text")
-    assert done.returncode == 1 and "recorded no tokenizer" in done.stderr and "--tokenizer PATH" in done.stderr
+    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1 and "--tokenizer PATH" in done.stderr
+    assert "  response: ids [" in done.stdout
     gone = run_cli("show", path, "1", "--text", "--tokenizer", str(tmp_path / "nowhere"))
     assert gone.returncode == 1 and "cannot load the tokenizer" in gone.stderr and "Traceback" not in gone.stderr
     given = run_cli("show", path, "1", "--text", "--tokenizer", tokenizer_dir, "--json")

@@ -146,7 +146,9 @@ def test_a_recording_journals_each_stage_at_the_step_it_runs(recorded):
     assert counted.ref_forwards >= len(GENERATION_STEPS) and counted.logps_calls == 2 * len(GENERATION_STEPS)
     assert handle.stages == ("generate", "old_log_prob", "ref_log_prob", "reward.length", "metrics")
     with Journal(path, readonly=True) as journal:
-        assert sorted(journal.stages()) == ["generate", "metrics", "old_log_prob", "ref_log_prob", "reward.length"]
+        # and the tokenizer, kept once when `attach` ran (docs/journal.md, "The run's tokenizer")
+        assert sorted(journal.stages()) == ["generate", "metrics", "old_log_prob", "ref_log_prob", "reward.length",
+                                            "tokenizer"]
         for stage in ("generate", "reward.length", "old_log_prob", "ref_log_prob"):
             assert journal.recorded_steps(stage=stage) == GENERATION_STEPS
         assert journal.recorded_steps(stage="metrics") == list(range(1, STEPS + 1))
@@ -218,7 +220,7 @@ def test_one_spec_is_generates_and_the_metrics_stage_is_recorded_by_default(toke
     with Journal(tmp_path / "journal") as journal:
         handle = attach(trainer, journal, "cache")
         trainer.train()
-        assert journal.stages() == ["generate", "metrics"]
+        assert journal.stages() == ["tokenizer", "generate", "metrics"]  # the tokenizer kept when `attach` ran
         assert handle.stages == ("generate", "metrics")
     assert reward.calls == 1 and trainer.reward_funcs[0] is reward  # not wrapped: not journaled
     handle.detach()

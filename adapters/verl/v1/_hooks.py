@@ -28,6 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from stepjournal.log import get_logger
 from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, Outcome, ServeRecorded, open_engine
 
+from ..._tokenizer import record_tokenizer
 from .._config import VerlJournalConfig, read_verl_config
 from .._errors import VerlAdapterError
 from .._calls import undecorated as _undecorated
@@ -344,6 +345,7 @@ def attach_v1(trainer: Any, *, config: Any = None, **overrides: Any) -> V1Journa
         )
     check_verl_stages(cfg.policy)
     engine = open_engine(cfg.engine)
+    record_tokenizer(engine.journal, getattr(trainer, "tokenizer", None))  # `show --text` decodes with it
     journaled = V1Journal(trainer, engine, config=cfg).install()
     log.info("verl_v1_attached", mode=trainer.trainer_mode, policy=cfg.policy, journal=engine.journal.path)
     return journaled
