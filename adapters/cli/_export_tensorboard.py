@@ -85,7 +85,8 @@ def _tokenizer(journal: Journal, run: str, args: argparse.Namespace, err: Consol
     ``--tokenizer`` that does not load is an error."""
     if args.no_text:
         return None
-    return load_tokenizer(journal, run, args.tokenizer, lambda line: print_line(err, f"samples as token ids: {escape(line)}"))
+    return load_tokenizer(journal, run, args.tokenizer,
+                          lambda line: print_line(err, f"samples as token ids: {escape(line)}"))
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
