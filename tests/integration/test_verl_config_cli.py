@@ -251,3 +251,58 @@ def test_the_section_module_imports_neither_stepjournal_nor_verl():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
+
+APP = """\
+import hydra
+
+
+@hydra.main(version_base=None, config_path=".", config_name="cfg")
+def main(cfg):
+    print(dict(cfg))
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize("config,override,hydras_own", [
+    ("stepjournal:\n  foo: 1\n", "stepjournal.bar=2",
+     "Could not override 'stepjournal.bar'.\nTo append to your config use +stepjournal.bar=2\n"
+     "Key 'bar' is not in struct\n    full_key: stepjournal.bar\n    object_type=dict\n"),
+    ("other: 1\n", "stepjournal.x=1",
+     "Could not override 'stepjournal.x'.\nTo append to your config use +stepjournal.x=1\n"
+     "Key 'stepjournal' is not in struct\n    full_key: stepjournal\n    object_type=dict\n"),
+])
+def test_another_hydra_app_keeps_hydras_own_message(config, override, hydras_own, tmp_path):
+    """The plugin runs in every Hydra application: one with its own `stepjournal` key, or none, gets no verl hint."""
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "cfg.yaml").write_text(config)
+    done = run_line(f"python app.py {override}", tmp_path, env={"HYDRA_FULL_ERROR": None})
+    assert done.returncode == 1
+    assert done.stderr == hydras_own + "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+
+
+def test_another_hydras_private_layout_keeps_the_section_registered_and_checked():
+    """Only the did-you-mean rests on Hydra 1.3's private composition steps; `+stepjournal=verl` is public ConfigStore."""
+    import subprocess
+
+    code = """
+import sys, types
+sys.path.insert(0, sys.argv[1])
+import hydra._internal.config_loader_impl as real
+sys.modules["hydra._internal.config_loader_impl"] = types.ModuleType("moved")  # a Hydra that moved it
+import hydra_plugins.stepjournal_verl
+sys.modules["hydra._internal.config_loader_impl"] = real
+assert not getattr(real.ConfigLoaderImpl._apply_overrides_to_config, "stepjournal_suggests", False)
+from hydra.errors import ConfigCompositionException
+from verl_support import compose
+print(compose("verl.trainer.main_ppo", ["+stepjournal=verl", "stepjournal.policy=cache"]).stepjournal.policy)
+try:
+    compose("verl.trainer.main_ppo", ["+stepjournal=verl", "stepjournal.polcy=cache"])
+except ConfigCompositionException as exc:
+    print("refused", "StepJournalSection" in str(exc.__cause__))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parents[1])], capture_output=True,
+                          text=True, timeout=600)  # a hang detector only
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-3:] == ["cache", "refused", "True"]
