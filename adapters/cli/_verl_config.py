@@ -10,6 +10,7 @@ tests/integration/test_verl_config_cli.py feeds the printed line through bash in
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from typing import Any, Dict, List, Tuple
 
@@ -41,11 +42,21 @@ _SHELL_DOUBLE_BREAKS = set('"$`\\!')
 def hydra_value(value: str) -> str:
     """`value` as a Hydra override value that stays this string: as is when Hydra reads it so, else quoted
     (``'cache@1-5;repeat'``: Hydra's grammar stops at ``;`` and reads ``,`` as a sweep)."""
-    if _HYDRA_PLAIN.fullmatch(value) and value.lower() not in _HYDRA_WORDS:
+    if _HYDRA_PLAIN.fullmatch(value) and value.lower() not in _HYDRA_WORDS and not _number(value):
         return value
     # Inside quotes Hydra reads a backslash as one unless it stands before a quote or at the end.
     escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'").replace("${", "\\${")
     return f"'{escaped}'"
+
+
+def _number(value: str) -> bool:
+    """Whether Hydra could read `value` as a number (``1e3`` is the float 1000.0); Python's float reads a
+    superset of Hydra's numbers (``1_000``, ``infinity``), so such a value is quoted."""
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def shell_word(word: str) -> str:
@@ -66,10 +77,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str) -> Any:
+    import stat
+
     from omegaconf import OmegaConf
 
     try:
+        # A FIFO or a device would be read until a writer closes it (forever, for /dev/zero): a config is a file.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise Failure(f"{path!r} is not a regular file: give the verl config's YAML file")
         return OmegaConf.load(path)
+    except Failure:
+        raise
     except Exception as exc:  # a missing file or YAML that does not parse: say which
         raise Failure(f"{path!r} cannot be read as a verl config: {exc}") from None
 
@@ -150,6 +168,12 @@ def _yaml_text(mapping: Dict[str, Any]) -> str:
     return yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False).rstrip("\n")
 
 
+def _comment(text: str) -> str:
+    """`text` for a ``#`` line: a newline in a path or run key would end the comment, and the rest would run
+    when the output is pasted into a shell, so a value with an unprintable character is shown as Python writes it."""
+    return text if text.isprintable() else repr(text)
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Print the overrides and the YAML that move CONFIG's rollout skip to stepjournal."""
     cfg = _load(args.config)
@@ -158,7 +182,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     def say(text: str) -> None:
         out.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
-    say(f"# {args.config}: {found.form} -> stepjournal policy {found.policy}, journal {found.path}, run {found.run}")
+    say(f"# {_comment(args.config)}: {found.form} -> stepjournal policy {found.policy}, journal {_comment(found.path)}, "
+        f"run {_comment(found.run)}")
     say("# add these overrides to the verl command line (quoted for the shell; +stepjournal=verl checks the keys):")
     say(override_line(overrides))
     if found.form == "stepjournal":

@@ -20,10 +20,12 @@ import attrs
 
 from stepjournal import DEFAULT_RUN, Journal
 from stepjournal.log import get_logger
+from stepjournal.policies import SpecError, parse_stages
 
 from ._config import trainer_fingerprint
 from ._errors import TrlAdapterError
 from ._hooks import attach
+from ._stage_spec import stage_policies
 
 __all__ = ["ENV_VAR", "RUN_ENV_VAR", "EnvJournal", "journal_from_env", "install_env_attach", "main"]
 
@@ -50,7 +52,8 @@ def journal_from_env(environ: Optional[Any] = None) -> EnvJournal:
     """Read ``STEPJOURNAL=PATH[:POLICY]`` (the policy after the first ``:``, so a per-stage spec keeps its own).
 
     Raises:
-        TrlAdapterError: the variable is unset or names no path.
+        TrlAdapterError: the variable is unset, names no path, or its policy does not parse (a typo, or a
+            path with a ``:``, whose rest is then read as the policy).
     """
     env = os.environ if environ is None else environ
     value = env.get(ENV_VAR, "")
@@ -60,7 +63,19 @@ def journal_from_env(environ: Optional[Any] = None) -> EnvJournal:
             f"{ENV_VAR}={value!r} names no journal: set {ENV_VAR}=PATH[:POLICY] (for example runs/grpo:cache) in "
             "the environment or in the TRL config's env: section"
         )
-    return EnvJournal(path=path, policy=policy.strip() or "cache", run=env.get(RUN_ENV_VAR) or DEFAULT_RUN)
+    wanted = EnvJournal(path=path, policy=policy.strip() or "cache", run=env.get(RUN_ENV_VAR) or DEFAULT_RUN)
+    _checked(wanted, value, parse_stages)
+    return wanted
+
+
+def _checked(wanted: EnvJournal, value: str, parse: Callable[[str], Any]) -> Any:
+    """`parse(wanted.policy)`, its `SpecError` as one `TrlAdapterError` that names the variable and how it splits."""
+    try:
+        return parse(wanted.policy)
+    except SpecError as exc:
+        raise TrlAdapterError(
+            f"{ENV_VAR}={value!r}: {exc} (read as PATH[:POLICY]: the path {wanted.path!r} ends at the first ':')"
+        ) from None
 
 
 def _journaled_train(train: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,8 +84,10 @@ def _journaled_train(train: Callable[..., Any]) -> Callable[..., Any]:
         if getattr(self, "_stepjournal", None) is not None:  # the script attached a journal itself
             return train(self, *args, **kwargs)
         wanted = journal_from_env()
+        # Checked against this trainer's stages before the journal opens: a typo creates no journal folder.
+        policy = _checked(wanted, os.environ.get(ENV_VAR, ""), lambda spec: stage_policies(self, spec))
         with Journal(wanted.path, run=wanted.run, fingerprint=trainer_fingerprint(self)) as journal:
-            handle = attach(self, journal, wanted.policy)
+            handle = attach(self, journal, policy)
             log.info("trl_env_attached", path=wanted.path, policy=wanted.policy, run=wanted.run)
             try:
                 return train(self, *args, **kwargs)
@@ -98,6 +115,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if args else 2
     if args[0] == "-m" and len(args) < 2:
         print(_USAGE, file=sys.stderr)
+        return 2
+    if os.environ.get(ENV_VAR) is not None:  # set at launch: a bad value stops here, before the model loads
+        try:
+            journal_from_env()
+        except TrlAdapterError as exc:
+            print(f"stepjournal: error: {exc}", file=sys.stderr)
+            return 2
+    # What `python SCRIPT` / `python -m MODULE` say, and their status, for a script or module that is not there.
+    if args[0] == "-m":
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(args[1]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            print(f"{sys.executable}: No module named {args[1]}", file=sys.stderr)
+            return 1
+    elif not os.path.isfile(args[0]):
+        print(f"{sys.executable}: can't open file {os.path.abspath(args[0])!r}: no such file", file=sys.stderr)
         return 2
     install_env_attach()
     if args[0] == "-m":

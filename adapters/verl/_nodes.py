@@ -34,12 +34,24 @@ def select(cfg: Any, dotted: str, default: Any = MISSING) -> Any:
 
 
 def plain(value: Any) -> Any:
-    """OmegaConf containers as plain dicts and lists (resolved); everything else as is."""
+    """OmegaConf containers as plain dicts and lists (resolved); everything else as is.
+
+    Raises:
+        ConfigError: a value is an interpolation that does not resolve here (``${oc.env:UNSET}``,
+            ``${hydra:...}`` outside Hydra) or Hydra's mandatory ``???``, which would otherwise be read as
+            the text ``???``: the message names the key.
+    """
     kind = type(value).__name__
     if kind in ("DictConfig", "ListConfig"):
         from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
 
-        return OmegaConf.to_container(value, resolve=True)
+        try:
+            return OmegaConf.to_container(value, resolve=True, throw_on_missing=True)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "?"
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"verl config key {key!r} cannot be read: {reason}") from None
     return value
 
 

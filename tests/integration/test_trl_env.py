@@ -127,3 +127,40 @@ def test_the_variable_is_a_path_then_a_policy(value, path, policy):
     from stepjournal.adapters.trl import EnvJournal, journal_from_env
 
     assert journal_from_env({"STEPJOURNAL": value, "STEPJOURNAL_RUN": "exp1"}) == EnvJournal(path, policy, "exp1")
+
+
+@pytest.mark.parametrize("value,says", [
+    ("runs/grpo:cahce", "unknown policy 'cahce' (did you mean 'cache'?)"),
+    ("runs/grpo:cache; rm", "unknown policy 'rm'"),
+    ("runs/my:journal", "the path 'runs/my' ends at the first ':'"),  # a path with a colon: the rest is the policy
+    ("", "names no journal"),
+])
+def test_a_bad_value_set_at_launch_stops_before_the_script_runs_in_one_line(value, says, tmp_path):
+    """Before the model loads, and no journal folder is made for a typo."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    done = run_line("python -m stepjournal.adapters.trl train.py out", tmp_path, env={**OFFLINE, "STEPJOURNAL": value})
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"stepjournal: error: STEPJOURNAL={value!r}") or "names no journal" in done.stderr
+    assert says in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_stage_the_trainer_lacks_is_refused_before_the_journal_opens(tmp_path):
+    """Set after launch (as a TRL config's env: section does), the spec is checked against the trainer's stages."""
+    (tmp_path / "train.py").write_text('import os\nos.environ["STEPJOURNAL"] = "runs/grpo:generate:cache/rewrd:replay"\n'
+                                       + SCRIPT)
+    done = run_line("python -m stepjournal.adapters.trl train.py out", tmp_path, env=OFFLINE)
+    assert done.returncode == 1
+    assert "TrlAdapterError: STEPJOURNAL='runs/grpo:generate:cache/rewrd:replay'" in done.stderr
+    assert "'rewrd'" in done.stderr and "did you mean 'reward'" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args,status,says", [
+    ("missing.py", 2, "can't open file"),
+    ("-m no_such_module_here", 1, "No module named no_such_module_here"),
+])
+def test_a_missing_script_or_module_says_so_in_one_line_as_python_does(args, status, says, tmp_path):
+    done = run_line(f"python -m stepjournal.adapters.trl {args}", tmp_path, env={**OFFLINE, "STEPJOURNAL": "j"})
+    assert done.returncode == status
+    assert says in done.stderr and len(done.stderr.splitlines()) == 1

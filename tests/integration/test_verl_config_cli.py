@@ -124,13 +124,58 @@ def test_a_config_with_no_skip_form_says_there_is_nothing_to_move(tmp_path):
     assert "enables no rollout-skip form" in done.stderr and "+stepjournal=verl" in done.stderr
 
 
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
 @pytest.mark.parametrize("value", ["cache@1-5;repeat", "nearest@1-3,7;passthrough", "/a b/c", "it's", "$HOME",
-                                   "${oc.env:HOME}", "back\\slash", "it\\'s", "end\\", "true", "12", "~/x", "a!b", 'say "hi"'])
-def test_a_printed_value_reaches_hydra_unchanged_through_bash(value, tmp_path):
+                                   "${oc.env:HOME}", "back\\slash", "it\\'s", "end\\", "true", "12", "~/x", "a!b", 'say "hi"',
+                                   "1e3", "1_000", "-5.", "infinity", "a\nb", "tab\there", "sn☃w", "`id`$(id)", "a;b&c|d>e<f",
+                                   "*?[x]", "{a,b}", "#x", " lead", "%^=x"])
+def test_a_printed_value_reaches_hydra_unchanged_through_the_shell(value, shell, tmp_path):
+    """As pasted into bash or zsh; `1e3` is a word Hydra reads as the float 1000.0 unless quoted."""
     from stepjournal.adapters.cli._verl_config import override_line
 
-    argv = shell_argv(tmp_path, "python " + override_line([("+stepjournal", "verl"), ("stepjournal.policy", value)]))
+    line = "python " + override_line([("+stepjournal", "verl"), ("stepjournal.policy", value)])
+    argv = shell_argv(tmp_path, line, shell=shell)
     assert compose("verl.trainer.main_ppo", argv).stepjournal.policy == value
+
+
+def test_a_config_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
+    """A FIFO (or /dev/zero) would be read until a writer closes it: verl-config would hang."""
+    os.mkfifo(tmp_path / "pipe.yaml")
+    os.symlink(tmp_path / "pipe.yaml", tmp_path / "link.yaml")
+    (tmp_path / "folder.yaml").mkdir()
+    for name in ("pipe.yaml", "link.yaml", "folder.yaml"):
+        done = run_line(f"stepjournal verl-config {name}", tmp_path, timeout=120)  # a hang detector only
+        assert done.returncode == 1
+        assert done.stderr.startswith(f"stepjournal: error: '{name}' ") and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("dump_dir,reason", [
+    ("${oc.env:STEPJOURNAL_TEST_UNSET}", "Environment variable 'STEPJOURNAL_TEST_UNSET' not found"),
+    ("${hydra:runtime.output_dir}/dumps", "Unsupported interpolation type hydra"),
+    ("???", "Missing mandatory value"),  # not a folder named `???`
+])
+def test_a_value_that_does_not_resolve_outside_hydra_is_one_line_naming_the_key(dump_dir, reason, tmp_path):
+    config = skip_config(tmp_path, "rollout", {"steps": [1, 2]})
+    cfg = OmegaConf.load(config)
+    cfg.skip.rollout.dump_dir = dump_dir  # set, not merged: a merge keeps the old value under `???`
+    OmegaConf.save(cfg, config)
+    done = run_line(f"stepjournal verl-config {config}", tmp_path, env={"STEPJOURNAL_TEST_UNSET": None})
+    assert done.returncode == 1
+    assert done.stderr.startswith("stepjournal: error: verl config key 'skip.rollout.dump_dir' cannot be read: ")
+    assert reason in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_a_newline_in_the_run_key_or_path_stays_inside_the_comment(tmp_path):
+    """Pasting the whole output into a shell must not run the text after a newline of the header."""
+    config = skip_config(tmp_path, "rollout", {"steps": [1], "dump_dir": "/ckpt/a\nb"})
+    cfg = OmegaConf.load(config)
+    cfg.trainer.experiment_name = "exp\nrm -rf x"
+    OmegaConf.save(cfg, config)
+    done = run_line(f"stepjournal verl-config {config}", tmp_path)
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0]
+    assert header.startswith("# ") and "'/ckpt/a\\nb/stepjournal'" in header and "'exp\\nrm -rf x_" in header
+    assert not any(line.startswith("rm ") for line in done.stdout.splitlines())
 
 
 # -- the structured section ------------------------------------------------------------------------------
@@ -205,3 +250,59 @@ def test_the_section_module_imports_neither_stepjournal_nor_verl():
                           env={**os.environ})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+APP = """\
+import hydra
+
+
+@hydra.main(version_base=None, config_path=".", config_name="cfg")
+def main(cfg):
+    print(dict(cfg))
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize("config,override,hydras_own", [
+    ("stepjournal:\n  foo: 1\n", "stepjournal.bar=2",
+     "Could not override 'stepjournal.bar'.\nTo append to your config use +stepjournal.bar=2\n"
+     "Key 'bar' is not in struct\n    full_key: stepjournal.bar\n    object_type=dict\n"),
+    ("other: 1\n", "stepjournal.x=1",
+     "Could not override 'stepjournal.x'.\nTo append to your config use +stepjournal.x=1\n"
+     "Key 'stepjournal' is not in struct\n    full_key: stepjournal\n    object_type=dict\n"),
+])
+def test_another_hydra_app_keeps_hydras_own_message(config, override, hydras_own, tmp_path):
+    """The plugin runs in every Hydra application: one with its own `stepjournal` key, or none, gets no verl hint."""
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "cfg.yaml").write_text(config)
+    done = run_line(f"python app.py {override}", tmp_path, env={"HYDRA_FULL_ERROR": None})
+    assert done.returncode == 1
+    assert done.stderr == hydras_own + "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+
+
+def test_another_hydras_private_layout_keeps_the_section_registered_and_checked():
+    """Only the did-you-mean rests on Hydra 1.3's private composition steps; `+stepjournal=verl` is public ConfigStore."""
+    import subprocess
+
+    code = """
+import sys, types
+sys.path.insert(0, sys.argv[1])
+import hydra._internal.config_loader_impl as real
+sys.modules["hydra._internal.config_loader_impl"] = types.ModuleType("moved")  # a Hydra that moved it
+import hydra_plugins.stepjournal_verl
+sys.modules["hydra._internal.config_loader_impl"] = real
+assert not getattr(real.ConfigLoaderImpl._apply_overrides_to_config, "stepjournal_suggests", False)
+from hydra.errors import ConfigCompositionException
+from verl_support import compose
+print(compose("verl.trainer.main_ppo", ["+stepjournal=verl", "stepjournal.policy=cache"]).stepjournal.policy)
+try:
+    compose("verl.trainer.main_ppo", ["+stepjournal=verl", "stepjournal.polcy=cache"])
+except ConfigCompositionException as exc:
+    print("refused", "StepJournalSection" in str(exc.__cause__))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parents[1])], capture_output=True,
+                          text=True, timeout=600)  # a hang detector only
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-3:] == ["cache", "refused", "True"]

@@ -33,8 +33,8 @@ def verl_blocks():
     return found
 
 
-def shell_argv(tmp_path: Path, body: str) -> list:
-    """The argv `python` gets when bash runs `body` (quotes, escapes and line continuations applied)."""
+def shell_argv(tmp_path: Path, body: str, shell: str = "bash") -> list:
+    """The argv `python` gets when `shell` (bash, zsh) runs `body` (quotes, escapes and line continuations applied)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "python"
@@ -42,7 +42,7 @@ def shell_argv(tmp_path: Path, body: str) -> list:
     fake.chmod(0o755)
     argv_file = tmp_path / "argv"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "ARGV_FILE": str(argv_file)}
-    result = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True, timeout=600)  # a hang detector only
+    result = subprocess.run([shell, "-c", body], env=env, capture_output=True, text=True, timeout=600)  # a hang detector only
     assert result.returncode == 0, result.stderr
     return argv_file.read_text().split("\0")[:-1]
 

@@ -12,7 +12,6 @@ tests/integration/test_verl_config_cli.py fails when the two differ.
 """
 
 
-import difflib
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
@@ -69,9 +68,28 @@ def suggestion(full_key: str) -> Optional[str]:
     known = keys()
     if key in known:
         return None
+    import difflib  # only on a failure: every Hydra application imports this module
+
     close = difflib.get_close_matches(key, known, n=1)
     meant = f" (did you mean {close[0]!r}?)" if close else ""
     return f"{GROUP} has no key {key!r}{meant}; its keys are {', '.join(known)}"
+
+
+def _hint(source: Any, args: Any) -> Optional[str]:
+    """The line to add to a composition failure caused by `source` (OmegaConf's error), or None.
+
+    Only a key under this section gets one (OmegaConf names the section's class as the failing node's
+    ``object_type``), and the "select the section" line only in a verl config (it holds
+    ``actor_rollout_ref``): any other Hydra application, one with a ``stepjournal`` key or group of its
+    own included, keeps Hydra's message unchanged.
+    """
+    full_key = getattr(source, "full_key", None)
+    if getattr(source, "object_type", None) is StepJournalSection and isinstance(full_key, str):
+        return suggestion(full_key)
+    if getattr(source, "key", None) != GROUP or full_key != GROUP:  # not the section missing from the config
+        return None
+    cfg = next((arg for arg in args if type(arg).__name__ == "DictConfig"), None)
+    return suggestion(GROUP) if cfg is not None and "actor_rollout_ref" in cfg else None
 
 
 def _with_suggestions(step: Any) -> Any:
@@ -84,10 +102,7 @@ def _with_suggestions(step: Any) -> Any:
         except ConfigCompositionException as exc:
             # Hydra raises from OmegaConf's error (an override) or inside its handler (a config file).
             source = exc.__cause__ or exc.__context__
-            full_key = getattr(source, "full_key", None)
-            if not isinstance(full_key, str) or not full_key:
-                full_key = getattr(source, "key", None)  # a section the config lacks: its key alone
-            hint = suggestion(full_key) if isinstance(full_key, str) and full_key else None
+            hint = _hint(source, args)
             if hint is None:
                 raise
             raise ConfigCompositionException(f"{exc}\n{hint}") from source
@@ -97,25 +112,34 @@ def _with_suggestions(step: Any) -> Any:
 
 
 def register() -> None:
-    """Store the section under ``stepjournal/verl`` and add the did-you-mean to Hydra's composition (once)."""
+    """Store the section under ``stepjournal/verl`` (Hydra's public ConfigStore), then add the did-you-mean
+    to Hydra's composition (once) where this Hydra's private layout is the one it was written for."""
     from hydra.core.config_store import ConfigStore
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     ConfigStore.instance().store(group=GROUP, name=OPTION, node=StepJournalSection)
-    # Hydra has no hook for composition errors: its two steps that merge what a user wrote (the
-    # command line's overrides, the config files) are wrapped, once, and only add a line to a failure
-    # whose key lies under `stepjournal`; every other error is raised unchanged.
+    try:
+        _suggest_in_composition()
+    except (ImportError, KeyError, AttributeError):
+        # Another Hydra than the one this was written for (1.3): the section is registered and its keys
+        # checked, only the did-you-mean line is missing (`read_verl_config` still suggests the key meant).
+        pass
+
+
+def _suggest_in_composition() -> None:
+    """Wrap the two private steps of Hydra 1.3 that merge what a user wrote (the command line's overrides,
+    the config files): Hydra has no public hook for a composition error. The wrappers only add a line to a
+    failure under this section; every other error is raised unchanged."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
     overrides = ConfigLoaderImpl.__dict__["_apply_overrides_to_config"].__func__
+    files = ConfigLoaderImpl.__dict__["_compose_config_from_defaults_list"]
     if not getattr(overrides, "stepjournal_suggests", False):
         ConfigLoaderImpl._apply_overrides_to_config = staticmethod(_with_suggestions(overrides))  # type: ignore[method-assign]
-    files = ConfigLoaderImpl._compose_config_from_defaults_list
     if not getattr(files, "stepjournal_suggests", False):
         ConfigLoaderImpl._compose_config_from_defaults_list = _with_suggestions(files)  # type: ignore[method-assign]
 
 
 try:
     register()
-except (ImportError, KeyError, AttributeError):
-    # Another Hydra than the one this was written for (1.3): a Hydra application must still start, and
-    # verl configs still read (`read_verl_config` checks the keys and suggests the one meant).
+except ImportError:  # no Hydra ConfigStore at all: nothing to register into; a Hydra application must still start
     pass
