@@ -14,10 +14,11 @@ live environment then holds the state the model saw, or `ToolStateMismatchError`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import attrs
 
@@ -82,6 +83,7 @@ class _Sample:
     left_at: Optional[ToolCallKey] = None
     served: List[_Served] = attrs.Factory(list)
     served_seqs: set = attrs.Factory(set)
+    stranded: Optional[str] = None  # why the catch-up failed: the live environment is not the model's
 
 
 def _same(value: Any) -> Any:
@@ -184,9 +186,10 @@ class ToolEngine:
 
         def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
-                started = time.perf_counter()
-                result = served.run()
-                self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
+                with self._stranding(stage, step, mode, facts, served):
+                    started = time.perf_counter()
+                    result = served.run()
+                    self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return run_tool()
 
         try:
@@ -210,10 +213,11 @@ class ToolEngine:
 
         async def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
-                started = time.perf_counter()
-                result = served.run()
-                result = await result if inspect.isawaitable(result) else result
-                self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
+                with self._stranding(stage, step, mode, facts, served):
+                    started = time.perf_counter()
+                    result = served.run()
+                    result = await result if inspect.isawaitable(result) else result
+                    self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return await run_tool()
 
         try:
@@ -255,17 +259,41 @@ class ToolEngine:
         return stage, request, key, facts, hooks
 
     def _catch_up(self, stage: str, step: int, mode: str, facts: ToolCallFacts, rule: str) -> List[_Served]:
-        """A stateful sample's first miss under a serving rule: mark it, and return the calls to run again."""
+        """A stateful sample's first miss under a serving rule: mark it, and return the calls to run again.
+
+        Raises:
+            ToolStateMismatchError: an earlier catch-up of the sample failed (it is stranded).
+        """
         if not facts.stateful or rule not in SERVING_RULES:
             return []
         with self._lock:
             state = self._samples[(stage, mode, step, facts.key.sample)]
-            if state.left_at is not None:
-                return []
-            state.left_at = facts.key
-            served, state.served = state.served, []
+            stranded = state.stranded
+            if stranded is None:
+                if state.left_at is not None:
+                    return []
+                state.left_at = facts.key
+                served, state.served = state.served, []
+        if stranded is not None:
+            raise ToolStateMismatchError(
+                f"stateful tool stage {stage!r}, step {step}, sample {facts.key.sample}: {facts.request} at "
+                f"{facts.key} is refused: {stranded}, so its live environment is not in the state the model saw "
+                "and no later call of the sample runs on it; record this sample again (dump) in a new environment",
+                step=step, stage=stage, key=facts.key, request=facts.request,
+            )
         log.info("tool_sample_left_recording", step=step, stage=stage, key=str(facts.key), catch_up=len(served))
         return served
+
+    @contextlib.contextmanager
+    def _stranding(self, stage: str, step: int, mode: str, facts: ToolCallFacts, served: _Served) -> Iterator[None]:
+        """Around one catch-up call: if it fails (raises, answers otherwise, is cancelled), the sample is stranded."""
+        try:
+            yield
+        except BaseException as exc:
+            with self._lock:
+                self._samples[(stage, mode, step, facts.key.sample)].stranded = (
+                    f"its catch-up failed at {served.request} ({served.key}: {type(exc).__name__})")
+            raise
 
     def _check_caught_up(self, stage: str, step: int, mode: str, served: _Served, result: Any,
                          duration_s: float) -> None:

@@ -336,3 +336,58 @@ def test_a_samples_calls_are_read_as_a_range_of_the_steps_index(journal):
     assert journal.recorded_indices(4, stage="tool.t", start=ToolCallKey.sample_span(300)[0]) == sorted(
         k.gen_index for k in keys if k.sample == 300)
     assert journal.recorded_indices(4, stage="tool.t") == sorted(k.gen_index for k in keys)
+
+
+class Tally:
+    """A stateful environment whose fresh state (100) is not its reset state (0); its reset can fail once."""
+
+    def __init__(self, reset_fails: int = 0) -> None:
+        self.total, self.runs, self.reset_fails = 100, 0, reset_fails
+
+    def reset(self) -> str:
+        self.runs += 1
+        if self.reset_fails:
+            self.reset_fails -= 1
+            raise RuntimeError("sandbox busy")
+        self.total = 0
+        return "0"
+
+    def add(self, amount: int) -> str:
+        self.runs += 1
+        self.total += amount
+        return str(self.total)
+
+
+def _tally_episode(path, env, amounts):
+    """A sample of a tolerant agent loop (a tool's error becomes the text the model reads, as verl's does)."""
+    seen = []
+    with Journal(path) as journal:
+        engine = ToolEngine(journal, "cache")
+        reset = journaled_tool(env.reset, engine, "tally.reset", environment="tally")
+        add = journaled_tool(env.add, engine, "tally.add", environment="tally")
+        calls = [lambda: reset.at(step=1, sample=0)()]
+        calls += [lambda t=t, a=a: add.at(step=1, sample=0, turn=t)(amount=a) for t, a in enumerate(amounts, 1)]
+        for call in calls:
+            try:
+                seen.append(call())
+            except Exception as exc:  # noqa: BLE001 - the loop goes on, as an agent loop does
+                seen.append(type(exc).__name__)
+    return seen
+
+
+@pytest.mark.parametrize(("reset_fails", "first_error"), [(1, "RuntimeError"), (0, "ToolStateMismatchError")],
+                         ids=["catch-up raises", "catch-up differs"])
+def test_a_sample_whose_catch_up_failed_never_runs_live_again(tmp_path, reset_fails, first_error):
+    """A failed catch-up (the tool raised, or answered otherwise) leaves the live environment in a state the model
+    never saw: every later call of the sample is refused, none runs on that environment or is recorded."""
+    path = str(tmp_path / "j")
+    assert _tally_episode(path, Tally(), [1, 2, 3]) == ["0", "1", "3", "6"]
+    env = Tally(reset_fails)
+    if not reset_fails:
+        env.reset = lambda: "reset"  # answers otherwise than the recording did
+    assert _tally_episode(path, env, [1, 5, 3]) == ["0", "1", first_error, "ToolStateMismatchError"]
+    assert env.total == 100  # add(5), add(3) never ran on the environment that missed its catch-up
+    with Journal(path, readonly=True) as journal:
+        rows = tool_call_rows(journal)
+    assert [row.outcome for row in rows if row.session == rows[-1].session] == ["replayed", "replayed"] + (
+        [] if reset_fails else ["caught up"])
