@@ -46,6 +46,20 @@ json_values = st.recursive(
 )
 
 
+def _nested(depth: int) -> list:
+    top = inner = []
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+def _cyclic() -> dict:
+    loop: dict = {}
+    loop["self"] = loop
+    return loop
+
+
 class Counted:
     """A deterministic stateless tool that counts its runs."""
 
@@ -79,6 +93,9 @@ def test_canonical_arguments_have_sorted_keys_and_no_whitespace():
     ([1, 2], "must be a JSON object"),
     ({1: "a"}, "key 1"),
     ({"x": object()}, "cannot be written as JSON"),
+    ('{"x":' + "[" * 100_000 + "]" * 100_000 + "}", "nest too deeply"),  # a model's runaway output
+    ({"x": _nested(100_000)}, "nest too deeply"),
+    ({"x": _cyclic()}, "nest too deeply"),
 ])
 def test_arguments_json_cannot_carry_are_refused_naming_the_value(arguments, message):
     with pytest.raises(ToolCallError, match=message):
