@@ -84,6 +84,7 @@ class _Sample:
     served: List[_Served] = attrs.Factory(list)
     served_seqs: set = attrs.Factory(set)
     stranded: Optional[str] = None  # why the catch-up failed: the live environment is not the model's
+    in_flight: int = 0  # a stateful sample's calls under way
 
 
 def _same(value: Any) -> Any:
@@ -182,8 +183,12 @@ class ToolEngine:
         """
         stage, request, key, facts, hooks = self._begin(tool, arguments, step, sample, turn, call, mode, environment,
                                                        to_stored, from_stored)
-        rule = self.rule(stage)
+        with self._in_flight(stage, step, mode, facts):
+            rule = self.rule(stage)
+            return self._call(stage, step, mode, request, key, facts, hooks, rule, run_tool, to_stored)
 
+    def _call(self, stage: str, step: int, mode: str, request: ToolRequest, key: ToolCallKey, facts: ToolCallFacts,
+              hooks: CallHooks, rule: str, run_tool: Callable[[], Any], to_stored: Callable[[Any], Any]) -> Outcome:
         def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
                 with self._stranding(stage, step, mode, facts, served):
@@ -209,8 +214,13 @@ class ToolEngine:
         `run_blocking` (a worker thread by default)."""
         stage, request, key, facts, hooks = self._begin(tool, arguments, step, sample, turn, call, mode, environment,
                                                        to_stored, from_stored, self._run_blocking)
-        rule = self.rule(stage)
+        with self._in_flight(stage, step, mode, facts):
+            rule = self.rule(stage)
+            return await self._acall(stage, step, mode, request, key, facts, hooks, rule, run_tool, to_stored)
 
+    async def _acall(self, stage: str, step: int, mode: str, request: ToolRequest, key: ToolCallKey,
+                     facts: ToolCallFacts, hooks: CallHooks, rule: str, run_tool: Callable[[], Awaitable[Any]],
+                     to_stored: Callable[[Any], Any]) -> Outcome:
         async def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
                 with self._stranding(stage, step, mode, facts, served):
@@ -245,6 +255,15 @@ class ToolEngine:
                 self._turn_calls[turn_key] = call + 1
             key = ToolCallKey(sample, turn, call)
             state = self._samples.setdefault((stage, mode, step, sample), _Sample())
+            if environment is not None and state.in_flight and self.rule(stage) in SERVING_RULES:
+                # Which of two concurrent calls is the sample's next one is not defined, so neither a recorded
+                # history can be followed nor a catch-up run in the order the model was served.
+                raise ToolCallError(
+                    f"stateful tool stage {stage!r}, step {step}, sample {sample}: {request} at {key} started while "
+                    "another call of the sample is under way; a stateful sample's calls are sequential: await each "
+                    "call before the next one (or journal this environment with dump)")
+            if environment is not None:
+                state.in_flight += 1
             facts = ToolCallFacts(key, request, stateful=environment is not None, ordinal=state.ordinal,
                                   left_at=state.left_at, served=frozenset(state.served_seqs))
             state.ordinal += 1
@@ -283,6 +302,16 @@ class ToolEngine:
             )
         log.info("tool_sample_left_recording", step=step, stage=stage, key=str(facts.key), catch_up=len(served))
         return served
+
+    @contextlib.contextmanager
+    def _in_flight(self, stage: str, step: int, mode: str, facts: ToolCallFacts) -> Iterator[None]:
+        """Around a call that `_begin` counted as under way (a stateful one): count it done."""
+        try:
+            yield
+        finally:
+            if facts.stateful:
+                with self._lock:
+                    self._samples[(stage, mode, step, facts.key.sample)].in_flight -= 1
 
     @contextlib.contextmanager
     def _stranding(self, stage: str, step: int, mode: str, facts: ToolCallFacts, served: _Served) -> Iterator[None]:

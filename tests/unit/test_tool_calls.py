@@ -408,3 +408,43 @@ def test_a_sample_whose_catch_up_failed_never_runs_live_again(tmp_path, reset_fa
         rows = tool_call_rows(journal)
     assert [row.outcome for row in rows if row.session == rows[-1].session] == ["replayed", "replayed"] + (
         [] if reset_fails else ["caught up"])
+
+
+def test_concurrent_calls_of_one_stateful_sample_are_refused_not_mixed_with_the_recording(tmp_path):
+    """Two calls of one stateful sample in flight at once: the second is refused, so a call that started before the
+    sample left the recording is never served the recorded state while the live environment ran another history."""
+
+    class Env:
+        def __init__(self) -> None:
+            self.total, self.ran = 100, []
+
+        async def reset(self) -> str:
+            self.ran.append("reset")
+            self.total = 0
+            return "0"
+
+        async def add(self, amount: int) -> str:
+            self.ran.append(amount)
+            self.total += amount
+            return str(self.total)
+
+    async def episode(env, amounts, concurrent):
+        with Journal(str(tmp_path / "j")) as journal:
+            engine = ToolEngine(journal, "cache")
+            reset = journaled_tool(env.reset, engine, "env.reset", environment="env")
+            add = journaled_tool(env.add, engine, "env.add", environment="env")
+            seen = [await reset.at(step=1, sample=0)()]
+            calls = [add.at(step=1, sample=0, turn=1) for _ in amounts]
+            if not concurrent:
+                return seen + [await call(amount=amount) for call, amount in zip(calls, amounts)]
+            together = (call(amount=amount) for call, amount in zip(calls, amounts))
+            return seen + await asyncio.gather(*together, return_exceptions=True)
+
+    assert asyncio.run(episode(Env(), [1, 2], concurrent=False)) == ["0", "1", "3"]
+    live = Env()
+    # add(9) is the sample's 2nd call, a miss; add(2) its 3rd, the recording's 3rd request: served "3" (a state
+    # after add(1)) while the live environment ran reset and add(9), it would mix the two.
+    seen = asyncio.run(episode(live, [9, 2], concurrent=True))
+    assert seen[:2] == ["0", "9"] and isinstance(seen[2], ToolCallError)
+    assert "another call of the sample is under way" in str(seen[2])
+    assert live.ran == ["reset", 9]
