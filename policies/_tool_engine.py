@@ -126,20 +126,31 @@ class ToolEngine:
                                                                                    where="ToolEngine"))
         self.tools = None if tools is None else tuple(tools)
         self._run_blocking = run_blocking or _in_a_thread
-        if self.tools is not None and isinstance(self.engine.policy, StagePolicies):
-            # Only the tool stages are this engine's to check: a shared spec names other engines' stages too.
-            declared = tuple(tool_stage(name) for name in self.tools)
-            unknown = [stage for stage in self.engine.policy.stages
-                       if stage.startswith(TOOL_STAGE_PREFIX) and stage not in declared]
-            if unknown:
-                raise SpecError("per-stage spec names unknown tool stage "
-                                + unknown_keys_text(unknown, declared, "the tool stages here are"))
+        if isinstance(self.engine.policy, StagePolicies):
+            self._check_stages(self.engine.policy)
+        else:
+            tool_rule(self.engine.policy, "every tool")  # refuse a policy no tool stage takes, now
         self.journal = journal
         self._lock = threading.Lock()
         self._turn_calls: Dict[Tuple[str, int, int, int], int] = {}
         self._samples: Dict[Tuple[str, str, int, int], _Sample] = {}
-        if not isinstance(self.engine.policy, StagePolicies):
-            tool_rule(self.engine.policy, "every tool")  # refuse a policy no tool stage takes, now
+
+    def _check_stages(self, policy: StagePolicies) -> None:
+        """Refuse, now rather than at a tool's first call, a spec's tool stage whose policy no tool stage takes,
+        and a stage that looks meant for tools but names none (it would leave them bypassed)."""
+        # Only the tool stages are this engine's to check: a shared spec names other engines' stages too.
+        declared = None if self.tools is None else tuple(tool_stage(name) for name in self.tools)
+        unknown = []
+        for stage in policy.stages:
+            if stage == EVERY_TOOL or (stage.startswith(TOOL_STAGE_PREFIX) and (declared is None or stage in declared)):
+                tool_rule(policy.for_stage(stage), stage)
+            elif (stage.startswith(TOOL_STAGE_PREFIX) or stage.casefold() in ("tool", EVERY_TOOL)
+                  or (declared is not None and stage.casefold().startswith("tool"))):
+                unknown.append(stage)
+        if unknown:
+            known = (EVERY_TOOL,) if declared is None else (*declared, EVERY_TOOL)
+            raise SpecError("per-stage spec names unknown tool stage "
+                            + unknown_keys_text(unknown, known, "the tool stages here are"))
 
     def rule(self, stage: str) -> str:
         """The rule of a tool stage (one of `TOOL_RULES`)."""

@@ -448,3 +448,19 @@ def test_concurrent_calls_of_one_stateful_sample_are_refused_not_mixed_with_the_
     assert seen[:2] == ["0", "9"] and isinstance(seen[2], ToolCallError)
     assert "another call of the sample is under way" in str(seen[2])
     assert live.ran == ["reset", 9]
+
+
+@pytest.mark.parametrize("spec", ["tool.calculator:nearest", "tools:repeat", "tool.calculator:replay@1-3",
+                                  {"tools": "nearest", "generate": "cache"}])
+def test_a_per_stage_spec_whose_tool_stage_serves_other_records_is_refused_when_the_engine_is_made(journal, spec):
+    """Not at the tool's first call, which may come many steps into a run."""
+    with pytest.raises(SpecError, match="cannot decide tool calls"):
+        ToolEngine(journal, spec)
+
+
+@pytest.mark.parametrize(("spec", "tools", "meant"), [("tool:replay", None, "tools"), ("TOOLS:replay", None, "tools"),
+                                                       ("Tool.calculator:replay", ["calculator"], "tool.calculator"),
+                                                       ("tool_calculator:replay", ["calculator"], "tool.calculator")])
+def test_a_misspelt_tools_entry_is_refused_not_left_to_bypass_every_tool(journal, spec, tools, meant):
+    with pytest.raises(SpecError, match=f"did you mean '{meant}'"):
+        ToolEngine(journal, spec, tools=tools)
