@@ -5,6 +5,7 @@ tool response). The rows are `stepjournal.tool_call_rows`'."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Dict, List
 
 from rich.console import Console
@@ -25,6 +26,11 @@ def _seconds(value: float) -> str:
     return f"{value:.2f}s"
 
 
+def _json_float(value: Any) -> Any:
+    """A reward for JSON, which has no NaN or infinity: those as their names (``"nan"``, ``"inf"``)."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def row_json(row: Any) -> Dict[str, Any]:
     """A tool call's row as ``audit --tools --json`` prints it."""
     response = row.response
@@ -33,7 +39,7 @@ def row_json(row: Any) -> Dict[str, Any]:
         "sample": row.key.sample, "turn": row.key.turn, "call": row.key.call, "outcome": row.outcome,
         "arguments": None if row.request is None else row.request.arguments,
         "response": None if response is None else response.text,
-        "reward": None if response is None else response.reward,
+        "reward": None if response is None else _json_float(response.reward),
         "duration_s": row.duration_s, "saved_s": row.saved_s,
         "source": None if row.source_key is None else str(row.source_key),
     }

@@ -188,9 +188,29 @@ def first_tool_difference(left: Iterable[ToolCallRow], right: Iterable[ToolCallR
     return None
 
 
+class _NaN:
+    """NaN where a response holds it: equal to another NaN, so a response compares equal to itself."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _NaN)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def _nan_equal(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return _NaN()
+    if isinstance(value, dict):
+        return {key: _nan_equal(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_equal(item) for item in value]
+    return value
+
+
 def _comparable(response: Optional[ToolResponse]) -> Any:
     if response is None:
         return None
-    images = tuple(getattr(image, "tolist", lambda: image)() for image in response.images)
-    return (response.text, response.reward, dict(response.metrics), images)
+    images = [getattr(image, "tolist", lambda: image)() for image in response.images]
+    return _nan_equal([response.text, response.reward, dict(response.metrics), images])
 
