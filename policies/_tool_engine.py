@@ -95,6 +95,26 @@ async def _in_a_thread(work: Callable[[], Any]) -> Any:
     return await asyncio.to_thread(work)
 
 
+async def _awaited(result: Awaitable[Any]) -> Any:
+    return await result
+
+
+def _run_to_end(served: _Served) -> Any:
+    """Run a served call again from a sync call's catch-up: an environment's async method (served to an async
+    call) is awaited in an event loop of its own, as none may run in this thread."""
+    result = served.run()
+    if not inspect.isawaitable(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(result))
+    getattr(result, "close", lambda: None)()
+    raise ToolCallError(
+        f"the catch-up of this sync call must run {served.request} ({served.key}), an async call, again, and an "
+        "event loop runs in this thread: call this environment's tools with ToolEngine.acall (await them)")
+
+
 class ToolEngine:
     """Journal tool calls: record, replay by request, and apply the miss rule, per tool stage.
 
@@ -204,7 +224,7 @@ class ToolEngine:
             for served in self._catch_up(stage, step, mode, facts, rule):
                 with self._stranding(stage, step, mode, facts, served):
                     started = time.perf_counter()
-                    result = served.run()
+                    result = _run_to_end(served)
                     self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return run_tool()
 

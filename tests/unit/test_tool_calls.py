@@ -375,6 +375,27 @@ class Tally:
         return str(self.total)
 
 
+class MixedTally(Tally):
+    """`Tally` with an async add (an environment's tool method) beside its sync reset and reward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list = []
+
+    def reset(self) -> str:
+        self.ran.append("reset")
+        return super().reset()
+
+    async def add(self, amount: int) -> str:  # type: ignore[override]
+        self.ran.append(amount)
+        self.total += amount
+        return str(self.total)
+
+    def reward(self) -> str:
+        self.ran.append("reward")
+        return str(self.total * 10)
+
+
 def _tally_episode(path, env, amounts):
     """A sample of a tolerant agent loop (a tool's error becomes the text the model reads, as verl's does)."""
     seen = []
@@ -414,34 +435,20 @@ def test_concurrent_calls_of_one_stateful_sample_are_refused_not_mixed_with_the_
     """Two calls of one stateful sample in flight at once: the second is refused, so a call that started before the
     sample left the recording is never served the recorded state while the live environment ran another history."""
 
-    class Env:
-        def __init__(self) -> None:
-            self.total, self.ran = 100, []
-
-        async def reset(self) -> str:
-            self.ran.append("reset")
-            self.total = 0
-            return "0"
-
-        async def add(self, amount: int) -> str:
-            self.ran.append(amount)
-            self.total += amount
-            return str(self.total)
-
     async def episode(env, amounts, concurrent):
         with Journal(str(tmp_path / "j")) as journal:
             engine = ToolEngine(journal, "cache")
             reset = journaled_tool(env.reset, engine, "env.reset", environment="env")
             add = journaled_tool(env.add, engine, "env.add", environment="env")
-            seen = [await reset.at(step=1, sample=0)()]
+            seen = [reset.at(step=1, sample=0)()]
             calls = [add.at(step=1, sample=0, turn=1) for _ in amounts]
             if not concurrent:
                 return seen + [await call(amount=amount) for call, amount in zip(calls, amounts)]
             together = (call(amount=amount) for call, amount in zip(calls, amounts))
             return seen + await asyncio.gather(*together, return_exceptions=True)
 
-    assert asyncio.run(episode(Env(), [1, 2], concurrent=False)) == ["0", "1", "3"]
-    live = Env()
+    assert asyncio.run(episode(MixedTally(), [1, 2], concurrent=False)) == ["0", "1", "3"]
+    live = MixedTally()
     # add(9) is the sample's 2nd call, a miss; add(2) its 3rd, the recording's 3rd request: served "3" (a state
     # after add(1)) while the live environment ran reset and add(9), it would mix the two.
     seen = asyncio.run(episode(live, [9, 2], concurrent=True))
@@ -464,3 +471,27 @@ def test_a_per_stage_spec_whose_tool_stage_serves_other_records_is_refused_when_
 def test_a_misspelt_tools_entry_is_refused_not_left_to_bypass_every_tool(journal, spec, tools, meant):
     with pytest.raises(SpecError, match=f"did you mean '{meant}'"):
         ToolEngine(journal, spec, tools=tools)
+
+
+def test_a_sync_miss_catches_up_an_environments_async_calls_too(tmp_path):
+    """An environment with a sync reset and reward and async steps, killed before its reward was recorded: the
+    reward's miss (a sync call) runs the served async steps again, awaited, before the reward runs live."""
+
+    def episode(env, with_reward):
+        with Journal(str(tmp_path / "j")) as journal:
+            engine = ToolEngine(journal, "cache")
+            reset = journaled_tool(env.reset, engine, "env.reset", environment="env")
+            add = journaled_tool(env.add, engine, "env.add", environment="env")
+            reward = journaled_tool(env.reward, engine, "env.reward", environment="env")
+            seen = [reset.at(step=1, sample=0)()]
+
+            async def steps():
+                return [await add.at(step=1, sample=0, turn=turn)(amount=turn) for turn in (1, 2)]
+
+            seen += asyncio.run(steps())
+            return seen + ([reward.at(step=1, sample=0, turn=3)()] if with_reward else [])
+
+    assert episode(MixedTally(), with_reward=False) == ["0", "1", "3"]  # the process ended before the reward
+    live = MixedTally()
+    assert episode(live, with_reward=True) == ["0", "1", "3", "30"]
+    assert live.ran == ["reset", 1, 2, "reward"]
