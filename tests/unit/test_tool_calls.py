@@ -495,3 +495,12 @@ def test_a_sync_miss_catches_up_an_environments_async_calls_too(tmp_path):
     live = MixedTally()
     assert episode(live, with_reward=True) == ["0", "1", "3", "30"]
     assert live.ran == ["reset", 1, 2, "reward"]
+
+
+@pytest.mark.parametrize("policy", ["cache", "replay"])
+def test_a_step_that_is_not_an_int_is_refused_naming_it(journal, policy):
+    from stepjournal import InvalidKeyError
+
+    tool = journaled_tool(Counted(), journal, "add", policy)
+    with pytest.raises(InvalidKeyError, match="step 1.5 is not valid"):
+        tool.at(step=1.5, sample=0)(a=1, b=2)
