@@ -92,7 +92,8 @@ def journaled_tool(
     Args:
         fn: the tool (``def`` or ``async def``), called as ``fn(**arguments)``.
         journal: an open, writable `Journal`, or a `ToolEngine` to share with other tools (tools of
-            one stateful environment must share one, so their calls are one sequence per sample).
+            one stateful environment must share one, so their calls are one sequence per sample: with
+            `environment`, a `Journal` is refused).
         name: the tool's name in its requests (default: `fn`'s name).
         policy: with a `Journal`: the rule (``"cache"`` by default, ``"replay"``, ``"dump"``,
             ``"passthrough"``, ``"bypass"``) or a per-stage spec naming ``tool.<name>`` stages. Not with a
@@ -102,6 +103,9 @@ def journaled_tool(
             sequence per sample. None: a stateless tool, stage ``tool.<name>``.
         options, **option_keywords: the engine's options, as `journaled` takes them (with a `Journal`).
 
+    Raises:
+        TypeError: `environment` with a `Journal` (not a shared `ToolEngine`), a policy with a `ToolEngine`.
+
     Returns:
         The wrapper, with ``at(step, sample, turn=0, mode="train", call=None)``, the `ToolEngine` as
         ``engine`` and the last call's `Outcome` as ``last_outcome``.
@@ -110,6 +114,10 @@ def journaled_tool(
         if policy is not None or options is not None or option_keywords:
             raise TypeError("journaled_tool got a ToolEngine: its policy and options are the engine's; pass neither")
         engine = journal
+    elif environment is not None:
+        # An engine of its own would follow this method's calls alone, not the environment's one sequence per sample.
+        raise TypeError(f"journaled_tool(environment={environment!r}): the tools of a stateful environment share one "
+                        "ToolEngine: pass ToolEngine(journal, policy) as `journal` to each of them")
     else:
         engine = ToolEngine(journal, "cache" if policy is None else policy, options=options, **option_keywords)
     tool = name or getattr(fn, "__name__", None)

@@ -504,3 +504,11 @@ def test_a_step_that_is_not_an_int_is_refused_naming_it(journal, policy):
     tool = journaled_tool(Counted(), journal, "add", policy)
     with pytest.raises(InvalidKeyError, match="step 1.5 is not valid"):
         tool.at(step=1.5, sample=0)(a=1, b=2)
+
+
+def test_an_environments_tool_wrapped_with_a_journal_instead_of_a_shared_engine_is_refused(journal):
+    """Each such tool had an engine of its own, so the environment's calls were not one sequence per sample: a
+    replay served reset from the recording and ran add live on an environment never reset (and recorded it)."""
+    env = MixedTally()
+    with pytest.raises(TypeError, match=r"share one ToolEngine: pass ToolEngine\(journal, policy\)"):
+        journaled_tool(env.reset, journal, "tally.reset", "cache", environment="tally")
