@@ -118,14 +118,25 @@ def run_show(args: argparse.Namespace, out: Console) -> int:
 
 def run_diff(args: argparse.Namespace, out: Console) -> int:
     """``stepjournal diff A B --tools``: the first tool call whose response differs (each side's latest answer
-    per key, in --run-a / --run-b and --steps); exit status 1 when one differs, 0 when none does."""
-    from stepjournal import first_tool_difference
+    per key, in --run-a / --run-b, needed when a side holds several runs, and --steps, --mode, --stage); exit
+    status 1 when one differs, 0 when none does.
+
+    Raises:
+        DiffError: a side holds tool calls of several runs and names none.
+    """
+    from stepjournal import DiffError, first_tool_difference
 
     steps = parse_steps(args.steps)
     sides = []
-    for path, run in ((args.journal_a, args.run_a), (args.journal_b, args.run_b)):
+    for side, path, run in (("A", args.journal_a, args.run_a), ("B", args.journal_b, args.run_b)):
         with open_readonly(path, check="as-read") as journal:
-            sides.append(tool_call_rows(journal, run=run, steps=steps))
+            rows = tool_call_rows(journal, run=run, steps=steps)
+        runs = sorted({row.run for row in rows})
+        if len(runs) > 1:  # one run's calls are compared with the other side's, never a mix of runs
+            raise DiffError(f"journal {side} ({path}) holds tool calls of several runs ({', '.join(runs)}); "
+                            f"choose one with --run-{side.lower()}")
+        sides.append([row for row in rows if (args.mode is None or row.mode == args.mode)
+                      and (args.stage is None or row.stage == args.stage)])
     difference = first_tool_difference(*sides)
     if args.json:
         print_json({"first_difference": difference, "calls_a": len(sides[0]), "calls_b": len(sides[1])})

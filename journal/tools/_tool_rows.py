@@ -167,18 +167,18 @@ def tool_step_summaries(rows: Iterable[ToolCallRow]) -> List[ToolStepSummary]:
 def first_tool_difference(left: Iterable[ToolCallRow], right: Iterable[ToolCallRow]) -> Optional[str]:
     """The first tool call (by step, sample, turn, call) whose response differs between two runs, in words;
     None when every call both hold answers the same. A call one side lacks counts as a difference."""
-    def answered(rows: Iterable[ToolCallRow]) -> Dict[Tuple[int, str, ToolCallKey], ToolCallRow]:
+    def answered(rows: Iterable[ToolCallRow]) -> Dict[Tuple[int, str, str, ToolCallKey], ToolCallRow]:
         found = {}
         for row in rows:
             if row.outcome in ("recorded", "replayed", "miss"):
-                found[(row.step, row.stage, row.key)] = row  # the latest answer of a key
+                found[(row.step, row.mode, row.stage, row.key)] = row  # the latest answer of a key
         return found
 
     a, b = answered(left), answered(right)
-    for place in sorted(set(a) | set(b), key=lambda p: (p[0], p[2], p[1])):
-        step, stage, key = place
+    for place in sorted(set(a) | set(b), key=lambda p: (p[0], p[3], p[1], p[2])):
+        step, mode, stage, key = place
         one, other = a.get(place), b.get(place)
-        where = f"step {step} {stage} {key}"
+        where = f"step {step} {stage} {key}" + ("" if mode == "train" else f" ({mode})")
         if one is None or other is None:
             return f"{where}: only the {'left' if other is None else 'right'} run has this tool call"
         if one.request != other.request:

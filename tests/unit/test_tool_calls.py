@@ -512,3 +512,18 @@ def test_an_environments_tool_wrapped_with_a_journal_instead_of_a_shared_engine_
     env = MixedTally()
     with pytest.raises(TypeError, match=r"share one ToolEngine: pass ToolEngine\(journal, policy\)"):
         journaled_tool(env.reset, journal, "tally.reset", "cache", environment="tally")
+
+
+def test_the_first_tool_difference_keeps_modes_apart():
+    """A train call and a validate call at the same step and key are two calls, not one call's older and newer
+    answer (which was the later of the two in each side's log)."""
+    from stepjournal import ToolCallRow
+
+    def row(mode, text):
+        return ToolCallRow(seq=0, session="s", run="r", step=1, mode=mode, stage="tool.search", tool="search",
+                           key=ToolCallKey(0), outcome="recorded", request=ToolRequest.of("search", {"q": mode}),
+                           response=ToolResponse(text), duration_s=0.0)
+
+    train, validate = row("train", "1"), row("validate", "2")
+    assert first_tool_difference([train, validate], [validate, train]) is None
+    assert "(validate)" in first_tool_difference([train, validate], [train, row("validate", "3")])
