@@ -94,7 +94,8 @@ def journaled_tool(
         journal: an open, writable `Journal`, or a `ToolEngine` to share with other tools (tools of
             one stateful environment must share one, so their calls are one sequence per sample: with
             `environment`, a `Journal` is refused).
-        name: the tool's name in its requests (default: `fn`'s name).
+        name: the tool's name in its requests (default: `fn`'s name; a lambda's, ``<lambda>``, names
+            no tool apart from the others, so a lambda needs one).
         policy: with a `Journal`: the rule (``"cache"`` by default, ``"replay"``, ``"dump"``,
             ``"passthrough"``, ``"bypass"``) or a per-stage spec naming ``tool.<name>`` stages. Not with a
             `ToolEngine` (it has its policy).
@@ -121,8 +122,9 @@ def journaled_tool(
     else:
         engine = ToolEngine(journal, "cache" if policy is None else policy, options=options, **option_keywords)
     tool = name or getattr(fn, "__name__", None)
-    if not tool:
-        raise TypeError(f"journaled_tool cannot name {fn!r}: pass name=")
+    if not tool or (name is None and tool.startswith("<")):
+        # '<lambda>' is every lambda's name: two such tools would be one tool, served each other's responses.
+        raise TypeError(f"journaled_tool cannot name {fn!r} apart from other tools: pass name=")
     is_async = inspect.iscoroutinefunction(fn)
 
     def place(turn: Optional[ToolTurn]) -> ToolTurn:

@@ -527,3 +527,12 @@ def test_the_first_tool_difference_keeps_modes_apart():
     train, validate = row("train", "1"), row("validate", "2")
     assert first_tool_difference([train, validate], [validate, train]) is None
     assert "(validate)" in first_tool_difference([train, validate], [train, row("validate", "3")])
+
+
+def test_a_lambda_without_a_name_is_refused_as_every_lambda_shares_its_name(journal):
+    """Two lambdas were both the tool '<lambda>': a call of one was served the other's response to the same
+    arguments (2 * 3 answered 5)."""
+    with pytest.raises(TypeError, match="pass name="):
+        journaled_tool(lambda a, b: str(a + b), journal)
+    mul = journaled_tool(lambda a, b: str(a * b), journal, "mul")
+    assert mul.at(step=1, sample=0)(a=2, b=3) == "6"
