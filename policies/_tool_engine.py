@@ -280,11 +280,11 @@ class ToolEngine:
                                 "name it in ToolEngine(tools=...)")
         request = ToolRequest.of(tool, arguments)
         with self._lock:
-            if call is None:
-                turn_key = (mode, sample, step, turn)
-                call = self._turn_calls.get(turn_key, 0)
-                self._turn_calls[turn_key] = call + 1
-            key = ToolCallKey(sample, turn, call)
+            turn_key = (mode, sample, step, turn)
+            counted = self._turn_calls.get(turn_key, 0)
+            key = ToolCallKey(sample, turn, counted if call is None else call)
+            # A counted call comes after every call of the turn so far, explicit ones too: never on one's key.
+            self._turn_calls[turn_key] = max(counted, key.call + 1)
             state = self._samples.setdefault((stage, mode, step, sample), _Sample())
             if environment is not None and state.in_flight and self.rule(stage) in SERVING_RULES:
                 # Which of two concurrent calls is the sample's next one is not defined, so neither a recorded

@@ -536,3 +536,19 @@ def test_a_lambda_without_a_name_is_refused_as_every_lambda_shares_its_name(jour
         journaled_tool(lambda a, b: str(a + b), journal)
     mul = journaled_tool(lambda a, b: str(a * b), journal, "mul")
     assert mul.at(step=1, sample=0)(a=2, b=3) == "6"
+
+
+def test_a_counted_call_index_follows_an_explicit_one_in_the_same_turn(tmp_path):
+    """The counted call took c0 again after an explicit c0, and its record hid the first call's from the index: a
+    replay of the same calls missed the first request."""
+    path = str(tmp_path / "j")
+
+    def calls(policy):
+        with Journal(path) as journal:
+            search = journaled_tool(lambda q: f"results for {q}", journal, "search", policy)
+            first = search.at(step=1, sample=0, call=0)(q="a")
+            with tool_turn(step=1, sample=0):
+                return [first, search(q="b")]
+
+    assert calls("cache") == ["results for a", "results for b"]
+    assert calls("replay") == ["results for a", "results for b"]
