@@ -92,8 +92,10 @@ def journaled_tool(
     Args:
         fn: the tool (``def`` or ``async def``), called as ``fn(**arguments)``.
         journal: an open, writable `Journal`, or a `ToolEngine` to share with other tools (tools of
-            one stateful environment must share one, so their calls are one sequence per sample).
-        name: the tool's name in its requests (default: `fn`'s name).
+            one stateful environment must share one, so their calls are one sequence per sample: with
+            `environment`, a `Journal` is refused).
+        name: the tool's name in its requests (default: `fn`'s name; a lambda's, ``<lambda>``, names
+            no tool apart from the others, so a lambda needs one).
         policy: with a `Journal`: the rule (``"cache"`` by default, ``"replay"``, ``"dump"``,
             ``"passthrough"``, ``"bypass"``) or a per-stage spec naming ``tool.<name>`` stages. Not with a
             `ToolEngine` (it has its policy).
@@ -101,6 +103,9 @@ def journaled_tool(
             create/execute/release): its calls are in the stage ``tool.<environment>`` and are one
             sequence per sample. None: a stateless tool, stage ``tool.<name>``.
         options, **option_keywords: the engine's options, as `journaled` takes them (with a `Journal`).
+
+    Raises:
+        TypeError: `environment` with a `Journal` (not a shared `ToolEngine`), a policy with a `ToolEngine`.
 
     Returns:
         The wrapper, with ``at(step, sample, turn=0, mode="train", call=None)``, the `ToolEngine` as
@@ -110,11 +115,16 @@ def journaled_tool(
         if policy is not None or options is not None or option_keywords:
             raise TypeError("journaled_tool got a ToolEngine: its policy and options are the engine's; pass neither")
         engine = journal
+    elif environment is not None:
+        # An engine of its own would follow this method's calls alone, not the environment's one sequence per sample.
+        raise TypeError(f"journaled_tool(environment={environment!r}): the tools of a stateful environment share one "
+                        "ToolEngine: pass ToolEngine(journal, policy) as `journal` to each of them")
     else:
         engine = ToolEngine(journal, "cache" if policy is None else policy, options=options, **option_keywords)
     tool = name or getattr(fn, "__name__", None)
-    if not tool:
-        raise TypeError(f"journaled_tool cannot name {fn!r}: pass name=")
+    if not tool or (name is None and tool.startswith("<")):
+        # '<lambda>' is every lambda's name: two such tools would be one tool, served each other's responses.
+        raise TypeError(f"journaled_tool cannot name {fn!r} apart from other tools: pass name=")
     is_async = inspect.iscoroutinefunction(fn)
 
     def place(turn: Optional[ToolTurn]) -> ToolTurn:

@@ -52,6 +52,7 @@ class Queries:
                          stage: str = DEFAULT_STAGE, start: int = 0, stop: Optional[int] = None) -> List[int]:
         """The call indices recorded (with output) at `step`, ascending; only ``start <= index < stop`` when given
         (read as a range of the index: a tool call's sample, `ToolCallKey.sample_span`)."""
+        _check_step(step)
         return self._index.indices(self._live(), run or self.run, mode, step, stage, start, stop)
 
     def step_count(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,

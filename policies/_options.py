@@ -152,6 +152,7 @@ def unknown_keys_text(unknown: list, valid: Tuple[str, ...], valid_are: str = "t
     """``'verify_inputs' (did you mean 'verify_input'?); the options are ...``: for unknown-key messages."""
     parts = []
     for key in unknown:
-        close = difflib.get_close_matches(str(key), valid, n=1)
+        close = difflib.get_close_matches(str(key), valid, n=1) or [
+            name for name in valid if name.casefold() == str(key).casefold()][:1]  # 'TOOLS' means 'tools'
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"{', '.join(parts)}; {valid_are} {', '.join(valid)}"

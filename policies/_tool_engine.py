@@ -14,10 +14,11 @@ live environment then holds the state the model saw, or `ToolStateMismatchError`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import attrs
 
@@ -82,6 +83,8 @@ class _Sample:
     left_at: Optional[ToolCallKey] = None
     served: List[_Served] = attrs.Factory(list)
     served_seqs: set = attrs.Factory(set)
+    stranded: Optional[str] = None  # why the catch-up failed: the live environment is not the model's
+    in_flight: int = 0  # a stateful sample's calls under way
 
 
 def _same(value: Any) -> Any:
@@ -90,6 +93,26 @@ def _same(value: Any) -> Any:
 
 async def _in_a_thread(work: Callable[[], Any]) -> Any:
     return await asyncio.to_thread(work)
+
+
+async def _awaited(result: Awaitable[Any]) -> Any:
+    return await result
+
+
+def _run_to_end(served: _Served) -> Any:
+    """Run a served call again from a sync call's catch-up: an environment's async method (served to an async
+    call) is awaited in an event loop of its own, as none may run in this thread."""
+    result = served.run()
+    if not inspect.isawaitable(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(result))
+    getattr(result, "close", lambda: None)()
+    raise ToolCallError(
+        f"the catch-up of this sync call must run {served.request} ({served.key}), an async call, again, and an "
+        "event loop runs in this thread: call this environment's tools with ToolEngine.acall (await them)")
 
 
 class ToolEngine:
@@ -123,20 +146,31 @@ class ToolEngine:
                                                                                    where="ToolEngine"))
         self.tools = None if tools is None else tuple(tools)
         self._run_blocking = run_blocking or _in_a_thread
-        if self.tools is not None and isinstance(self.engine.policy, StagePolicies):
-            # Only the tool stages are this engine's to check: a shared spec names other engines' stages too.
-            declared = tuple(tool_stage(name) for name in self.tools)
-            unknown = [stage for stage in self.engine.policy.stages
-                       if stage.startswith(TOOL_STAGE_PREFIX) and stage not in declared]
-            if unknown:
-                raise SpecError("per-stage spec names unknown tool stage "
-                                + unknown_keys_text(unknown, declared, "the tool stages here are"))
+        if isinstance(self.engine.policy, StagePolicies):
+            self._check_stages(self.engine.policy)
+        else:
+            tool_rule(self.engine.policy, "every tool")  # refuse a policy no tool stage takes, now
         self.journal = journal
         self._lock = threading.Lock()
         self._turn_calls: Dict[Tuple[str, int, int, int], int] = {}
         self._samples: Dict[Tuple[str, str, int, int], _Sample] = {}
-        if not isinstance(self.engine.policy, StagePolicies):
-            tool_rule(self.engine.policy, "every tool")  # refuse a policy no tool stage takes, now
+
+    def _check_stages(self, policy: StagePolicies) -> None:
+        """Refuse, now rather than at a tool's first call, a spec's tool stage whose policy no tool stage takes,
+        and a stage that looks meant for tools but names none (it would leave them bypassed)."""
+        # Only the tool stages are this engine's to check: a shared spec names other engines' stages too.
+        declared = None if self.tools is None else tuple(tool_stage(name) for name in self.tools)
+        unknown = []
+        for stage in policy.stages:
+            if stage == EVERY_TOOL or (stage.startswith(TOOL_STAGE_PREFIX) and (declared is None or stage in declared)):
+                tool_rule(policy.for_stage(stage), stage)
+            elif (stage.startswith(TOOL_STAGE_PREFIX) or stage.casefold() in ("tool", EVERY_TOOL)
+                  or (declared is not None and stage.casefold().startswith("tool"))):
+                unknown.append(stage)
+        if unknown:
+            known = (EVERY_TOOL,) if declared is None else (*declared, EVERY_TOOL)
+            raise SpecError("per-stage spec names unknown tool stage "
+                            + unknown_keys_text(unknown, known, "the tool stages here are"))
 
     def rule(self, stage: str) -> str:
         """The rule of a tool stage (one of `TOOL_RULES`)."""
@@ -180,13 +214,18 @@ class ToolEngine:
         """
         stage, request, key, facts, hooks = self._begin(tool, arguments, step, sample, turn, call, mode, environment,
                                                        to_stored, from_stored)
-        rule = self.rule(stage)
+        with self._in_flight(stage, step, mode, facts):
+            rule = self.rule(stage)
+            return self._call(stage, step, mode, request, key, facts, hooks, rule, run_tool, to_stored)
 
+    def _call(self, stage: str, step: int, mode: str, request: ToolRequest, key: ToolCallKey, facts: ToolCallFacts,
+              hooks: CallHooks, rule: str, run_tool: Callable[[], Any], to_stored: Callable[[Any], Any]) -> Outcome:
         def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
-                started = time.perf_counter()
-                result = served.run()
-                self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
+                with self._stranding(stage, step, mode, facts, served):
+                    started = time.perf_counter()
+                    result = _run_to_end(served)
+                    self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return run_tool()
 
         try:
@@ -206,14 +245,20 @@ class ToolEngine:
         `run_blocking` (a worker thread by default)."""
         stage, request, key, facts, hooks = self._begin(tool, arguments, step, sample, turn, call, mode, environment,
                                                        to_stored, from_stored, self._run_blocking)
-        rule = self.rule(stage)
+        with self._in_flight(stage, step, mode, facts):
+            rule = self.rule(stage)
+            return await self._acall(stage, step, mode, request, key, facts, hooks, rule, run_tool, to_stored)
 
+    async def _acall(self, stage: str, step: int, mode: str, request: ToolRequest, key: ToolCallKey,
+                     facts: ToolCallFacts, hooks: CallHooks, rule: str, run_tool: Callable[[], Awaitable[Any]],
+                     to_stored: Callable[[Any], Any]) -> Outcome:
         async def generate() -> Any:
             for served in self._catch_up(stage, step, mode, facts, rule):
-                started = time.perf_counter()
-                result = served.run()
-                result = await result if inspect.isawaitable(result) else result
-                self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
+                with self._stranding(stage, step, mode, facts, served):
+                    started = time.perf_counter()
+                    result = served.run()
+                    result = await result if inspect.isawaitable(result) else result
+                    self._check_caught_up(stage, step, mode, served, result, time.perf_counter() - started)
             return await run_tool()
 
         try:
@@ -235,12 +280,21 @@ class ToolEngine:
                                 "name it in ToolEngine(tools=...)")
         request = ToolRequest.of(tool, arguments)
         with self._lock:
-            if call is None:
-                turn_key = (mode, sample, step, turn)
-                call = self._turn_calls.get(turn_key, 0)
-                self._turn_calls[turn_key] = call + 1
-            key = ToolCallKey(sample, turn, call)
+            turn_key = (mode, sample, step, turn)
+            counted = self._turn_calls.get(turn_key, 0)
+            key = ToolCallKey(sample, turn, counted if call is None else call)
+            # A counted call comes after every call of the turn so far, explicit ones too: never on one's key.
+            self._turn_calls[turn_key] = max(counted, key.call + 1)
             state = self._samples.setdefault((stage, mode, step, sample), _Sample())
+            if environment is not None and state.in_flight and self.rule(stage) in SERVING_RULES:
+                # Which of two concurrent calls is the sample's next one is not defined, so neither a recorded
+                # history can be followed nor a catch-up run in the order the model was served.
+                raise ToolCallError(
+                    f"stateful tool stage {stage!r}, step {step}, sample {sample}: {request} at {key} started while "
+                    "another call of the sample is under way; a stateful sample's calls are sequential: await each "
+                    "call before the next one (or journal this environment with dump)")
+            if environment is not None:
+                state.in_flight += 1
             facts = ToolCallFacts(key, request, stateful=environment is not None, ordinal=state.ordinal,
                                   left_at=state.left_at, served=frozenset(state.served_seqs))
             state.ordinal += 1
@@ -255,17 +309,51 @@ class ToolEngine:
         return stage, request, key, facts, hooks
 
     def _catch_up(self, stage: str, step: int, mode: str, facts: ToolCallFacts, rule: str) -> List[_Served]:
-        """A stateful sample's first miss under a serving rule: mark it, and return the calls to run again."""
+        """A stateful sample's first miss under a serving rule: mark it, and return the calls to run again.
+
+        Raises:
+            ToolStateMismatchError: an earlier catch-up of the sample failed (it is stranded).
+        """
         if not facts.stateful or rule not in SERVING_RULES:
             return []
         with self._lock:
             state = self._samples[(stage, mode, step, facts.key.sample)]
-            if state.left_at is not None:
-                return []
-            state.left_at = facts.key
-            served, state.served = state.served, []
+            stranded = state.stranded
+            if stranded is None:
+                if state.left_at is not None:
+                    return []
+                state.left_at = facts.key
+                served, state.served = state.served, []
+        if stranded is not None:
+            raise ToolStateMismatchError(
+                f"stateful tool stage {stage!r}, step {step}, sample {facts.key.sample}: {facts.request} at "
+                f"{facts.key} is refused: {stranded}, so its live environment is not in the state the model saw "
+                "and no later call of the sample runs on it; record this sample again (dump) in a new environment",
+                step=step, stage=stage, key=facts.key, request=facts.request,
+            )
         log.info("tool_sample_left_recording", step=step, stage=stage, key=str(facts.key), catch_up=len(served))
         return served
+
+    @contextlib.contextmanager
+    def _in_flight(self, stage: str, step: int, mode: str, facts: ToolCallFacts) -> Iterator[None]:
+        """Around a call that `_begin` counted as under way (a stateful one): count it done."""
+        try:
+            yield
+        finally:
+            if facts.stateful:
+                with self._lock:
+                    self._samples[(stage, mode, step, facts.key.sample)].in_flight -= 1
+
+    @contextlib.contextmanager
+    def _stranding(self, stage: str, step: int, mode: str, facts: ToolCallFacts, served: _Served) -> Iterator[None]:
+        """Around one catch-up call: if it fails (raises, answers otherwise, is cancelled), the sample is stranded."""
+        try:
+            yield
+        except BaseException as exc:
+            with self._lock:
+                self._samples[(stage, mode, step, facts.key.sample)].stranded = (
+                    f"its catch-up failed at {served.request} ({served.key}: {type(exc).__name__})")
+            raise
 
     def _check_caught_up(self, stage: str, step: int, mode: str, served: _Served, result: Any,
                          duration_s: float) -> None:

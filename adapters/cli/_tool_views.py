@@ -5,6 +5,7 @@ tool response). The rows are `stepjournal.tool_call_rows`'."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Dict, List
 
 from rich.console import Console
@@ -25,6 +26,11 @@ def _seconds(value: float) -> str:
     return f"{value:.2f}s"
 
 
+def _json_float(value: Any) -> Any:
+    """A reward for JSON, which has no NaN or infinity: those as their names (``"nan"``, ``"inf"``)."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def row_json(row: Any) -> Dict[str, Any]:
     """A tool call's row as ``audit --tools --json`` prints it."""
     response = row.response
@@ -33,7 +39,7 @@ def row_json(row: Any) -> Dict[str, Any]:
         "sample": row.key.sample, "turn": row.key.turn, "call": row.key.call, "outcome": row.outcome,
         "arguments": None if row.request is None else row.request.arguments,
         "response": None if response is None else response.text,
-        "reward": None if response is None else response.reward,
+        "reward": None if response is None else _json_float(response.reward),
         "duration_s": row.duration_s, "saved_s": row.saved_s,
         "source": None if row.source_key is None else str(row.source_key),
     }
@@ -120,14 +126,25 @@ def run_show(args: argparse.Namespace, out: Console) -> int:
 
 def run_diff(args: argparse.Namespace, out: Console) -> int:
     """``stepjournal diff A B --tools``: the first tool call whose response differs (each side's latest answer
-    per key, in --run-a / --run-b and --steps); exit status 1 when one differs, 0 when none does."""
-    from stepjournal import first_tool_difference
+    per key, in --run-a / --run-b, needed when a side holds several runs, and --steps, --mode, --stage); exit
+    status 1 when one differs, 0 when none does.
+
+    Raises:
+        DiffError: a side holds tool calls of several runs and names none.
+    """
+    from stepjournal import DiffError, first_tool_difference
 
     steps = parse_steps(args.steps)
     sides = []
-    for path, run in ((args.journal_a, args.run_a), (args.journal_b, args.run_b)):
+    for side, path, run in (("A", args.journal_a, args.run_a), ("B", args.journal_b, args.run_b)):
         with open_readonly(path, check="as-read") as journal:
-            sides.append(tool_call_rows(journal, run=run, steps=steps))
+            rows = tool_call_rows(journal, run=run, steps=steps)
+        runs = sorted({row.run for row in rows})
+        if len(runs) > 1:  # one run's calls are compared with the other side's, never a mix of runs
+            raise DiffError(f"journal {side} ({path}) holds tool calls of several runs ({', '.join(runs)}); "
+                            f"choose one with --run-{side.lower()}")
+        sides.append([row for row in rows if (args.mode is None or row.mode == args.mode)
+                      and (args.stage is None or row.stage == args.stage)])
     difference = first_tool_difference(*sides)
     if args.json:
         print_json({"first_difference": difference, "calls_a": len(sides[0]), "calls_b": len(sides[1])})

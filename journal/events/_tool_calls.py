@@ -103,8 +103,16 @@ def canonical_arguments(arguments: Any) -> str:
 
     Raises:
         ToolCallError: the arguments are not a JSON object (a mapping, or text of one), or hold NaN or
-            an infinity, a non-string key, or a value JSON has no form for.
+            an infinity, a non-string key, or a value JSON has no form for, or nest too deeply (a value
+            that holds itself too).
     """
+    try:
+        return _canonical(arguments)
+    except RecursionError:  # a model's runaway nesting, or a value that holds itself
+        raise ToolCallError("tool arguments nest too deeply for JSON (or hold themselves): pass a flatter object") from None
+
+
+def _canonical(arguments: Any) -> str:
     if isinstance(arguments, (str, bytes)):
         try:
             arguments = json.loads(arguments, parse_constant=_refuse_constant)

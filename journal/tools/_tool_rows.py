@@ -167,18 +167,18 @@ def tool_step_summaries(rows: Iterable[ToolCallRow]) -> List[ToolStepSummary]:
 def first_tool_difference(left: Iterable[ToolCallRow], right: Iterable[ToolCallRow]) -> Optional[str]:
     """The first tool call (by step, sample, turn, call) whose response differs between two runs, in words;
     None when every call both hold answers the same. A call one side lacks counts as a difference."""
-    def answered(rows: Iterable[ToolCallRow]) -> Dict[Tuple[int, str, ToolCallKey], ToolCallRow]:
+    def answered(rows: Iterable[ToolCallRow]) -> Dict[Tuple[int, str, str, ToolCallKey], ToolCallRow]:
         found = {}
         for row in rows:
             if row.outcome in ("recorded", "replayed", "miss"):
-                found[(row.step, row.stage, row.key)] = row  # the latest answer of a key
+                found[(row.step, row.mode, row.stage, row.key)] = row  # the latest answer of a key
         return found
 
     a, b = answered(left), answered(right)
-    for place in sorted(set(a) | set(b), key=lambda p: (p[0], p[2], p[1])):
-        step, stage, key = place
+    for place in sorted(set(a) | set(b), key=lambda p: (p[0], p[3], p[1], p[2])):
+        step, mode, stage, key = place
         one, other = a.get(place), b.get(place)
-        where = f"step {step} {stage} {key}"
+        where = f"step {step} {stage} {key}" + ("" if mode == "train" else f" ({mode})")
         if one is None or other is None:
             return f"{where}: only the {'left' if other is None else 'right'} run has this tool call"
         if one.request != other.request:
@@ -188,9 +188,29 @@ def first_tool_difference(left: Iterable[ToolCallRow], right: Iterable[ToolCallR
     return None
 
 
+class _NaN:
+    """NaN where a response holds it: equal to another NaN, so a response compares equal to itself."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _NaN)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def _nan_equal(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return _NaN()
+    if isinstance(value, dict):
+        return {key: _nan_equal(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_equal(item) for item in value]
+    return value
+
+
 def _comparable(response: Optional[ToolResponse]) -> Any:
     if response is None:
         return None
-    images = tuple(getattr(image, "tolist", lambda: image)() for image in response.images)
-    return (response.text, response.reward, dict(response.metrics), images)
+    images = [getattr(image, "tolist", lambda: image)() for image in response.images]
+    return _nan_equal([response.text, response.reward, dict(response.metrics), images])
 

@@ -46,6 +46,20 @@ json_values = st.recursive(
 )
 
 
+def _nested(depth: int) -> list:
+    top = inner = []
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+def _cyclic() -> dict:
+    loop: dict = {}
+    loop["self"] = loop
+    return loop
+
+
 class Counted:
     """A deterministic stateless tool that counts its runs."""
 
@@ -79,6 +93,9 @@ def test_canonical_arguments_have_sorted_keys_and_no_whitespace():
     ([1, 2], "must be a JSON object"),
     ({1: "a"}, "key 1"),
     ({"x": object()}, "cannot be written as JSON"),
+    ('{"x":' + "[" * 100_000 + "]" * 100_000 + "}", "nest too deeply"),  # a model's runaway output
+    ({"x": _nested(100_000)}, "nest too deeply"),
+    ({"x": _cyclic()}, "nest too deeply"),
 ])
 def test_arguments_json_cannot_carry_are_refused_naming_the_value(arguments, message):
     with pytest.raises(ToolCallError, match=message):
@@ -336,3 +353,202 @@ def test_a_samples_calls_are_read_as_a_range_of_the_steps_index(journal):
     assert journal.recorded_indices(4, stage="tool.t", start=ToolCallKey.sample_span(300)[0]) == sorted(
         k.gen_index for k in keys if k.sample == 300)
     assert journal.recorded_indices(4, stage="tool.t") == sorted(k.gen_index for k in keys)
+
+
+class Tally:
+    """A stateful environment whose fresh state (100) is not its reset state (0); its reset can fail once."""
+
+    def __init__(self, reset_fails: int = 0) -> None:
+        self.total, self.runs, self.reset_fails = 100, 0, reset_fails
+
+    def reset(self) -> str:
+        self.runs += 1
+        if self.reset_fails:
+            self.reset_fails -= 1
+            raise RuntimeError("sandbox busy")
+        self.total = 0
+        return "0"
+
+    def add(self, amount: int) -> str:
+        self.runs += 1
+        self.total += amount
+        return str(self.total)
+
+
+class MixedTally(Tally):
+    """`Tally` with an async add (an environment's tool method) beside its sync reset and reward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list = []
+
+    def reset(self) -> str:
+        self.ran.append("reset")
+        return super().reset()
+
+    async def add(self, amount: int) -> str:  # type: ignore[override]
+        self.ran.append(amount)
+        self.total += amount
+        return str(self.total)
+
+    def reward(self) -> str:
+        self.ran.append("reward")
+        return str(self.total * 10)
+
+
+def _tally_episode(path, env, amounts):
+    """A sample of a tolerant agent loop (a tool's error becomes the text the model reads, as verl's does)."""
+    seen = []
+    with Journal(path) as journal:
+        engine = ToolEngine(journal, "cache")
+        reset = journaled_tool(env.reset, engine, "tally.reset", environment="tally")
+        add = journaled_tool(env.add, engine, "tally.add", environment="tally")
+        calls = [lambda: reset.at(step=1, sample=0)()]
+        calls += [lambda t=t, a=a: add.at(step=1, sample=0, turn=t)(amount=a) for t, a in enumerate(amounts, 1)]
+        for call in calls:
+            try:
+                seen.append(call())
+            except Exception as exc:  # noqa: BLE001 - the loop goes on, as an agent loop does
+                seen.append(type(exc).__name__)
+    return seen
+
+
+@pytest.mark.parametrize(("reset_fails", "first_error"), [(1, "RuntimeError"), (0, "ToolStateMismatchError")],
+                         ids=["catch-up raises", "catch-up differs"])
+def test_a_sample_whose_catch_up_failed_never_runs_live_again(tmp_path, reset_fails, first_error):
+    """A failed catch-up (the tool raised, or answered otherwise) leaves the live environment in a state the model
+    never saw: every later call of the sample is refused, none runs on that environment or is recorded."""
+    path = str(tmp_path / "j")
+    assert _tally_episode(path, Tally(), [1, 2, 3]) == ["0", "1", "3", "6"]
+    env = Tally(reset_fails)
+    if not reset_fails:
+        env.reset = lambda: "reset"  # answers otherwise than the recording did
+    assert _tally_episode(path, env, [1, 5, 3]) == ["0", "1", first_error, "ToolStateMismatchError"]
+    assert env.total == 100  # add(5), add(3) never ran on the environment that missed its catch-up
+    with Journal(path, readonly=True) as journal:
+        rows = tool_call_rows(journal)
+    assert [row.outcome for row in rows if row.session == rows[-1].session] == ["replayed", "replayed"] + (
+        [] if reset_fails else ["caught up"])
+
+
+def test_concurrent_calls_of_one_stateful_sample_are_refused_not_mixed_with_the_recording(tmp_path):
+    """Two calls of one stateful sample in flight at once: the second is refused, so a call that started before the
+    sample left the recording is never served the recorded state while the live environment ran another history."""
+
+    async def episode(env, amounts, concurrent):
+        with Journal(str(tmp_path / "j")) as journal:
+            engine = ToolEngine(journal, "cache")
+            reset = journaled_tool(env.reset, engine, "env.reset", environment="env")
+            add = journaled_tool(env.add, engine, "env.add", environment="env")
+            seen = [reset.at(step=1, sample=0)()]
+            calls = [add.at(step=1, sample=0, turn=1) for _ in amounts]
+            if not concurrent:
+                return seen + [await call(amount=amount) for call, amount in zip(calls, amounts)]
+            together = (call(amount=amount) for call, amount in zip(calls, amounts))
+            return seen + await asyncio.gather(*together, return_exceptions=True)
+
+    assert asyncio.run(episode(MixedTally(), [1, 2], concurrent=False)) == ["0", "1", "3"]
+    live = MixedTally()
+    # add(9) is the sample's 2nd call, a miss; add(2) its 3rd, the recording's 3rd request: served "3" (a state
+    # after add(1)) while the live environment ran reset and add(9), it would mix the two.
+    seen = asyncio.run(episode(live, [9, 2], concurrent=True))
+    assert seen[:2] == ["0", "9"] and isinstance(seen[2], ToolCallError)
+    assert "another call of the sample is under way" in str(seen[2])
+    assert live.ran == ["reset", 9]
+
+
+@pytest.mark.parametrize("spec", ["tool.calculator:nearest", "tools:repeat", "tool.calculator:replay@1-3",
+                                  {"tools": "nearest", "generate": "cache"}])
+def test_a_per_stage_spec_whose_tool_stage_serves_other_records_is_refused_when_the_engine_is_made(journal, spec):
+    """Not at the tool's first call, which may come many steps into a run."""
+    with pytest.raises(SpecError, match="cannot decide tool calls"):
+        ToolEngine(journal, spec)
+
+
+@pytest.mark.parametrize(("spec", "tools", "meant"), [("tool:replay", None, "tools"), ("TOOLS:replay", None, "tools"),
+                                                       ("Tool.calculator:replay", ["calculator"], "tool.calculator"),
+                                                       ("tool_calculator:replay", ["calculator"], "tool.calculator")])
+def test_a_misspelt_tools_entry_is_refused_not_left_to_bypass_every_tool(journal, spec, tools, meant):
+    with pytest.raises(SpecError, match=f"did you mean '{meant}'"):
+        ToolEngine(journal, spec, tools=tools)
+
+
+def test_a_sync_miss_catches_up_an_environments_async_calls_too(tmp_path):
+    """An environment with a sync reset and reward and async steps, killed before its reward was recorded: the
+    reward's miss (a sync call) runs the served async steps again, awaited, before the reward runs live."""
+
+    def episode(env, with_reward):
+        with Journal(str(tmp_path / "j")) as journal:
+            engine = ToolEngine(journal, "cache")
+            reset = journaled_tool(env.reset, engine, "env.reset", environment="env")
+            add = journaled_tool(env.add, engine, "env.add", environment="env")
+            reward = journaled_tool(env.reward, engine, "env.reward", environment="env")
+            seen = [reset.at(step=1, sample=0)()]
+
+            async def steps():
+                return [await add.at(step=1, sample=0, turn=turn)(amount=turn) for turn in (1, 2)]
+
+            seen += asyncio.run(steps())
+            return seen + ([reward.at(step=1, sample=0, turn=3)()] if with_reward else [])
+
+    assert episode(MixedTally(), with_reward=False) == ["0", "1", "3"]  # the process ended before the reward
+    live = MixedTally()
+    assert episode(live, with_reward=True) == ["0", "1", "3", "30"]
+    assert live.ran == ["reset", 1, 2, "reward"]
+
+
+@pytest.mark.parametrize("policy", ["cache", "replay"])
+def test_a_step_that_is_not_an_int_is_refused_naming_it(journal, policy):
+    from stepjournal import InvalidKeyError
+
+    tool = journaled_tool(Counted(), journal, "add", policy)
+    with pytest.raises(InvalidKeyError, match="step 1.5 is not valid"):
+        tool.at(step=1.5, sample=0)(a=1, b=2)
+
+
+def test_an_environments_tool_wrapped_with_a_journal_instead_of_a_shared_engine_is_refused(journal):
+    """Each such tool had an engine of its own, so the environment's calls were not one sequence per sample: a
+    replay served reset from the recording and ran add live on an environment never reset (and recorded it)."""
+    env = MixedTally()
+    with pytest.raises(TypeError, match=r"share one ToolEngine: pass ToolEngine\(journal, policy\)"):
+        journaled_tool(env.reset, journal, "tally.reset", "cache", environment="tally")
+
+
+def test_the_first_tool_difference_keeps_modes_apart():
+    """A train call and a validate call at the same step and key are two calls, not one call's older and newer
+    answer (which was the later of the two in each side's log)."""
+    from stepjournal import ToolCallRow
+
+    def row(mode, text):
+        return ToolCallRow(seq=0, session="s", run="r", step=1, mode=mode, stage="tool.search", tool="search",
+                           key=ToolCallKey(0), outcome="recorded", request=ToolRequest.of("search", {"q": mode}),
+                           response=ToolResponse(text), duration_s=0.0)
+
+    train, validate = row("train", "1"), row("validate", "2")
+    assert first_tool_difference([train, validate], [validate, train]) is None
+    assert "(validate)" in first_tool_difference([train, validate], [train, row("validate", "3")])
+
+
+def test_a_lambda_without_a_name_is_refused_as_every_lambda_shares_its_name(journal):
+    """Two lambdas were both the tool '<lambda>': a call of one was served the other's response to the same
+    arguments (2 * 3 answered 5)."""
+    with pytest.raises(TypeError, match="pass name="):
+        journaled_tool(lambda a, b: str(a + b), journal)
+    mul = journaled_tool(lambda a, b: str(a * b), journal, "mul")
+    assert mul.at(step=1, sample=0)(a=2, b=3) == "6"
+
+
+def test_a_counted_call_index_follows_an_explicit_one_in_the_same_turn(tmp_path):
+    """The counted call took c0 again after an explicit c0, and its record hid the first call's from the index: a
+    replay of the same calls missed the first request."""
+    path = str(tmp_path / "j")
+
+    def calls(policy):
+        with Journal(path) as journal:
+            search = journaled_tool(lambda q: f"results for {q}", journal, "search", policy)
+            first = search.at(step=1, sample=0, call=0)(q="a")
+            with tool_turn(step=1, sample=0):
+                return [first, search(q="b")]
+
+    assert calls("cache") == ["results for a", "results for b"]
+    assert calls("replay") == ["results for a", "results for b"]
