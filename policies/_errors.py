@@ -20,6 +20,8 @@ from stepjournal.errors import (
     SpecError,
     SpecWarning,
     StageInputMismatchError,
+    ToolReplayMissError,
+    ToolStateMismatchError,
 )
 
 __all__ = sorted(name for name, value in list(globals().items()) if isinstance(value, type))

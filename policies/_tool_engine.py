@@ -37,7 +37,7 @@ from stepjournal.log import get_logger
 
 from ._base import Policy
 from ._engine import CallHooks, Engine, Outcome
-from ._errors import ReplayMissError, ReplayRefusedError, SpecError
+from ._errors import ReplayMissError, SpecError, ToolStateMismatchError
 from ._options import EngineOptions, unknown_keys_text
 from ._stages import StagePolicies
 from ._tool_policy import ToolCallFacts, ToolPolicy, ToolReplayMissError, tool_rule
@@ -47,21 +47,6 @@ __all__ = ["ToolEngine", "ToolStateMismatchError"]
 log = get_logger(__name__)
 
 
-class ToolStateMismatchError(ReplayRefusedError):
-    """A stateful tool's catch-up gave another response than the one served from the recording.
-
-    The live environment would then hold a state the model never saw. Record the sample again
-    (``dump``), or make the tool deterministic for the same requests.
-
-    Attributes:
-        stage, key, request: the call whose catch-up response differs.
-    """
-
-    def __init__(self, message: str, *, step: int, stage: str, key: ToolCallKey, request: ToolRequest) -> None:
-        super().__init__(message, step=step, gen_index=key.gen_index)
-        self.stage = stage
-        self.key = key
-        self.request = request
 
 
 @attrs.define

@@ -21,7 +21,7 @@ from stepjournal import SERVING_RULES, RecordedGeneration, ToolCallKey, ToolRequ
 
 from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
 from ._builtin import Bypass, Cache, Dump, Passthrough, Replay
-from ._errors import ReplayMissError, SpecError
+from ._errors import SpecError, ToolReplayMissError
 
 __all__ = [
     "TOOL_RULES",
@@ -41,20 +41,6 @@ __all__ = [
 TOOL_RULES = (*SERVING_RULES, "dump", "passthrough", "bypass")
 
 
-class ToolReplayMissError(ReplayMissError):
-    """`replay` found no recorded response to a tool call's request in its sample and step.
-
-    Attributes:
-        stage: the tool's stage (``tool.<name>``).
-        key: the call's `ToolCallKey`.
-        request: the `ToolRequest` that has no recorded response.
-    """
-
-    def __init__(self, message: str, *, step: int, stage: str, key: ToolCallKey, request: ToolRequest) -> None:
-        super().__init__(message, step=step, gen_index=key.gen_index)
-        self.stage = stage
-        self.key = key
-        self.request = request
 
 
 def tool_rule(policy: object, stage: str) -> str:

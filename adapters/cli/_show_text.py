@@ -43,9 +43,7 @@ def _named(fingerprints: Sequence[Any], keys: Sequence[str]) -> Optional[str]:
     return path
 
 
-NO_TEXT_HINT = ("token ids shown: run {run!r} kept no tokenizer in the journal; for text pass --tokenizer PATH (a "
-                "folder its tokenizer was saved to), or record one with stepjournal.adapters.record_tokenizer "
-                "(docs/reading.md)")
+NO_TEXT_HINT = "run {run!r} kept no tokenizer, so ids are shown; for text see docs/reading.md"  # fits 80 columns
 
 
 def load_tokenizer(journal: Journal, run: str, given: Optional[str],

@@ -13,3 +13,9 @@ class TrlAdapterError(StepJournalError):
 
 class TrlSignatureError(TrlAdapterError):
     """The installed TRL (or a trainer subclass) no longer matches what the adapter intercepts."""
+
+
+# Tracebacks and reprs name each class by the public module users import it from, not this private one.
+for _name in __all__:
+    globals()[_name].__module__ = "stepjournal.adapters.trl"
+del _name

@@ -40,3 +40,9 @@ class PickleRefusedError(VerlAdapterError):
 
 class VerlDumpError(VerlAdapterError):
     """A verl dump folder is not laid out as any verl version writes it, or a dump file is unreadable."""
+
+
+# Tracebacks and reprs name each class by the public module users import it from, not this private one.
+for _name in __all__:
+    globals()[_name].__module__ = "stepjournal.adapters.verl"
+del _name

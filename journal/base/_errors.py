@@ -47,6 +47,9 @@ __all__ = [
     "OptionError",
     "ReplayRefusedError",
     "ReplayMissError",
+    "ToolCallError",
+    "ToolReplayMissError",
+    "ToolStateMismatchError",
     "FingerprintMismatchError",
     "InputMismatchError",
     "StageInputMismatchError",
@@ -344,6 +347,43 @@ class ReplayRefusedError(PolicyError):
 
 class ReplayMissError(ReplayRefusedError):
     """`replay` found nothing recorded for the call."""
+
+
+class ToolCallError(StepJournalError, ValueError):
+    """A tool call that cannot be journaled: arguments that are not canonical JSON, a key out of range."""
+
+
+class ToolReplayMissError(ReplayMissError):
+    """`replay` found no recorded response to a tool call's request in its sample and step.
+
+    Attributes:
+        stage: the tool's stage (``tool.<name>``).
+        key: the call's `ToolCallKey`.
+        request: the `ToolRequest` that has no recorded response.
+    """
+
+    def __init__(self, message: str, *, step: int, stage: str, key: Any, request: Any) -> None:
+        super().__init__(message, step=step, gen_index=key.gen_index)
+        self.stage = stage
+        self.key = key
+        self.request = request
+
+
+class ToolStateMismatchError(ReplayRefusedError):
+    """A stateful tool's catch-up gave another response than the one served from the recording.
+
+    The live environment would then hold a state the model never saw. Record the sample again
+    (``dump``), or make the tool deterministic for the same requests.
+
+    Attributes:
+        stage, key, request: the call whose catch-up response differs (its `ToolCallKey`, its `ToolRequest`).
+    """
+
+    def __init__(self, message: str, *, step: int, stage: str, key: Any, request: Any) -> None:
+        super().__init__(message, step=step, gen_index=key.gen_index)
+        self.stage = stage
+        self.key = key
+        self.request = request
 
 
 class FingerprintMismatchError(ReplayRefusedError):

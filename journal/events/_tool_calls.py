@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import attrs
 
-from ..base._errors import StepJournalError
+from ..base._errors import ToolCallError
 from ._keys import check_stage
 
 __all__ = [
@@ -51,8 +51,6 @@ MAX_TURN = (1 << _TURN_BITS) - 1
 MAX_CALL = (1 << _CALL_BITS) - 1
 
 
-class ToolCallError(StepJournalError, ValueError):
-    """A tool call that cannot be journaled: arguments that are not canonical JSON, a key out of range."""
 
 
 def tool_stage(name: str) -> str:

@@ -88,8 +88,7 @@ def test_a_journal_without_a_tokenizer_shows_ids_with_one_line_saying_how_to_get
     done = run_cli("show", path, "1", "--text")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
-        "token ids shown: run 'exp' kept no tokenizer in the journal; for text pass --tokenizer PATH (a folder its "
-        "tokenizer was saved to), or record one with stepjournal.adapters.record_tokenizer (docs/reading.md)"]
+        "run 'exp' kept no tokenizer, so ids are shown; for text see docs/reading.md"]
     assert "  response: ids [" in done.stdout and "..." not in done.stdout.split("prompt:", 1)[1].splitlines()[0]
     report = run_cli("report", path, "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0 and len(report.stderr.splitlines()) == 1 and "kept no tokenizer" in report.stderr

@@ -101,3 +101,16 @@ def test_a_program_that_configures_logging_gets_each_warning_once_in_its_own_for
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("stepjournal._journal|WARNING|run_recorded_by_two_sessions "), done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_the_adapters_errors_print_under_the_adapters_public_modules():
+    import stepjournal.adapters.trl as trl
+    import stepjournal.adapters.verl as verl
+
+    from stepjournal.adapters.trl import _errors as trl_errors
+    from stepjournal.adapters.verl import _errors as verl_errors
+
+    for public, private in ((verl, verl_errors), (trl, trl_errors)):
+        for name in private.__all__:
+            cls = getattr(public, name)
+            assert cls.__module__ == public.__name__ and f"{public.__name__}.{name}" in repr(cls), cls
