@@ -121,8 +121,17 @@ def step_metrics(journal: Journal, rows: List[Any]) -> Dict[str, Optional[float]
         if isinstance(payload, dict):
             for name, value in payload.items():
                 if isinstance(value, numbers.Real) and not isinstance(value, bool):
-                    values[str(name)] = float(value) if math.isfinite(value) else None
+                    values[str(name)] = _finite(value)
     return values
+
+
+def _finite(value: numbers.Real) -> Optional[float]:
+    """`value` as a float, None where it has none (NaN, inf, or an int past float's range: 10**400)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _shown(rows: List[Any]) -> Optional[Any]:
