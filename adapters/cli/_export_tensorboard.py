@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     written = []
     with Journal(args.journal, readonly=True) as journal:
         given_run = args.run[0] if args.run else None
-        if args.session:  # the session names its run
+        if args.session is not None:  # the session names its run ("", a script's unset variable, names none)
             session, _, run_key = choose_session(journal, given_run, args.session)
             chosen: Optional[Set[str]] = {session}
         else:

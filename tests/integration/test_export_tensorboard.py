@@ -319,3 +319,13 @@ def test_ctrl_c_while_a_session_is_written_keeps_none_of_it_and_a_second_export_
     assert again.returncode == 0, again.stderr
     (recording,) = read_runs(tb).values()
     assert sorted(series(recording, "metrics/loss")) == list(range(1, 51))
+
+
+def test_an_empty_session_is_refused_not_read_as_every_session(journal_path, tmp_path):
+    """`--session "$S"` with S unset: report and export name no session, instead of taking the whole run."""
+    for argv in (["report", journal_path, "-o", str(tmp_path / "r.html")], ["export", journal_path, "--tensorboard",
+                                                                           str(tmp_path / "tb")]):
+        done = run_cli(*argv, "--session", "", "--no-text")
+        assert done.returncode == 2, done.stderr
+        assert "--session '': no session matches; its sessions are: s1 (" in done.stderr
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "tb").exists()
