@@ -18,6 +18,7 @@ import datetime
 import os
 import re
 import threading
+import uuid
 from typing import Any, Dict, List, Optional, Set
 
 from rich.console import Console
@@ -113,20 +114,22 @@ def _event_files(folder: str) -> List[str]:
     return [f for f in os.listdir(folder) if f.startswith("events.out.tfevents")]
 
 
-def _remove_events(folder: str) -> None:
-    """Removes the event files of a session whose writing failed (its folder held none before: `_check_folder`),
-    and the folder when that leaves it empty."""
+def _remove_events(folder: str, suffix: str) -> None:
+    """Removes the event file of a session whose writing failed (the one whose name ends in this export's
+    `suffix`), and the folder when that leaves it empty."""
     try:
         for name in _event_files(folder):
-            os.remove(os.path.join(folder, name))
+            if name.endswith(suffix):
+                os.remove(os.path.join(folder, name))
         os.rmdir(folder)
     except OSError:  # a folder that holds other things, or is gone
         pass
 
 
-def _write_session(writer_class: Any, folder: str, steps: List[Dict[str, Any]]) -> None:
-    """Writes one session's steps into `folder` with TensorBoard's writer. Its writes happen in a thread of its
-    own, whose error (a full disk) is raised here: by its next write, or by the flush before closing."""
+def _write_session(writer_class: Any, folder: str, steps: List[Dict[str, Any]], suffix: str) -> None:
+    """Writes one session's steps into `folder` with TensorBoard's writer, into an event file whose name ends in
+    `suffix`. Its writes happen in a thread of its own, whose error (a full disk) is raised here: by its next
+    write, or by the flush before closing. Raises Failure when another export wrote the folder meanwhile."""
     before = threading.excepthook
 
     def quiet(hook_args: Any) -> None:  # the writer's thread failed: its error is raised here, not printed there
@@ -134,8 +137,12 @@ def _write_session(writer_class: Any, folder: str, steps: List[Dict[str, Any]]) 
             before(hook_args)
 
     threading.excepthook = quiet
-    writer = writer_class(log_dir=folder)
+    writer = writer_class(log_dir=folder, filename_suffix=suffix)  # the file exists once it returns
     try:
+        # Another export that checked the folder before this one's file existed: of two, the later one leaves.
+        if any(not name.endswith(suffix) for name in _event_files(folder)):
+            raise Failure(f"{cell(folder)} got event files from another export while this one began writing it "
+                          "(TensorBoard would show both): this one left it; see what the other wrote")
         for entry in steps:
             for tag, value in step_scalars(entry).items():
                 writer.add_scalar(tag, value, entry["step"], walltime=entry["ts"])
@@ -185,13 +192,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 progress.update(task, advance=1)
                 if not data["steps"]:
                     continue  # a session that made no train call
+                suffix = f".stepjournal-{uuid.uuid4().hex[:12]}"  # names this export's event file
                 try:
-                    _write_session(SummaryWriter, folder, data["steps"])
-                except (OSError, KeyboardInterrupt) as exc:
-                    _remove_events(folder)  # a half-written session is not kept: a second export writes it whole
+                    _write_session(SummaryWriter, folder, data["steps"], suffix)
+                except (OSError, KeyboardInterrupt, Failure) as exc:
+                    _remove_events(folder, suffix)  # a half-written session is not kept: an export writes it whole
                     for done, steps in written:
                         print_line(out, f"wrote {cell(done)} ({steps} steps)")
-                    if isinstance(exc, KeyboardInterrupt):
+                    if not isinstance(exc, OSError):
                         raise
                     raise Failure(f"writing {cell(folder)}: {error_line(exc)}; nothing of this session was kept "
                                   "(export it again, with --session, once the cause is fixed)") from None

@@ -296,21 +296,33 @@ sys.exit(main(["export", sys.argv[1], "--tensorboard", sys.argv[2], "--no-text"]
 """
 
 
+def losses_journal(path: str, steps: int) -> None:
+    """A run of `steps` metrics calls, a loss each."""
+    with Journal(path, run="grpo", sync=False) as journal:
+        for step in range(1, steps + 1):
+            journal.record(step, {"loss": 1.0 / step}, stage="metrics")
+
+
+def wait_at_event_file_open(child, n: int) -> None:
+    """Answer the child's points until it waits at its `n`-th opening of an event file."""
+    opened = 0
+    while True:
+        label = child.next_point()
+        assert label is not None, f"the export ended before opening an event file {n} times"
+        opened += label.startswith("open ") and "events.out.tfevents" in label
+        if opened == n:
+            return
+        child.go()
+
+
 def test_ctrl_c_while_a_session_is_written_keeps_none_of_it_and_a_second_export_writes_it_whole(tmp_path):
     """Ctrl-C (SIGINT) lands while TensorBoard's writer appends to the session's event file (an observed point):
     the export ends as interrupted, no event file is left, and the same command then writes every step."""
     path = str(tmp_path / "many")
-    with Journal(path, run="grpo", sync=False) as journal:
-        for step in range(1, 51):
-            journal.record(step, {"loss": 1.0 / step}, stage="metrics")
+    losses_journal(path, 50)
     tb = tmp_path / "tb"
     child = start_script(INTERRUPTED, path, str(tb))
-    opened = 0
-    while opened < 3:  # its creation, then the writer thread's appends: the file holds some of the steps
-        label = child.next_point()
-        assert label is not None, "the export ended before writing an event file"
-        opened += label.startswith("open ") and "events.out.tfevents" in label
-        child.go() if opened < 3 else None
+    wait_at_event_file_open(child, 3)  # its creation, then the writer thread's appends: the file holds some steps
     os.kill(child.pid, signal.SIGINT)
     child.go()
     child.finish(exits=(130,))
@@ -329,3 +341,20 @@ def test_an_empty_session_is_refused_not_read_as_every_session(journal_path, tmp
         assert done.returncode == 2, done.stderr
         assert "--session '': no session matches; its sessions are: s1 (" in done.stderr
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "tb").exists()
+
+
+def test_two_exports_into_one_folder_at_once_never_mix_one_sessions_files(tmp_path):
+    """A second export runs whole while the first, past its check, is about to create its event file (an observed
+    point): the first then finds the other's file, leaves, and the folder holds one complete session."""
+    path = str(tmp_path / "j")
+    losses_journal(path, 20)
+    tb = tmp_path / "tb"
+    first = start_script(INTERRUPTED, path, str(tb))
+    wait_at_event_file_open(first, 1)
+    second = run_cli("export", path, "--tensorboard", str(tb), "--no-text")
+    assert second.returncode == 0, second.stderr
+    first.go()
+    first.finish(exits=(1,))
+    (left,) = tb.rglob("events.out.tfevents.*")
+    (recording,) = read_runs(tb).values()
+    assert sorted(series(recording, "metrics/loss")) == list(range(1, 21))
