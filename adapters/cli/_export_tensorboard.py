@@ -99,10 +99,13 @@ def _tokenizer(journal: Journal, run: str, args: argparse.Namespace, err: Consol
 
 def _check_folder(top: str, folder: str) -> None:
     """Refuses `folder` (under `top`) when it holds event files (TensorBoard would show both), or when it or a
-    folder between it and `top` is something else than a folder (a file, a FIFO, a link to nothing)."""
+    folder between it and `top` is a link or something else than a folder (a file, a FIFO)."""
     part = top
     for name in os.path.relpath(folder, top).split(os.sep):
         part = os.path.join(part, name)
+        if os.path.islink(part):  # a link below DIR would lead the files out of it (DIR itself may be one)
+            raise Failure(f"{cell(part)} is a link (to {cell(os.readlink(part))}): the export writes only inside "
+                          "--tensorboard's folder; remove it, or export into another folder")
         if os.path.lexists(part) and not os.path.isdir(part):
             raise Failure(f"{cell(part)} is not a folder: remove it, or export into another folder")
     if os.path.isdir(folder) and _event_files(folder):

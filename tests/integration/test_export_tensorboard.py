@@ -247,7 +247,8 @@ def test_a_metric_past_floats_range_is_left_out_of_the_export_and_the_report(tmp
 
 def test_what_is_not_a_folder_where_a_folder_goes_is_refused_in_one_line_before_anything_is_written(
         journal_path, tmp_path):
-    """DIR, the run's folder or a session's folder as a dead link, a FIFO or a file: named, nothing written."""
+    """DIR, the run's folder or a session's folder as a dead link, a FIFO, a file, or (below DIR) any link: named,
+    nothing written."""
     with Journal(journal_path, readonly=True) as journal:
         first = session_folder("grpo", "s1", next(e.ts for _, e in journal.sessions()))
     dead = tmp_path / "dead"
@@ -260,11 +261,22 @@ def test_what_is_not_a_folder_where_a_folder_goes_is_refused_in_one_line_before_
     session_link = tmp_path / "session-link"
     (session_link / "grpo").mkdir(parents=True)
     (session_link / first).symlink_to(tmp_path / "nowhere")
-    for top, bad in [(dead, dead), (fifo, fifo), (run_file, run_file / "grpo"), (session_link, session_link / first)]:
+    for top, bad in [(dead, dead), (fifo, fifo), (run_file, run_file / "grpo")]:
         done = run_cli("export", journal_path, "--tensorboard", str(top), "--no-text")
         assert done.returncode == 1, (top, done.stderr)
         assert done.stderr.splitlines() == [done.stderr.strip()] and f"{bad} is not a folder" in done.stderr
+    # A link below DIR, dead or to a folder outside it (a shared log folder someone else can write), is refused.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run_link = tmp_path / "run-link"
+    run_link.mkdir()
+    (run_link / "grpo").symlink_to(outside)
+    for top, bad in [(session_link, session_link / first), (run_link, run_link / "grpo")]:
+        done = run_cli("export", journal_path, "--tensorboard", str(top), "--no-text")
+        assert done.returncode == 1, (top, done.stderr)
+        assert done.stderr.splitlines() == [done.stderr.strip()] and f"{bad} is a link (to " in done.stderr
     assert not (tmp_path / "nowhere").exists() and not list(tmp_path.rglob("events.out.tfevents.*"))
+    assert list(outside.iterdir()) == []
 
 
 def test_a_full_disk_keeps_nothing_of_the_session_and_says_so_in_one_line(tmp_path):
