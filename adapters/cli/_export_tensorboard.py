@@ -17,6 +17,8 @@ import argparse
 import datetime
 import os
 import re
+import threading
+import uuid
 from typing import Any, Dict, List, Optional, Set
 
 from rich.console import Console
@@ -26,13 +28,14 @@ from stepjournal import Journal, session_names
 
 from ._common import choose_run
 from ._progress import progress_bar
-from ._render import Failure, cell, print_line
+from ._render import Failure, cell, error_line, print_line
 from ._report import choose_session, collect
 from ._show_text import load_tokenizer
 
 __all__ = ["run", "session_folder", "step_scalars", "samples_text", "PIP_INSTALL"]
 
 PIP_INSTALL = "pip install 'stepjournal[tensorboard]'"
+_WRITER_THREADS = "tensorboard.summary.writer.event_file_writer"  # the module of TensorBoard's writer thread
 _ALWAYS_COUNTED = ("generated", "replayed")  # a curve for each, 0 where the session made none at the step
 
 
@@ -89,6 +92,69 @@ def _tokenizer(journal: Journal, run: str, args: argparse.Namespace, err: Consol
                           lambda line: print_line(err, f"samples as token ids: {escape(line)}"))
 
 
+def _check_folder(top: str, folder: str) -> None:
+    """Refuses `folder` (under `top`) when it holds event files (TensorBoard would show both), or when it or a
+    folder between it and `top` is a link or something else than a folder (a file, a FIFO)."""
+    part = top
+    for name in os.path.relpath(folder, top).split(os.sep):
+        part = os.path.join(part, name)
+        if os.path.islink(part):  # a link below DIR would lead the files out of it (DIR itself may be one)
+            raise Failure(f"{cell(part)} is a link (to {cell(os.readlink(part))}): the export writes only inside "
+                          "--tensorboard's folder; remove it, or export into another folder")
+        if os.path.lexists(part) and not os.path.isdir(part):
+            raise Failure(f"{cell(part)} is not a folder: remove it, or export into another folder")
+    if os.path.isdir(folder) and _event_files(folder):
+        raise Failure(f"{cell(folder)} already holds event files (TensorBoard would show both): "
+                      "export into another folder, or remove them")
+
+
+def _event_files(folder: str) -> List[str]:
+    return [f for f in os.listdir(folder) if f.startswith("events.out.tfevents")]
+
+
+def _remove_events(folder: str, suffix: str) -> None:
+    """Removes the event file of a session whose writing failed (the one whose name ends in this export's
+    `suffix`), and the folder when that leaves it empty."""
+    try:
+        for name in _event_files(folder):
+            if name.endswith(suffix):
+                os.remove(os.path.join(folder, name))
+        os.rmdir(folder)
+    except OSError:  # a folder that holds other things, or is gone
+        pass
+
+
+def _write_session(writer_class: Any, folder: str, steps: List[Dict[str, Any]], suffix: str) -> None:
+    """Writes one session's steps into `folder` with TensorBoard's writer, into an event file whose name ends in
+    `suffix`. Its writes happen in a thread of its own, whose error (a full disk) is raised here: by its next
+    write, or by the flush before closing. Raises Failure when another export wrote the folder meanwhile."""
+    before = threading.excepthook
+
+    def quiet(hook_args: Any) -> None:  # the writer's thread failed: its error is raised here, not printed there
+        if type(hook_args.thread).__module__ != _WRITER_THREADS:
+            before(hook_args)
+
+    threading.excepthook = quiet
+    writer = writer_class(log_dir=folder, filename_suffix=suffix)  # the file exists once it returns
+    try:
+        # Another export that checked the folder before this one's file existed: of two, the later one leaves.
+        if any(not name.endswith(suffix) for name in _event_files(folder)):
+            raise Failure(f"{cell(folder)} got event files from another export while this one began writing it "
+                          "(TensorBoard would show both): this one left it; see what the other wrote")
+        for entry in steps:
+            for tag, value in step_scalars(entry).items():
+                writer.add_scalar(tag, value, entry["step"], walltime=entry["ts"])
+            text = samples_text(entry)
+            if text is not None:
+                writer.add_text("samples", text, entry["step"], walltime=entry["ts"])
+        writer.flush()  # close() alone would not raise the writer thread's error: the file would end silently
+    finally:
+        try:
+            writer.close()
+        finally:
+            threading.excepthook = before
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Write each session's event files; refuses a session folder that already holds some (TensorBoard would
     show both)."""
@@ -96,7 +162,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         import tensorboard  # noqa: F401  (PyTorch's writer needs it, and says so less plainly)
     except ImportError:
         raise Failure(f"export --tensorboard needs TensorBoard: {PIP_INSTALL}") from None
-    if os.path.exists(args.tensorboard) and not os.path.isdir(args.tensorboard):
+    if os.path.lexists(args.tensorboard) and not os.path.isdir(args.tensorboard):  # a file, a FIFO, a dead link
         raise Failure(f"--tensorboard {cell(args.tensorboard)} is not a folder: name a new folder, or the log folder "
                       "your trainer writes TensorBoard files into")
     from torch.utils.tensorboard import SummaryWriter
@@ -104,7 +170,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     written = []
     with Journal(args.journal, readonly=True) as journal:
         given_run = args.run[0] if args.run else None
-        if args.session:  # the session names its run
+        if args.session is not None:  # the session names its run ("", a script's unset variable, names none)
             session, _, run_key = choose_session(journal, given_run, args.session)
             chosen: Optional[Set[str]] = {session}
         else:
@@ -114,9 +180,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         folders = {e.session: os.path.join(args.tensorboard, session_folder(run_key, names[e.session], e.ts))
                    for e in opened if e.run == run_key and (chosen is None or e.session in chosen)}
         for folder in folders.values():  # all checked before anything is written
-            if os.path.isdir(folder) and any(f.startswith("events.out.tfevents") for f in os.listdir(folder)):
-                raise Failure(f"{cell(folder)} already holds event files (TensorBoard would show both): "
-                              "export into another folder, or remove them")
+            _check_folder(args.tensorboard, folder)
         tokenizer = _tokenizer(journal, run_key, args, err)
         with progress_bar(err) as progress:
             task = progress.add_task("sessions", total=len(folders))
@@ -126,16 +190,17 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 progress.update(task, advance=1)
                 if not data["steps"]:
                     continue  # a session that made no train call
-                writer = SummaryWriter(log_dir=folder)
+                suffix = f".stepjournal-{uuid.uuid4().hex[:12]}"  # names this export's event file
                 try:
-                    for entry in data["steps"]:
-                        for tag, value in step_scalars(entry).items():
-                            writer.add_scalar(tag, value, entry["step"], walltime=entry["ts"])
-                        text = samples_text(entry)
-                        if text is not None:
-                            writer.add_text("samples", text, entry["step"], walltime=entry["ts"])
-                finally:
-                    writer.close()
+                    _write_session(SummaryWriter, folder, data["steps"], suffix)
+                except (OSError, KeyboardInterrupt, Failure) as exc:
+                    _remove_events(folder, suffix)  # a half-written session is not kept: an export writes it whole
+                    for done, steps in written:
+                        print_line(out, f"wrote {cell(done)} ({steps} steps)")
+                    if not isinstance(exc, OSError):
+                        raise
+                    raise Failure(f"writing {cell(folder)}: {error_line(exc)}; nothing of this session was kept "
+                                  "(export it again, with --session, once the cause is fixed)") from None
                 written.append((folder, len(data["steps"])))
     if not written:
         raise Failure(f"run {cell(run_key)} has no train calls: nothing to export")

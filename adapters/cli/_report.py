@@ -121,8 +121,17 @@ def step_metrics(journal: Journal, rows: List[Any]) -> Dict[str, Optional[float]
         if isinstance(payload, dict):
             for name, value in payload.items():
                 if isinstance(value, numbers.Real) and not isinstance(value, bool):
-                    values[str(name)] = float(value) if math.isfinite(value) else None
+                    values[str(name)] = _finite(value)
     return values
+
+
+def _finite(value: numbers.Real) -> Optional[float]:
+    """`value` as a float, None where it has none (NaN, inf, or an int past float's range: 10**400)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _shown(rows: List[Any]) -> Optional[Any]:
@@ -183,7 +192,8 @@ def choose_session(journal: Journal, run: Optional[str], given: str) -> Tuple[st
     if len(found) != 1:
         known = ", ".join(f"{names[e.session]} ({e.session[:8]})" for e in opened if run in (None, e.run)) or "none"
         whose = f"run {cell(run)}'s" if run is not None else "its"
-        raise UsageError(f"--session {cell(given)}: {'no' if not found else len(found)} session matches; "
+        matches = "no" if not found else len(found)
+        raise UsageError(f"--session {cell(given) or repr(given)}: {matches} session matches; "
                          f"{whose} sessions are: {known}")
     if run is not None and found[0].run != run:
         raise UsageError(f"--session {cell(given)} is a session of run {cell(found[0].run)}, not {cell(run)}")
@@ -212,7 +222,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.splitext(args.out)[1].lower() not in (".html", ".htm"):
         raise UsageError(f"-o {args.out}: name an .html file")
     with Journal(args.journal, readonly=True) as journal:
-        if args.session:  # the session names its run
+        if args.session is not None:  # the session names its run ("", a script's unset variable, names none)
             session, name, run_key = choose_session(journal, args.run, args.session)
         else:
             session, name, run_key = None, None, choose_run(journal, args.run)

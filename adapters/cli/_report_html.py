@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["render"]
@@ -21,11 +22,21 @@ def _scale(values: Sequence[Optional[float]]) -> Tuple[float, float]:
     if not finite:
         return 0.0, 1.0
     low, high = min(finite), max(finite)
-    return (low - 0.5, high + 0.5) if low == high else (low, high)
+    if low != high:
+        return low, high
+    # One value: a band around it that float can tell from it (± 0.5 is lost beside 1e20: TRL's total_flos).
+    pad = max(0.5, abs(low) * 1e-9)
+    if math.isinf(high + pad):  # beside float's largest: the band lies below it
+        return low - 2 * pad, high
+    if math.isinf(low - pad):
+        return low, high + 2 * pad
+    return low - pad, high + pad
 
 
 def _xy(i: int, n: int, value: float, low: float, high: float) -> str:
     x = _PAD + (i + 0.5) * (_W - _PAD - 8) / max(n, 1)
+    if math.isinf(high - low):  # a span past float's range (-1e308 to 1e308): halved, as "nan" is no coordinate
+        low, high, value = low / 2, high / 2, value / 2
     y = 8 + (1 - (value - low) / (high - low)) * (_H - 30)
     return f"{x:.1f},{y:.1f}"
 

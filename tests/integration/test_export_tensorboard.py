@@ -10,6 +10,8 @@ replays the generations and logs its own metrics.
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +21,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from stepjournal import Journal
+from stepjournal.adapters.cli._export_tensorboard import session_folder
 from cli_support import run_cli
 from doc_lines import command_lines, run_line
+from kill_points import start_script
 from test_samples import ids, tokenizer_dir  # noqa: F401  (tokenizer_dir: the fixture)
 
 STEPS, SAMPLES = 5, 3
@@ -222,3 +226,147 @@ def test_the_pages_viewer_lines_run_as_typed(tmp_path, tokenizer_dir):  # noqa: 
         assert done.returncode == 0, done.stderr
     assert (tmp_path / "grpo.html").stat().st_size > 0
     assert sorted(n.split(os.sep)[1][:2] for n in read_runs(tmp_path / "runs")) == ["s1", "s2"]
+
+
+# -- hostile journals and folders ------------------------------------------------------------------
+def test_a_metric_past_floats_range_is_left_out_of_the_export_and_the_report(tmp_path):
+    """An int past float's range (10**400) in the metrics stage is a value the step has none of, as NaN is: the
+    export and the report go on, the other metrics read back as journaled."""
+    path = str(tmp_path / "huge")
+    with Journal(path, run="grpo", sync=False) as journal:
+        journal.record(1, {"prompt_ids": [[2]], "response_ids": [[3, 1]]})
+        journal.record(1, {"huge": 10**400, "nan": float("nan"), "loss": 0.5}, stage="metrics")
+    done = run_cli("export", path, "--tensorboard", str(tmp_path / "tb"), "--no-text")
+    assert done.returncode == 0, done.stderr
+    (recording,) = read_runs(tmp_path / "tb").values()
+    assert {t for t in recording.Tags()["scalars"] if t.startswith("metrics/")} == {"metrics/loss"}
+    assert series(recording, "metrics/loss") == {1: 0.5}
+    page = run_cli("report", path, "-o", str(tmp_path / "r.html"), "--no-text")
+    assert page.returncode == 0, page.stderr
+
+
+def test_what_is_not_a_folder_where_a_folder_goes_is_refused_in_one_line_before_anything_is_written(
+        journal_path, tmp_path):
+    """DIR, the run's folder or a session's folder as a dead link, a FIFO, a file, or (below DIR) any link: named,
+    nothing written."""
+    with Journal(journal_path, readonly=True) as journal:
+        first = session_folder("grpo", "s1", next(e.ts for _, e in journal.sessions()))
+    dead = tmp_path / "dead"
+    dead.symlink_to(tmp_path / "nowhere")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run_file = tmp_path / "run-file"
+    run_file.mkdir()
+    (run_file / "grpo").write_text("")
+    session_link = tmp_path / "session-link"
+    (session_link / "grpo").mkdir(parents=True)
+    (session_link / first).symlink_to(tmp_path / "nowhere")
+    for top, bad in [(dead, dead), (fifo, fifo), (run_file, run_file / "grpo")]:
+        done = run_cli("export", journal_path, "--tensorboard", str(top), "--no-text")
+        assert done.returncode == 1, (top, done.stderr)
+        assert done.stderr.splitlines() == [done.stderr.strip()] and f"{bad} is not a folder" in done.stderr
+    # A link below DIR, dead or to a folder outside it (a shared log folder someone else can write), is refused.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run_link = tmp_path / "run-link"
+    run_link.mkdir()
+    (run_link / "grpo").symlink_to(outside)
+    for top, bad in [(session_link, session_link / first), (run_link, run_link / "grpo")]:
+        done = run_cli("export", journal_path, "--tensorboard", str(top), "--no-text")
+        assert done.returncode == 1, (top, done.stderr)
+        assert done.stderr.splitlines() == [done.stderr.strip()] and f"{bad} is a link (to " in done.stderr
+    assert not (tmp_path / "nowhere").exists() and not list(tmp_path.rglob("events.out.tfevents.*"))
+    assert list(outside.iterdir()) == []
+
+
+def test_a_full_disk_keeps_nothing_of_the_session_and_says_so_in_one_line(tmp_path):
+    """A real full tmpfs (a private mount namespace): TensorBoard's writer thread fails; the export says which
+    session in one line, with no traceback, and leaves none of its event files (a second export writes it whole)."""
+    path = str(tmp_path / "many")
+    with Journal(path, run="grpo", sync=False) as journal:
+        for step in range(1, 301):
+            journal.record(step, {f"m{k}": float(k * step) for k in range(20)}, stage="metrics")
+    where = tmp_path / "mnt"
+    where.mkdir()
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "stepjournal", "export", path,
+                                                  "--tensorboard", str(where / "tb"), "--no-text"])
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {where} && {command}; "
+                           f"echo rc=$?; find {where} -type f"], capture_output=True, text=True, timeout=300)
+    assert done.stdout.splitlines() == ["rc=1"], (done.stdout, done.stderr)  # no event file left
+    assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr
+    assert f"writing {where / 'tb' / 'grpo'}" in done.stderr and "No space left on device" in done.stderr
+    assert "nothing of this session was kept" in done.stderr
+
+
+INTERRUPTED = """
+import os, sys
+from kill_points import Lockstep
+from stepjournal.adapters.cli import main
+os.makedirs(sys.argv[2])
+Lockstep.inherited().filesystem(sys.argv[2])(True)
+sys.exit(main(["export", sys.argv[1], "--tensorboard", sys.argv[2], "--no-text"]))
+"""
+
+
+def losses_journal(path: str, steps: int) -> None:
+    """A run of `steps` metrics calls, a loss each."""
+    with Journal(path, run="grpo", sync=False) as journal:
+        for step in range(1, steps + 1):
+            journal.record(step, {"loss": 1.0 / step}, stage="metrics")
+
+
+def wait_at_event_file_open(child, n: int) -> None:
+    """Answer the child's points until it waits at its `n`-th opening of an event file."""
+    opened = 0
+    while True:
+        label = child.next_point()
+        assert label is not None, f"the export ended before opening an event file {n} times"
+        opened += label.startswith("open ") and "events.out.tfevents" in label
+        if opened == n:
+            return
+        child.go()
+
+
+def test_ctrl_c_while_a_session_is_written_keeps_none_of_it_and_a_second_export_writes_it_whole(tmp_path):
+    """Ctrl-C (SIGINT) lands while TensorBoard's writer appends to the session's event file (an observed point):
+    the export ends as interrupted, no event file is left, and the same command then writes every step."""
+    path = str(tmp_path / "many")
+    losses_journal(path, 50)
+    tb = tmp_path / "tb"
+    child = start_script(INTERRUPTED, path, str(tb))
+    wait_at_event_file_open(child, 3)  # its creation, then the writer thread's appends: the file holds some steps
+    os.kill(child.pid, signal.SIGINT)
+    child.go()
+    child.finish(exits=(130,))
+    assert not list(tb.rglob("events.out.tfevents.*"))
+    again = run_cli("export", path, "--tensorboard", str(tb), "--no-text")
+    assert again.returncode == 0, again.stderr
+    (recording,) = read_runs(tb).values()
+    assert sorted(series(recording, "metrics/loss")) == list(range(1, 51))
+
+
+def test_an_empty_session_is_refused_not_read_as_every_session(journal_path, tmp_path):
+    """`--session "$S"` with S unset: report and export name no session, instead of taking the whole run."""
+    for argv in (["report", journal_path, "-o", str(tmp_path / "r.html")], ["export", journal_path, "--tensorboard",
+                                                                           str(tmp_path / "tb")]):
+        done = run_cli(*argv, "--session", "", "--no-text")
+        assert done.returncode == 2, done.stderr
+        assert "--session '': no session matches; its sessions are: s1 (" in done.stderr
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "tb").exists()
+
+
+def test_two_exports_into_one_folder_at_once_never_mix_one_sessions_files(tmp_path):
+    """A second export runs whole while the first, past its check, is about to create its event file (an observed
+    point): the first then finds the other's file, leaves, and the folder holds one complete session."""
+    path = str(tmp_path / "j")
+    losses_journal(path, 20)
+    tb = tmp_path / "tb"
+    first = start_script(INTERRUPTED, path, str(tb))
+    wait_at_event_file_open(first, 1)
+    second = run_cli("export", path, "--tensorboard", str(tb), "--no-text")
+    assert second.returncode == 0, second.stderr
+    first.go()
+    first.finish(exits=(1,))
+    (left,) = tb.rglob("events.out.tfevents.*")
+    (recording,) = read_runs(tb).values()
+    assert sorted(series(recording, "metrics/loss")) == list(range(1, 21))

@@ -215,10 +215,10 @@ NUMERIC_BASE = {
     ("diff", "--tol"): ["diff", "J", "J", "--tol", "x=1,{}"],
     ("diff", "--steps"): ["diff", "J", "J", "--steps", "{}"],
     ("export", "--steps"): ["export", "J", "--to", "OUT", "--steps", "{}"],
-    ("timeline", "--steps"): ["timeline", "J", "--out", "OUT.html", "--steps", "{}"],
-    ("show", "--sample"): ["show", "J", "1", "--text", "--sample", "{}"],
     ("export", "--samples"): ["export", "J", "--tensorboard", "OUT", "--no-text", "--samples", "{}"],
     ("export", "--chars"): ["export", "J", "--tensorboard", "OUT", "--no-text", "--chars", "{}"],
+    ("show", "--sample"): ["show", "J", "1", "--text", "--sample", "{}"],
+    ("timeline", "--steps"): ["timeline", "J", "--out", "OUT.html", "--steps", "{}"],
 }
 ABSURD = {"10**30": TEN_TO_30, "5000 digits": DIGITS_5000, "1e400": "1e400", "a range to 5000 digits": f"1-{DIGITS_5000}"}
 

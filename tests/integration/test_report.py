@@ -220,3 +220,35 @@ def test_an_unknown_session_is_refused_naming_the_runs_sessions(metrics_report, 
     done = run_cli("report", path, "-o", str(tmp_path / "x.html"), "--no-text", "--session", "s3")
     assert done.returncode == 2 and not (tmp_path / "x.html").exists()
     assert "--session s3: no session matches; its sessions are: s1 (" in done.stderr and ", s2 (" in done.stderr
+
+
+HOSTILE = "</script><script>alert(1)</script>"
+
+
+def test_hostile_metric_names_and_numbers_draw_as_text_and_charts_without_errors(tmp_path, browser):
+    """A metric named to close the script, one constant at 1e20 (TRL's total_flos: ± 0.5 is lost beside it),
+    one spanning -1e308 to 1e308, one past float's range and a NaN: the page loads with no console error and no
+    dialog, each name is shown as text, and every point of every chart is a number."""
+    path = str(tmp_path / "hostile")
+    with Journal(path, run="trl", sync=False) as journal:
+        for step, wide in ((1, 1e308), (2, -1e308), (3, 0.0)):
+            journal.record(step, {"prompt_ids": [[2]], "response_ids": [[3, 1]]})
+            journal.record(step, {HOSTILE: float(step), "total_flos": 1e20, "wide": wide, "huge": 10**400,
+                                  "nan": float("nan")}, stage="metrics")
+    page = tmp_path / "hostile.html"
+    done = run_cli("report", path, "-o", str(page), "--no-text")
+    assert done.returncode == 0, done.stderr
+    tab, problems = open_report(browser, page)
+    dialogs = []
+    tab.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    tab.reload()
+    # A name whose every value is no number (NaN, 10**400) keeps its chart, empty: the curve a loss gone NaN left.
+    assert tab.locator("#metrics figcaption").all_inner_texts() == [HOSTILE, "huge", "nan", "total_flos", "wide"]
+    coordinates = [v for p in tab.locator("#metrics polyline").all() for v in
+                   p.get_attribute("points").replace(",", " ").split()]
+    coordinates += [c.get_attribute(a) for c in tab.locator("#metrics circle").all() for a in ("cx", "cy")]
+    assert coordinates and all(float(v) == float(v) and abs(float(v)) < 2000 for v in coordinates), coordinates
+    tab.click('tr.step[data-step="2"]')
+    assert tab.inner_text("#samples p.metrics") == (f"metrics: {HOSTILE} 2 · total_flos 100000000000000000000 · "
+                                                    "wide -1e+308 · huge - · nan -")
+    assert problems == [] and dialogs == []
