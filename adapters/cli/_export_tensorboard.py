@@ -88,8 +88,7 @@ def _tokenizer(journal: Journal, run: str, args: argparse.Namespace, err: Consol
     ``--tokenizer`` that does not load is an error."""
     if args.no_text:
         return None
-    return load_tokenizer(journal, run, args.tokenizer,
-                          lambda line: print_line(err, f"samples as token ids: {escape(line)}"))
+    return load_tokenizer(journal, run, args.tokenizer, lambda line: print_line(err, escape(line)))
 
 
 def _check_folder(top: str, folder: str) -> None:
