@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable, Optional
 
@@ -12,6 +13,16 @@ __all__ = ["DIGEST_SIZE", "DigestInBackground", "digest_bytes", "digest_hex", "d
 DIGEST_SIZE = 32
 # Hashing a payload of tens of MB is on the record and replay paths; BLAKE3 spreads it over cores.
 _THREADS_FROM = 1 << 22
+# BLAKE3's threads are a pool made at the first large digest; a fork child has none of them, and a digest that
+# hands them work waits forever (a DataLoader worker recording a payload file). A fork child hashes on its own
+# thread.
+_POOL = {"usable": True}
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _POOL.update(usable=False))
+
+
+def _threads(nbytes: int) -> int:
+    return blake3.blake3.AUTO if nbytes >= _THREADS_FROM and _POOL["usable"] else 1
 
 
 # Piece size when the caller wants to hear about each hashed piece (big enough for BLAKE3's threads).
@@ -28,7 +39,7 @@ def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = No
         one_thread: hash on the calling thread only, for a caller that already hashes one value per core.
     """
     view = memoryview(data)
-    threads = blake3.blake3.AUTO if view.nbytes >= _THREADS_FROM and not one_thread else 1
+    threads = 1 if one_thread else _threads(view.nbytes)
     if after_chunk is None:
         return blake3.blake3(view, max_threads=threads).digest()
     view = view.cast("B")
@@ -43,7 +54,7 @@ def digest_bytes(data, *, after_chunk: Optional[Callable[[int, int], None]] = No
 def digest_pieces(pieces) -> bytes:
     """The digest of the bytes of `pieces` (bytes-like values) one after another, none copied or joined."""
     views = [memoryview(p).cast("B") for p in pieces]
-    threads = blake3.blake3.AUTO if sum(v.nbytes for v in views) >= _THREADS_FROM else 1
+    threads = _threads(sum(v.nbytes for v in views))
     hasher = blake3.blake3(max_threads=threads)
     for view in views:
         hasher.update(view)

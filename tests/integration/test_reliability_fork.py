@@ -179,3 +179,33 @@ def test_passing_an_open_journal_to_a_spawned_child_fails_clearly_in_the_parent(
         proc = mp.get_context("spawn").Process(target=_open_by_path, args=(journal,))
         with pytest.raises(JournalError, match="pass the journal's path"):
             proc.start()
+
+
+FORK_AFTER_A_LARGE_DIGEST = """
+import os, sys
+from stepjournal import Journal
+with Journal(sys.argv[1], run="r") as journal:
+    journal.record(1, {"x": b"1" * (8 << 20)})  # 8 MiB: hashed on BLAKE3's threads, which a fork child lacks
+pid = os.fork()
+if pid == 0:  # (bytes, not a tensor: torch's own thread pool has the same trouble after a fork)
+    with Journal(sys.argv[2], run="r") as journal:
+        journal.record(1, {"x": b"0" * (8 << 20)})
+        os._exit(0 if journal.lookup(1) is not None else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_fork_child_records_a_large_payload_after_the_parent_hashed_one(tmp_path):
+    """A DataLoader-style fork child records a payload file once the parent has hashed one on BLAKE3's threads."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", FORK_AFTER_A_LARGE_DIGEST, str(tmp_path / "a"), str(tmp_path / "b")],
+                            start_new_session=True)
+    try:
+        assert proc.wait(timeout=120) == 0  # a hang detector only: before the fix the child never ended
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
