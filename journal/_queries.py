@@ -52,7 +52,10 @@ class Queries:
                          stage: str = DEFAULT_STAGE, start: int = 0, stop: Optional[int] = None) -> List[int]:
         """The call indices recorded (with output) at `step`, ascending; only ``start <= index < stop`` when given
         (read as a range of the index: a tool call's sample, `ToolCallKey.sample_span`)."""
-        _check_step(step)
+        if isinstance(step, bool) or not isinstance(step, int):
+            _check_step(step)  # a step that is no int (1.5, True) is refused, naming it
+        if step < 0:
+            return []  # as lookup: no step below 0 is ever recorded
         return self._index.indices(self._live(), run or self.run, mode, step, stage, start, stop)
 
     def step_count(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,

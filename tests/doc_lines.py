@@ -150,6 +150,22 @@ def typed_in_terminal(text: str, cwd, *, columns: int = 80, env: Optional[dict] 
     return status, "\n".join(lines)
 
 
+def shell_argv(tmp_path, body: str, shell: str = "bash") -> list:
+    """The argv `python` gets when `shell` (bash, zsh) runs `body` (quotes, escapes and line continuations applied)."""
+    import os
+    import subprocess
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python"
+    fake.write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$ARGV_FILE"\n')
+    fake.chmod(0o755)
+    argv_file = tmp_path / "argv"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "ARGV_FILE": str(argv_file)}
+    result = subprocess.run([shell, "-c", body], env=env, capture_output=True, text=True, timeout=600)  # a hang detector only
+    assert result.returncode == 0, result.stderr
+    return argv_file.read_text().split("\0")[:-1]
+
+
 def prompted_lines(body: str) -> List[tuple]:
     """(command, the output lines the page shows under it) of each ``$ `` line of a block's body."""
     found: List[tuple] = []

@@ -34,7 +34,7 @@ from ._show_text import load_tokenizer
 
 __all__ = ["run", "session_folder", "step_scalars", "samples_text", "PIP_INSTALL"]
 
-PIP_INSTALL = "pip install 'stepjournal[tensorboard]'"
+PIP_INSTALL = "pip install tensorboard"
 _WRITER_THREADS = "tensorboard.summary.writer.event_file_writer"  # the module of TensorBoard's writer thread
 _ALWAYS_COUNTED = ("generated", "replayed")  # a curve for each, 0 where the session made none at the step
 

@@ -77,11 +77,12 @@ def make_console(**options: Any) -> Console:
     return _Console(highlight=False, **options)
 
 
-def print_line(console: Console, text: str) -> None:
+def print_line(console: Console, text: str, **options: Any) -> None:
     """Print `text` (rich markup) as one line that the terminal wraps, not rich: a path in it stays one
-    piece to copy (rich breaks a long line at the width, inside a path too) and a pipe gets it whole.
+    piece to copy (rich breaks a long line at the width, inside a path too) and a pipe gets it whole; `options`
+    go to `Console.print` (``markup=False`` for text that is not markup).
     Every line of a verb that names a path or a URL goes through here."""
-    console.print(text, soft_wrap=True)
+    console.print(text, soft_wrap=True, **options)
 
 
 class _TrimmedLines:

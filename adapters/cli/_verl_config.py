@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 
 from rich.console import Console
 
-from ._render import Failure
+from ._render import Failure, print_line
 
 __all__ = ["add_arguments", "run", "hydra_value", "shell_word"]
 
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     found, overrides, yaml = migration(cfg)
 
     def say(text: str) -> None:
-        out.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+        print_line(out, text, markup=False, emoji=False)
 
     say(f"# {_comment(args.config)}: {found.form} -> stepjournal policy {found.policy}, journal {_comment(found.path)}, "
         f"run {_comment(found.run)}")

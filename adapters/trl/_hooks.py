@@ -290,7 +290,9 @@ def attach(
         stages=declared_stages(trainer),
     )
     # The run's tokenizer, kept once in the journal: `show --text` and `report` decode with it, with no flag.
-    record_tokenizer(journal, getattr(trainer, "processing_class", None))
+    # One rank keeps it: the ranks of one launch share the run, and each would be a session recording it.
+    if trainer.accelerator.process_index == 0:
+        record_tokenizer(journal, getattr(trainer, "processing_class", None))
     handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)
     handle._install()
     log.info(

@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from doc_lines import typed_in_terminal
-from test_verl_config_cli import VERL_CONFIG, pasted_line
-from test_verl_v1_commands import shell_argv
+from doc_lines import shell_argv, typed_in_terminal
 
 pytestmark = pytest.mark.e2e  # a GRPO run, verl's Hydra: `make test-fast` leaves it out
 
@@ -95,12 +93,14 @@ def test_a_newcomers_hour_at_80_columns(tmp_path):
 
     # 4. An existing verl config with rollout skip, moved by pasting the line verl-config prints: it composes
     # in verl's own Hydra to the same policy, journal and run.
-    cfg = OmegaConf.load(VERL_CONFIG)
+    import verl
+
+    cfg = OmegaConf.load(Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
     OmegaConf.update(cfg, "skip.rollout", {"enable": True, "steps": [1, 2, 3], "action": "cache",
                                            "dump_dir": str(home / "rollouts")}, merge=True)
     OmegaConf.save(cfg, home / "my_ppo.yaml")
     shown = typed("stepjournal verl-config my_ppo.yaml", home)
-    pasted = pasted_line(shown)
+    pasted = next(text for text in shown.splitlines() if text.strip() and not text.startswith("#"))  # the paste
     argv = shell_argv(home, f"python -m verl.trainer.main_ppo --config-path {home} --config-name my_ppo {pasted}")
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

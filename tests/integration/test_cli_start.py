@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from benchmarks._cli_start import VERB_GOAL_S, make_demo, verb_lines
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is the project's folder, not installed
+from benchmarks._cli_start import VERB_GOAL_S, make_demo, verb_lines  # noqa: E402
 
 PROBE = """
 import sys

@@ -210,7 +210,7 @@ def test_without_tensorboard_installed_it_names_the_pip_install_in_one_line(jour
                           text=True, timeout=300)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "stepjournal: error: export --tensorboard needs TensorBoard: pip install 'stepjournal[tensorboard]'"]
+        "stepjournal: error: export --tensorboard needs TensorBoard: pip install tensorboard"]
     assert not (tmp_path / "tb").exists()
 
 
@@ -333,7 +333,7 @@ def test_ctrl_c_while_a_session_is_written_keeps_none_of_it_and_a_second_export_
     losses_journal(path, 50)
     tb = tmp_path / "tb"
     child = start_script(INTERRUPTED, path, str(tb))
-    wait_at_event_file_open(child, 3)  # its creation, then the writer thread's appends: the file holds some steps
+    wait_at_event_file_open(child, 2)  # its creation, then the first append (a third depends on the writer's timing)
     os.kill(child.pid, signal.SIGINT)
     child.go()
     child.finish(exits=(130,))

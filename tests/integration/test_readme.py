@@ -8,11 +8,13 @@ The activation line runs in the repository, whose ``.venv`` the suite runs from.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks._cli_start import DEMO, make_demo
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is the project's folder, not installed
+from benchmarks._cli_start import DEMO, make_demo  # noqa: E402
 from doc_lines import FENCE, command_lines, run_line
 
 ROOT = Path(__file__).resolve().parents[2]

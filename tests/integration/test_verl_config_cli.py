@@ -16,8 +16,7 @@ import pytest
 import verl
 from omegaconf import OmegaConf
 
-from doc_lines import command_lines, run_line, shown_under
-from test_verl_v1_commands import shell_argv
+from doc_lines import command_lines, run_line, shell_argv, shown_under
 from verl_support import compose
 
 from stepjournal.adapters.verl import read_verl_config

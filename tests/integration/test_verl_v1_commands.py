@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from doc_lines import command_lines
+from doc_lines import command_lines, shell_argv
 from verl_support import ENTRY_POINTS, compose
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,19 +32,6 @@ def verl_blocks():
                 found.append((match["expect"], match["body"]))
     return found
 
-
-def shell_argv(tmp_path: Path, body: str, shell: str = "bash") -> list:
-    """The argv `python` gets when `shell` (bash, zsh) runs `body` (quotes, escapes and line continuations applied)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "python"
-    fake.write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$ARGV_FILE"\n')
-    fake.chmod(0o755)
-    argv_file = tmp_path / "argv"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "ARGV_FILE": str(argv_file)}
-    result = subprocess.run([shell, "-c", body], env=env, capture_output=True, text=True, timeout=600)  # a hang detector only
-    assert result.returncode == 0, result.stderr
-    return argv_file.read_text().split("\0")[:-1]
 
 
 def test_docs_show_verl_command_lines_and_each_says_what_it_configures():
