@@ -1,0 +1,46 @@
+"""What several verbs share: opening a journal read-only, parsing --steps, choosing the run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, Iterable, Optional
+
+from stepjournal import Journal, RunSummary, StepJournalError, session_names
+
+from ._render import UsageError
+
+if TYPE_CHECKING:  # the policies package loads the engine: imported when --steps is given
+    from stepjournal.policies import StepRanges
+
+__all__ = ["open_readonly", "parse_steps", "choose_run", "names_of_sessions"]
+
+
+def open_readonly(path: str, check: str = "open") -> Journal:
+    """The journal read-only; ``check="as-read"`` checks data.mdb's trees as they are read (see `Journal`)."""
+    return Journal(path, readonly=True, check=check)
+
+
+def choose_run(journal: Journal, run: Optional[str]) -> str:
+    """`stepjournal.tools._export.choose_run`, imported when called: the export module loads torch."""
+    from stepjournal.tools._export import choose_run as choose
+
+    return choose(journal, run)
+
+
+def parse_steps(text: Optional[str]) -> Optional[StepRanges]:
+    """``--steps`` as `StepRanges` (None when not given); a bad range is a usage error."""
+    if text is None:
+        return None
+    from stepjournal.policies import StepRanges
+
+    try:
+        return StepRanges.parse(text)
+    except StepJournalError as exc:
+        # The parser draws a caret under the bad character on later lines; one line is enough here.
+        raise UsageError(f"--steps: {str(exc).splitlines()[0]}") from None
+
+
+def names_of_sessions(summaries: Iterable[RunSummary]) -> Dict[str, str]:
+    """Session id -> its short name (``s1``, ``s2`` ..., `session_names`), from the run summaries (the runs
+    index: a read per session, not a scan of the log, so the first screen does not wait for it)."""
+    opened = sorted(session for summary in summaries for session in summary.sessions)
+    return session_names(event.session for _, event in opened)

@@ -1,0 +1,127 @@
+"""``stepjournal prune``: release the payloads of recorded steps that retention rules do not keep (writes).
+
+Events stay: each released record gets a `PayloadsReleased` event, committed with the deletion, and
+`audit`, `show` and `timeline` show it. Disk space comes back with ``stepjournal compact``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import Optional
+
+from rich.console import Console
+
+from stepjournal import AUDIT_SCHEMA_VERSION, Journal, Retention, StepJournalError, prune
+from stepjournal.policies import StepRanges
+
+from ._args import nonneg_int
+from ._render import Failure, UsageError, cell, clean, human_size, print_json, print_line
+
+__all__ = ["add_arguments", "run", "rules_from_args"]
+
+
+def rules_from_args(args: argparse.Namespace) -> Optional[Retention]:
+    """The `Retention` the command line asks for (None: no rule, only leftovers); a bad value is a usage
+    error naming it."""
+    if args.keep_last is None and args.max_bytes is None:
+        given = [flag for flag, value in (("--pin", args.pin), ("--run", args.run), ("--mode", args.mode),
+                                          ("--stage", args.stage), ("--all", args.all),
+                                          ("--no-keep-replayed", args.no_keep_replayed)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} needs --keep-last N and/or --max-bytes SIZE; without a rule, "
+                             "prune releases nothing and deletes only bytes earlier releases left stored")
+        return None
+    try:
+        pin = StepRanges.parse(args.pin) if args.pin else None
+    except StepJournalError as exc:
+        raise UsageError(f"--pin: {str(exc).splitlines()[0]}") from None
+    try:
+        return Retention(
+            keep_last=args.keep_last, pin=pin, keep_replayed=not args.no_keep_replayed,
+            max_bytes=args.max_bytes, run=args.run, mode=args.mode, stage=args.stage, allow_release_all=args.all,
+        )
+    except StepJournalError as exc:
+        raise UsageError(cli_words(str(exc))) from None
+
+
+_FLAG_WORDS = (  # a retention message's Python words -> the flags of this command
+    (re.compile(r"\bno keep_replayed\b"), "--no-keep-replayed"),
+    (re.compile(r" ?\bkeep_replayed\b"), ""),  # the default: no flag to name
+    (re.compile(r"\ballow_release_all=True, "), ""),
+    (re.compile(r"\b(keep_last|max_bytes)\b(=?)"), lambda m: f"--{m[1].replace('_', '-')}{' ' if m[2] else ''}"),
+    (re.compile(r"(?<!-)\bpin\b(?= |,)"), "--pin"),
+)
+
+
+def cli_words(message: str) -> str:
+    """A retention message (written for Python: ``keep_last=2``) in this command's words (``--keep-last 2``)."""
+    for pattern, words in _FLAG_WORDS:
+        message = pattern.sub(words, message)
+    return message
+
+
+def _rule_words(args: argparse.Namespace, rules: Optional[Retention]) -> str:
+    """The rule as the command line gave it (its flags), not as Python spells it."""
+    if rules is None:
+        return "with no rule (only the bytes earlier releases left stored)"
+    flags = [f"{flag} {cell(value)}" for flag, value in (
+        ("--keep-last", args.keep_last), ("--max-bytes", args.max_bytes), ("--pin", args.pin), ("--run", args.run),
+        ("--mode", args.mode), ("--stage", args.stage)) if value is not None]
+    flags += [flag for flag, on in (("--no-keep-replayed", args.no_keep_replayed), ("--all", args.all)) if on]
+    return "under " + " ".join(flags)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``stepjournal prune``."""
+    p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
+    p.add_argument("--keep-last", type=nonneg_int, metavar="N", help="keep the N largest recorded steps of each run and mode")
+    p.add_argument("--pin", metavar="RANGES", help="always keep these steps, e.g. '1-5,100'")
+    p.add_argument("--max-bytes", metavar="SIZE", help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
+    p.add_argument("--run", help="only this run key (default: every run)")
+    p.add_argument("--mode", help="only this mode (default: every mode)")
+    p.add_argument("--stage", help="only this stage (default: every stage, each kept on its own)")
+    p.add_argument("--no-keep-replayed", action="store_true", help="release steps a session replayed from too")
+    p.add_argument("--all", action="store_true", help="allow releasing every step of a run and mode")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    rules = rules_from_args(args)
+    if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
+        raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
+    # Maintenance records no calls, so it opens no session (as reindex).
+    with Journal(args.journal, session=False) as journal:
+        if args.run is not None and args.run not in {e.run for _, e in journal.events()}:
+            raise Failure(f"no run {clean(args.run)!r} in {clean(args.journal)!r}; `stepjournal runs` lists its runs")
+        try:
+            plan = prune(journal, rules, dry_run=args.dry_run)
+        except StepJournalError as exc:
+            raise Failure(cli_words(str(exc))) from None
+    if args.json:
+        print_json({
+            "schema_version": AUDIT_SCHEMA_VERSION, "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
+            "leftover": list(plan.leftover),
+            "kept_steps": [{"run": g[0], "mode": g[1], "stage": g[2], "steps": n}
+                           for g, n in sorted(plan.kept_steps.items())],
+            "releases": [{"record_seq": r.record_seq, "run": r.run, "mode": r.mode, "stage": r.stage, "step": r.step,
+                          "gen_index": r.gen_index, "released": list(r.released), "retained": list(r.retained),
+                          "reason": r.reason} for r in plan.releases],
+        })
+        return 0
+    verb = "would release" if args.dry_run else "released"
+    steps = sorted({(r.run, r.mode, r.stage, r.step) for r in plan.releases})
+    print_line(out, f"{verb} {len(plan.releases)} records of {len(steps)} steps ({human_size(plan.released_bytes)}) "
+                    f"in {cell(args.journal)} {_rule_words(args, rules)}")
+    for (run_key, mode, stage), kept in sorted(plan.kept_steps.items()):
+        gone = StepRanges.from_steps([s for r, m, g, s in steps if (r, m, g) == (run_key, mode, stage)])
+        where = f"{cell(mode)}" if stage == "generate" else f"{cell(mode)} stage {cell(stage)}"
+        out.print(f"  run {cell(run_key)} {where}: {kept} steps kept; released steps {str(gone) or 'none'}")
+    if plan.leftover:
+        out.print(f"  {len(plan.leftover)} payloads an earlier prune released were still stored: "
+                  f"{'would be ' if args.dry_run else ''}deleted")
+    if not args.dry_run and plan.releases:
+        out.print("disk space comes back with `stepjournal compact`")
+    return 0

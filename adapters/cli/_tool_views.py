@@ -1,0 +1,155 @@
+"""The tool calls of a journal on the command line: ``audit --tools`` (a row per call, a summary per step),
+``show STEP --text --sample S`` (one sample's calls as its turns) and ``diff A B --tools`` (the first differing
+tool response). The rows are `stepjournal.tool_call_rows`'."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Dict, List
+
+from rich.console import Console
+
+from stepjournal import ToolCallRow, tool_call_rows, tool_step_summaries
+
+from ._common import open_readonly, parse_steps
+from ._render import FittedColumns, cell, plain_table, print_json, print_line
+
+__all__ = ["run_audit", "run_show", "run_diff", "row_json"]
+
+_CALLS = (("step", "right", 6), ("call", "left", 12), ("tool", "left", 16), ("outcome", "left", 9),
+          ("time", "right", 7), ("saved", "right", 7), ("arguments", "left", None))
+_SUMMARY = ("step", "calls", "replayed", "misses", "refused", "tool time", "saved")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}s"
+
+
+def _json_float(value: Any) -> Any:
+    """A reward for JSON, which has no NaN or infinity: those as their names (``"nan"``, ``"inf"``)."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def row_json(row: Any) -> Dict[str, Any]:
+    """A tool call's row as ``audit --tools --json`` prints it."""
+    response = row.response
+    return {
+        "seq": row.seq, "run": row.run, "step": row.step, "mode": row.mode, "stage": row.stage, "tool": row.tool,
+        "sample": row.key.sample, "turn": row.key.turn, "call": row.key.call, "outcome": row.outcome,
+        "arguments": None if row.request is None else row.request.arguments,
+        "response": None if response is None else response.text,
+        "reward": None if response is None else _json_float(response.reward),
+        "duration_s": row.duration_s, "saved_s": row.saved_s,
+        "source": None if row.source_key is None else str(row.source_key),
+    }
+
+
+def _counted(rows: List[ToolCallRow], args: argparse.Namespace) -> List[ToolCallRow]:
+    """The calls `audit`'s count options keep: the newest N (``-n`` / ``--last``) or the oldest N (``--first``)."""
+    if args.last is not None:
+        return rows[len(rows) - args.last:] if args.last else []
+    return rows if args.first is None else rows[:args.first]
+
+
+def run_audit(args: argparse.Namespace, out: Console) -> int:
+    """``stepjournal audit JOURNAL --tools``: each tool call, then per step its calls, misses and tool time saved."""
+    steps = parse_steps(args.steps)
+    with open_readonly(args.journal, check="as-read") as journal:
+        rows = tool_call_rows(journal, run=args.run, steps=steps)
+    rows = [row for row in rows if args.mode is None or row.mode == args.mode]
+    if args.stage is not None:
+        rows = [row for row in rows if row.stage == args.stage]
+    summaries = tool_step_summaries(rows)
+    if args.json:
+        print_json({"calls": [row_json(row) for row in _counted(rows, args)],
+                    "steps": [{"run": s.run, "step": s.step, "calls": s.calls, "replayed": s.replayed,
+                               "misses": s.misses, "refused": s.refused, "tool_s": s.tool_s, "saved_s": s.saved_s}
+                              for s in summaries]})
+        return 0
+    if not rows:
+        print_line(out, f"journal {cell(args.journal)} has no tool calls")
+        return 0
+    print_line(out, f"tool calls in {cell(args.journal)}")
+    texts = [[str(row.step), str(row.key), cell(row.tool), row.outcome, _seconds(row.duration_s),
+              _seconds(row.saved_s) if row.outcome == "replayed" else "-",
+              cell(row.request.arguments if row.request is not None else "-")] for row in _counted(rows, args)]
+    layout = FittedColumns(out.width, _CALLS, whole=("step", "outcome"))
+    layout.measure(texts)
+    table = layout.table()
+    for cells in texts:
+        table.add_row(*cells)
+    out.print(table)
+    out.print("per step")
+    summary = plain_table()
+    for name in _SUMMARY:
+        summary.add_column(name, justify="left" if name == "step" else "right", no_wrap=True)
+    for s in summaries:
+        summary.add_row(str(s.step), str(s.calls), str(s.replayed), str(s.misses), str(s.refused),
+                        _seconds(s.tool_s), _seconds(s.saved_s))
+    out.print(summary)
+    return 0
+
+
+def run_show(args: argparse.Namespace, out: Console) -> int:
+    """``stepjournal show JOURNAL STEP --text --sample S``: the sample's tool calls turn by turn, each with its
+    arguments, its response and whether it was recorded, replayed or a miss (each session's calls apart)."""
+    with open_readonly(args.journal, check="as-read") as journal:
+        rows = tool_call_rows(journal, run=args.run, steps=[args.step], sample=args.sample)
+    rows = [row for row in rows if row.mode == args.mode]
+    if args.json:
+        print_json([row_json(row) for row in rows])
+        return 0
+    if not rows:
+        print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
+        return 0
+    sessions: List[str] = []
+    for row in rows:
+        if row.session not in sessions:
+            sessions.append(row.session)
+    for number, session in enumerate(sessions, 1):
+        out.print(f"[bold]step {args.step} sample {args.sample}[/] · session {number} of {len(sessions)} "
+                  f"({cell(session[:8])})", highlight=False)
+        turn = None
+        for row in (r for r in rows if r.session == session):
+            if row.key.turn != turn:
+                turn = row.key.turn
+                out.print(f"  turn {turn}", highlight=False)
+            arguments = row.request.arguments if row.request is not None else "-"
+            source = f" from {row.source_key}" if row.source_key is not None and row.source_key != row.key else ""
+            out.print(f"    {cell(row.tool)}({cell(arguments)})  [dim]{row.outcome}{source}[/]", highlight=False)
+            if row.response is not None:
+                for line in row.response.text.splitlines() or [""]:
+                    out.print(f"      → {cell(line)}", highlight=False)
+    return 0
+
+
+def run_diff(args: argparse.Namespace, out: Console) -> int:
+    """``stepjournal diff A B --tools``: the first tool call whose response differs (each side's latest answer
+    per key, in --run-a / --run-b, needed when a side holds several runs, and --steps, --mode, --stage); exit
+    status 1 when one differs, 0 when none does.
+
+    Raises:
+        DiffError: a side holds tool calls of several runs and names none.
+    """
+    from stepjournal import DiffError, first_tool_difference
+
+    steps = parse_steps(args.steps)
+    sides = []
+    for side, path, run in (("A", args.journal_a, args.run_a), ("B", args.journal_b, args.run_b)):
+        with open_readonly(path, check="as-read") as journal:
+            rows = tool_call_rows(journal, run=run, steps=steps)
+        runs = sorted({row.run for row in rows})
+        if len(runs) > 1:  # one run's calls are compared with the other side's, never a mix of runs
+            raise DiffError(f"journal {side} ({path}) holds tool calls of several runs ({', '.join(runs)}); "
+                            f"choose one with --run-{side.lower()}")
+        sides.append([row for row in rows if (args.mode is None or row.mode == args.mode)
+                      and (args.stage is None or row.stage == args.stage)])
+    difference = first_tool_difference(*sides)
+    if args.json:
+        print_json({"first_difference": difference, "calls_a": len(sides[0]), "calls_b": len(sides[1])})
+    elif difference is None:
+        print_line(out, f"tool responses: the same ({len(sides[0])} and {len(sides[1])} tool call events)")
+    else:
+        print_line(out, f"first differing tool response: {cell(difference)}")
+    return 0 if difference is None else 1
