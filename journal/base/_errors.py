@@ -353,7 +353,17 @@ class ToolCallError(StepJournalError, ValueError):
     """A tool call that cannot be journaled: arguments that are not canonical JSON, a key out of range."""
 
 
-class ToolReplayMissError(ReplayMissError):
+class _RefusedToolCall:
+    """What a refused tool call carries: its stage, its `ToolCallKey` and its `ToolRequest`."""
+
+    def __init__(self, message: str, *, step: int, stage: str, key: Any, request: Any) -> None:
+        super().__init__(message, step=step, gen_index=key.gen_index)  # type: ignore[call-arg]
+        self.stage = stage
+        self.key = key
+        self.request = request
+
+
+class ToolReplayMissError(_RefusedToolCall, ReplayMissError):
     """`replay` found no recorded response to a tool call's request in its sample and step.
 
     Attributes:
@@ -362,14 +372,8 @@ class ToolReplayMissError(ReplayMissError):
         request: the `ToolRequest` that has no recorded response.
     """
 
-    def __init__(self, message: str, *, step: int, stage: str, key: Any, request: Any) -> None:
-        super().__init__(message, step=step, gen_index=key.gen_index)
-        self.stage = stage
-        self.key = key
-        self.request = request
 
-
-class ToolStateMismatchError(ReplayRefusedError):
+class ToolStateMismatchError(_RefusedToolCall, ReplayRefusedError):
     """A stateful tool's catch-up gave another response than the one served from the recording.
 
     The live environment would then hold a state the model never saw. Record the sample again
@@ -378,12 +382,6 @@ class ToolStateMismatchError(ReplayRefusedError):
     Attributes:
         stage, key, request: the call whose catch-up response differs (its `ToolCallKey`, its `ToolRequest`).
     """
-
-    def __init__(self, message: str, *, step: int, stage: str, key: Any, request: Any) -> None:
-        super().__init__(message, step=step, gen_index=key.gen_index)
-        self.stage = stage
-        self.key = key
-        self.request = request
 
 
 class FingerprintMismatchError(ReplayRefusedError):
