@@ -7,7 +7,8 @@ One TensorBoard run per session, in ``DIR/RUN/s1-20261207-054100`` (the run key,
 charts (`_report.collect`, one session at a time): ``reward/mean``, ``reward/std``, ``response_length/mean``,
 ``samples/count``, ``time/STAGE`` (seconds), ``metrics/NAME`` (the ``metrics`` stage's numbers: TRL's loss and
 reward, verl's actor values), ``calls/generated`` and ``calls/replayed`` (the session's calls at the step, every
-stage); and the text ``samples``: the first ``--samples`` samples, decoded when a tokenizer is found, else their
+stage), and where the step called tools ``tools/calls``, ``tools/replayed``, ``tools/misses``, ``tools/refused``,
+``tools/tool_s`` and ``tools/saved_s`` (as ``audit --tools`` counts them); and the text ``samples``: the first ``--samples`` samples, decoded when a tokenizer is found, else their
 token ids. Each point's wall time is the time the session journaled the step.
 """
 
@@ -63,6 +64,9 @@ def step_scalars(entry: Dict[str, Any]) -> Dict[str, float]:
             out[f"metrics/{name}"] = value
     for action in sorted({*_ALWAYS_COUNTED, *entry["calls"]}):
         out[f"calls/{action}"] = float(entry["calls"].get(action, 0))
+    if entry["tools"] is not None:
+        for name, value in entry["tools"].items():
+            out[f"tools/{name}"] = float(value)
     return out
 
 

@@ -191,8 +191,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the run "
                    "kept in the journal, else the one its fingerprint names); loaded from local files only")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
-    p.add_argument("--sample", type=nonneg_int, help="with --text: that sample's tool calls, turn by turn, each "
-                   "with its arguments, response and outcome (docs/agents.md)")
+    p.add_argument("--sample", type=nonneg_int, help="with --text: that sample as its turns: the assistant's text, "
+                   "then each tool call with its arguments, response and outcome (docs/agents.md)")
     p.add_argument("--no-pager", action="store_true",
                    help="on a terminal, print straight to it instead of through $PAGER (less)")
 
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.text and args.sample is not None:
         from ._tool_views import run_show
 
-        return run_show(args, out)
+        return run_show(args, out, err)
     if args.text:
         from ._show_text import run as show_text
 

@@ -91,37 +91,79 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def run_show(args: argparse.Namespace, out: Console) -> int:
-    """``stepjournal show JOURNAL STEP --text --sample S``: the sample's tool calls turn by turn, each with its
-    arguments, its response and whether it was recorded, replayed or a miss (each session's calls apart)."""
+def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``stepjournal show JOURNAL STEP --text --sample S``: the sample as its turns, each session apart: the
+    assistant's text of each turn (where the step's generate call marks the tokens tools wrote, as verl's and
+    TRL's multi-turn rollouts do), then each tool call of the turn with its arguments, its response and whether
+    it was recorded, replayed or a miss."""
     with open_readonly(args.journal, check="as-read") as journal:
         rows = tool_call_rows(journal, run=args.run, steps=[args.step], sample=args.sample)
-    rows = [row for row in rows if row.mode == args.mode]
-    if args.json:
-        print_json([row_json(row) for row in rows])
-        return 0
-    if not rows:
-        print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
-        return 0
-    sessions: List[str] = []
-    for row in rows:
-        if row.session not in sessions:
-            sessions.append(row.session)
+        rows = [row for row in rows if row.mode == args.mode]
+        if args.json:
+            print_json([row_json(row) for row in rows])
+            return 0
+        if not rows:
+            print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
+            return 0
+        sessions: List[str] = []
+        for row in rows:
+            if row.session not in sessions:
+                sessions.append(row.session)
+        said = _assistant_turns(journal, rows[0].run, args, sessions, err)
     for number, session in enumerate(sessions, 1):
         out.print(f"[bold]step {args.step} sample {args.sample}[/] · session {number} of {len(sessions)} "
                   f"({cell(session[:8])})", highlight=False)
-        turn = None
+        turns = said.get(session, [])
+        turn, shown = None, set()
         for row in (r for r in rows if r.session == session):
             if row.key.turn != turn:
                 turn = row.key.turn
                 out.print(f"  turn {turn}", highlight=False)
+                if turn not in shown and turn < len(turns):
+                    _print_assistant(out, turns[turn])
+                shown.add(turn)
             arguments = row.request.arguments if row.request is not None else "-"
             source = f" from {row.source_key}" if row.source_key is not None and row.source_key != row.key else ""
             out.print(f"    {cell(row.tool)}({cell(arguments)})  [dim]{row.outcome}{source}[/]", highlight=False)
             if row.response is not None:
                 for line in row.response.text.splitlines() or [""]:
                     out.print(f"      → {cell(line)}", highlight=False)
+        for later in range(len(turns)):  # the turns that called no tool: the final answer among them
+            if later not in shown:
+                out.print(f"  turn {later}", highlight=False)
+                _print_assistant(out, turns[later])
     return 0
+
+
+def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions: List[str],
+                     err: Console) -> Dict[str, List[str]]:
+    """Per session, the sample's assistant text of each turn (`Sample.turn_texts`, or its token ids without a
+    tokenizer), from the step's generate call of that session; nothing for a session without one, or whose
+    generate call does not mark the tokens tools wrote."""
+    from stepjournal import JournalError, Sample
+
+    from ._show_text import load_tokenizer, note_to
+
+    tokenizer, loaded = None, False
+    said: Dict[str, List[str]] = {}
+    for session in sessions:
+        try:
+            found = journal.samples(args.step, run=run, mode=args.mode, session=session, decoded=0)
+        except JournalError:  # no generate call of this session here, or none in a form read: the calls alone
+            continue
+        if args.sample >= len(found) or not found[args.sample].turns:
+            continue
+        if not loaded:
+            tokenizer, loaded = load_tokenizer(journal, run, args.tokenizer, note_to(err)), True
+        sample: Sample = found[args.sample]
+        said[session] = [tokenizer.decode(list(ids), skip_special_tokens=True) if tokenizer is not None
+                         else " ".join(map(str, ids)) for ids in sample.turns]
+    return said
+
+
+def _print_assistant(out: Console, text: str) -> None:
+    for line in text.splitlines() or [""]:
+        out.print(f"    assistant: {cell(line)}", highlight=False)
 
 
 def run_diff(args: argparse.Namespace, out: Console) -> int:
