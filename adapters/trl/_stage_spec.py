@@ -7,7 +7,10 @@ The stages (docs/trl.md):
   a function's ``__name__``); ``reward`` in a spec stands for every reward function not named alone;
 - ``old_log_prob``: the policy model's per-token log-probs, when TRL computes them;
 - ``ref_log_prob``: the reference model's per-token log-probs (``beta > 0``);
-- ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it.
+- ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it;
+- ``tool.<name>``: a `GRPOTrainer`'s ``tools=`` function, or its environment (``tool.<class name>``),
+  and ``tools`` for every one the spec does not name (`stepjournal.adapters.trl._tools`); they take the
+  tool rules (``cache``, ``replay``, ``dump``, ``passthrough``, ``bypass``).
 
 One spec (``"cache"``, a policy object) is generate's policy alone: the downstream
 stages are opt-in, each by naming it in a per-stage spec (``"generate:replay/reward:replay"`` or a
@@ -20,9 +23,11 @@ from typing import Any, Dict, Tuple
 
 from torch import nn
 
+from stepjournal import EVERY_TOOL, tool_stage
 from stepjournal.policies import Dump, StagePolicies, parse_stages
 
 from ._errors import TrlAdapterError
+from ._tools import trainer_tools
 
 __all__ = [
     "GENERATE",
@@ -62,8 +67,11 @@ def journaled_rewards(trainer: Any) -> Dict[int, str]:
 
 
 def declared_stages(trainer: Any) -> Tuple[str, ...]:
-    """Every stage name a per-stage spec may use for `trainer` (``reward`` stands for every reward function)."""
-    return (GENERATE, REWARD, *journaled_rewards(trainer).values(), OLD_LOG_PROB, REF_LOG_PROB, METRICS)
+    """Every stage name a per-stage spec may use for `trainer` (``reward`` stands for every reward function,
+    ``tools`` for every tool stage, present when the trainer has tools)."""
+    tools = tuple(tool_stage(name) for name in trainer_tools(trainer))
+    return (GENERATE, REWARD, *journaled_rewards(trainer).values(), OLD_LOG_PROB, REF_LOG_PROB, METRICS,
+            *((EVERY_TOOL, *tools) if tools else ()))
 
 
 def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
