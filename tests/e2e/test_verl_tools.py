@@ -116,9 +116,9 @@ def test_a_generation_changed_at_one_turn_misses_from_there_on_under_each_rule_a
     # replay: the turn-0 calculator and the sandbox's create are served; the changed execute is refused, and so
     # is every later call of the sample (its release, the calculator on what the model read then).
     assert refused["executions"] == {"calculator": 0, "sandbox": 0}
+    # (A refusal journals no request: its row names the stage's tool, the environment.)
     assert _outcomes(refused) == {("calculator", "replayed"): calls, ("sandbox.create", "replayed"): calls,
-                                  ("sandbox.execute", "refused"): calls, ("sandbox.release", "refused"): calls,
-                                  ("calculator", "refused"): calls}
+                                  ("sandbox", "refused"): 2 * calls, ("calculator", "refused"): calls}
     # cache: the same misses run the real tools (the sandbox caught up first: its served create run again).
     assert cached["executions"] == {"calculator": calls, "sandbox": 3 * calls}
     assert _outcomes(cached) == {("calculator", "replayed"): calls, ("sandbox.create", "replayed"): calls,
