@@ -33,9 +33,10 @@ HERE = Path(__file__).parent.parent
 HARNESS = HERE / "verl_v1_harness.py"
 PHASES = ("tools_record", "tools_replay", "tools_live", "tools_changed_replay", "tools_changed_cache")
 STEPS, SAMPLES = (1, 2, 3), 8  # train_batch_size 4, rollout.n 2
-# What the trajectories are: the same tokens, masks, log-probs and rewards (timings differ in every run).
-TRAJECTORY = ("keys", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "num_turns",
-              "advantages")
+# What a trajectory is: its prompt (dataset index, session), tokens, masks, log-probs, reward and advantage
+# (timings differ in every run).
+TRAJECTORY = ("index", "session_id", "prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores",
+              "num_turns", "advantages")
 
 
 def _audit(path: str) -> dict:
@@ -59,11 +60,16 @@ def runs(tmp_path_factory):
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
         out[phase] = json.loads((root / f"{phase}.json").read_text())[phase]
         out[phase]["audit"] = _audit(out[phase]["journal"])
+        print(phase, "tool executions:", out[phase]["executions"], "audit per step:",
+              [(s["step"], s["calls"], s["misses"], s["refused"]) for s in out[phase]["audit"]["steps"]])
     return out
 
 
 def _trajectories(run):
-    return [{name: update[name] for name in TRAJECTORY} for update in run["updates"]]
+    """Each actor update's trajectories by prompt and session: a live run's finish in another order, and verl
+    hands them to the actor in the order they finished (a replay serves the recorded order)."""
+    return [sorted(({name: update[name][row] for name in TRAJECTORY} for row in range(len(update["keys"]))),
+                   key=lambda t: (t["index"], t["session_id"])) for update in run["updates"]]
 
 
 def _outcomes(run):
@@ -140,3 +146,17 @@ def test_a_generation_changed_at_one_turn_misses_from_there_on_under_each_rule_a
         assert after_cache[step]["misses"] - after_replay[step]["misses"] == 3 * SAMPLES
         assert after_cache[step]["refused"] == after_replay[step]["refused"]
     print("audit after the changed runs:\n" + cached["audit"]["text"].split("per step")[-1])
+
+
+def test_show_text_renders_a_sample_as_its_turns_in_each_session(runs):
+    """`stepjournal show PATH 1 --text --sample 0` through a shell: the recording, then each run after it."""
+    path = runs["tools_changed_cache"]["journal"]
+    shown = run_line(f"stepjournal show {path} 1 --text --sample 0", None, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    sessions = shown.stdout.split("step 1 sample 0 · session ")[1:]
+    assert len(sessions) == 4  # record, live, changed under replay, changed under cache (a replay runs no loop)
+    assert 'turn 1\n    sandbox.create({"create_kwargs":{}})  miss' in sessions[0]
+    assert 'sandbox.execute({"code":"print(0 * 2)"})  miss\n      → 0\n' in sessions[0]
+    assert 'calculator({"expression":"0-1"})  replayed\n      → -1' in sessions[1]
+    assert 'sandbox.execute({"code":"print(0 * 2 + 1)"})  miss\n      → 1' in sessions[3]
+    assert 'calculator({"expression":"1-1"})  miss\n      → 0' in sessions[3]
