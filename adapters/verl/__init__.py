@@ -50,6 +50,7 @@ try:
     from ._codec import CODEC_NAME, dataproto_diff, decode_dataproto, encode_dataproto, register_dataproto_codec
     from ._calls import feed_index_step, meta_step, validate_mode
     from ._hooks import JournaledRollout, align_batch
+    from ._tool_loop import ToolCallPlace, current_tool_call_place, make_journaled_tool_agent_loop, tool_engine_for
     from ._import import ImportedRecord, ImportReport, SkippedDump, VerlDump, find_verl_dumps, import_verl_dumps
     from .v1._codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
     from .v1._hooks import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
@@ -63,6 +64,11 @@ __all__ = [
     "attach",
     "JournaledRollout",
     "JournaledAgentLoopManager",
+    "JournaledToolAgentLoop",
+    "make_journaled_tool_agent_loop",
+    "tool_engine_for",
+    "ToolCallPlace",
+    "current_tool_call_place",
     "install_fully_async",
     "wrap_generate_sequences",
     "rollout_from_config",
@@ -125,4 +131,6 @@ def __getattr__(name: str) -> Any:
     # journaling and dump import do not need.
     if name == "JournaledAgentLoopManager":
         return make_journaled_agent_loop_manager()
+    if name == "JournaledToolAgentLoop":
+        return make_journaled_tool_agent_loop()
     raise AttributeError(f"module 'stepjournal.adapters.verl' has no attribute {name!r}")

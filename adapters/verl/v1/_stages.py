@@ -26,6 +26,7 @@ import numbers
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from stepjournal import EVERY_TOOL, TOOL_STAGE_PREFIX
 from stepjournal.log import get_logger
 from stepjournal.policies import ConfigError, Engine, Outcome, SpecError, StagePolicies, parse_stages
 
@@ -81,11 +82,16 @@ def check_verl_stages(policy: Any) -> Any:
     """The policy of a verl journal, its stage names checked (`VERL_STAGES`); ``metrics`` may not replay.
 
     Raises:
-        ConfigError: a per-stage spec names a stage verl does not journal (with the closest name), or
+        ConfigError: a per-stage spec names a stage verl does not journal (with the closest name; tool stages
+            ``tool.<name>`` and ``tools`` are taken), or
             gives ``metrics`` a policy other than ``dump`` / ``passthrough``.
     """
     try:
-        parsed = parse_stages(policy, stages=VERL_STAGES)
+        # Tool stages (``tool.<name>``, ``tools``) are the agent loop's (JournaledToolAgentLoop): verl's tools are
+        # named in its tool configs, which the trainer does not read, so any tool name is taken here.
+        named = parse_stages(policy)
+        tools = tuple(s for s in getattr(named, "stages", ()) if s == EVERY_TOOL or s.startswith(TOOL_STAGE_PREFIX))
+        parsed = parse_stages(policy, stages=VERL_STAGES + tools)
     except SpecError as exc:
         raise ConfigError(f"stepjournal.policy: {exc}") from None
     metrics = parsed.for_stage("metrics") if isinstance(parsed, StagePolicies) else None
