@@ -225,7 +225,7 @@ class Appender:
 
     def _commit_group(self, group: List[Pending]) -> None:
         """Commit `group` in one durable transaction (under the write lock) and settle each record."""
-        lead: List[List[int]] = [[]]  # the seqs the lead events took
+        lead: List[Any] = [[], []]  # the seqs the lead events took, and their bodies
         try:
             self._tell("taken", len(group))
             with self._inside():
@@ -238,13 +238,14 @@ class Appender:
             with self._cond:
                 self._cond.notify_all()
 
-    def _commit(self, group: List[Pending], lead_seqs: List[List[int]]) -> None:
+    def _commit(self, group: List[Pending], lead_seqs: List[Any]) -> None:
         store = self.store
         events = [e for p in group for e in p.events]
         lead, lead_bodies = self._lead(events)
         bodies = lead_bodies + [b for p in group for b in p.bodies]
         items = [item for p in group for item in p.payloads]
         needed = sum(p.needed for p in group) + sum(len(b) for b in lead_bodies)
+        lead_seqs[1] = lead_bodies
 
         def write_events(in_txn: Optional[Callable[[Any], None]]) -> None:
             def fn(txn: Any) -> None:
@@ -271,11 +272,11 @@ class Appender:
         if self._after is not None:
             self._after()
 
-    def _settle(self, group: List[Pending], lead_seqs: List[List[int]], exc: BaseException) -> None:
+    def _settle(self, group: List[Pending], lead_seqs: List[Any], exc: BaseException) -> None:
         """After a failed commit of `group`: which records did commit (found in the log), which did not."""
         open_ = [p for p in group if p.seqs is None]
         try:
-            if lead_seqs[0] and self._committed(lead_seqs[0][0], None):
+            if lead_seqs[0] and self._committed(lead_seqs[0][0], lead_seqs[1][0]):
                 self._opened()
             for p in open_:
                 if p.tentative and self._committed(p.tentative[0], p.bodies[0]):
@@ -290,12 +291,13 @@ class Appender:
             else:
                 p.alone = True
 
-    def _committed(self, seq: int, body: Optional[bytes]) -> bool:
-        """Whether the log holds `body` at `seq` (None: anything): what a commit that raised wrote."""
+    def _committed(self, seq: int, body: bytes) -> bool:
+        """Whether the log holds `body` at `seq`: what a commit that raised wrote (an event's bytes name its
+        session and time: no other record's are the same)."""
         store = self.store
         with store.read() as txn:
             found = txn.get(seq_key(seq), db=store.db("events"))
-        return found is not None and (body is None or bytes(found) == bytes(body))
+        return found is not None and bytes(found) == bytes(body)
 
     def _tell(self, point: str, count: int) -> None:
         if self.observe is not None:
@@ -303,12 +305,13 @@ class Appender:
 
 
 # The appender of each open journal handle (`own_appender`), for `appender_of`.
-_APPENDERS: "weakref.WeakKeyDictionary[Any, Appender]" = weakref.WeakKeyDictionary()
+# Weak both ways: the journal holds its appender, whose methods hold the journal.
+_APPENDERS: "weakref.WeakKeyDictionary[Any, weakref.ref[Appender]]" = weakref.WeakKeyDictionary()
 
 
 def own_appender(journal: Any, appender: Appender) -> None:
-    """Make `appender` the write path of `journal` (its `Journal` does, as it opens)."""
-    _APPENDERS[journal] = appender
+    """Make `appender` (which `journal` holds) the write path of `journal` (its `Journal` does, as it opens)."""
+    _APPENDERS[journal] = weakref.ref(appender)
 
 
 def appender_of(journal: Any) -> Appender:
@@ -318,7 +321,8 @@ def appender_of(journal: Any) -> Appender:
     Raises:
         JournalError: `journal` is not a `Journal`.
     """
-    appender = _APPENDERS.get(journal)
+    ref = _APPENDERS.get(journal)
+    appender = ref() if ref is not None else None
     if appender is None:
         raise JournalError(f"{journal!r} is not a Journal; open one with stepjournal.Journal(path)")
     return appender

@@ -179,3 +179,16 @@ def test_a_record_made_inside_a_write_of_its_own_thread_commits_alone_instead_of
         seqs: List[int] = []
         appender_of(journal).write(lambda txn: None, after=lambda: seqs.append(journal.record(1, RESPONSE).seq))
         assert journal.event(seqs[0]).step == 1
+
+
+def test_a_journal_dropped_without_closing_is_collected_with_its_appender(tmp_path):
+    """The seam's registry holds neither the journal nor its appender alive."""
+    import gc
+    import weakref
+
+    journal = Journal(str(tmp_path / "j"))
+    journal.record(1, RESPONSE)
+    dropped = weakref.ref(journal), weakref.ref(appender_of(journal))
+    del journal
+    gc.collect()
+    assert [ref() for ref in dropped] == [None, None]
