@@ -151,8 +151,9 @@ class Journal:
         self._payloads: PayloadStore = open_payload_store(payload_store, local)
         self._retainer = Retainer(retention, self._payloads) if retention is not None else None
         # The one write path: records (grouped), and the pulls, imports and prunes given it by `appender_of`.
+        after = None if self._retainer is None else self._retainer.committed
         self._appender = Appender(self._live, local, self._payloads, self._project_in, lead=self._lead_events,
-                                  opened=self._session_written, after=None if self._retainer is None else self._retainer.committed)
+                                  opened=self._session_written, after=after)
         own_appender(self, self._appender)
         _JOURNALS.add(self)  # once it has its appender, which the fork hook renews
         self._imports = FoldedImports()  # the import map, kept as the log grows: one read for many replays
