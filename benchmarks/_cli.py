@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._bench_diff import bench_diff
+from ._bench_group_commit import bench_group_commit
 from ._bench_record_growing import bench_record_growing
 from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
     sections = {
         "record": bench_record,
         "record_growing": bench_record_growing,
+        "group_commit": bench_group_commit,
         "replay": bench_replay,
         "lookup": bench_lookup,
         "passthrough": bench_passthrough,

@@ -177,7 +177,7 @@ def test_no_module_imports_a_private_name_of_another():
 
 
 def test_no_module_reads_the_private_attributes_of_another_modules_classes():
-    """`Journal`'s store, lock and log are reached through its seam (`lmdb_store`, `write_lock`, `raw_event`),
+    """`Journal`'s store, lock and log are reached through its seam (`appender_of`, `raw_events`),
     not through `journal._live()`; the same holds for every class of the project."""
     assert sorted(private_attribute_reach_ins(ROOT)) == []
 
