@@ -254,10 +254,10 @@ class Journal(Recording, Queries):
         store = self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
-        if not getattr(self._payloads, "takes_pieces", False):  # a store of the user's: bytes, as the protocol says
+        if not self._payloads.takes_pieces:  # the store's declaration (`PayloadStore`): it takes bytes only
             payloads = [(key, joined(blob)) for key, blob in payloads]
-        in_lmdb = getattr(self._payloads, "lmdb_bytes", None)  # the map grows for what LMDB will hold
-        needed = (in_lmdb(payloads) if in_lmdb else 0) + sum(len(b) for b in encoded)
+        # the map grows for what LMDB will hold
+        needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
 
         lead: List[Event] = []  # this session's SessionOpened, written with its first call
 

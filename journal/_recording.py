@@ -59,7 +59,7 @@ class Recording:
         if isinstance(value, PreparedPayload):
             return value
         # Not copied: a large payload's file is written while it is hashed (its store's `stage`).
-        stage = None if copy else getattr(self._payloads, "stage", None)
+        stage = self._payloads.stage if not copy and self._payloads.stages_writes else None
         return prepare_payload(value, registry=self._registry, compression=self.compression, store=store, copy=copy,
                                stage=stage)
 
