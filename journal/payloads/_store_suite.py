@@ -2,7 +2,8 @@
 
 The suite is a plain class (as eventsourcing's recorder tests and ``zarr.testing`` are): it imports without
 pytest. Each ``test_*`` method takes a fresh folder, ``tmp_path``, so pytest collects a subclass named
-``Test...`` and hands it its own ``tmp_path`` fixture; `run_conformance` runs the same methods without pytest.
+``Test...`` and hands it its own ``tmp_path`` fixture; `_suites.run_conformance` runs the same methods without
+pytest.
 A failure is an `AssertionError` (or what the store raised).
 """
 
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-import tempfile
 import threading
-import traceback
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, ContextManager, Iterator, List, Optional, Tuple, Type
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from ..base._errors import IntegrityError, PayloadMissingError, UnsafePathError
 from ..payloads._codec import decode_payload, encode_payload
 from ._store_protocol import PayloadStore, undeclared
 
-__all__ = ["PayloadStoreConformance", "payload_of", "raises", "run_conformance"]
+__all__ = ["PayloadStoreConformance", "payload_of", "raises"]
 
 # A payload this large goes to the journal's payload files (from `FILE_FROM`, 8 MiB): staging is tried with it.
 _LARGE = 16 << 20
@@ -314,26 +313,3 @@ def _pieces(raw: bytes) -> List[bytes]:
     third = max(1, len(raw) // 3)
     return [raw[:third], raw[third:2 * third], raw[2 * third:]]
 
-
-def _test_names(suite: PayloadStoreConformance) -> Sequence[str]:
-    """The suite's tests, by name, in the order they are written."""
-    return [name for name in dir(type(suite)) if name.startswith("test_") and callable(getattr(suite, name))]
-
-
-def run_conformance(suite: PayloadStoreConformance) -> int:
-    """Run every test of `suite` without pytest, each in a fresh temporary folder; return how many passed.
-
-    Raises:
-        AssertionError: naming each test that failed, with what it raised.
-    """
-    failed = []
-    names = _test_names(suite)
-    for name in names:
-        with tempfile.TemporaryDirectory(prefix="stepjournal-conformance-") as folder:
-            try:
-                getattr(suite, name)(Path(folder))
-            except Exception as exc:
-                failed.append(f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}")
-    if failed:
-        raise AssertionError(f"{len(failed)} of {len(names)} payload store tests failed:\n" + "\n".join(failed))
-    return len(names)

@@ -69,7 +69,7 @@ def test_a_store_declaring_a_capability_it_does_not_have_fails_that_capabilitys_
     failed = [name for name in dir(PayloadStoreConformance) if name.startswith("test_") and f"\n{name}: " in
               f"\n{caught.value}"]
     assert failed == [failing]
-    assert f"1 of {SUITE_SIZE} payload store tests failed" in str(caught.value)
+    assert f"1 of {SUITE_SIZE} tests of Suite failed" in str(caught.value)
 
 
 class _Undeclared:
