@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from stepjournal import Journal
 from stepjournal.errors import PayloadStoreError
@@ -112,3 +113,28 @@ def test_the_suite_imports_without_pytest(tmp_path):
     done = subprocess.run([sys.executable, "-P", "-c", f"import stepjournal\n{code}"], capture_output=True, text=True,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("takes_pieces", [False, True])
+def test_the_journal_hands_a_store_pieces_only_when_it_declares_it_takes_them_and_stages_only_when_declared(
+        docs, tmp_path, takes_pieces):
+    """The journal reads the declaration: a payload prepared as pieces (``copy=False``) reaches `commit` joined
+    unless the store declares `takes_pieces`, and `stage` is never called on a store that does not declare
+    `stages_writes`."""
+    given = []
+
+    class Watched(docs["DictPayloadStore"]):
+        def commit(self, items, write_events):
+            given.extend(isinstance(blob, list) for _, blob in items)  # pieces, or one bytes-like value
+            return super().commit([(digest, b"".join(blob) if isinstance(blob, list) else blob)
+                                   for digest, blob in items], write_events)
+
+        def stage(self, blob):
+            raise AssertionError("stage was called on a store that does not declare stages_writes")
+
+    Watched.takes_pieces = takes_pieces
+    with Journal(str(tmp_path / "j"), payload_store=Watched()) as journal:
+        value = {"ids": torch.arange(1 << 20)}
+        rec = journal.record(1, journal.prepare(value, copy=False))
+        assert torch.equal(journal.load_output(rec)["ids"], value["ids"])
+    assert given == [takes_pieces]
