@@ -1,8 +1,8 @@
 """The conformance suite every policy passes (offered as `stepjournal.policies.testing`), a third party's too.
 
 A plain class, as the payload stores' suite is (`stepjournal.testing`): it imports without pytest; pytest runs a
-``Test...`` subclass, and `stepjournal.testing.run_conformance` runs the same ``test_*`` methods without it. Every decision is
-asked of the real `JournalView` over `MemoryJournal`s: no LMDB, as a pure decision needs none.
+``Test...`` subclass, and `stepjournal.testing.run_conformance` runs the same ``test_*`` methods without it.
+Every decision is asked of the real `JournalView` over `MemoryJournal`s: no LMDB, as a pure decision needs none.
 """
 
 from __future__ import annotations

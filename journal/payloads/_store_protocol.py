@@ -10,7 +10,8 @@ which checks each capability it declares.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
+from typing import (Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar,
+                    runtime_checkable)
 
 from ..base._digest import DIGEST_SIZE
 from ..base._errors import IntegrityError, PayloadStoreError, UnsafePathError
@@ -67,7 +68,7 @@ class PayloadStore(Protocol):
         """Store `blob` under `digest`. Idempotent: storing the same digest again is a no-op
         (a stored copy that no longer matches its digest is replaced)."""
 
-    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents[T]) -> T:
         """Make `items` durable and call `write_events` so the events referencing them commit after
         (or with) them; return what `write_events` returns."""
 

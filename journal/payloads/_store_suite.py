@@ -1,4 +1,5 @@
-"""The payload-store conformance suite (offered as `stepjournal.testing`), shipped so that a third party's store runs it too.
+"""The payload-store conformance suite (offered as `stepjournal.testing`), shipped so that a third party's store
+runs it too.
 
 The suite is a plain class (as eventsourcing's recorder tests and ``zarr.testing`` are): it imports without
 pytest. Each ``test_*`` method takes a fresh folder, ``tmp_path``, so pytest collects a subclass named
@@ -70,7 +71,7 @@ class PayloadStoreConformance:
         in the write transaction."""
 
         def write_events(in_txn: Any) -> List[int]:
-            assert in_txn is None, "a store outside the journal's LMDB environment has nothing to write in its transaction"
+            assert in_txn is None, "a store outside the journal's LMDB environment writes nothing in its transaction"
             if fail:
                 raise RuntimeError("event commit failed")
             return [1]
@@ -92,12 +93,12 @@ class PayloadStoreConformance:
     # -- storing and reading ---------------------------------------------------------------------
     def test_a_put_payload_is_read_back_byte_for_byte(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as store:
-            value = {"ids": torch.arange(10), "text": "hello"}
-            digest, raw = payload_of(value)
+            ids = torch.arange(10)
+            digest, raw = payload_of({"ids": ids, "text": "hello"})
             store.put(digest, raw)
             got = store.get(digest)
             assert got == raw
-            assert torch.equal(decode_payload(got)["ids"], value["ids"])
+            assert torch.equal(decode_payload(got)["ids"], ids)
 
     def test_putting_the_same_payload_twice_stores_it_once(self, tmp_path: Path) -> None:
         with self.opened(tmp_path) as store:
@@ -251,7 +252,8 @@ class PayloadStoreConformance:
             assert store.commit([(two, _pieces(raw_two))], self.event_writer(store, fail=False)) == [1]
             assert (store.get(one), store.get(two)) == (raw_one, raw_two)
 
-    def test_a_store_that_stages_writes_stores_a_staged_payload_once_put_and_none_discarded(self, tmp_path: Path) -> None:
+    def test_a_store_that_stages_writes_stores_a_staged_payload_once_put_and_none_discarded(
+            self, tmp_path: Path) -> None:
         """Declared `stages_writes`: a large payload's `stage` starts its write, its `put` finishes it, and a
         staged payload discarded before its `put` leaves nothing stored."""
         with self.opened(tmp_path) as store:
@@ -288,7 +290,8 @@ class PayloadStoreConformance:
             self.damage(store, damaged)
             found = store.check_many([(whole, len(raw)), (damaged, len(raw_damaged)), (missing, None)])
             assert len(found) == 3 and found[0] is None
-            assert isinstance(found[1], (IntegrityError, UnsafePathError)) and not isinstance(found[1], PayloadMissingError)
+            assert isinstance(found[1], (IntegrityError, UnsafePathError))
+            assert not isinstance(found[1], PayloadMissingError)
             assert isinstance(found[2], PayloadMissingError)
 
     def test_the_payload_files_a_store_keeps_are_among_its_payloads(self, tmp_path: Path) -> None:

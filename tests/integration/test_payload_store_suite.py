@@ -88,8 +88,8 @@ class _Undeclared:
 
 
 def test_a_journal_refuses_a_store_that_leaves_capabilities_undeclared_naming_them(tmp_path):
-    with pytest.raises(PayloadStoreError, match=r"does not declare check_many, lmdb_bytes, stage, files, stages_writes, "
-                       r"takes_pieces: subclass stepjournal.PayloadStoreBase"):
+    with pytest.raises(PayloadStoreError, match=r"does not declare check_many, lmdb_bytes, stage, files, "
+                       r"stages_writes, takes_pieces: subclass stepjournal.PayloadStoreBase"):
         Journal(str(tmp_path / "j"), payload_store=_Undeclared())
 
 

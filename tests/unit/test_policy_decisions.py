@@ -103,7 +103,8 @@ class _OtherMode:
 def test_the_suite_fails_a_policy_that_breaks_one_promise_in_that_promises_test(make, bad, failing):
     with pytest.raises(AssertionError) as caught:
         run_conformance(suite_of(make, bad))
-    failed = [name for name in dir(PolicyConformance) if name.startswith("test_") and f"\n{name}: " in f"\n{caught.value}"]
+    report = f"\n{caught.value}"
+    failed = [name for name in dir(PolicyConformance) if name.startswith("test_") and f"\n{name}: " in report]
     assert failed == [failing], str(caught.value)
 
 
