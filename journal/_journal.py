@@ -263,7 +263,7 @@ class Journal:
         if isinstance(value, PreparedPayload):
             return value
         # Not copied: a large payload's file is written while it is hashed (its store's `stage`).
-        stage = None if copy else getattr(self._payloads, "stage", None)
+        stage = self._payloads.stage if not copy and self._payloads.stages_writes else None
         return prepare_payload(value, registry=self._registry, compression=self.compression, store=store, copy=copy,
                                stage=stage)
 
@@ -439,10 +439,10 @@ class Journal:
         self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
-        if not getattr(self._payloads, "takes_pieces", False):  # a store of the user's: bytes, as the protocol says
+        if not self._payloads.takes_pieces:  # the store's declaration (`PayloadStore`): it takes bytes only
             payloads = [(key, joined(blob)) for key, blob in payloads]
-        in_lmdb = getattr(self._payloads, "lmdb_bytes", None)  # the map grows for what LMDB will hold
-        needed = (in_lmdb(payloads) if in_lmdb else 0) + sum(len(b) for b in encoded)
+        # the map grows for what LMDB will hold
+        needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
         return self._appender.append(Pending(events, encoded, payloads, needed))
 
     def _project_in(self, txn: Any, events: List[Event], bodies: List[bytes]) -> List[int]:

@@ -22,6 +22,7 @@ __all__ = [
     "UnsupportedValueError",
     "InvalidKeyError",
     "UnsafePathError",
+    "PayloadStoreError",
     "DiffError",
     "RemoteError",
     "RemoteFormatError",
@@ -103,6 +104,11 @@ class InvalidKeyError(JournalError, ValueError):
 
 class UnsafePathError(JournalError, ValueError):
     """A path from a config would leave the folder it must stay in, or is unsafe to use."""
+
+
+class PayloadStoreError(JournalError, TypeError):
+    """A payload store given to the journal leaves a member of `PayloadStore` undeclared (a method, or a
+    capability such as ``takes_pieces``); subclass `stepjournal.PayloadStoreBase` for the defaults."""
 
 
 class IntegrityError(StepJournalError):

@@ -43,6 +43,7 @@ from ..base._errors import IntegrityError, JournalError, JournalFullError, Paylo
 from ..base._owned import entries, kind_at, make_temp, names_in, open_file, owned_folder, remove, replace, sync
 from ..base._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
+from ._store_protocol import PayloadStoreBase
 from ._payloads import ZSTD_MAGIC, own_nbytes, stored_bound, stored_digest_read, unwrap
 
 __all__ = ["FilePayloadStore", "StagedFile", "TMP_FOLDER", "PAYLOAD_FOLDER", "local_payload_store"]
@@ -65,7 +66,7 @@ def local_payload_store(store: Any) -> LmdbPayloadStore:
     return LmdbPayloadStore(store, files=files)
 
 
-class FilePayloadStore:
+class FilePayloadStore(PayloadStoreBase):
     """Payloads as files under `folder`, one per digest (see the module's doc for the write order).
 
     Args:
@@ -77,6 +78,11 @@ class FilePayloadStore:
         self.folder = os.fspath(folder)
         self.readonly = readonly
         self._staged: Dict[bytes, "StagedFile"] = {}  # digest -> a file written ahead of its `put` (`stage`)
+
+    # Declared capabilities (`PayloadStore`): a blob's pieces are written as they are; `stage` writes a file
+    # while its bytes are hashed.
+    takes_pieces = True
+    stages_writes = True
 
     def __repr__(self) -> str:
         return f"FilePayloadStore({self.folder!r})"

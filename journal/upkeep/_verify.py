@@ -13,7 +13,7 @@ from ..base._errors import IntegrityError, StepJournalError, UnsafePathError
 from ..events._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ..index._import_map import ImportMap
 from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
-from ..payloads._payload_store import PayloadStore, check_all
+from ..payloads._payload_store import PayloadStore
 from ._verify_rows import rows_problems
 
 __all__ = ["VerifyProblem", "verify", "live_digests"]
@@ -99,7 +99,7 @@ def verify(
         problems += _payload_problems(payloads, fold, progress, done)
         return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
     except UnsafePathError as exc:  # a folder of payloads/ is not the journal's own: nothing in it is read
-        files = getattr(payloads, "files", None)  # the journal's payload files, the one store that raises it
+        files = payloads.files  # the journal's payload files, the one store that raises it
         return problems + [VerifyProblem("unsafe_path", files.folder if files is not None else "", (), str(exc))]
 
 
@@ -204,7 +204,7 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
     def check(batch: List[Tuple[int, bytes, str]]) -> None:
         nonlocal done
         items = [(key, fold.size_of_digest.get(hexd)) for _, key, hexd in batch]
-        outcomes = check_all(payloads, items)
+        outcomes = payloads.check_many(items)  # one read transaction, side by side, where the store declares so
         for (place, _, hexd), exc in zip(batch, outcomes):
             done += fold.stored_size.get(hexd, 0)
             if exc is None:
@@ -248,7 +248,7 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
 def _left_files(payloads: PayloadStore, fold: _LogFold, settled: Callable[[], bool]) -> List[VerifyProblem]:
     """The journal's payload files no event names, and half-written ones: what a record a crash cut short
     leaves. Judged only when no event was appended meanwhile (a record in flight has its file first)."""
-    files = getattr(payloads, "files", None)
+    files = payloads.files
     if files is None:
         return []
     partial = files.partial_files()

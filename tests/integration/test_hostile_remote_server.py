@@ -21,7 +21,7 @@ from typing import Callable, Iterator, List
 import pytest
 import torch
 
-from payload_store_conformance import payload
+from stepjournal.testing import payload_of as payload
 from s3_server import client_env
 from stepjournal import IntegrityError, Journal, ObjectPayloadStore, RemoteError
 from stepjournal.payloads._object_client import Remote

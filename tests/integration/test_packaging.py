@@ -106,6 +106,8 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.errors
     import stepjournal.log
     import stepjournal.policies
+    import stepjournal.policies.testing
+    import stepjournal.testing
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
     missing = [
@@ -114,7 +116,9 @@ def test_every_public_name_is_documented_in_docs():
             stepjournal,
             stepjournal.errors,
             stepjournal.log,
+            stepjournal.testing,
             stepjournal.policies,
+            stepjournal.policies.testing,
             stepjournal.adapters,
             stepjournal.adapters.verl,
             stepjournal.adapters.trl,

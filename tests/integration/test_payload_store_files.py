@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from payload_store_conformance import PayloadStoreConformance, payload
+from stepjournal.testing import PayloadStoreConformance
+from stepjournal.testing import payload_of as payload
 from stepjournal import IntegrityError, JournalError, PayloadMissingError, decode_payload, encode_payload
 from stepjournal.base._digest import digest_bytes
 from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore
@@ -30,15 +31,6 @@ class TestFilePayloadStore(PayloadStoreConformance):
         data[-1] ^= 0xFF
         with open(path, "wb") as f:
             f.write(data)
-
-    def event_writer(self, store, fail):
-        def write_events(in_txn):
-            assert in_txn is None  # files are durable before the event commits: nothing rides in its transaction
-            if fail:
-                raise RuntimeError("event commit failed")
-            return [1]
-
-        return write_events
 
 
 def test_a_payload_is_one_file_named_by_its_digest_and_nothing_is_left_in_tmp(tmp_path):

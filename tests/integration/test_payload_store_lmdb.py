@@ -6,7 +6,8 @@ import lmdb
 import pytest
 import torch
 
-from payload_store_conformance import PayloadStoreConformance, payload
+from stepjournal.testing import PayloadStoreConformance
+from stepjournal.testing import payload_of as payload
 from stepjournal import Journal, LmdbPayloadStore
 
 
