@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional,
 
 import attrs
 
-from stepjournal.events._keys import DEFAULT_STAGE, check_stage
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE, Action, check_stage
 from stepjournal.log import get_logger
 from stepjournal import IntegrityError, Journal, RecordedGeneration
 
@@ -172,7 +172,7 @@ class Engine(ReplayChecks):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- generation index ----------------------------------------------------------------------------
-    def next_gen_index(self, step: int, mode: str = "train", stage: str = DEFAULT_STAGE) -> int:
+    def next_gen_index(self, step: int, mode: str = DEFAULT_MODE, stage: str = DEFAULT_STAGE) -> int:
         """Claim the next call index of `step` (in `stage`) in this session (thread-safe)."""
         key = (self.journal.run, mode, stage, step)
         with self._lock:
@@ -185,7 +185,7 @@ class Engine(ReplayChecks):
         self,
         step: int,
         *,
-        mode: str = "train",
+        mode: str = DEFAULT_MODE,
         gen_index: Optional[int] = None,
         input_digest: Optional[str] = None,
         stage: str = DEFAULT_STAGE,
@@ -261,7 +261,7 @@ class Engine(ReplayChecks):
                 "replayed", step=step, gen_index=gen_index, stage=stage, source_step=decision.source.step,
                 source_gen_index=decision.source.gen_index, policy=policy,
             )
-            outcome = Outcome(value=value, action="replayed", ctx=ctx, source=decision.source, seq=seq)
+            outcome = Outcome(value=value, action=Action.REPLAYED, ctx=ctx, source=decision.source, seq=seq)
             return PendingCall(ctx, decision, policy, outcome)
         return PendingCall(ctx, decision, policy)
 
@@ -281,7 +281,7 @@ class Engine(ReplayChecks):
                 ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=call.policy,
                 reason=decision.reason, duration_s=duration_s, stage=ctx.stage,
             )
-            return Outcome(value=output, action="bypassed", ctx=ctx, source=None, seq=seq)
+            return Outcome(value=output, action=Action.BYPASSED, ctx=ctx, source=None, seq=seq)
         assert isinstance(decision, GenerateCall)
         stored_output, stored_input, not_stored = self._prepared(ctx, output, input, decision.store)
         reason = decision.reason if not not_stored else f"{decision.reason}; generated, not stored: {not_stored}"
@@ -301,7 +301,7 @@ class Engine(ReplayChecks):
         )
         log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stage=ctx.stage, stored=stored_output is not None,
                  policy=call.policy)
-        return Outcome(value=output, action="generated", ctx=ctx, source=recorded, seq=recorded.seq)
+        return Outcome(value=output, action=Action.GENERATED, ctx=ctx, source=recorded, seq=recorded.seq)
 
     def _prepared(self, ctx: CallContext, output: Any, input: Any, store: bool) -> Tuple[Any, Any, str]:
         """Encode a generated call's output and input for storage; what cannot be encoded is left out.
@@ -339,7 +339,7 @@ class Engine(ReplayChecks):
         step: int,
         generate: Callable[[], Any],
         *,
-        mode: str = "train",
+        mode: str = DEFAULT_MODE,
         input: Any = None,
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,
@@ -381,7 +381,7 @@ class Engine(ReplayChecks):
         step: int,
         generate: Callable[[], Awaitable[Any]],
         *,
-        mode: str = "train",
+        mode: str = DEFAULT_MODE,
         input: Any = None,
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,

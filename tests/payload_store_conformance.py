@@ -22,7 +22,7 @@ import torch
 import zstandard
 
 from stepjournal import IntegrityError, PayloadMissingError, PayloadStore, decode_payload, encode_payload
-from stepjournal.base._digest import digest_bytes
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
 
 
 def payload(value: Any) -> tuple:

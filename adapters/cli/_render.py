@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal import redact
-from stepjournal.events._events import iso_time
-from stepjournal.index._row_text import JSON_RAW, SURROGATE  # the audit rows' escapes, one definition
+from stepjournal.tools import JSON_RAW, SURROGATE, iso_time  # the audit rows' escapes, one definition
+from stepjournal.vocabulary import ACTION_COLOURS
 
 __all__ = [
     "UsageError",
@@ -53,8 +53,8 @@ __all__ = [
     "Column",
 ]
 
-ACTION_STYLE = {"generated": "green", "replayed": "blue", "bypassed": "bright_black", "refused": "red",
-                "released": "magenta"}
+# rich's style of each action: the vocabulary's one colour map.
+ACTION_STYLE = ACTION_COLOURS
 
 
 class UsageError(Exception):

@@ -289,7 +289,7 @@ def test_rloo_replays_an_async_reward_and_its_logged_metric_bit_for_bit(tokenize
 def test_the_weights_version_is_the_policys_global_step_and_the_reference_models_last_sync(
     tokenizer, model_dir, tmp_path  # noqa: F811
 ):
-    from stepjournal.adapters.trl._stages import weights_version
+    from stepjournal.adapters.trl._stages import weights_version  # private: a TRL adapter internal under test
 
     fixed = grpo_beta(tokenizer, model_dir, tmp_path / "a", make_reward("length"))
     synced = grpo_beta(tokenizer, model_dir, tmp_path / "b", make_reward("length"),

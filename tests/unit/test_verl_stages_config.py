@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from stepjournal.adapters.verl import read_verl_config
-from stepjournal.adapters.verl.v1._stages import VERL_STAGES, check_verl_stages, loggable_metrics
+from stepjournal.adapters.verl.v1._stages import (  # private: a verl adapter internal under test
+    VERL_STAGES, check_verl_stages, loggable_metrics,
+)
 from stepjournal.policies import ConfigError, StagePolicies
 
 from verl_support import compose
