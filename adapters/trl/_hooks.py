@@ -48,7 +48,7 @@ from .._tokenizer import record_tokenizer
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of, topology_hint
 from ._errors import TrlAdapterError
-from ._stage_spec import GENERATE, declared_stages, stage_policies
+from ._stage_spec import GENERATE, STAGES, declared_stages, stage_policies
 from ._stages import StageHooks
 
 __all__ = ["attach", "TrlRecorder", "JournaledTrainerMixin", "JournaledGRPOTrainer", "JournaledRLOOTrainer"]
@@ -288,6 +288,7 @@ def attach(
             options, bypass_modes=(eval_mode,) if bypass_eval else (), check_prompts=check_prompts
         ),
         stages=declared_stages(trainer),
+        roles=STAGES,
     )
     # The run's tokenizer, kept once in the journal: `show --text` and `report` decode with it, with no flag.
     # One rank keeps it: the ranks of one launch share the run, and each would be a session recording it.

@@ -7,7 +7,8 @@ The stages (docs/trl.md):
   a function's ``__name__``); ``reward`` in a spec stands for every reward function not named alone;
 - ``old_log_prob``: the policy model's per-token log-probs, when TRL computes them;
 - ``ref_log_prob``: the reference model's per-token log-probs (``beta > 0``);
-- ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it.
+- ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it,
+  and never replayed: its declared role is record-only (`STAGES`), which the engine enforces.
 
 One spec (``"cache"``, a policy object) is generate's policy alone: the downstream
 stages are opt-in, each by naming it in a per-stage spec (``"generate:replay/reward:replay"`` or a
@@ -20,7 +21,8 @@ from typing import Any, Dict, Tuple
 
 from torch import nn
 
-from stepjournal.policies import Dump, StagePolicies, parse_stages
+from stepjournal.policies import Dump, StagePolicies, check_stage_roles, parse_stages
+from stepjournal.vocabulary import Stage, StageRole
 
 from ._errors import TrlAdapterError
 
@@ -30,6 +32,7 @@ __all__ = [
     "OLD_LOG_PROB",
     "REF_LOG_PROB",
     "METRICS",
+    "STAGES",
     "reward_stage",
     "journaled_rewards",
     "declared_stages",
@@ -41,6 +44,14 @@ REWARD = "reward"
 OLD_LOG_PROB = "old_log_prob"
 REF_LOG_PROB = "ref_log_prob"
 METRICS = "metrics"
+# The stages of a TRL step and their roles (``reward`` has a part per reward function: ``reward.<name>``).
+STAGES = (
+    Stage("generate"),
+    Stage("reward", parts=True),
+    Stage("old_log_prob"),
+    Stage("ref_log_prob"),
+    Stage("metrics", StageRole.RECORD_ONLY),
+)
 
 
 def reward_stage(name: str) -> str:
@@ -72,6 +83,7 @@ def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
     Raises:
         SpecError: a per-stage spec names a stage this trainer does not have (with the closest name)
             or a policy that does not parse.
+        StageRoleError: it gives ``metrics`` (record-only) a policy that may replay.
         TrlAdapterError: it names ``old_log_prob`` or ``ref_log_prob`` where the adapter cannot tell
             them apart (a PEFT model with ``beta > 0``: both are forwards of the policy model).
     """
@@ -90,4 +102,6 @@ def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
             "old_log_prob and ref_log_prob out of the per-stage spec"
         )
     policies.setdefault(METRICS, Dump())
-    return StagePolicies(policies, name=parsed.name)
+    chosen = StagePolicies(policies, name=parsed.name)
+    check_stage_roles(chosen, STAGES)
+    return chosen

@@ -45,6 +45,7 @@ __all__ = [
     "PluginError",
     "ConfigError",
     "OptionError",
+    "StageRoleError",
     "ReplayRefusedError",
     "ReplayMissError",
     "ToolCallError",
@@ -330,6 +331,26 @@ class OptionError(ConfigError):
         self.option = option
         self.value = value
         self.allowed = allowed
+
+
+class StageRoleError(ConfigError):
+    """A stage's declared role forbids its policy: a record-only stage given a policy that may replay.
+
+    Attributes:
+        stage: the stage (e.g. ``"metrics"``).
+        role: its `stepjournal.vocabulary.StageRole`, as its adapter declared it.
+        policy: the name of the policy refused (e.g. ``"replay"``).
+    """
+
+    def __init__(self, *, stage: str, role: Any, policy: str) -> None:
+        super().__init__(
+            f"stage {stage!r} is {role.value} (its adapter declares it so): its calls are recorded, never replayed "
+            f"into training, and the policy {policy!r} may replay; use {stage}:dump (record) or {stage}:passthrough "
+            "(journal, store nothing)"
+        )
+        self.stage = stage
+        self.role = role
+        self.policy = policy
 
 
 class ReplayRefusedError(PolicyError):

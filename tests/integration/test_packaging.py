@@ -106,6 +106,8 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.errors
     import stepjournal.log
     import stepjournal.policies
+    import stepjournal.tools
+    import stepjournal.vocabulary
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
     missing = [
@@ -114,6 +116,8 @@ def test_every_public_name_is_documented_in_docs():
             stepjournal,
             stepjournal.errors,
             stepjournal.log,
+            stepjournal.vocabulary,
+            stepjournal.tools,
             stepjournal.policies,
             stepjournal.adapters,
             stepjournal.adapters.verl,

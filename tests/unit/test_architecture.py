@@ -268,6 +268,86 @@ def test_the_marker_checker_finds_an_import_of_a_private_module_that_does_not_sa
     assert unexplained_private_imports(tmp_path) == ["test_a.py:1", "test_a.py:8"]
 
 
+# -- the journal knows no adapter's stage ----------------------------------------------------------------
+# Where an adapter's stage name may appear in journal/'s code, each with its reason: (file under journal/, name).
+STAGE_NAME_EXCEPTIONS = {
+    ("events/_tool_calls.py", "reward"): "a tool response's field (text, reward, metrics, images), not the stage",
+    ("events/_tool_calls.py", "metrics"): "a tool response's field (text, reward, metrics, images), not the stage",
+    ("tools/_compare.py", "values"): "a kind of difference (the values differ), not the stage",
+    ("index/_samples.py", "reward"): (
+        "the samples view reads the rewards TRL's and verl's reward stages record; a reader each adapter "
+        "registers would move this to the adapters (issue 50, not done yet)"
+    ),
+    ("index/_samples.py", "old_log_prob"): "the samples view reads the log-probs of that stage (as for reward)",
+}
+
+
+def declared_stage_names(root: Path) -> Set[str]:
+    """The names of the stages the adapters declare: the first argument (or ``name=``) of each
+    ``Stage(...)`` call with a string under adapters/."""
+    names: Set[str] = set()
+    for path in sorted((root / "adapters").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Stage"):
+                continue
+            args = list(node.args[:1]) + [k.value for k in node.keywords if k.arg == "name"]
+            names.update(a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    return names
+
+
+def stage_names_in_journal(root: Path, names: Set[str], exceptions=STAGE_NAME_EXCEPTIONS) -> List[str]:
+    """``file:line name``: each string in journal/'s code (docstrings aside) that is one of `names`, or
+    ``<name>.<part>`` of one, unless listed in `exceptions`; the journal's own default stage is its word."""
+    found = []
+    journal = root / "journal"
+    for path in sorted(journal.rglob("*.py")):
+        rel = path.relative_to(journal).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docstrings:
+                continue
+            name = next((n for n in sorted(names) if node.value == n or node.value.startswith(n + ".")), None)
+            if name is not None and (rel, name) not in exceptions:
+                found.append(f"{rel}:{node.lineno} {node.value}")
+    return found
+
+
+def test_the_journal_names_no_stage_an_adapter_declares():
+    """The adapters declare their stages (`stepjournal.vocabulary.Stage`); the journal orders and reads them
+    from the events, so no adapter's stage name is written in journal/ (but the listed exceptions)."""
+    names = declared_stage_names(ROOT) - {"generate"}  # the journal's default stage (`DEFAULT_STAGE`)
+    assert {"reward", "old_log_prob", "ref_log_prob", "values", "metrics"} <= names
+    assert stage_names_in_journal(ROOT, names) == []
+
+
+def test_each_stage_name_exception_is_still_a_string_of_its_file():
+    """An exception that no longer happens is removed from the list, so the list stays honest."""
+    names = {name for _, name in STAGE_NAME_EXCEPTIONS}
+    found = stage_names_in_journal(ROOT, names, exceptions={})
+    for file, name in STAGE_NAME_EXCEPTIONS:
+        assert any(f.startswith(file + ":") and f.split(" ", 1)[1].split(".")[0] == name for f in found), (file, name)
+
+
+def test_the_stage_name_checker_finds_a_planted_adapter_stage_name_in_the_journal(tmp_path):
+    root = _tree(tmp_path, {
+        "adapters/verl/_stages.py": "STAGES = (Stage('generate'), Stage('reward'), Stage(name='old_log_prob'),\n"
+                                    "          Stage('metrics', StageRole.RECORD_ONLY))\n",
+        "journal/tools/_diff_report.py": '"""Stages sort as ``"reward"`` says."""\n'
+                                         "STAGE_ORDER = ('generate', 'reward', 'old_log_prob')\n"
+                                         "def f(stage):\n    return stage.startswith('reward.')\n",
+        "journal/index/_audit.py": "ACTIONS = ('generated', 'replayed')\n",
+    })
+    names = declared_stage_names(root)
+    assert names == {"generate", "reward", "old_log_prob", "metrics"}
+    assert stage_names_in_journal(root, names - {"generate"}, exceptions={}) == [
+        "tools/_diff_report.py:2 reward", "tools/_diff_report.py:2 old_log_prob", "tools/_diff_report.py:4 reward.",
+    ]
+
+
 def test_no_module_reads_the_private_attributes_of_another_modules_classes():
     """`Journal`'s store, lock and log are reached through its seam (`lmdb_store`, `write_lock`, `raw_event`),
     not through `journal._live()`; the same holds for every class of the project."""

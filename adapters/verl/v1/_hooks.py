@@ -33,7 +33,7 @@ from .._config import VerlJournalConfig, read_verl_config
 from .._errors import VerlAdapterError
 from .._calls import undecorated as _undecorated
 from ._codec import TQBatch
-from ._stages import V1Stages, check_verl_stages
+from ._stages import STAGES, V1Stages, check_verl_stages
 
 __all__ = [
     "V1Journal",
@@ -163,7 +163,8 @@ class V1Journal:
         self.outcomes: List[Outcome] = []
         # Metrics are recorded in every session: by the spec's own entry when it names the stage, else by `dump`.
         named = getattr(engine.policy, "stages", ())
-        metrics_engine = engine if "metrics" in named else Engine(engine.journal, "dump", options=engine.options)
+        metrics_engine = engine if "metrics" in named else Engine(engine.journal, "dump", options=engine.options,
+                                                                  roles=STAGES)
         self.stages = V1Stages(trainer, engine, metrics_engine)
         self.held = 0
         self.closed = False
