@@ -188,7 +188,19 @@ class CodecPluginError(UnknownCodecError, UnsupportedValueError):
 
 
 class DiffError(StepJournalError, ValueError):
-    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field."""
+    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field.
+
+    Attributes:
+        reason: what is wrong, without the argument to give.
+        argument: the keyword argument that settles it (``"run_a"``), or None; the message ends with
+            ``choose one with run_a``, and a caller that spells its arguments otherwise (the command
+            line's ``--run-a``) words it from this field.
+    """
+
+    def __init__(self, reason: str, *, argument: Optional[str] = None) -> None:
+        super().__init__(reason if argument is None else f"{reason}; choose one with {argument}")
+        self.reason = reason
+        self.argument = argument
 
 
 class RemoteError(JournalError):

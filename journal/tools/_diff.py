@@ -109,7 +109,7 @@ def _choose(scan: _Scan, path: str, label: str, run: Optional[str],
     if not runs:
         raise DiffError(f"{label} ({path}) holds no recorded calls")
     if len(runs) > 1:
-        raise DiffError(f"{label} ({path}) holds several runs ({', '.join(runs)}); choose one with {arg}")
+        raise DiffError(f"{label} ({path}) holds several runs ({', '.join(runs)})", argument=arg)
     return runs[0], None, None
 
 

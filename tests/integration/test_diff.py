@@ -158,8 +158,10 @@ def test_two_runs_of_one_journal_are_chosen_with_run_a_and_run_b(jpath):
             journal.record(1, batch(1))
             journal.record(2, batch(2, lp_shift=shift))
     with Journal(jpath, readonly=True) as journal:
-        with pytest.raises(DiffError, match="several runs .*choose one with run_a"):
+        with pytest.raises(DiffError, match="several runs .*choose one with run_a") as refused:
             diff_journals(journal, journal)
+        # The argument is a typed field: the command line words it as its flag, parsing nothing.
+        assert refused.value.argument == "run_a" and refused.value.reason.endswith("holds several runs (base, new)")
         report = diff_journals(journal, journal, run_a="base", run_b="new")
     assert [p.state for p in report.pairs] == ["equal", "differing"]
     diff = report.pairs[1].comparison.first
