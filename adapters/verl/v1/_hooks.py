@@ -27,6 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from stepjournal.log import get_logger
 from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, Outcome, ServeRecorded, open_engine
+from stepjournal.vocabulary import Action
 
 from ..._tokenizer import record_tokenizer
 from .._config import VerlJournalConfig, read_verl_config
@@ -265,7 +266,7 @@ class V1Journal:
         outcome = self.engine.call(step, sample_now, mode="train")
         self._samples[step] += 1
         self.outcomes.append(outcome)
-        if outcome.action != "replayed":
+        if outcome.action != Action.REPLAYED:
             return sampled["result"]
         recorded = outcome.value
         if not isinstance(recorded, TQBatch):
