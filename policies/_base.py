@@ -8,7 +8,7 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 import attrs
 
 from stepjournal import GenerationRecorded, Journal, RecordedGeneration, find_release
-from stepjournal.events._keys import DEFAULT_STAGE
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE
 
 from ._ranges import StepRanges
 
@@ -42,7 +42,7 @@ class CallContext:
     run: str
     step: int
     gen_index: int = 0
-    mode: str = "train"
+    mode: str = DEFAULT_MODE
     input_digest: Optional[str] = None
     stage: str = DEFAULT_STAGE
 
@@ -100,7 +100,7 @@ class JournalView:
     __slots__ = ("_journal", "run", "mode", "stage", "scope", "_visible_steps", "_where")
 
     def __init__(
-        self, journal: Journal, *, run: Optional[str] = None, mode: str = "train", stage: str = DEFAULT_STAGE
+        self, journal: Journal, *, run: Optional[str] = None, mode: str = DEFAULT_MODE, stage: str = DEFAULT_STAGE
     ) -> None:
         self._journal = journal
         self.run = run or journal.run

@@ -12,9 +12,8 @@ from typing import Any, Optional
 import attrs
 
 from stepjournal import IntegrityError, Journal
-from stepjournal.base._digest import digest_hex
-from stepjournal.events._events import check_fingerprint
-from stepjournal.events._keys import DEFAULT_STAGE
+from stepjournal.tools import check_fingerprint, digest_hex
+from stepjournal.vocabulary import DEFAULT_STAGE
 from stepjournal.log import get_logger
 
 from ._base import CallContext, Decision, GenerateCall, Policy, RefuseCall, ServeRecorded

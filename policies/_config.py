@@ -10,7 +10,7 @@ import attrs
 import cattrs
 
 from stepjournal import Journal, Retention, StepJournalError
-from stepjournal.events._convert import converter
+from stepjournal.tools import structure
 
 from ._engine import Engine
 from ._errors import ConfigError, PluginError, SpecError
@@ -154,7 +154,7 @@ def load_config(source: Any) -> EngineConfig:
     # The policy (a spec string or a per-stage mapping) is checked by its own validator, not by cattrs.
     policy = data.pop("policy", "passthrough")
     try:
-        return attrs.evolve(converter.structure(data, EngineConfig), options=options, policy=policy)
+        return attrs.evolve(structure(data, EngineConfig), options=options, policy=policy)
     except (ConfigError, PluginError):
         raise
     except cattrs.BaseValidationError as exc:

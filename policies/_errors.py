@@ -20,6 +20,7 @@ from stepjournal.errors import (
     SpecError,
     SpecWarning,
     StageInputMismatchError,
+    StageRoleError,
     ToolReplayMissError,
     ToolStateMismatchError,
 )

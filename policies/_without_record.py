@@ -11,7 +11,7 @@ import bisect
 from typing import List, Optional
 
 from stepjournal import Journal, RecordedGeneration
-from stepjournal.events._keys import DEFAULT_STAGE
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE
 
 from ._base import JournalView
 from ._ranges import StepRanges
@@ -27,7 +27,7 @@ class WithoutRecord(JournalView):
 
     __slots__ = ("_hidden", "_left")
 
-    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None, mode: str = "train",
+    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None, mode: str = DEFAULT_MODE,
                  stage: str = DEFAULT_STAGE, scope: Optional[StepRanges] = None) -> None:
         super().__init__(journal, run=run, mode=mode, stage=stage)
         self.scope = scope

@@ -67,7 +67,7 @@ def build_template(folder: str) -> str:
 
 def _owned_path(template: str, journal: str, path: str) -> str:
     """`path` of `PATHS` in `journal` (a copy of `template`): FAN, FILE, PID and LOCK filled in."""
-    from stepjournal.base._paths import writer_lock_name
+    from stepjournal.base._paths import writer_lock_name  # private: the lock file's name
 
     fan = next(n for n in sorted(os.listdir(os.path.join(template, "payloads"))) if n != "tmp")
     name = os.listdir(os.path.join(template, "payloads", fan))[0]
@@ -194,7 +194,7 @@ def run_case(template: str, number: int, folder: str) -> Dict[str, Any]:
 
 def run_cases(start: int, stop: int, folder: str, out: str) -> None:
     """Cases `start` to `stop` - 1 (see the module's doc); their counts and failures written to `out` as JSON."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     # Payload files from 4 KiB, as the file-threshold bench sets it: each case's files are small.
     payload_store.FILE_FROM = 4096

@@ -54,7 +54,7 @@ def _valid_payloads() -> list:
 
 def _valid_events() -> list:
     from stepjournal import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
-    from stepjournal.events._convert import encode_event
+    from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
 
     ref = PayloadRef(digest="ab" * 32, nbytes=100, stored_nbytes=90, compression="zstd")
     events = [
@@ -182,7 +182,7 @@ def fuzz_with_hypothesis(examples: int, seed: int, deadline_ms: int) -> None:
     from hypothesis import seed as fixed_seed
 
     from stepjournal import decode_payload, describe_payload
-    from stepjournal.events._convert import decode_event
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     @fixed_seed(seed)
     @settings(max_examples=examples, deadline=timedelta(milliseconds=deadline_ms), database=None,
@@ -211,7 +211,7 @@ def _leak_check(cases: int, seed: int) -> int:
     import random
 
     from stepjournal import decode_payload, describe_payload
-    from stepjournal.events._convert import decode_event
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     seeds = _valid_payloads() + _valid_events()
     rng = random.Random(seed)
@@ -243,7 +243,7 @@ def run_fuzz(examples: int, seed: int, out_path: str, deadline_ms: int = 2000, e
     """Process target: fuzz with hypothesis under a memory cap and an audit hook; write JSON to out_path."""
     import stepjournal  # noqa: F401 - imported before the hook and the cap: its imports are not findings
 
-    from stepjournal.events._convert import decode_event
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     # Warm up before watching: numpy and torch import some dtype support lazily, and cattrs compiles
     # its structuring function for each event class on first use (from our classes, never from input).
@@ -280,7 +280,7 @@ def _atheris_main(argv: list) -> None:  # pragma: no cover - run by the soak tes
 
     with atheris.instrument_imports(include=["stepjournal"]):
         from stepjournal import StepJournalError, decode_payload, describe_payload
-        from stepjournal.events._convert import decode_event
+        from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     seeds = _valid_payloads() + _valid_events()
 
@@ -405,7 +405,7 @@ def lmdb_case(folder: str, data: bytes) -> str:
     import lmdb
 
     from stepjournal import IntegrityError
-    from stepjournal.storage._lmdb_check import check_data_file
+    from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
     with open(os.path.join(folder, "data.mdb"), "wb") as fh:
         fh.write(data)

@@ -30,7 +30,7 @@ VERBS = ("record", "prune", "retention", "compact", "pull", "import", "reindex",
 
 def small_files() -> None:
     """Payloads of `SMALL_FILE_FROM` bytes and more are files in the journals this process opens from now."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     payload_store.FILE_FROM = SMALL_FILE_FROM
 

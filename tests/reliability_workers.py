@@ -163,7 +163,7 @@ def snapshot_reader(path: str, stop_path: str, out_path: str) -> None:
     "<snapshots> <max events seen> <payloads loaded>" or the first violation to `out_path`.
     """
     from stepjournal import GenerationRecorded, Journal
-    from stepjournal.events._convert import decode_event
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     snapshots = loaded = max_events = 0
     problem = ""

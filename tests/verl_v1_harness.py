@@ -446,7 +446,9 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
     from omegaconf import OmegaConf
 
     from stepjournal.adapters.verl import attach, read_verl_config
-    from stepjournal.adapters.verl.v1._hooks import make_journaled_agent_loop_manager_tq
+    from stepjournal.adapters.verl.v1._hooks import (  # private: a verl adapter internal under test
+        make_journaled_agent_loop_manager_tq,
+    )
 
     if __name__ != "__main__":  # imported (not run as a script): Ray workers cannot import tests/ by name
         import sys

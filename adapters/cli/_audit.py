@@ -19,9 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal import AuditRecord, Journal
-from stepjournal.index._audit import ACTIONS, AUDIT_FIELDS
-from stepjournal.index._call_rows import json_rows, releases_of
-from stepjournal.index._row_text import rows_text
+from stepjournal.tools import ACTIONS, AUDIT_FIELDS, json_rows, releases_of, rows_text
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE, Action
 
 from ._args import nonneg_int
 from ._common import names_of_sessions, open_readonly, parse_steps
@@ -194,7 +193,7 @@ def _csv_cell(value: Any) -> Any:
 
 
 def _source(r: AuditRecord) -> str:
-    if r.action != "replayed":
+    if r.action != Action.REPLAYED:
         return ""
     source = f"{r.source_step}#{r.source_gen_index}"
     return source + (f" ({r.source_run})" if r.source_run != r.run else "")
@@ -202,7 +201,7 @@ def _source(r: AuditRecord) -> str:
 
 def _call(r: AuditRecord) -> str:
     """``#0``; the mode and the stage named when they are not the defaults: ``validate#0``, ``reward#1``."""
-    named = [part for part, default in ((r.mode, "train"), (r.stage, "generate")) if part != default]
+    named = [part for part, default in ((r.mode, DEFAULT_MODE), (r.stage, DEFAULT_STAGE)) if part != default]
     return f"{'/'.join(named)}#{r.gen_index}"
 
 
@@ -311,7 +310,7 @@ def _print_summary(out: Console, path: str, rows: Iterable[AuditRecord], names: 
 def _same_range(last: AuditRecord, r: AuditRecord) -> bool:
     key = ("run", "mode", "stage", "session", "action", "policy")
     return (all(getattr(last, k) == getattr(r, k) for k in key) and r.step in (last.step, last.step + 1)
-            and (r.action != "replayed" or r.source_run == last.source_run))
+            and (r.action != Action.REPLAYED or r.source_run == last.source_run))
 
 
 def _summary_line(group: List[AuditRecord], names: Dict[str, str]) -> str:
@@ -321,7 +320,7 @@ def _summary_line(group: List[AuditRecord], names: Dict[str, str]) -> str:
     steps = str(StepRanges.from_steps(r.step for r in group))
     calls = len(group)
     line = f"steps {steps} [{ACTION_STYLE[first.action]}]{first.action}[/]"
-    if first.action == "replayed":
+    if first.action == Action.REPLAYED:
         sources = str(StepRanges.from_steps(r.source_step for r in group if r.source_step is not None))
         line += f" from {sources}" + (f" of run {cell(first.source_run)}" if first.source_run != first.run else "")
     line += f" by {cell(first.policy)}"

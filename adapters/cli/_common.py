@@ -21,7 +21,7 @@ def open_readonly(path: str, check: str = "open") -> Journal:
 
 def choose_run(journal: Journal, run: Optional[str]) -> str:
     """`stepjournal.tools._export.choose_run`, imported when called: the export module loads torch."""
-    from stepjournal.tools._export import choose_run as choose
+    from stepjournal.tools import choose_run as choose
 
     return choose(journal, run)
 

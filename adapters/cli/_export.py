@@ -12,6 +12,7 @@ import attrs
 
 from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle
 from stepjournal.policies import StepRanges
+from stepjournal.vocabulary import DEFAULT_MODE
 
 from ._args import nonneg_int
 from ._common import parse_steps
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 args.journal,
                 args.to,
                 run=args.run[0] if args.run else None,
-                mode=args.mode[0] if args.mode else "train",
+                mode=args.mode[0] if args.mode else DEFAULT_MODE,
                 steps=steps,
                 inputs=args.inputs,
                 progress=exported,

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal import Journal, session_names
+from stepjournal.vocabulary import Action
 
 from ._common import choose_run
 from ._progress import progress_bar
@@ -37,7 +38,7 @@ __all__ = ["run", "session_folder", "step_scalars", "samples_text", "PIP_INSTALL
 
 PIP_INSTALL = "pip install tensorboard"
 _WRITER_THREADS = "tensorboard.summary.writer.event_file_writer"  # the module of TensorBoard's writer thread
-_ALWAYS_COUNTED = ("generated", "replayed")  # a curve for each, 0 where the session made none at the step
+_ALWAYS_COUNTED = (Action.GENERATED, Action.REPLAYED)  # a curve for each, 0 where the session made none at the step
 
 
 def session_folder(run: str, name: str, opened_ts: float) -> str:
@@ -74,7 +75,7 @@ def samples_text(entry: Dict[str, Any]) -> Optional[str]:
     """A step's text summary (TensorBoard renders it as Markdown): a line per sample, then its prompt and
     response (or token ids) as a code block, so nothing in them is read as Markdown."""
     parts: List[str] = []
-    served = f"replayed from step {entry['source_step']}" if entry["action"] == "replayed" else entry["action"]
+    served = f"replayed from step {entry['source_step']}" if entry["action"] == Action.REPLAYED else entry["action"]
     for s in entry["samples"]:
         facts = [f"{s['length']} tokens" + (" (truncated)" if s["truncated"] else "")]
         facts += [f"{stage} {value:g}" for stage, value in s["rewards"].items() if value is not None]

@@ -23,6 +23,7 @@ from rich.console import Console
 
 from stepjournal import (GenerationRecorded, Journal, ReplayServed, StepJournalError, session_names, tool_call_rows,
                          tool_of_stage, tool_step_summaries)
+from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int
 from ._common import choose_run
@@ -58,7 +59,7 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
     text the ones embedded (`ids`: their token ids too, the first `chars`). Each entry holds the step's
     `metrics` (`step_metrics`) and its `tools` (`step_tools`)."""
     steps = _entries(journal, run, session)
-    from stepjournal.index._samples import samples_of_steps  # here, with torch: building the parser imports neither
+    from stepjournal.tools import samples_of_steps  # here, with torch: building the parser imports neither
 
     filled: set = set()
     try:
@@ -105,7 +106,7 @@ def _entries(journal: Journal, run: str, session: Optional[str]) -> Dict[int, Di
     only), with its `metrics` and, where the session shown called tools, its `tools` (`step_tools`)."""
     names = session_names(opened.session for _, opened in journal.sessions())
     rows: Dict[int, List[Any]] = {}
-    for r in journal.audit(run=run, mode="train"):
+    for r in journal.audit(run=run, mode=DEFAULT_MODE):
         if session is None or r.session == session:
             rows.setdefault(r.step, []).append(r)
     entries = {step: _entry(step, found, names) for step, found in rows.items()}
@@ -127,7 +128,7 @@ def step_metrics(journal: Journal, rows: List[Any]) -> Dict[str, Optional[float]
     real numbers are left out; a non-finite one is None (JSON has no NaN); a released payload gives nothing."""
     values: Dict[str, Optional[float]] = {}
     for r in rows:
-        if r.stage != METRICS or r.action not in ("generated", "replayed"):
+        if r.stage != METRICS or r.action not in (Action.GENERATED, Action.REPLAYED):
             continue
         event = journal.event(r.seq)
         if not isinstance(event, (GenerationRecorded, ReplayServed)) or event.output is None:  # stored nothing
@@ -156,7 +157,7 @@ def _shown(rows: List[Any]) -> Optional[Any]:
     """The generate call a step's row shows: its latest call #0 with an output (recorded and stored, or
     replayed), which is the call `samples` reads; else its latest call #0 (refused, bypassed, not stored)."""
     calls = [r for r in rows if r.stage == "generate" and r.gen_index == 0 and r.action != "released"]
-    served = [r for r in calls if r.action == "replayed" or (r.action == "generated" and r.stored)]
+    served = [r for r in calls if r.action == Action.REPLAYED or (r.action == Action.GENERATED and r.stored)]
     return (served or calls or [None])[-1]
 
 

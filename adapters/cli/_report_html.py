@@ -9,11 +9,12 @@ import json
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from stepjournal.vocabulary import ACTION_COLOURS
+
 __all__ = ["render"]
 
 _W, _H, _PAD = 1000, 150, 44  # chart width, height, left margin (px)
-_ACTION_COLOURS = {"generated": "#2ca02c", "replayed": "#1f77b4", "released": "#9467bd", "bypassed": "#aaaaaa",
-                   "refused": "#d62728"}
+_ACTION_COLOURS = {str(action): colour for action, colour in ACTION_COLOURS.items()}
 _STAGE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 

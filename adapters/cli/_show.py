@@ -22,6 +22,7 @@ from stepjournal import (
     ReplayServed,
 )
 from stepjournal.policies import StepRanges
+from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int
 from ._common import choose_run
@@ -182,7 +183,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("step", metavar="STEP", type=nonneg_int, help="the train step")
     p.add_argument("--index", type=nonneg_int, default=0, help="which call within the step (default 0)")
     p.add_argument("--run", help="the run key (needed when the journal holds several)")
-    p.add_argument("--mode", default="train", help="the mode (default train)")
+    p.add_argument("--mode", default=DEFAULT_MODE, help="the mode (default train)")
     p.add_argument("--stage", default="generate", help="the stage (default generate; reward ...)")
     p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
     p.add_argument("--items", type=nonneg_int, default=20, help="items shown per container (default 20)")
@@ -233,7 +234,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 f"(event #{event.record_seq}); its payloads were pruned by event #{seq} at {short_time(event.ts)} UTC: "
                 f"{clean(event.reason)} (rule: {clean(event.rule)})"
             )
-        if ref is None and record.action == "generated" and not record.stored and not args.input:
+        if ref is None and record.action == Action.GENERATED and not record.stored and not args.input:
             raise Failure(
                 f"step {args.step} call #{args.index} of run {run!r} ({args.mode}) was generated, not stored "
                 f"(event #{seq}): {record.reason}"
@@ -271,7 +272,7 @@ def _print_call(out: Console, args: argparse.Namespace, run: str, seq: int, reco
              f"call #{args.index} · event #{seq}")
     out.print(f"[bold]{title}[/]")
     line = f"[{ACTION_STYLE[record.action]}]{record.action}[/]"
-    if record.action == "replayed":
+    if record.action == Action.REPLAYED:
         line += f" from step {record.source_step} call #{record.source_gen_index} (event #{record.source_seq})"
     out.print(f"{line} by policy {cell(record.policy)}: {cell(record.reason)}, at {short_time(record.ts)} UTC")
     out.print(f"{what} {ref.digest} · {human_size(ref.nbytes)}"

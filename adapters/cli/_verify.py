@@ -83,7 +83,7 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
     import attrs
 
     from stepjournal import AuditRecord, StepJournalError
-    from stepjournal.events._events import CALL_EVENT_TYPES
+    from stepjournal.tools import CALL_EVENT_TYPES
 
     steps: Dict[str, Set[int]] = {d: set() for d in digests}
     try:
@@ -101,7 +101,7 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
 def _where_text(problem: Any) -> str:
     """An index key (``run \\0 mode \\0 step gen_index``, hex) as words; other places as they are."""
     if problem.kind == "index":
-        from stepjournal.events._keys import parse_gen_key
+        from stepjournal.tools import parse_gen_key
 
         key = parse_gen_key(bytes.fromhex(problem.where))
         if key is not None:

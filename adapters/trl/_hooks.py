@@ -49,7 +49,7 @@ from .._tokenizer import record_tokenizer
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of, topology_hint
 from ._errors import TrlAdapterError
-from ._stage_spec import GENERATE, declared_stages, stage_policies
+from ._stage_spec import GENERATE, STAGES, declared_stages, stage_policies
 from ._stages import StageHooks
 from ._tools import ToolHooks, names_tools, trainer_tools
 
@@ -310,6 +310,7 @@ def attach(
             options, bypass_modes=(eval_mode,) if bypass_eval else (), check_prompts=check_prompts
         ),
         stages=declared_stages(trainer),
+        roles=STAGES,
     )
     tool_engine = None
     if names_tools(policies.stages):

@@ -44,6 +44,7 @@ __all__ = [
     "META_LAYOUT",
     "LAYOUT_VERSION",
     "DEFAULT_STAGE",
+    "DEFAULT_MODE",
     "check_stage",
     "rank_key",
     "prefix_end",
@@ -78,6 +79,8 @@ META_LAYOUT = b"layout"
 LAYOUT_VERSION = 2
 # The stage of every call journaled before stages existed, and the default of every call.
 DEFAULT_STAGE = "generate"
+# The mode of a call nobody named another for (the training steps; ``"validate"`` ... are the others).
+DEFAULT_MODE = "train"
 
 
 class GenKey(NamedTuple):
@@ -154,7 +157,7 @@ def parse_gen_key(key: bytes) -> Optional[GenKey]:
 
 def check_stage(stage: str) -> None:
     """Refuse a stage name that cannot be part of an index key (empty, NUL, not UTF-8, not a str)."""
-    check_key("default", "train", stage)
+    check_key("default", DEFAULT_MODE, stage)
 
 
 # (run, mode, stage) triples that passed `check_key`: every event decoded checks its key, and a journal

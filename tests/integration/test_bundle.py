@@ -16,7 +16,7 @@ import torch
 
 from stepjournal import (IntegrityError, Journal, JournalError, RemoteFormatError, Retention, export_bundle,
                          import_bundle, journaled, prune, verify_bundle)
-from stepjournal.sharing._remote import journal_id
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 from stepjournal.adapters.cli import main as cli
 
 BIN = os.path.dirname(sys.executable)

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from stepjournal import IntegrityError, Journal
-from stepjournal.storage._lmdb_check import check_data_file
+from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 import lmdb_pages as pages
 from test_hostile_files import _cli, journal  # noqa: F401 - `journal`: a fresh copy of this module's template

@@ -22,7 +22,7 @@ from safetensors import safe_open
 import attrs
 
 from stepjournal import Journal, journaled, register_codec
-from stepjournal.index._audit import AUDIT_FIELDS
+from stepjournal.tools import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
 from lmdb_raw import flip_byte, items, put_raw
@@ -440,7 +440,7 @@ def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
 
 # -- docs ------------------------------------------------------------------------------------------------
 def test_docs_cover_every_command_and_every_json_key():
-    from stepjournal.adapters.cli._app import build_parser
+    from stepjournal.adapters.cli._app import build_parser  # private: a CLI helper under test
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
     (commands,) = [a for a in build_parser()._actions if a.dest == "command"]

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from stepjournal import DIFF_SCHEMA_VERSION, Journal
-from stepjournal.index._audit import AUDIT_FIELDS
+from stepjournal.tools import AUDIT_FIELDS
 from cli_support import CLI, run_cli, start_cli
 from terminal import on_a_terminal
 
@@ -263,7 +263,7 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
     import json
     import re
 
-    from stepjournal.adapters.cli._render import human_size
+    from stepjournal.adapters.cli._render import human_size  # private: a CLI helper under test
 
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm", "PAGER": "cat"}
     remote, bundle = f"file://{tmp_path / 'remote'}", str(tmp_path / "j.sjb")

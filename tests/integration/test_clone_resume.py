@@ -19,7 +19,7 @@ from kill_points import start_script
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import Journal, JournalError, clone, list_remotes, push
 from stepjournal.adapters.cli import main
-from stepjournal.events._events import EventsImported
+from stepjournal.events._events import EventsImported  # private: event classes and maps, below the face
 
 STEPS = 12  # + the session: 13 events
 SEGMENT = 2  # events a segment holds: one pulled run (and one progress point) each

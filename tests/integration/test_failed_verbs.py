@@ -15,7 +15,7 @@ import torch
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import (GenerationRecorded, IntegrityError, Journal, RemoteError, StepJournalError, clone,
                          export_bundle, import_bundle, pull, push)
-from stepjournal.sharing._remote import journal_id
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 
 BIN = os.path.dirname(sys.executable)
 

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 from stepjournal import EventDecodeError, InvalidKeyError, Journal
-from stepjournal.events._convert import decode_event
+from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
 from lmdb_raw import items, put_raw
 from cli_support import run_cli as _cli

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from stepjournal import CompactError, Journal, UnsafePathError, add_remote, compact, list_remotes
-from stepjournal.base._paths import writer_lock_name
-from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal.base._paths import writer_lock_name  # private: the lock file's name
+from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER  # private: the file store's layout
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 from cli_support import run_cli
 from folder_shapes import snapshot

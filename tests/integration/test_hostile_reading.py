@@ -180,7 +180,7 @@ TEN_TO_30, DIGITS_5000 = "1" + "0" * 30, "9" * 5000
 def numeric_arguments() -> list:
     """(verb, option or positional name, what it takes) for every argument of every verb that reads a number:
     an int type, a float type, step ranges or a size. Read from the parser, so a new one is in the table."""
-    from stepjournal.adapters.cli import _app
+    from stepjournal.adapters.cli import _app  # private: a CLI helper under test
 
     found = []
     for verb, parser in sorted(_app.build_parser()._subparsers._group_actions[0].choices.items()):

@@ -24,7 +24,7 @@ import torch
 from stepjournal.testing import payload_of as payload
 from s3_server import client_env
 from stepjournal import IntegrityError, Journal, ObjectPayloadStore, RemoteError
-from stepjournal.payloads._object_client import Remote
+from stepjournal.payloads._object_client import Remote  # private: the object client under test
 
 HEAD = b"Last-Modified: Tue, 01 Dec 2026 00:00:00 GMT\r\nETag: \"e\"\r\nConnection: close\r\n"
 PIECE = b"x" * (1 << 20)

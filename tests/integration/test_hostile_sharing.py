@@ -22,7 +22,7 @@ from sharing_fuzz import _relist, build_seed, read_objects
 from sharing_fuzz_run import measure_child, zip_bytes
 
 from stepjournal import CallBypassed, IntegrityError, StepJournalError, import_bundle, pull, verify_bundle
-from stepjournal.events._convert import encode_event
+from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
 from cli_support import run_cli as cli
 
 MIB = 1 << 20

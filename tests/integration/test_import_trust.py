@@ -19,9 +19,9 @@ import torch
 from stepjournal import (EventsImported, GenerationRecorded, ImportClaimError, ImportConflictError, Journal,
                          PayloadsReleased, Retention, clone, compact, export_bundle, import_bundle, journaled, prune,
                          pull, push, verify_bundle)
-from stepjournal.events._convert import encode_event
-from stepjournal.base._digest import digest_bytes
-from stepjournal.sharing._remote import journal_id
+from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 from stepjournal.policies import ReplayMissError
 
 BIN = os.path.dirname(sys.executable)

@@ -26,7 +26,7 @@ from stepjournal import (
     UnknownEventTypeError,
     UnsupportedSchemaVersionError,
 )
-from stepjournal.events._convert import decode_event, encode_event
+from stepjournal.events._convert import decode_event, encode_event  # private: raw event bytes, as stored
 
 from kill_points import Lockstep, nth_after, start_process
 from lmdb_raw import flip_byte, items, put_raw

@@ -80,7 +80,7 @@ def test_status_sends_writes_and_creates_nothing(tmp_path, s3_env):
     assert remote_status(str(tmp_path / "a"), str(folder)).to_push_events == 2  # a folder a push would create
     assert not folder.exists()
     assert remote_status(str(tmp_path / "a"), s3_env + "/x").to_push_payloads == 1
-    from stepjournal.payloads._object_client import Remote
+    from stepjournal.payloads._object_client import Remote  # private: the object client under test
 
     assert Remote(s3_env).keys("") == []
 

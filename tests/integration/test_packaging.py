@@ -108,6 +108,8 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.policies
     import stepjournal.policies.testing
     import stepjournal.testing
+    import stepjournal.tools
+    import stepjournal.vocabulary
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
     missing = [
@@ -117,6 +119,8 @@ def test_every_public_name_is_documented_in_docs():
             stepjournal.errors,
             stepjournal.log,
             stepjournal.testing,
+            stepjournal.vocabulary,
+            stepjournal.tools,
             stepjournal.policies,
             stepjournal.policies.testing,
             stepjournal.adapters,

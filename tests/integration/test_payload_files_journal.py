@@ -17,9 +17,11 @@ import torch
 from stepjournal import (IntegrityError, Journal, Retention, clone, compact, export_bundle, import_bundle, prune,
                          push)
 from stepjournal import encode_payload
-from stepjournal.base._digest import digest_bytes
-from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
+from stepjournal.payloads._file_store import (  # private: the file store's layout
+    PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore,
+)
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 BIG = FILE_FROM // 8 + 4096  # int64: just over FILE_FROM encoded
 

@@ -20,14 +20,16 @@ from kill_points import start_process
 from lmdb_raw import flip_byte
 from reliability_support import worker_context
 from stepjournal import (CompactError, Journal, JournalError, Retention, compact, export_bundle, list_remotes, prune, push)
-from stepjournal.events._events import EventsImported, GenerationRecorded
-from stepjournal.events._keys import seq_key
-from stepjournal.storage._appender import appender_of  # the journal's own payload files and store (the internal seam)
+from stepjournal.events._events import (  # private: event classes and maps, below the face
+    EventsImported, GenerationRecorded,
+)
+from stepjournal.events._keys import seq_key  # private: the key layout itself
+from stepjournal.storage._appender import appender_of  # private: the journal's own payload files and store (the internal seam)
 
 
 def _small_files(patch: pytest.MonkeyPatch) -> None:
     """Payloads of `SMALL_FILE_FROM` bytes and more are files in this process's journals, until `patch` is undone."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     patch.setattr(payload_store, "FILE_FROM", SMALL_FILE_FROM)
 

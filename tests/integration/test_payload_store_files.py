@@ -17,8 +17,8 @@ import torch
 from stepjournal.testing import PayloadStoreConformance
 from stepjournal.testing import payload_of as payload
 from stepjournal import IntegrityError, JournalError, PayloadMissingError, decode_payload, encode_payload
-from stepjournal.base._digest import digest_bytes
-from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
+from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore  # private: the file store's layout
 
 
 class TestFilePayloadStore(PayloadStoreConformance):
@@ -54,7 +54,7 @@ def test_the_buffers_given_are_written_one_after_another_without_joining_them(tm
 
 
 def test_a_read_hands_the_load_a_private_mapping_of_the_file_so_tensors_are_views_of_it(tmp_path):
-    from stepjournal.base._pages import HANDED_OVER
+    from stepjournal.base._pages import HANDED_OVER  # private: page release under test
 
     store = FilePayloadStore(str(tmp_path / "payloads"))
     digest, raw = payload({"ids": torch.arange(300_000)})

@@ -18,9 +18,9 @@ import torch
 from kill_points import kill_plan, start_script
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
 from stepjournal import Journal, clone, pull, push
-from stepjournal.events._events import EventsImported
-from stepjournal.payloads._object_client import Remote
-from stepjournal.sharing._remote import journal_id
+from stepjournal.events._events import EventsImported  # private: event classes and maps, below the face
+from stepjournal.payloads._object_client import Remote  # private: the object client under test
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 
 STEPS = 150  # + the session: 151 events
 SEGMENT = 2  # events a segment holds: a push's progress points, and a pull's (one run a segment)

@@ -80,10 +80,10 @@ def test_the_release_journal_replays_and_takes_new_large_records_as_payload_file
     """A journal from before payload files: its records replay from LMDB, a new large one is a file."""
     import os
 
-    from stepjournal.payloads._file_store import PAYLOAD_FOLDER
+    from stepjournal.payloads._file_store import PAYLOAD_FOLDER  # private: the file store's layout
 
     assert not os.path.exists(os.path.join(release, PAYLOAD_FOLDER))
-    from stepjournal.payloads._payload_store import FILE_FROM
+    from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
     large = {"ids": torch.arange(FILE_FROM // 8 + 1)}
     with Journal(release, run="exp") as journal:

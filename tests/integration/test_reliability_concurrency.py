@@ -132,7 +132,7 @@ def test_opening_a_journal_another_process_grew_meanwhile_adopts_the_new_map_siz
 
     import lmdb
 
-    from stepjournal.storage._lmdb_check import check_env_structure
+    from stepjournal.storage._lmdb_check import check_env_structure  # private: the LMDB file checks under test
 
     path = str(tmp_path / "journal")
     Journal(path, map_size=64 * 1024).close()

@@ -26,7 +26,7 @@ from stepjournal import (
     ReplayServed,
     SessionOpened,
 )
-from stepjournal.events._convert import decode_event, encode_event
+from stepjournal.events._convert import decode_event, encode_event  # private: raw event bytes, as stored
 from stepjournal.adapters import journaled
 
 from cli_support import run_cli

@@ -113,7 +113,7 @@ def test_an_event_with_bytes_keys_is_refused_with_a_typed_error():
     import msgpack
 
     from stepjournal import EventDecodeError
-    from stepjournal.events._convert import decode_event
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     fields = {"type": "call_bypassed", "v": 1, "session": "s", "run": "r", "step": 6, "gen_index": 0,
               "mode": "validate", "policy": "bypass", "reason": "val", "ts": [5.0]}

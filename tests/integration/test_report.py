@@ -125,7 +125,7 @@ def test_a_replayed_step_names_its_source_step(report, browser):
 def test_past_the_text_budget_every_embedded_text_is_cut_to_its_share(report, tokenizer_dir, monkeypatch):  # noqa: F811
     from transformers import AutoTokenizer
 
-    from stepjournal.adapters.cli import _report
+    from stepjournal.adapters.cli import _report  # private: a CLI helper under test
 
     path, _ = report
     monkeypatch.setattr(_report, "TEXT_BUDGET", 2 * SAMPLES * STEPS * 10)  # 10 characters a text

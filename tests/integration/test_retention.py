@@ -388,7 +388,7 @@ def test_compact_refuses_a_target_without_the_room_it_needs(jpath):
     # there only if it is larger, so the check is made against a size the target cannot hold.
     with Journal(jpath) as journal:
         journal.record(3, {"x": torch.zeros(1 << 16)})
-    from stepjournal.upkeep import _compact
+    from stepjournal.upkeep import _compact  # private: the compaction's internals
 
     with pytest.raises(JournalFullError, match="needs up to .* free bytes"):
         _compact._MARGIN, saved = 1 << 62, _compact._MARGIN

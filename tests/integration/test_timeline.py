@@ -16,8 +16,10 @@ from matplotlib.patches import FancyArrowPatch
 from rich.console import Console
 
 from stepjournal import AuditRecord, Journal, journaled
-from stepjournal.adapters.cli import _timeline
-from stepjournal.adapters.cli._timeline import COLOURS, MAX_ARROWS, build_timeline, render_image
+from stepjournal.adapters.cli import _timeline  # private: a CLI helper under test
+from stepjournal.adapters.cli._timeline import (  # private: a CLI helper under test
+    COLOURS, MAX_ARROWS, build_timeline, render_image,
+)
 from stepjournal.policies import ReplayMissError, StepRanges
 
 from cli_support import ok
@@ -223,8 +225,8 @@ def test_the_source_panel_plots_a_sawtooth_for_repeat(tmp_path):
 
 def test_the_verb_reads_the_calls_the_audit_gives_with_released_records_marked(journal, tmp_path):
     from stepjournal import Retention, prune
-    from stepjournal.adapters.cli._render import clean
-    from stepjournal.adapters.cli._timeline_layout import record_of
+    from stepjournal.adapters.cli._render import clean  # private: a CLI helper under test
+    from stepjournal.adapters.cli._timeline_layout import record_of  # private: a CLI helper under test
 
     path = str(tmp_path / "pruned")
     with Journal(path, run="exp\x1b[31m") as j:

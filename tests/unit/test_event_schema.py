@@ -19,9 +19,11 @@ import attrs
 import msgspec.inspect as mi
 import pytest
 
-from stepjournal.index import _native_rows
-from stepjournal.index._audit import ACTIONS
-from stepjournal.events._events import CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef
+from stepjournal.index import _native_rows  # private: the fast decoder under test
+from stepjournal.tools import ACTIONS
+from stepjournal.events._events import (  # private: event classes and maps, below the face
+    CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("journal", "policies", "adapters")
@@ -115,7 +117,7 @@ def test_the_schema_check_reports_a_planted_drift(struct, cls, tag_version, drif
 
 def test_the_readers_derived_lists_follow_a_field_added_to_an_event_class(monkeypatch):
     """What `_call_rows` accepts and what `_native_rows` counts come from the class, not from a copy."""
-    from stepjournal.events import _events
+    from stepjournal.events import _events  # private: event classes and maps, below the face
 
     before = _events.field_names(GenerationRecorded)
     allowed, required = _events.field_names(_GeneratedWithANewField)

@@ -16,11 +16,11 @@ from test_call_rows import append_raw, call, journal_path, packed  # noqa: F401 
 
 from lmdb_raw import delete_raw, items, put_raw
 from stepjournal import EventDecodeError, IntegrityError, Journal
-from stepjournal.adapters.cli._audit import _print_json_rows, _print_laid_out
-from stepjournal.adapters.cli._render import print_json
-from stepjournal.events._keys import META_ROWS_INDEX, seq_key
-from stepjournal.index._call_rows import json_rows, releases_of
-from stepjournal.index._rows_index import ROWS_FORMAT
+from stepjournal.adapters.cli._audit import _print_json_rows, _print_laid_out  # private: a CLI helper under test
+from stepjournal.adapters.cli._render import print_json  # private: a CLI helper under test
+from stepjournal.events._keys import META_ROWS_INDEX, seq_key  # private: the key layout itself
+from stepjournal.tools import json_rows, releases_of
+from stepjournal.index._rows_index import ROWS_FORMAT  # private: the rows projection's format
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -168,7 +168,7 @@ def test_a_pull_by_a_library_without_the_rows_is_folded_in_by_the_next_append_wi
                                                                                                     monkeypatch):
     """The catch-up runs inside an append's transaction (whose values are views) and reads the markers of
     the pulls before the rows' end: a pulled replay names its record by the seq it has here."""
-    import stepjournal.index._rows_index as rows_index
+    import stepjournal.index._rows_index as rows_index  # private: the rows projection's format
     from stepjournal import pull, push
 
     remote, source, target = (tmp_path / "remote").resolve().as_uri(), str(tmp_path / "src"), str(tmp_path / "t")
