@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-from stepjournal.storage._appender import appender_of  # the group commit's observation point (internal seam)
+from stepjournal.storage._appender import appender_of  # private: the group commit's observation point (internal seam)
 
 WAIT_S = 120  # a bound on each observed wait, so that a broken appender fails the test instead of hanging it
 

@@ -47,7 +47,7 @@ def test_verl_v1_jagged_rows_split_at_their_own_mask():
     """V1's TQBatch (the real class and codec), whose rows are jagged: no padding, a mask row per response row."""
     from tensordict import TensorDict
 
-    from stepjournal.adapters.verl.v1._codec import TQBatch, register_tq_codec
+    from stepjournal.adapters.verl.v1._codec import TQBatch, register_tq_codec  # private: V1's batch and its codec
 
     register_tq_codec()
     jagged = lambda rows: torch.nested.nested_tensor([torch.tensor(r) for r in rows], layout=torch.jagged)  # noqa: E731

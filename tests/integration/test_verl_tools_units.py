@@ -21,7 +21,9 @@ def _loop(engine):
 
     import verl_tool_calculator  # noqa: F401  (registers the calculator @function_tool)
     from stepjournal.adapters.verl import JournaledToolAgentLoop
-    from stepjournal.adapters.verl._tool_loop import _journaled_base_tool, _journaled_function
+    from stepjournal.adapters.verl._tool_loop import (  # private: the wrappers under test
+        _journaled_base_tool, _journaled_function,
+    )
     from verl_tool_standins import SandboxTool
 
     schema = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
@@ -39,7 +41,7 @@ async def _sample(loop, step, sample, calls):
     from verl.experimental.agent_loop.tool_agent_loop import AgentData
     from verl.experimental.agent_loop.tool_parser import FunctionCall
     from stepjournal.adapters.verl import ToolCallPlace
-    from stepjournal.adapters.verl._tool_loop import _PLACE
+    from stepjournal.adapters.verl._tool_loop import _PLACE  # private: the wrappers' place context
 
     _PLACE.set(ToolCallPlace(step=step, sample=sample))  # what JournaledToolAgentLoop.run sets for its sample
     data = AgentData([], None, None, None, None, {}, "r", {})
@@ -112,7 +114,7 @@ def test_a_changed_sandbox_call_under_cache_catches_up_then_runs_live(tmp_path, 
 
 
 def test_a_verl_spec_may_name_tool_stages_and_a_misspelt_stage_is_still_refused():
-    from stepjournal.adapters.verl.v1._stages import check_verl_stages
+    from stepjournal.adapters.verl.v1._stages import check_verl_stages  # private: the stage check under test
     from stepjournal.policies import ConfigError
 
     assert check_verl_stages("generate:passthrough/tools:replay").stages == ("generate", "tools")

@@ -16,7 +16,7 @@ import pytest
 
 from group_commit_support import GroupGate
 from stepjournal import GenerationRecorded, Journal, JournalFullError
-from stepjournal.storage._appender import appender_of  # the switch to one commit per call (internal seam)
+from stepjournal.storage._appender import appender_of  # private: the switch to one commit per call (internal seam)
 
 RESPONSE = {"text": "x" * 1024}
 
