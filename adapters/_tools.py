@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, TypeVar, Union
 
 import attrs
 
-from stepjournal import Journal, ToolResponse
+from stepjournal import Journal
+from stepjournal.events import ToolResponse
 from stepjournal.policies import EngineOptions, Policy, ToolEngine
 
 __all__ = ["journaled_tool", "tool_turn", "ToolTurn", "current_tool_turn"]

@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import attrs
 
-from stepjournal import IntegrityError, Journal
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
 from stepjournal.base._digest import digest_hex
 from stepjournal.events._events import check_fingerprint
 from stepjournal.events._keys import DEFAULT_STAGE

@@ -9,7 +9,9 @@ from typing import Any, Dict, Literal, Optional, Union
 import attrs
 import cattrs
 
-from stepjournal import Journal, Retention, StepJournalError
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.upkeep import Retention
 from stepjournal.events._convert import converter
 
 from ._engine import Engine
@@ -65,7 +67,7 @@ class EngineConfig:
         fingerprint: what must match for a recorded generation to be replayed (flat JSON scalars).
         compression: ``"zstd"`` or None.
         max_size: cap on the journal's size in bytes (None: no cap).
-        retention: retention rules applied while recording, as a mapping of `stepjournal.Retention`'s
+        retention: retention rules applied while recording, as a mapping of `stepjournal.upkeep.Retention`'s
             arguments (``{"keep_last": 50, "pin": "1-5", "max_bytes": "10G"}``); None: keep everything.
         payload_store: a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///path``) where the
             journal writes its payloads as objects, keeping the events and a verified copy locally

@@ -19,7 +19,9 @@ import attrs
 
 from stepjournal.events._keys import DEFAULT_STAGE, check_stage
 from stepjournal.log import get_logger
-from stepjournal import IntegrityError, Journal, RecordedGeneration
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.index import RecordedGeneration
 
 from ._base import (
     BypassCall,

@@ -21,7 +21,8 @@ import pytest
 import torch
 import zstandard
 
-from stepjournal import IntegrityError, PayloadMissingError, PayloadStore, decode_payload, encode_payload
+from stepjournal.errors import IntegrityError, PayloadMissingError
+from stepjournal.payloads import PayloadStore, decode_payload, encode_payload
 from stepjournal.base._digest import digest_bytes
 
 

@@ -18,7 +18,8 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import AuditRecord, Journal
+from stepjournal import Journal
+from stepjournal.index import AuditRecord
 from stepjournal.index._audit import ACTIONS, AUDIT_FIELDS
 from stepjournal.index._call_rows import json_rows, releases_of
 from stepjournal.index._row_text import rows_text

@@ -24,7 +24,8 @@ from typing import Any, Dict, List, Optional, Set
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import Journal, session_names
+from stepjournal import Journal
+from stepjournal.index import session_names
 
 from ._common import choose_run
 from ._progress import progress_bar

@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, pull, pull_words, redact, resolve_remote
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import pull, pull_words, redact, resolve_remote
 
 from ._args import add_merge_options, add_remote_argument
 from ._progress import progress_to

@@ -21,7 +21,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
 
-from stepjournal import GenerationRecorded, Journal, ReplayServed, StepJournalError, session_names
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.events import GenerationRecorded, ReplayServed
+from stepjournal.index import session_names
 
 from ._args import nonneg_int
 from ._common import choose_run

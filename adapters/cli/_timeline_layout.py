@@ -17,7 +17,7 @@ from typing import Any, Container, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from stepjournal import AuditRecord, session_names
+from stepjournal.index import AuditRecord, session_names
 from stepjournal.policies import StepRanges
 
 __all__ = [

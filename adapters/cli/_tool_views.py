@@ -132,7 +132,8 @@ def run_diff(args: argparse.Namespace, out: Console) -> int:
     Raises:
         DiffError: a side holds tool calls of several runs and names none.
     """
-    from stepjournal import DiffError, first_tool_difference
+    from stepjournal import first_tool_difference
+    from stepjournal.errors import DiffError
 
     steps = parse_steps(args.steps)
     sides = []

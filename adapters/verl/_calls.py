@@ -12,9 +12,6 @@ import inspect
 import os
 from typing import Any, Optional
 
-import numpy as np
-import torch
-
 from ._errors import VerlStepError
 
 __all__ = [

@@ -17,6 +17,7 @@ Every store must pass the shared conformance suite in ``tests/payload_store_conf
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -382,7 +383,7 @@ def check_all(store: PayloadStore, items: Sequence[Tuple[bytes, Optional[int]]])
     own = getattr(store, "check_many", None)
     if own is not None:
         return own(items)
-    return [_problem(lambda: store.check(digest, nbytes=nbytes)) for digest, nbytes in items]
+    return [_problem(functools.partial(store.check, digest, nbytes=nbytes)) for digest, nbytes in items]
 
 
 def _problem(check: Callable[[], None]) -> Optional[Exception]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stepjournal import CodecRegistry
+from stepjournal.payloads import CodecRegistry
 
 pytest.importorskip("verl.protocol")
 
@@ -115,8 +115,8 @@ def test_a_subclass_loads_its_bases_codec_plugin_and_is_refused_naming_that_code
         class MyBatch(DataProto):
             pass
         try:
-            stepjournal.encode_payload(MyBatch(batch=make(1).batch))
-        except stepjournal.UnsupportedValueError as exc:
+            stepjournal.payloads.encode_payload(MyBatch(batch=make(1).batch))
+        except stepjournal.errors.UnsupportedValueError as exc:
             message = str(exc)
         print(json.dumps({"message": message, "loaded": "stepjournal.adapters.verl" in sys.modules}))
     """)
@@ -128,11 +128,11 @@ def test_a_subclass_loads_its_bases_codec_plugin_and_is_refused_naming_that_code
 def test_a_registry_without_autoload_loads_no_plugin(tmp_path):
     out = run(tmp_path, """
         import stepjournal
-        registry = stepjournal.CodecRegistry(autoload=False)
+        registry = stepjournal.payloads.CodecRegistry(autoload=False)
         try:
-            stepjournal.encode_payload(make(1), registry=registry)
+            stepjournal.payloads.encode_payload(make(1), registry=registry)
             refused = False
-        except stepjournal.UnsupportedValueError as exc:
+        except stepjournal.errors.UnsupportedValueError as exc:
             refused = "cannot store verl.protocol.DataProto" in str(exc)
         print(json.dumps({"refused": refused, "loaded": "stepjournal.adapters.verl" in sys.modules}))
     """)
@@ -192,19 +192,19 @@ def test_a_broken_codec_plugin_is_named_on_record_and_on_load_every_time(tmp_pat
         errors = []
         for value in (Thing(), Thing(), Other()):
             try:
-                stepjournal.encode_payload(value)
-            except stepjournal.CodecPluginError as exc:
+                stepjournal.payloads.encode_payload(value)
+            except stepjournal.errors.CodecPluginError as exc:
                 errors.append({{"message": str(exc), "entry_point": exc.entry_point, "group": exc.group,
                                "target": exc.target, "distribution": exc.distribution,
-                               "unsupported": isinstance(exc, stepjournal.UnsupportedValueError)}})
+                               "unsupported": isinstance(exc, stepjournal.errors.UnsupportedValueError)}})
         # A payload of the plugin's codec name, written through a registry of its own.
-        own = stepjournal.CodecRegistry(autoload=False)
+        own = stepjournal.payloads.CodecRegistry(autoload=False)
         own.register(Thing, "brokenplug.Thing", encode=lambda t: {{}}, decode=lambda d: Thing())
         try:
-            stepjournal.decode_payload(stepjournal.encode_payload(Thing(), registry=own))
-        except stepjournal.CodecPluginError as exc:
+            stepjournal.payloads.decode_payload(stepjournal.payloads.encode_payload(Thing(), registry=own))
+        except stepjournal.errors.CodecPluginError as exc:
             errors.append({{"message": str(exc), "entry_point": exc.entry_point, "group": exc.group,
-                           "unknown_codec": isinstance(exc, stepjournal.UnknownCodecError)}})
+                           "unknown_codec": isinstance(exc, stepjournal.errors.UnknownCodecError)}})
         print(json.dumps({{"warnings": warnings.events, "errors": errors}}))
     """, extra_path=site)
     not_stored = [e for e in out["warnings"] if e["event"] == "output_not_stored"]

@@ -14,20 +14,10 @@ import pytest
 import torch
 
 from lmdb_raw import flip_byte, items, put_raw
-from stepjournal import (
-    DIFF_SCHEMA_VERSION,
-    CodecRegistry,
-    DiffError,
-    DiffReport,
-    DiffSide,
-    Journal,
-    PairDiff,
-    Tolerance,
-    Tolerances,
-    compare_values,
-    diff_journals,
-    journaled,
-)
+from stepjournal import (DIFF_SCHEMA_VERSION, DiffReport, DiffSide, Journal, PairDiff, Tolerance, Tolerances,
+                         compare_values, diff_journals, journaled)
+from stepjournal.errors import DiffError
+from stepjournal.payloads import CodecRegistry
 from stepjournal.tools._diff_report import STAGE_ORDER, stage_rank
 from stepjournal.adapters.cli._diff_plot import render_diff
 from stepjournal.events._keys import seq_key

@@ -12,20 +12,11 @@ import msgpack
 import pytest
 import torch
 
-from stepjournal import (
-    CallBypassed,
-    EventDecodeError,
-    GenerationRecorded,
-    IntegrityError,
-    InvalidKeyError,
-    Journal,
-    JournalClosedError,
-    ObjectPayloadStore,
-    ReplayServed,
-    SessionOpened,
-    UnknownEventTypeError,
-    UnsupportedSchemaVersionError,
-)
+from stepjournal import Journal
+from stepjournal.errors import (EventDecodeError, IntegrityError, InvalidKeyError, JournalClosedError,
+                                UnknownEventTypeError, UnsupportedSchemaVersionError)
+from stepjournal.events import CallBypassed, GenerationRecorded, ReplayServed, SessionOpened
+from stepjournal.payloads import ObjectPayloadStore
 from stepjournal.events._convert import decode_event, encode_event
 
 from kill_points import Lockstep, nth_after, start_process

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from journal_workers import record_steps
-from stepjournal import IntegrityError, Journal, JournalError
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, JournalError
 from stepjournal.index._projections import SESSIONS_FLAG
 from reliability_support import worker_context
 

@@ -12,7 +12,9 @@ import torch
 from log_capture import captured_events
 from payload_store_conformance import PayloadStoreConformance, payload
 from s3_server import SECRET, s3_env, s3_server  # noqa: F401  (fixtures)
-from stepjournal import IntegrityError, Journal, ObjectPayloadStore, PayloadMissingError, RemoteError
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, PayloadMissingError, RemoteError
+from stepjournal.payloads import ObjectPayloadStore
 from stepjournal.payloads._object_client import Remote
 from stepjournal.payloads._payloads import stored_bound
 from stepjournal.base._secrets import public_url, redact

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from payload_store_conformance import PayloadStoreConformance, payload
-from stepjournal import IntegrityError, JournalError, PayloadMissingError, decode_payload, encode_payload
+from stepjournal.errors import IntegrityError, JournalError, PayloadMissingError
+from stepjournal.payloads import decode_payload, encode_payload
 from stepjournal.base._digest import digest_bytes
 from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore
 
@@ -119,7 +120,7 @@ def test_a_readonly_store_reads_and_refuses_every_write(tmp_path):
 KILLED_WRITER = """
     import os, signal, stat, sys
     import torch
-    from stepjournal import encode_payload
+    from stepjournal.payloads import encode_payload
     from stepjournal.base._digest import digest_bytes
     from stepjournal.payloads._file_store import FilePayloadStore
     import stepjournal.payloads._file_store as files
@@ -167,7 +168,8 @@ def test_a_writer_killed_between_the_file_and_its_event_leaves_an_orphan_never_a
 FILL_THEN_WRITE = """
     import os, sys
     import torch
-    from stepjournal import JournalFullError, encode_payload
+    from stepjournal.errors import JournalFullError
+    from stepjournal.payloads import encode_payload
     from stepjournal.base._digest import digest_bytes
     from stepjournal.payloads._file_store import FilePayloadStore
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from payload_store_conformance import PayloadStoreConformance, payload
-from stepjournal import Journal, LmdbPayloadStore
+from stepjournal import Journal
+from stepjournal.payloads import LmdbPayloadStore
 
 
 class TestLmdbPayloadStore(PayloadStoreConformance):

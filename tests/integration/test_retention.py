@@ -9,20 +9,10 @@ import sys
 import pytest
 import torch
 
-from stepjournal import (
-    CompactError,
-    Journal,
-    JournalBusyError,
-    JournalFullError,
-    PayloadsReleased,
-    Retention,
-    RetentionConflictError,
-    RetentionError,
-    compact,
-    find_release,
-    plan_retention,
-    prune,
-)
+from stepjournal import Journal
+from stepjournal.errors import CompactError, JournalBusyError, JournalFullError, RetentionConflictError, RetentionError
+from stepjournal.events import PayloadsReleased
+from stepjournal.upkeep import Retention, compact, find_release, plan_retention, prune
 from stepjournal.adapters.cli import main
 from stepjournal.policies import Engine, ReplayMissError, StepRanges
 

@@ -6,7 +6,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepjournal import CallBypassed, GenerationRecorded, PayloadRef, ReplayServed
+from stepjournal.events import CallBypassed, GenerationRecorded, PayloadRef, ReplayServed
 from stepjournal.events._convert import _decode_fast, converter, decode_event, encode_event
 
 ref = st.builds(

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from stepjournal import IntegrityError, Journal, decode_payload, encode_payload
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.payloads import decode_payload, encode_payload
 from stepjournal.payloads._codec import encode_payload_array
 from stepjournal.payloads._codec_encode import _encode
 from stepjournal.base._digest import digest_hex

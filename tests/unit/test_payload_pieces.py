@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import stepjournal.payloads._file_store as file_store
-from stepjournal import Journal, encode_payload
+from stepjournal import Journal
+from stepjournal.payloads import encode_payload
 from stepjournal.payloads._codec import encode_payload_parts
 from stepjournal.base._digest import digest_bytes, digest_pieces
 from stepjournal.payloads._payload_store import FILE_FROM
