@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from .index._samples import Sample
     from .tools._diff import diff_journals
 
-    # The read-side tools' names stay here until `stepjournal.tools` is their public namespace (issue 50,
-    # point 1), then they move there.
+    # The read-side tools' names stay here until `stepjournal.tools` is their public namespace, then they
+    # move there.
     from .tools._compare import Comparison, Difference, compare_values
     from .tools._diff_report import DIFF_SCHEMA_VERSION, DiffReport, DiffSide, PairDiff
     from .tools._export import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, export_payloads

@@ -95,7 +95,8 @@ class EngineConfig:
     def __init__(self, *args: Any, options: Optional[EngineOptions] = None, **keywords: Any) -> None:
         names = EngineOptions.names()
         given = {key: keywords.pop(key) for key in list(keywords) if key in names}
-        self.__attrs_init__(  # type: ignore[attr-defined]
+        # mypy counts *args as maybe filling `options`; positional arguments never reach it (it follows them all).
+        self.__attrs_init__(  # type: ignore[misc]
             *args, options=EngineOptions.from_keywords(options, given, where="EngineConfig"), **keywords
         )
 

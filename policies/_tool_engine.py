@@ -164,7 +164,7 @@ class ToolEngine:
         """Drop what this engine keeps about `step`'s samples (call it once a step's rollouts are done)."""
         with self._lock:
             for table in (self._turn_calls, self._samples):
-                for key in [key for key in table if key[2] == step]:  # type: ignore[index]
+                for key in [key for key in table if key[2] == step]:
                     del table[key]
 
     # -- one call ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import attrs
 from rich.console import Console
 
 from stepjournal.events import AUDIT_SCHEMA_VERSION
-from stepjournal.sharing import pull, pull_words, redact, resolve_remote
+from stepjournal.sharing import PullReport, pull, pull_words, redact, resolve_remote
 
 from ._args import add_merge_options, add_remote_argument
 from ._progress import progress_to
@@ -24,7 +24,7 @@ from ._render import UsageError, cell, human_size, print_json, print_line
 __all__ = ["add_arguments", "run", "show", "pulled", "merge_options"]
 
 
-def show(args: argparse.Namespace, out: Console, report: object) -> None:
+def show(args: argparse.Namespace, out: Console, report: PullReport) -> None:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:

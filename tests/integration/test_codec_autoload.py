@@ -71,7 +71,8 @@ def run(tmp_path: Path, body: str, *, extra_path: Path | None = None) -> dict:
 def test_dataprotos_are_recorded_and_replayed_bit_identical_by_processes_that_import_only_stepjournal(tmp_path):
     path = str(tmp_path / "journal")
     recorded = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         assert "stepjournal.adapters.verl" not in sys.modules
         with stepjournal.Journal({path!r}) as journal:
             rollout = stepjournal.journaled(make, journal, "cache")
@@ -87,7 +88,8 @@ def test_dataprotos_are_recorded_and_replayed_bit_identical_by_processes_that_im
     assert recorded["warnings"] == [] and recorded["steps"] == [1, 2, 3]
 
     replayed = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         assert "stepjournal.adapters.verl" not in sys.modules
         def must_not_run(step):
             raise AssertionError("replay generated")
@@ -111,7 +113,8 @@ def test_dataprotos_are_recorded_and_replayed_bit_identical_by_processes_that_im
 def test_a_subclass_loads_its_bases_codec_plugin_and_is_refused_naming_that_codec(tmp_path):
     # A subclass is not stored as its base (it would come back as a DataProto); the message says so.
     out = run(tmp_path, """
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         class MyBatch(DataProto):
             pass
         try:
@@ -127,7 +130,8 @@ def test_a_subclass_loads_its_bases_codec_plugin_and_is_refused_naming_that_code
 
 def test_a_registry_without_autoload_loads_no_plugin(tmp_path):
     out = run(tmp_path, """
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         registry = stepjournal.payloads.CodecRegistry(autoload=False)
         try:
             stepjournal.payloads.encode_payload(make(1), registry=registry)
@@ -142,7 +146,8 @@ def test_a_registry_without_autoload_loads_no_plugin(tmp_path):
 def test_a_type_nobody_registered_still_warns_output_not_stored(tmp_path):
     path = str(tmp_path / "journal")
     out = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         class Sample:
             pass
         with stepjournal.Journal({path!r}) as journal:
@@ -183,7 +188,8 @@ def test_a_broken_codec_plugin_is_named_on_record_and_on_load_every_time(tmp_pat
     _install_broken_plugins(site)
     path = str(tmp_path / "journal")
     out = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         from brokenplug import Other, Thing
         with stepjournal.Journal({path!r}) as journal:
             rollout = stepjournal.journaled(lambda step: Thing(), journal, "cache")
