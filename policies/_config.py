@@ -202,7 +202,8 @@ def retention_from_mapping(mapping: Optional[Dict[str, Any]]) -> Optional[Retent
     fields = [f.name for f in attrs.fields(Retention)]
     unknown = [key for key in mapping if key not in fields]
     if unknown:
-        raise ConfigError("unknown key in the config's retention: " + unknown_keys_text(unknown, fields, "the keys are"))
+        raise ConfigError("unknown key in the config's retention: "
+                          + unknown_keys_text(unknown, fields, "the keys are"))
     values = dict(mapping)
     try:
         if isinstance(values.get("pin"), (str, int)):

@@ -28,7 +28,7 @@ def show(args: argparse.Namespace, out: Console, report: PullReport) -> None:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
-        verb = {"import": "imported", "clone": "cloned"}.get(getattr(args, "command", None), "pulled")
+        verb = {"import": "imported", "clone": "cloned"}.get(getattr(args, "command", ""), "pulled")
         sources = len(report.sources)
         understood = f"{args.understood} " if getattr(args, "understood", "") else ""  # pull's words, as read
         print_line(out, f"{verb} {report.events_pulled} events, {report.payloads_fetched} payloads "
@@ -55,7 +55,7 @@ def merge_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {"runs": runs, "keep": args.keep}
 
 
-def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object],
+def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], PullReport],
            again: str = "") -> int:
     """Run `fetch(progress)` (a pull, clone or import) with progress on stderr, then print its report;
     interrupted, it says that `again` (a command line) resumes."""
