@@ -19,7 +19,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import Journal, journaled, session_names
+from stepjournal import Journal, journaled
+from stepjournal.index import session_names
 from stepjournal.log import console_logging
 from stepjournal.vocabulary import ACTION_COLOURS, Action
 

@@ -63,7 +63,8 @@ class WriterLock:
         name = writer_lock_name(run, mode)
         try:  # written in place: a link, a FIFO or a file with other names there is refused (UnsafePathError)
             with closing(open_root(folder)) as root:
-                self._fd = open_file(root, name, os.O_RDWR | os.O_CREAT, where=os.path.join(folder, name), in_place=True)
+                self._fd = open_file(root, name, os.O_RDWR | os.O_CREAT, where=os.path.join(folder, name),
+                                     in_place=True)
         except OSError:
             return  # a read-only copy, a folder of someone else: no detection, never a failure
 

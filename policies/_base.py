@@ -7,7 +7,10 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import attrs
 
-from stepjournal import GenerationRecorded, Journal, RecordedGeneration, find_release
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded
+from stepjournal.index import RecordedGeneration
+from stepjournal.upkeep import find_release
 from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE
 
 from ._ranges import StepRanges

@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import attrs
 
-from stepjournal import IntegrityError, Journal
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
 from stepjournal.tools import check_fingerprint, digest_hex
 from stepjournal.vocabulary import DEFAULT_STAGE
 from stepjournal.log import get_logger

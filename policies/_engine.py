@@ -19,7 +19,9 @@ import attrs
 
 from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE, Action, Stage, StageRole, check_stage
 from stepjournal.log import get_logger
-from stepjournal import IntegrityError, Journal, RecordedGeneration
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.index import RecordedGeneration
 
 from ._base import (
     BypassCall,
@@ -337,9 +339,9 @@ class Engine(ReplayChecks):
             except Exception as exc:
                 missed.append(("input", exc))
         why = "; ".join(f"the {what} cannot be stored ({type(exc).__name__}: {exc})" for what, exc in missed)
-        for what, exc in missed:
+        for what, error in missed:
             log.warning(
-                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=str(exc),
+                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=str(error),
                 hint=f"the caller got the {what}; the journal shows the call as generated, not stored",
             )
         return prepared_output, prepared_input, why

@@ -25,4 +25,20 @@ from stepjournal.errors import (
     ToolStateMismatchError,
 )
 
-__all__ = sorted(name for name, value in list(globals().items()) if isinstance(value, type))
+__all__ = [
+    "ConfigError",
+    "FingerprintMismatchError",
+    "InputMismatchError",
+    "OptionError",
+    "PluginError",
+    "PluginLoadError",
+    "PolicyError",
+    "ReplayMissError",
+    "ReplayRefusedError",
+    "SpecError",
+    "SpecWarning",
+    "StageInputMismatchError",
+    "StageRoleError",
+    "ToolReplayMissError",
+    "ToolStateMismatchError",
+]

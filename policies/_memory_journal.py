@@ -11,7 +11,9 @@ from __future__ import annotations
 import bisect
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from stepjournal import DEFAULT_RUN, GenerationRecorded, PayloadRef, PayloadsReleased, RecordedGeneration
+from stepjournal import DEFAULT_RUN
+from stepjournal.events import GenerationRecorded, PayloadRef, PayloadsReleased
+from stepjournal.index import RecordedGeneration
 
 from ._base import CallContext, JournalView
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import attrs
 
@@ -148,7 +148,7 @@ class EngineOptions:
         return options
 
 
-def unknown_keys_text(unknown: list, valid: Tuple[str, ...], valid_are: str = "the options are") -> str:
+def unknown_keys_text(unknown: list, valid: Sequence[str], valid_are: str = "the options are") -> str:
     """``'verify_inputs' (did you mean 'verify_input'?); the options are ...``: for unknown-key messages."""
     parts = []
     for key in unknown:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, Optional, Tuple
 
 import attrs
 
@@ -185,7 +185,7 @@ def load_plugin(name: str) -> Tuple[Any, str, EntryPoint]:
     return obj, _origin(ep), ep
 
 
-def _suggest(name: str, candidates: Sequence[str]) -> str:
+def _suggest(name: str, candidates: Collection[str]) -> str:
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=3, cutoff=0.6)
     if not close:
         return ""

@@ -12,7 +12,8 @@ import sys
 import threading
 from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
-from stepjournal import DEFAULT_RUN, StepJournalError
+from stepjournal import DEFAULT_RUN
+from stepjournal.errors import StepJournalError
 
 from ._base import BypassCall, CallContext, GenerateCall, JournalView, RefuseCall, ServeRecorded, is_policy
 from ._memory_journal import MemoryJournal, memory_view

@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import attrs
 
-from stepjournal import InvalidKeyError
+from stepjournal.errors import InvalidKeyError
 from stepjournal.vocabulary import check_stage
 
 from ._base import BypassCall, CallContext, Decision, JournalView, is_policy

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 from typing import List, Optional
 
-from stepjournal import Journal, RecordedGeneration
+from stepjournal import Journal
+from stepjournal.index import RecordedGeneration
 from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE
 
 from ._base import JournalView

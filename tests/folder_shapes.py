@@ -53,7 +53,8 @@ def build_template(folder: str) -> str:
     """A journal with a payload file (step 1), a small payload (step 2), a remote, a leftover in
     ``payloads/tmp/`` and its run's writer lock."""
     import torch
-    from stepjournal import Journal, add_remote
+    from stepjournal import Journal
+    from stepjournal.sharing import add_remote
 
     path = os.path.join(folder, "template")
     with Journal(path, run=RUN, sync=False) as journal:
@@ -129,7 +130,9 @@ def snapshot(folder: str) -> Dict[str, Tuple[Any, ...]]:
 
 def _verbs(journal: str, root: str) -> Dict[str, Callable[[], Any]]:
     import torch
-    from stepjournal import Journal, Retention, add_remote, compact, list_remotes, prune
+    from stepjournal import Journal
+    from stepjournal.sharing import add_remote, list_remotes
+    from stepjournal.upkeep import Retention, compact, prune
 
     def record() -> None:
         with Journal(journal, run=RUN, sync=False) as j:
@@ -160,7 +163,7 @@ def _verbs(journal: str, root: str) -> Dict[str, Callable[[], Any]]:
 
 def run_case(template: str, number: int, folder: str) -> Dict[str, Any]:
     """Case `number` in a fresh `folder`: what each verb ended in, and what it must not have done."""
-    from stepjournal import StepJournalError
+    from stepjournal.errors import StepJournalError
 
     shapes, verbs = make_case(number)
     os.makedirs(folder)

@@ -18,7 +18,8 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import AuditRecord, Journal
+from stepjournal import Journal
+from stepjournal.index import AuditRecord
 from stepjournal.tools import ACTIONS, AUDIT_FIELDS, json_rows, releases_of, rows_text
 from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE, Action
 

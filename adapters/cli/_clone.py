@@ -8,7 +8,7 @@ import shlex
 
 from rich.console import Console
 
-from stepjournal import clone, resolve_clone_source
+from stepjournal.sharing import clone, resolve_clone_source
 
 from ._args import add_merge_options
 from ._pull import merge_options, pulled

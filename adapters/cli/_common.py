@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Iterable, Optional
 
-from stepjournal import Journal, RunSummary, StepJournalError, session_names
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.index import RunSummary, session_names
 
 from ._render import UsageError
 

@@ -10,7 +10,8 @@ from rich.console import Console
 
 import attrs
 
-from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import export_bundle
 from stepjournal.policies import StepRanges
 from stepjournal.vocabulary import DEFAULT_MODE
 

@@ -20,12 +20,13 @@ import os
 import re
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import Journal, session_names
+from stepjournal import Journal
+from stepjournal.index import session_names
 from stepjournal.vocabulary import Action
 
 from ._common import choose_run
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                       "your trainer writes TensorBoard files into")
     from torch.utils.tensorboard import SummaryWriter
 
-    written = []
+    written: List[Tuple[str, int]] = []
     with Journal(args.journal, readonly=True) as journal:
         given_run = args.run[0] if args.run else None
         if args.session is not None:  # the session names its run ("", a script's unset variable, names none)

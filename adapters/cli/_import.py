@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from stepjournal import import_bundle
+from stepjournal.sharing import import_bundle
 
 from ._args import add_merge_options
 from ._pull import merge_options, pulled

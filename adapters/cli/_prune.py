@@ -13,7 +13,10 @@ from typing import Optional
 
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, Journal, Retention, StepJournalError, prune
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.upkeep import Retention, prune
 from stepjournal.policies import StepRanges
 
 from ._args import nonneg_int

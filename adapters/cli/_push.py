@@ -9,7 +9,8 @@ import os
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, push, redact, resolve_remote
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import push, redact, resolve_remote
 
 from ._args import add_remote_argument
 from ._progress import progress_to

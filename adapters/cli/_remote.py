@@ -9,7 +9,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import add_remote, list_remotes, redact, remove_remote
+from stepjournal.sharing import add_remote, list_remotes, redact, remove_remote
 
 from ._args import add_verbose_late
 from ._render import UsageError, cell, print_json, print_line

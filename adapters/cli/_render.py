@@ -21,7 +21,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import redact
+from stepjournal.sharing import redact
 from stepjournal.errors import DiffError
 from stepjournal.tools import JSON_RAW, SURROGATE, iso_time  # the audit rows' escapes, one definition
 from stepjournal.vocabulary import ACTION_COLOURS
@@ -199,7 +199,7 @@ def int_text(value: int) -> str:
 
 
 def one_line(message: object) -> str:
-    """A message on one line, made safe to print (`clean`) and without secrets (`stepjournal.redact`)."""
+    """A message on one line, made safe to print (`clean`) and without secrets (`stepjournal.sharing.redact`)."""
     return clean(redact(" ".join(line.strip() for line in str(message).splitlines() if line.strip())))
 
 

@@ -21,8 +21,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
 
-from stepjournal import (GenerationRecorded, Journal, ReplayServed, StepJournalError, session_names, tool_call_rows,
-                         tool_of_stage, tool_step_summaries)
+from stepjournal import Journal, tool_call_rows, tool_step_summaries
+from stepjournal.errors import StepJournalError
+from stepjournal.events import GenerationRecorded, ReplayServed, tool_of_stage
+from stepjournal.index import session_names
 from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int

@@ -55,7 +55,8 @@ def _frame(title: str, steps: List[int], low: float, high: float, body: str) -> 
 
 
 def _line(values: Sequence[Optional[float]], low: float, high: float, colour: str) -> str:
-    runs, current = [], []  # a gap where a step has no value
+    runs: List[List[str]] = []
+    current: List[str] = []  # a gap where a step has no value
     for i, v in enumerate(values):
         if v is None:
             if current:

@@ -12,15 +12,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from rich.console import Console
 from rich.tree import Tree
 
-from stepjournal import (
-    AUDIT_SCHEMA_VERSION,
-    AuditRecord,
-    GenerationRecorded,
-    Journal,
-    PayloadRef,
-    PayloadsReleased,
-    ReplayServed,
-)
+from stepjournal import Journal
+from stepjournal.events import AUDIT_SCHEMA_VERSION, GenerationRecorded, PayloadRef, PayloadsReleased, ReplayServed
+from stepjournal.index import AuditRecord
 from stepjournal.policies import StepRanges
 from stepjournal.vocabulary import DEFAULT_MODE, Action
 
@@ -249,7 +243,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if light is not None:
             structure, value = light
         else:
-            from stepjournal import describe_payload  # torch
+            from stepjournal.payloads import describe_payload  # torch
 
             structure, value = describe_payload(raw, max_items=args.items), reader.load(ref, args.step)
         _annotate(structure, value, inline_text=not args.json)

@@ -17,7 +17,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, Journal
+from stepjournal import Journal
+from stepjournal.events import AUDIT_SCHEMA_VERSION
 from stepjournal.vocabulary import Action
 
 from .._tokenizer import TokenizerDocumentError, journal_tokenizer

@@ -26,7 +26,7 @@ from ._render import Failure, UsageError, clean, print_line
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
 from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
 
-__all__ = ["add_arguments", 
+__all__ = ["add_arguments",
     "COLOURS",
     "LINK_COLOUR",
     "MAX_ARROWS",

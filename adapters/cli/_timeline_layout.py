@@ -17,7 +17,7 @@ from typing import Any, Container, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from stepjournal import AuditRecord, session_names
+from stepjournal.index import AuditRecord, session_names
 from stepjournal.policies import StepRanges
 from stepjournal.vocabulary import ACTION_COLOURS, DEFAULT_MODE, DEFAULT_STAGE, Action
 

@@ -140,7 +140,8 @@ def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions:
     """Per session, the sample's assistant text of each turn (`Sample.turn_texts`, or its token ids without a
     tokenizer), from the step's generate call of that session; nothing for a session without one, or whose
     generate call does not mark the tokens tools wrote."""
-    from stepjournal import JournalError, Sample
+    from stepjournal import Sample
+    from stepjournal.errors import JournalError
 
     from ._show_text import load_tokenizer, note_to
 
@@ -174,7 +175,8 @@ def run_diff(args: argparse.Namespace, out: Console) -> int:
     Raises:
         DiffError: a side holds tool calls of several runs and names none.
     """
-    from stepjournal import DiffError, first_tool_difference
+    from stepjournal import first_tool_difference
+    from stepjournal.errors import DiffError
 
     steps = parse_steps(args.steps)
     sides = []

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Set
 
-from stepjournal import AUDIT_SCHEMA_VERSION
+from stepjournal.events import AUDIT_SCHEMA_VERSION
 
 from ._common import open_readonly
 from ._progress import bytes_checked
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
-        from stepjournal import verify_bundle
+        from stepjournal.sharing import verify_bundle
 
         events, problems = verify_bundle(args.journal)
         return _report(args, out, events, problems, "bundle")
@@ -82,7 +82,8 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
         return problems
     import attrs
 
-    from stepjournal import AuditRecord, StepJournalError
+    from stepjournal.errors import StepJournalError
+    from stepjournal.index import AuditRecord
     from stepjournal.tools import CALL_EVENT_TYPES
 
     steps: Dict[str, Set[int]] = {d: set() for d in digests}

@@ -33,7 +33,8 @@ import attrs
 from trl import GRPOTrainer, RLOOTrainer
 
 from stepjournal.log import get_logger
-from stepjournal import Journal, UnsupportedValueError
+from stepjournal import Journal
+from stepjournal.errors import UnsupportedValueError
 from stepjournal.policies import (
     CallHooks,
     Engine,

@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 
 from torch import nn
 
-from stepjournal import EVERY_TOOL, tool_stage
+from stepjournal.events import EVERY_TOOL, tool_stage
 from stepjournal.policies import Dump, StagePolicies, check_stage_roles, parse_stages
 from stepjournal.vocabulary import Stage, StageRole
 

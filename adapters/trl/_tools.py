@@ -31,7 +31,7 @@ import functools
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from stepjournal import EVERY_TOOL, TOOL_STAGE_PREFIX, ToolResponse
+from stepjournal.events import EVERY_TOOL, TOOL_STAGE_PREFIX, ToolResponse
 from stepjournal.log import get_logger
 from stepjournal.policies import Outcome, ToolEngine, ToolReplayMissError, ToolStateMismatchError
 

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import attrs
 
 from stepjournal.log import get_logger
-from stepjournal import resolve_journal_path
+from stepjournal.base import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, EngineOptions, StepRanges, load_config
 
 from ._fingerprint import verl_fingerprint, verl_run_key
@@ -57,7 +57,7 @@ _NATIVE_KEYS = {
     "fingerprint": None,
     "compression": "compression",
     "max_size": "max_size",
-    "retention": "retention",  # stepjournal.Retention's arguments, applied while recording
+    "retention": "retention",  # stepjournal.upkeep.Retention's arguments, applied while recording
     "payload_store": "payload_store",  # payloads written as objects under this URL (docs/sharing.md)
     "step_source": None,
     "fingerprint_ignore": None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stepjournal import StepJournalError
+from stepjournal.errors import StepJournalError
 
 __all__ = ["VerlAdapterError", "VerlStepError", "MissingInputError", "NoOutcomeError", "PickleRefusedError",
            "VerlDumpError"]

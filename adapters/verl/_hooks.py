@@ -320,7 +320,7 @@ class JournaledRollout:
         from verl.utils.ray_utils import auto_await
 
         entry = auto_await(self.acall)
-        entry.stepjournal = self  # type: ignore[attr-defined]
+        entry.stepjournal = self
         return entry
 
     def uninstall(self) -> None:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import attrs
 
-from stepjournal import Journal, ToolResponse
+from stepjournal import Journal
+from stepjournal.events import ToolResponse
 from stepjournal.log import get_logger
 from stepjournal.policies import ToolEngine, ToolReplayMissError, ToolStateMismatchError
 

@@ -149,7 +149,7 @@ class PayloadDecodeError(IntegrityError):
 class UnknownCodecError(PayloadDecodeError):
     """A payload names a custom codec that is not registered in this process.
 
-    Register it with `stepjournal.register_codec` (or import the adapter that registers it) first.
+    Register it with `stepjournal.payloads.register_codec` (or import the adapter that registers it) first.
     """
 
 

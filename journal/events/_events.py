@@ -289,7 +289,7 @@ def _digests(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 @attrs.frozen
 class PayloadsReleased:
-    """Retention released the payloads of one recorded generation (see `stepjournal.Retention`).
+    """Retention released the payloads of one recorded generation (see `stepjournal.upkeep.Retention`).
 
     The record's event stays in the log; from here on `lookup` no longer serves it. `released` are
     the digests whose bytes were deleted; `retained` those of the record that a kept record still
@@ -321,7 +321,7 @@ def _renames(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 class EventsImported:
     """The next ``source_last - source_first + 1`` events were pulled from another journal, unchanged.
 
-    Written by `stepjournal.pull` in the write transaction that appends them: the event right after
+    Written by `stepjournal.sharing.pull` in the write transaction that appends them: the event right after
     this one is event `source_first` of journal `source`, the next one `source_first + 1`, and so on.
     It is their provenance (the audit shows it); the imported events keep their own bytes, so a
     `ReplayServed` among them names its source by the source journal's seq. `runs` names the run keys

@@ -135,7 +135,10 @@ def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT
     return gen_key_at(gen_prefix(run, mode, stage, layout=layout), step, gen_index)
 
 
-def gen_key_at(prefix: bytes, step: int, gen_index: int, _pack=struct.Struct(">QI").pack) -> bytes:
+_STEP_INDEX = struct.Struct(">QI")  # the step in 8 bytes and the call's index in 4
+
+
+def gen_key_at(prefix: bytes, step: int, gen_index: int, _pack=_STEP_INDEX.pack) -> bytes:
     """`gen_key` under a `gen_prefix` already made (a writer of many keys makes each prefix once): the
     step in 8 bytes and the call's index in 4, big-endian, so keys sort as (step, index)."""
     return prefix + _pack(step, gen_index)

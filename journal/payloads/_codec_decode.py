@@ -237,7 +237,7 @@ class _FrameReader:
                     f"payload holds a value of custom codec {short_repr(name)}, which is not registered in this "
                     f"process and no installed codec plugin provides it; import the adapter that registers "
                     f"it, or call "
-                    f"stepjournal.register_codec(<type>, {short_repr(name)}, encode=..., decode=...) first",
+                    f"stepjournal.payloads.register_codec(<type>, {short_repr(name)}, encode=..., decode=...) first",
                     detail=f"unknown codec {short_repr(name)}",
                 )
             inner = self.decode(node[2], depth + 1)

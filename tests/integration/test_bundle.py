@@ -14,8 +14,10 @@ import zipfile
 import pytest
 import torch
 
-from stepjournal import (IntegrityError, Journal, JournalError, RemoteFormatError, Retention, export_bundle,
-                         import_bundle, journaled, prune, verify_bundle)
+from stepjournal import Journal, journaled
+from stepjournal.errors import IntegrityError, JournalError, RemoteFormatError
+from stepjournal.sharing import export_bundle, import_bundle, verify_bundle
+from stepjournal.upkeep import Retention, prune
 from stepjournal.sharing._remote import journal_id  # private: the remote layout
 from stepjournal.adapters.cli import main as cli
 

@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from stepjournal import IntegrityError, Journal
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
 from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 import lmdb_pages as pages

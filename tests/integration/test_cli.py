@@ -21,7 +21,8 @@ from safetensors import safe_open
 
 import attrs
 
-from stepjournal import Journal, journaled, register_codec
+from stepjournal import Journal, journaled
+from stepjournal.payloads import register_codec
 from stepjournal.tools import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
@@ -477,7 +478,8 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
 
 
 def test_export_payloads_is_the_python_api_of_the_export_verb(engine, tmp_path):
-    from stepjournal import EXPORT_FORMAT_VERSION, ExportError, OpaqueReader, OpaqueValue, export_payloads
+    from stepjournal import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, export_payloads
+    from stepjournal.errors import ExportError
     from stepjournal.policies import StepRanges
 
     seen = []

@@ -16,8 +16,6 @@ import torch
 from lmdb_raw import flip_byte, items, put_raw
 from stepjournal import (
     DIFF_SCHEMA_VERSION,
-    CodecRegistry,
-    DiffError,
     DiffReport,
     DiffSide,
     Journal,
@@ -28,6 +26,8 @@ from stepjournal import (
     diff_journals,
     journaled,
 )
+from stepjournal.errors import DiffError
+from stepjournal.payloads import CodecRegistry
 from stepjournal.tools import stage_order
 from stepjournal.adapters.cli._diff_plot import render_diff  # private: a CLI helper under test
 from stepjournal.events._keys import seq_key  # private: the key layout itself

@@ -12,13 +12,13 @@ leader waits until the other 15 threads are queued, so the second group holds 15
 from __future__ import annotations
 
 import collections
-import os
 from typing import List, Set, Tuple
 
 import pytest
 
 from kill_points import start_script
-from stepjournal import GenerationRecorded, Journal
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded
 
 THREADS = 16
 PER_THREAD = 6

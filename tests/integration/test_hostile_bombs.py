@@ -46,7 +46,8 @@ def _vm_size() -> int:
 
 
 def _scenario(name: str, path: str, out: str) -> None:
-    from stepjournal import IntegrityError, Journal, StepJournalError
+    from stepjournal import Journal
+    from stepjournal.errors import IntegrityError, StepJournalError
 
     result: dict = {}
     journal = Journal(path, run="bomb")
@@ -139,7 +140,7 @@ def test_a_real_bomb_under_an_events_digest_is_refused_before_decompressing(tmp_
 
 
 def test_a_frame_that_decompresses_past_what_it_claims_is_an_integrity_error():
-    from stepjournal import IntegrityError
+    from stepjournal.errors import IntegrityError
     from stepjournal.payloads._payloads import unwrap  # private: the payload pipeline's limits
 
     bomb = real_bomb(1 << 27)

@@ -19,7 +19,8 @@ import sys
 import pytest
 import torch
 
-from stepjournal import IntegrityError, Journal, UnsafePathError
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, UnsafePathError
 from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 import lmdb_pages as pages

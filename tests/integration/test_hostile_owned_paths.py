@@ -19,7 +19,10 @@ import textwrap
 import pytest
 import torch
 
-from stepjournal import CompactError, Journal, UnsafePathError, add_remote, compact, list_remotes
+from stepjournal import Journal
+from stepjournal.errors import CompactError, UnsafePathError
+from stepjournal.sharing import add_remote, list_remotes
+from stepjournal.upkeep import compact
 from stepjournal.base._paths import writer_lock_name  # private: the lock file's name
 from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER  # private: the file store's layout
 from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
@@ -113,7 +116,8 @@ def test_a_fifo_at_a_payload_file_is_reported_by_verify_and_refused_by_compact_t
     assert done.returncode == 1 and "Traceback" not in done.stderr and "unsafe_path" in done.stdout, done
     read = textwrap.dedent("""
         import sys
-        from stepjournal import Journal, StepJournalError
+        from stepjournal import Journal
+        from stepjournal.errors import StepJournalError
         with Journal(sys.argv[1], run="r", readonly=True) as journal:
             try:
                 journal.load_output(journal.lookup(1))
@@ -133,7 +137,8 @@ def test_a_fifo_at_remotes_json_is_refused_with_one_line_without_hanging(journal
 
 RECORD = textwrap.dedent("""
     import sys, torch
-    from stepjournal import Journal, StepJournalError
+    from stepjournal import Journal
+    from stepjournal.errors import StepJournalError
     try:
         with Journal(sys.argv[1], run="r") as journal:
             journal.record(3, {"ids": torch.arange(4)})

@@ -278,7 +278,7 @@ def test_a_remote_name_the_journal_and_you_both_define_is_refused_naming_both_ur
     """The journal came with ``origin`` (its default) naming a folder of its sender's choosing; you name
     ``origin`` another place. Push, pull and status by that name, or by the default, refuse in one line naming
     both URLs, and nothing is written at either; when both name the same URL, it is used."""
-    from stepjournal import add_remote
+    from stepjournal.sharing import add_remote
 
     path, theirs, yours = str(tmp_path / "received"), tmp_path / "theirs", tmp_path / "yours"
     with Journal(path, run="exp") as journal:

@@ -23,7 +23,9 @@ import torch
 
 from stepjournal.testing import payload_of as payload
 from s3_server import client_env
-from stepjournal import IntegrityError, Journal, ObjectPayloadStore, RemoteError
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, RemoteError
+from stepjournal.payloads import ObjectPayloadStore
 from stepjournal.payloads._object_client import Remote  # private: the object client under test
 
 HEAD = b"Last-Modified: Tue, 01 Dec 2026 00:00:00 GMT\r\nETag: \"e\"\r\nConnection: close\r\n"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 
 import lmdb
 import pytest
 import torch
 
 from journal_workers import record_steps
-from stepjournal import IntegrityError, Journal, JournalError
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, JournalError
 from stepjournal.index._projections import SESSIONS_FLAG  # private: the projections' internals
 from reliability_support import worker_context
 

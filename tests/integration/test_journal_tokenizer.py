@@ -212,7 +212,7 @@ def _payloads():
 def test_show_reads_a_plain_payload_as_the_codec_describes_and_decodes_it(tmp_path, index):
     import numpy as np
 
-    from stepjournal import describe_payload
+    from stepjournal.payloads import describe_payload
     from stepjournal.adapters.cli._show_light import light_payload  # private: a CLI helper under test
 
     value = _payloads()[index]

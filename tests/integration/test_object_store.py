@@ -13,7 +13,9 @@ from log_capture import captured_events
 from stepjournal.testing import PayloadStoreConformance
 from stepjournal.testing import payload_of as payload
 from s3_server import SECRET, s3_env, s3_server  # noqa: F401  (fixtures)
-from stepjournal import IntegrityError, Journal, ObjectPayloadStore, PayloadMissingError, PayloadStoreBase, RemoteError
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, PayloadMissingError, RemoteError
+from stepjournal.payloads import ObjectPayloadStore, PayloadStoreBase
 from stepjournal.payloads._object_client import Remote  # private: the object client under test
 from stepjournal.payloads._payloads import stored_bound  # private: the payload pipeline's limits
 from stepjournal.base._secrets import public_url, redact  # private: URL redaction under test

@@ -103,8 +103,12 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.adapters
     import stepjournal.adapters.trl
     import stepjournal.adapters.verl
+    import stepjournal.base
     import stepjournal.errors
+    import stepjournal.events
+    import stepjournal.index
     import stepjournal.log
+    import stepjournal.payloads
     import stepjournal.policies
     import stepjournal.policies.testing
     import stepjournal.testing
@@ -116,6 +120,12 @@ def test_every_public_name_is_documented_in_docs():
         f"{module.__name__}.{name}"
         for module in (
             stepjournal,
+            stepjournal.base,
+            stepjournal.events,
+            stepjournal.index,
+            stepjournal.payloads,
+            stepjournal.sharing,
+            stepjournal.upkeep,
             stepjournal.errors,
             stepjournal.log,
             stepjournal.testing,

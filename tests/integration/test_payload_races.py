@@ -19,7 +19,10 @@ from journal_workers import REFUSED, SMALL_FILE_FROM, VERBS, content, run_verb, 
 from kill_points import start_process
 from lmdb_raw import flip_byte
 from reliability_support import worker_context
-from stepjournal import (CompactError, Journal, JournalError, Retention, compact, export_bundle, list_remotes, prune, push)
+from stepjournal import Journal
+from stepjournal.errors import CompactError, JournalError
+from stepjournal.sharing import export_bundle, list_remotes, push
+from stepjournal.upkeep import Retention, compact, prune
 from stepjournal.events._events import (  # private: event classes and maps, below the face
     EventsImported, GenerationRecorded,
 )

@@ -16,7 +16,8 @@ import torch
 
 from stepjournal.testing import PayloadStoreConformance
 from stepjournal.testing import payload_of as payload
-from stepjournal import IntegrityError, JournalError, PayloadMissingError, decode_payload, encode_payload
+from stepjournal.errors import IntegrityError, JournalError, PayloadMissingError
+from stepjournal.payloads import decode_payload, encode_payload
 from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
 from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore  # private: the file store's layout
 
@@ -111,7 +112,7 @@ def test_a_readonly_store_reads_and_refuses_every_write(tmp_path):
 KILLED_WRITER = """
     import os, signal, stat, sys
     import torch
-    from stepjournal import encode_payload
+    from stepjournal.payloads import encode_payload
     from stepjournal.base._digest import digest_bytes
     from stepjournal.payloads._file_store import FilePayloadStore
     import stepjournal.payloads._file_store as files
@@ -159,7 +160,8 @@ def test_a_writer_killed_between_the_file_and_its_event_leaves_an_orphan_never_a
 FILL_THEN_WRITE = """
     import os, sys
     import torch
-    from stepjournal import JournalFullError, encode_payload
+    from stepjournal.errors import JournalFullError
+    from stepjournal.payloads import encode_payload
     from stepjournal.base._digest import digest_bytes
     from stepjournal.payloads._file_store import FilePayloadStore
 

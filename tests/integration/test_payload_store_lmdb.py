@@ -8,7 +8,8 @@ import torch
 
 from stepjournal.testing import PayloadStoreConformance
 from stepjournal.testing import payload_of as payload
-from stepjournal import Journal, LmdbPayloadStore
+from stepjournal import Journal
+from stepjournal.payloads import LmdbPayloadStore
 
 
 class TestLmdbPayloadStore(PayloadStoreConformance):

@@ -13,7 +13,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, journaled
+from stepjournal import Journal, journaled
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed
 from stepjournal.policies import (
     BUILTIN_POLICIES,
     Cache,

@@ -12,9 +12,12 @@ import pytest
 import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import (GenerationRecorded, IntegrityError, Journal, JournalError, ObjectPayloadStore,
-                         RemoteConflictError, RemoteError, RemoteFormatError, ReplayServed, Retention, clone, compact,
-                         journaled, prune, pull, push)
+from stepjournal import Journal, journaled
+from stepjournal.errors import IntegrityError, JournalError, RemoteConflictError, RemoteError, RemoteFormatError
+from stepjournal.events import GenerationRecorded, ReplayServed
+from stepjournal.payloads import ObjectPayloadStore
+from stepjournal.sharing import clone, pull, push
+from stepjournal.upkeep import Retention, compact, prune
 from stepjournal.sharing import (  # private: the sharing internals under test
     _pull as pull_module, _remote as remote_module,
 )
@@ -379,7 +382,7 @@ def test_push_and_clone_in_a_fresh_process_never_import_torch(tmp_path):
     remote = (tmp_path / "remote").as_uri()
     script = textwrap.dedent(f"""
         import sys
-        from stepjournal import clone, push
+        from stepjournal.sharing import clone, push
         from stepjournal.adapters.cli import main
         assert main(["push", {str(tmp_path / "a")!r}, {remote!r}]) == 0
         print(clone({remote!r}, {str(tmp_path / "b")!r}).payloads_fetched, "torch" in sys.modules)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, SessionOpened
+from stepjournal import Journal
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed, SessionOpened
 from stepjournal.adapters import journaled
 from cli_support import run_cli
 

@@ -15,7 +15,8 @@ from collections import Counter
 import pytest
 import torch
 
-from stepjournal import GenerationRecorded, Journal, SessionOpened
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded, SessionOpened
 
 from reliability_support import report, worker_context
 from reliability_workers import concurrent_payload, concurrent_writer, snapshot_reader

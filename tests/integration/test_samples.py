@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepjournal import Journal, JournalError, Sample
+from stepjournal import Journal, Sample
+from stepjournal.errors import JournalError
 from stepjournal.tools import samples_of_steps
 from cli_support import run_cli
 from doc_lines import command_lines, run_line

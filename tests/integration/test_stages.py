@@ -19,15 +19,9 @@ import msgpack
 import pytest
 import torch
 
-from stepjournal import (
-    CallBypassed,
-    CallRefused,
-    GenerationRecorded,
-    Journal,
-    ReplayServed,
-    UnsupportedSchemaVersionError,
-    journaled,
-)
+from stepjournal import Journal, journaled
+from stepjournal.errors import UnsupportedSchemaVersionError
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed
 from stepjournal.events._convert import _decode_fast, decode_event, encode_event  # private: raw event bytes, as stored
 from stepjournal.events._keys import (  # private: the key layout itself
     LAYOUT_VERSION, META_LAYOUT, gen_key, parse_gen_key, seq_key,

@@ -21,7 +21,8 @@ from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.utils.skip import SkipManager
 
-from stepjournal import CallBypassed, GenerationRecorded, Journal, ReplayServed
+from stepjournal import Journal
+from stepjournal.events import CallBypassed, GenerationRecorded, ReplayServed
 from stepjournal.adapters.verl import (
     JournaledRollout,
     MissingInputError,

@@ -9,9 +9,7 @@ line above the block says.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest

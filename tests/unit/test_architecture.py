@@ -411,11 +411,16 @@ def journal_table_problems(root: Path, doc: str) -> List[str]:
     journal = root / "journal"
     files_of = {str(p.relative_to(journal).with_suffix("")): (dotted, p) for dotted, p in modules.items()
                 if journal in p.parents}
-    # A group folder's __init__.py holds its docstring only: no row, and no import.
+    # A group folder's __init__.py is its public face (base/_face.py): no row, and it names modules of its own
+    # group or a lower one only.
     for file, (dotted, path) in sorted(files_of.items()):
-        if file.endswith("/__init__") and imports_of(dotted, path, modules):
-            problems.append(f"{file}.py imports {sorted(imports_of(dotted, path, modules))}; "
-                            "a group's __init__.py holds its docstring only")
+        if not file.endswith("/__init__"):
+            continue
+        group = file.partition("/")[0]
+        for target in sorted(imports_of(dotted, path, modules)):
+            below = target.split(".")[1] if target.count(".") > 1 else "facade"
+            if below not in JOURNAL_GROUPS or JOURNAL_GROUPS.index(below) > JOURNAL_GROUPS.index(group):
+                problems.append(f"{file}.py imports {target}; a group's face names its group's modules or lower ones")
     ours = {file.rpartition("/")[2]: entry for file, entry in files_of.items() if not file.endswith("/__init__")}
     found = {file for file in files_of if not file.endswith("/__init__")}
     listed = {file for _, files, _ in rows for file in files}

@@ -12,7 +12,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from stepjournal import Journal, Retention, prune, pull, push
+from stepjournal import Journal
+from stepjournal.sharing import pull, push
+from stepjournal.upkeep import Retention, prune
 from stepjournal.index._audit import AUDIT_FIELDS, call_records, AUDIT_EVENT_TYPES  # private: the audit's internals
 from stepjournal.tools import json_rows
 from stepjournal.storage._eventlog import EventLog  # private: the event log below the journal
@@ -311,7 +313,7 @@ def test_the_release_journal_gives_the_event_paths_rows(tmp_path):
 
 
 def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
-    from stepjournal import InvalidKeyError
+    from stepjournal.errors import InvalidKeyError
     from stepjournal.vocabulary import check_key
 
     check_key("remembered", "train", "generate")

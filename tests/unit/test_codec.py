@@ -364,7 +364,7 @@ def test_unsupported_value_error_names_its_path_and_register_codec():
     message = str(info.value)
     assert "non_tensor_batch.reward_model[3]" in message
     assert "object" in message
-    assert "stepjournal.register_codec(" in message
+    assert "stepjournal.payloads.register_codec(" in message
 
 
 def test_unsupported_value_in_object_array_names_its_index():

@@ -15,7 +15,9 @@ from typing import Any, Dict, List
 import pytest
 
 from group_commit_support import GroupGate
-from stepjournal import GenerationRecorded, Journal, JournalFullError
+from stepjournal import Journal
+from stepjournal.errors import JournalFullError
+from stepjournal.events import GenerationRecorded
 from stepjournal.storage._appender import appender_of  # private: the switch to one commit per call (internal seam)
 
 RESPONSE = {"text": "x" * 1024}

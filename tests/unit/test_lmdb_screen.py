@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from stepjournal import IntegrityError, Journal
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
 from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 

@@ -10,23 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepjournal import (
-    MAX_CALL,
-    MAX_SAMPLE,
-    MAX_TURN,
-    Journal,
-    RecordedGeneration,
-    ToolCallError,
-    ToolCallKey,
-    ToolRequest,
-    ToolResponse,
-    canonical_arguments,
-    first_tool_difference,
-    tool_call_rows,
-    tool_of_stage,
-    tool_stage,
-    tool_step_summaries,
-)
+from stepjournal import Journal, first_tool_difference, tool_call_rows, tool_step_summaries
+from stepjournal.errors import ToolCallError
+from stepjournal.events import (MAX_CALL, MAX_SAMPLE, MAX_TURN, ToolCallKey, ToolRequest, ToolResponse,
+                                canonical_arguments, tool_of_stage, tool_stage)
+from stepjournal.index import RecordedGeneration
 from stepjournal.adapters import current_tool_turn, journaled_tool, tool_turn
 from stepjournal.policies import (
     RecordedToolCall,
@@ -499,7 +487,7 @@ def test_a_sync_miss_catches_up_an_environments_async_calls_too(tmp_path):
 
 @pytest.mark.parametrize("policy", ["cache", "replay"])
 def test_a_step_that_is_not_an_int_is_refused_naming_it(journal, policy):
-    from stepjournal import InvalidKeyError
+    from stepjournal.errors import InvalidKeyError
 
     tool = journaled_tool(Counted(), journal, "add", policy)
     with pytest.raises(InvalidKeyError, match="step 1.5 is not valid"):

@@ -29,7 +29,8 @@ import attrs
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
+from stepjournal.errors import PayloadDecodeError, UnsupportedValueError
+from stepjournal.payloads import CodecRegistry, default_registry
 
 from .._codec import value_diff as _codec_value_diff  # one exact comparison for both codecs
 

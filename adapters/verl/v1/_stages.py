@@ -26,7 +26,7 @@ import numbers
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from stepjournal import EVERY_TOOL, TOOL_STAGE_PREFIX
+from stepjournal.events import EVERY_TOOL, TOOL_STAGE_PREFIX
 from stepjournal.log import get_logger
 from stepjournal.policies import ConfigError, Engine, Outcome, SpecError, StagePolicies, check_stage_roles, parse_stages
 from stepjournal.vocabulary import Action, Stage, StageRole, stage_names
