@@ -3,7 +3,9 @@
 The top-level package holds what a user calls: `Journal`, the default run's name, `journaled`, a step's
 `Sample` and `diff_journals`. The rest sits behind public subpackages, each with its own ``__all__``:
 `stepjournal.errors` (every error), `stepjournal.events` (the events and the tool-call types),
-`stepjournal.index` (audit rows and run summaries), `stepjournal.payloads` (codecs and stores),
+`stepjournal.index` (audit rows and run summaries), `stepjournal.tools` (diff, compare, export, tool-call
+rows, and the read-side helpers), `stepjournal.vocabulary` (the words every room shares),
+`stepjournal.payloads` (codecs and stores),
 `stepjournal.sharing` (push, pull, clone, bundles, remotes), `stepjournal.upkeep` (retention, prune,
 compact, verify) and `stepjournal.base` (paths and the format version). Policies live in
 `stepjournal.policies` and the adapters for verl, TRL and raw loops in `stepjournal.adapters`.
@@ -26,15 +28,6 @@ if TYPE_CHECKING:
     from .index._samples import Sample
     from .tools._diff import diff_journals
 
-    # The read-side tools' names stay here until `stepjournal.tools` is their public namespace, then they
-    # move there.
-    from .tools._compare import Comparison, Difference, compare_values
-    from .tools._diff_report import DIFF_SCHEMA_VERSION, DiffReport, DiffSide, PairDiff
-    from .tools._export import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, export_payloads
-    from .tools._tolerance import DTYPE_TOLERANCES, Tolerance, Tolerances
-    from .tools._tool_rows import (ToolCallRow, ToolStepSummary, first_tool_difference, tool_call_rows,
-                                   tool_step_summaries)
-
 __all__ = [
     "__version__",
     "DEFAULT_RUN",
@@ -42,25 +35,6 @@ __all__ = [
     "Sample",
     "diff_journals",
     "journaled",
-    "Comparison",
-    "DIFF_SCHEMA_VERSION",
-    "DTYPE_TOLERANCES",
-    "DiffReport",
-    "DiffSide",
-    "Difference",
-    "EXPORT_FORMAT_VERSION",
-    "OpaqueReader",
-    "OpaqueValue",
-    "PairDiff",
-    "Tolerance",
-    "Tolerances",
-    "ToolCallRow",
-    "ToolStepSummary",
-    "compare_values",
-    "export_payloads",
-    "first_tool_difference",
-    "tool_call_rows",
-    "tool_step_summaries",
 ]
 
 __getattr__, __dir__ = lazy_face(globals())

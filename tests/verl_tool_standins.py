@@ -119,7 +119,8 @@ def tool_passes(root: str, phase: str, journal_overrides: Any) -> List[Dict[str,
 
 def tool_results(journal: Any, sessions_before: List[str]) -> Dict[str, Any]:
     """What the tool tests read: the tools' executions and each tool call this phase journaled (new sessions)."""
-    from stepjournal import Journal, tool_call_rows
+    from stepjournal import Journal
+    from stepjournal.tools import tool_call_rows
 
     with Journal(journal.journal.path, readonly=True) as reader:
         rows = [row for row in tool_call_rows(reader) if row.session not in sessions_before]

@@ -23,7 +23,7 @@ from stepjournal.errors import StepJournalError
 from stepjournal.vocabulary import DEFAULT_MODE
 
 if TYPE_CHECKING:
-    from stepjournal import DiffReport
+    from stepjournal.tools import DiffReport
     from stepjournal.policies import StepRanges
 
 from ._render import FittedColumns, cell, clean, error_line, json_text, print_line
@@ -97,7 +97,7 @@ def _field_tolerances(items: List[str]) -> Dict[str, Any]:
     if not items:
         return found
     # Imported here, for --tol only: the tolerances' module loads torch.
-    from stepjournal import Tolerance
+    from stepjournal.tools import Tolerance
 
     for item in items:
         field, sep, numbers = item.partition("=")
@@ -230,7 +230,7 @@ def _float_of(text: Optional[str]) -> Optional[float]:
 def shown_numbers(report: DiffReport) -> DiffReport:
     """`report` with each difference's values as the table and the summary show them (`_value_texts`); the
     JSON keeps the exact texts."""
-    from stepjournal import Comparison, Difference
+    from stepjournal.tools import Comparison, Difference
 
     def difference(d: Difference) -> Difference:
         value_a, value_b = _value_texts(d.value_a, d.value_b)

@@ -12,7 +12,7 @@ import html
 import os
 from typing import Dict, List, Optional, Tuple
 
-from stepjournal import DiffReport, PairDiff
+from stepjournal.tools import DiffReport, PairDiff
 from stepjournal.vocabulary import DEFAULT_MODE
 
 __all__ = ["MAX_COLUMNS", "STATE_COLOURS", "render_diff"]

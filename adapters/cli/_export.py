@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if given and len(given) > 1:
             raise UsageError(f"{flag} once with --to (it exports one run and mode); repeat it with --bundle")
     steps = parse_steps(args.steps) or StepRanges.every()
-    from stepjournal import export_payloads  # torch comes with the first payload (through safetensors)
+    from stepjournal.tools import export_payloads  # torch comes with the first payload (through safetensors)
 
     with progress_to(err, quiet=args.json) as update:
         def exported(done: int, total: int, moved: int) -> None:

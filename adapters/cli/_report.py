@@ -21,7 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
 
-from stepjournal import Journal, tool_call_rows, tool_step_summaries
+from stepjournal import Journal
+from stepjournal.tools import tool_call_rows, tool_step_summaries
 from stepjournal.errors import StepJournalError
 from stepjournal.events import GenerationRecorded, ReplayServed, tool_of_stage
 from stepjournal.index import session_names

@@ -1,6 +1,6 @@
 """``stepjournal show``: the structure of one recorded payload, with the first values of each tensor.
 
-Payloads are read through `stepjournal.OpaqueReader`: no codec needs to be registered.
+Payloads are read through `stepjournal.tools.OpaqueReader`: no codec needs to be registered.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _annotate(node: Dict[str, Any], value: Any, inline_text: bool = False) -> No
     those and on every list or tuple of scalars, whose items are then not listed one a line."""
     import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
 
-    from stepjournal import OpaqueValue
+    from stepjournal.tools import OpaqueValue
 
     def walk(node: Dict[str, Any], value: Any) -> None:
         kind = node.get("kind")
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return show_text(args, out, err)
     if args.tokenizer is not None:
         raise UsageError("--tokenizer goes with --text")
-    from stepjournal import OpaqueReader
+    from stepjournal.tools import OpaqueReader
 
     with OpaqueReader(args.journal) as reader:  # a wrong path, run or step is said before torch is imported
         journal = reader.journal

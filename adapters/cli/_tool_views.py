@@ -1,6 +1,6 @@
 """The tool calls of a journal on the command line: ``audit --tools`` (a row per call, a summary per step),
 ``show STEP --text --sample S`` (one sample's calls as its turns) and ``diff A B --tools`` (the first differing
-tool response). The rows are `stepjournal.tool_call_rows`'."""
+tool response). The rows are `stepjournal.tools.tool_call_rows`'."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 
 from rich.console import Console
 
-from stepjournal import ToolCallRow, tool_call_rows, tool_step_summaries
+from stepjournal.tools import ToolCallRow, tool_call_rows, tool_step_summaries
 
 from ._common import open_readonly, parse_steps
 from ._render import FittedColumns, cell, plain_table, print_json, print_line
@@ -175,7 +175,7 @@ def run_diff(args: argparse.Namespace, out: Console) -> int:
     Raises:
         DiffError: a side holds tool calls of several runs and names none.
     """
-    from stepjournal import first_tool_difference
+    from stepjournal.tools import first_tool_difference
     from stepjournal.errors import DiffError
 
     steps = parse_steps(args.steps)

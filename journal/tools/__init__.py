@@ -1,44 +1,76 @@
-"""`stepjournal.tools`: the read-side helpers that the command line (and any reader of a journal) uses.
+"""`stepjournal.tools`: the read side of a journal, for the command line and any reader of one.
 
-The audit's rows and their text, the diff report's helpers, sample views, the key layout's parser,
-the journal's time format and digests, and the one converter's structuring seam. Each name is
-imported on first use (PEP 562), as `stepjournal`'s own are, so a command that needs one of them
-loads only its module: ``--help`` never loads numpy (docs/architecture.md, "The tools namespace").
+Diff (`diff_journals` stays at the top level too) and its report, the structural comparison and its
+tolerances, export, the tool calls' rows, and the helpers the command line uses: the audit's rows and
+their text, sample views, the key layout's parser, the journal's time format and digests, and the one
+converter's structuring seam. The face is lazy (`lazy_face`): a command that needs one name loads only its
+module, so ``--help`` never loads numpy (docs/architecture.md, "The read-side namespace").
 
-The modules of this folder (``_diff``, ``_export`` ...) are the journal's own; what other rooms use
-is named here.
+The modules of this folder (``_diff``, ``_export`` ...) are the journal's own; what other rooms use is
+named here.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-_MODULE_OF_NAMES = {
-    "index._call_rows": ("json_rows", "releases_of"),
-    "index._row_text": ("rows_text", "JSON_RAW", "SURROGATE"),
-    "index._audit": ("AUDIT_FIELDS", "ACTIONS"),
-    "index._samples": ("samples", "samples_of_steps"),
-    "events._events": ("iso_time", "CALL_EVENT_TYPES", "check_fingerprint"),
-    "events._keys": ("GenKey", "parse_gen_key"),
-    "events._structure": ("structure",),
-    "base._digest": ("digest_hex",),
-    "tools._export": ("choose_run",),
-    "tools._compare": ("json_float",),
-    "tools._diff_report": ("stage_order", "compact_steps"),
-}
-_MODULE_OF = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
+from ..base._face import lazy_face
 
-__all__ = list(_MODULE_OF)
+if TYPE_CHECKING:
+    from ..base._digest import digest_hex
+    from ..events._events import CALL_EVENT_TYPES, check_fingerprint, iso_time
+    from ..events._keys import GenKey, parse_gen_key
+    from ..events._structure import structure
+    from ..index._audit import ACTIONS, AUDIT_FIELDS
+    from ..index._call_rows import json_rows, releases_of
+    from ..index._row_text import JSON_RAW, SURROGATE, rows_text
+    from ..index._samples import samples, samples_of_steps
+    from ._compare import Comparison, Difference, compare_values, json_float
+    from ._diff import diff_journals
+    from ._diff_report import DIFF_SCHEMA_VERSION, DiffReport, DiffSide, PairDiff, compact_steps, stage_order
+    from ._export import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, choose_run, export_payloads
+    from ._tolerance import DTYPE_TOLERANCES, Tolerance, Tolerances
+    from ._tool_rows import ToolCallRow, ToolStepSummary, first_tool_difference, tool_call_rows, tool_step_summaries
 
+__all__ = [
+    "diff_journals",
+    "DiffReport",
+    "DiffSide",
+    "PairDiff",
+    "DIFF_SCHEMA_VERSION",
+    "Comparison",
+    "Difference",
+    "compare_values",
+    "Tolerance",
+    "Tolerances",
+    "DTYPE_TOLERANCES",
+    "export_payloads",
+    "OpaqueReader",
+    "OpaqueValue",
+    "EXPORT_FORMAT_VERSION",
+    "ToolCallRow",
+    "ToolStepSummary",
+    "tool_call_rows",
+    "tool_step_summaries",
+    "first_tool_difference",
+    "json_rows",
+    "releases_of",
+    "rows_text",
+    "JSON_RAW",
+    "SURROGATE",
+    "AUDIT_FIELDS",
+    "ACTIONS",
+    "samples",
+    "samples_of_steps",
+    "iso_time",
+    "CALL_EVENT_TYPES",
+    "check_fingerprint",
+    "GenKey",
+    "parse_gen_key",
+    "structure",
+    "digest_hex",
+    "choose_run",
+    "json_float",
+    "stage_order",
+    "compact_steps",
+]
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stepjournal.tools' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"stepjournal.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_face(globals())

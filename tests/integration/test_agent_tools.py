@@ -17,7 +17,8 @@ from pathlib import Path
 from agent_tools import run_async_phase, run_phase
 from cli_support import run_cli
 from reliability_support import worker_context
-from stepjournal import Journal, tool_call_rows, tool_step_summaries
+from stepjournal import Journal
+from stepjournal.tools import tool_call_rows, tool_step_summaries
 
 
 def _child(queue: Any, phase: str, args: tuple, kwargs: dict) -> None:

@@ -478,7 +478,7 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
 
 
 def test_export_payloads_is_the_python_api_of_the_export_verb(engine, tmp_path):
-    from stepjournal import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, export_payloads
+    from stepjournal.tools import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, export_payloads
     from stepjournal.errors import ExportError
     from stepjournal.policies import StepRanges
 

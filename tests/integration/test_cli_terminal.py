@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepjournal import DIFF_SCHEMA_VERSION, Journal
+from stepjournal import Journal
+from stepjournal.tools import DIFF_SCHEMA_VERSION
 from stepjournal.tools import AUDIT_FIELDS
 from cli_support import CLI, run_cli, start_cli
 from terminal import on_a_terminal

@@ -14,17 +14,15 @@ import pytest
 import torch
 
 from lmdb_raw import flip_byte, items, put_raw
-from stepjournal import (
+from stepjournal import Journal, diff_journals, journaled
+from stepjournal.tools import (
     DIFF_SCHEMA_VERSION,
     DiffReport,
     DiffSide,
-    Journal,
     PairDiff,
     Tolerance,
     Tolerances,
     compare_values,
-    diff_journals,
-    journaled,
 )
 from stepjournal.errors import DiffError
 from stepjournal.payloads import CodecRegistry

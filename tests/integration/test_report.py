@@ -274,7 +274,7 @@ def tools_report(tmp_path_factory):
 
 def test_the_report_counts_each_steps_tool_calls_as_audit_tools_does(tools_report, browser):
     path, pages = tools_report
-    from stepjournal import tool_call_rows, tool_step_summaries
+    from stepjournal.tools import tool_call_rows, tool_step_summaries
 
     with Journal(path, readonly=True) as journal:
         rows = tool_call_rows(journal, payloads=False)

@@ -27,7 +27,8 @@ import pytest
 
 from doc_lines import command_lines, run_line
 
-from stepjournal import Journal, tool_call_rows, tool_step_summaries
+from stepjournal import Journal
+from stepjournal.tools import tool_call_rows, tool_step_summaries
 
 TESTS = Path(__file__).resolve().parents[1]
 DOC_LINES = command_lines("docs/agents.md", section="TRL: tools= and environment_factory")

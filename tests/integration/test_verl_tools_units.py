@@ -11,7 +11,8 @@ import asyncio
 import json
 import pytest
 
-from stepjournal import Journal, tool_call_rows
+from stepjournal import Journal
+from stepjournal.tools import tool_call_rows
 
 
 def _loop(engine):

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from stepjournal.base._face import face_imports
+from stepjournal.base._face import face_imports  # private: the face reader under test
 
 FACES = ["stepjournal", "stepjournal.base", "stepjournal.events", "stepjournal.index", "stepjournal.payloads",
+         "stepjournal.tools",
          "stepjournal.sharing", "stepjournal.upkeep"]
 
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepjournal import Journal, first_tool_difference, tool_call_rows, tool_step_summaries
+from stepjournal import Journal
+from stepjournal.tools import first_tool_difference, tool_call_rows, tool_step_summaries
 from stepjournal.errors import ToolCallError
 from stepjournal.events import (MAX_CALL, MAX_SAMPLE, MAX_TURN, ToolCallKey, ToolRequest, ToolResponse,
                                 canonical_arguments, tool_of_stage, tool_stage)
@@ -505,7 +506,7 @@ def test_an_environments_tool_wrapped_with_a_journal_instead_of_a_shared_engine_
 def test_the_first_tool_difference_keeps_modes_apart():
     """A train call and a validate call at the same step and key are two calls, not one call's older and newer
     answer (which was the later of the two in each side's log)."""
-    from stepjournal import ToolCallRow
+    from stepjournal.tools import ToolCallRow
 
     def row(mode, text):
         return ToolCallRow(seq=0, session="s", run="r", step=1, mode=mode, stage="tool.search", tool="search",
