@@ -15,7 +15,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 import attrs
 
 from ._keys import DEFAULT_STAGE, check_key
-from ._schema import (DIGEST, COMPRESSION, DURATION, GEN_INDEX, MAX_TS, MODE, NBYTES, RUN, SEQ, SOURCE_RUN, STAGE, STEP,
+from ._schema import (DIGEST, COMPRESSION, DURATION, GEN_INDEX, MODE, NBYTES, RUN, SEQ, SOURCE_RUN, STAGE, STEP,
                       TEXT, TIME, check_text, event_field, ref_kind, refuse)
 
 __all__ = [
