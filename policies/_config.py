@@ -101,7 +101,7 @@ class EngineConfig:
         )
 
     def __getattr__(self, name: str) -> Any:
-        # The options were fields of the config before `EngineOptions`; they still read so.
+        # Each option reads as a field of the config too: `config.miss` is `config.options.miss`.
         if name in EngineOptions.names():
             return getattr(self.options, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -176,7 +176,7 @@ class Engine(ReplayChecks):
         self._calls: Dict[Tuple[str, str, str, int], int] = {}
 
     def __getattr__(self, name: str) -> Any:
-        # The options were attributes of the engine before `EngineOptions`; they still read so.
+        # Each option reads as an attribute of the engine too: `engine.miss` is `engine.options.miss`.
         if name in EngineOptions.names():
             return getattr(self.options, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

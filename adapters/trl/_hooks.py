@@ -375,5 +375,5 @@ class JournaledRLOOTrainer(JournaledTrainerMixin, RLOOTrainer):
     """`trl.RLOOTrainer` whose generations are journaled (see `JournaledTrainerMixin`)."""
 
 
-# The handle's former name (it is a recorder bound to a trainer, not a journal); kept so old code runs.
+# An alias of the handle (a recorder bound to a trainer, not a journal), for code that names it so.
 TrlJournal = TrlRecorder

@@ -3,7 +3,7 @@
 - ``events``: the sequence number, u64 big-endian (so LMDB's byte order is log order).
 - ``gen``: ``run \\0 mode \\0 stage \\0 step(u64 BE) gen_index(u32 BE)`` (layout 2): for one
   (run, mode, stage) the keys sort by step, then by generation index, which is what nearest-step
-  lookups walk. Layout 1 (stepjournal 0.1.0, no stages) had ``run \\0 mode \\0 step gen_index``; a
+  lookups walk. Layout 1 (no stages) has ``run \\0 mode \\0 step gen_index``; a
   writable open rebuilds such an index in the new layout (`META_LAYOUT` says which one is on disk).
 - ``sessions``: the session id, UTF-8 (`session_key`); the value is a `seq_key`.
 - ``steps``: ``run \\0 mode \\0 stage \\0 ordinal(u64 BE)`` (`rank_key`) -> step (u64 BE): the
@@ -74,10 +74,10 @@ META_STEPS_INDEX = b"steps_index"
 META_RUNS_INDEX = b"runs_index"
 # The audit schema of the ``rows`` projection and the seq of the last event it folded in (`_rows_index`).
 META_ROWS_INDEX = b"rows_index"
-# The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (0.1.0, no stage in the key).
+# The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (no stage in the key).
 META_LAYOUT = b"layout"
 LAYOUT_VERSION = 2
-# The stage of every call journaled before stages existed, and the default of every call.
+# The stage of a call that names none, and of every call a v1 event holds.
 DEFAULT_STAGE = "generate"
 # The mode of a call nobody named another for (the training steps; ``"validate"`` ... are the others).
 DEFAULT_MODE = "train"
@@ -111,7 +111,7 @@ def session_key(session: str) -> bytes:
 def gen_prefix(run: str, mode: str, stage: str = DEFAULT_STAGE, *, layout: int = LAYOUT_VERSION) -> bytes:
     """The prefix every index key of (run, mode, stage) starts with.
 
-    `layout` 1 (a 0.1.0 index, read as it is by a read-only journal) has no stage: only the
+    `layout` 1 (an index without stages, read as it is by a read-only journal) has no stage: only the
     ``"generate"`` stage exists there.
     """
     if layout == 1:

@@ -46,7 +46,7 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
 
     Yields:
         True while held; False where the folder cannot be locked (not readable, or a filesystem
-        without `flock` on folders): then nothing waits, as before the lock existed, and an empty
+        without `flock` on folders): then nothing waits, as without the lock, and an empty
         ``data.mdb`` is refused at once.
     """
     if fcntl is None:  # pragma: no cover

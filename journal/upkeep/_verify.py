@@ -74,7 +74,7 @@ def verify(
         payloads: the payload store the events reference.
         progress: called as ``progress(done, total)`` in bytes checked: the events' stored bytes, then
             the payloads'. `total` grows once the log is read (the payloads' sizes are known then).
-        layout: the key layout of the index on disk (1: a 0.1.0 index read as it is, read-only).
+        layout: the key layout of the index on disk (1: an index without stages, read as it is, read-only).
         stored_rows: reads the rows projection as (seq, text) pairs, or None when it does not hold the log
             (`_verify_rows`: compared with the rows the log gives, when no writer appended meanwhile).
     """
