@@ -19,7 +19,9 @@ from stepjournal.errors import PayloadDecodeError, RemoteFormatError, Unsupporte
 from stepjournal.events._convert import decode_event, encode_event  # private: the event codec under test
 from stepjournal.events._events import EVENT_TYPES, GenerationRecorded  # private: the schema versions of the events
 from stepjournal.events._keys import LAYOUT_VERSION, META_LAYOUT  # private: the key layout's version
-from stepjournal.payloads._codec import FORMAT_VERSION, encode_payload, decode_payload  # private: the payload format's version
+from stepjournal.payloads._codec import (  # private: the payload format's version
+    FORMAT_VERSION, decode_payload, encode_payload,
+)
 from stepjournal.sharing._remote_layout import REMOTE_FORMAT, check_format  # private: the remote layout's version
 
 ROOT = Path(__file__).resolve().parents[2]
