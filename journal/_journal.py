@@ -222,7 +222,8 @@ class Journal:
             if new:
                 txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
             if Projections.upgrade_layout_in(txn, self._store, new=new):
-                log.info("journal_index_upgraded", path=self.path, note="layout-1 index rebuilt with stages in its keys")
+                log.info("journal_index_upgraded", path=self.path,
+                         note="layout-1 index rebuilt with stages in its keys")
             Projections.ensure_sessions_in(txn, self._store, new=new)
 
         self._appender.write(fn)

@@ -28,8 +28,8 @@ class WithoutRecord(JournalView):
 
     __slots__ = ("_hidden", "_left")
 
-    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None, mode: str = DEFAULT_MODE,
-                 stage: str = DEFAULT_STAGE, scope: Optional[StepRanges] = None) -> None:
+    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None,
+                 mode: str = DEFAULT_MODE, stage: str = DEFAULT_STAGE, scope: Optional[StepRanges] = None) -> None:
         super().__init__(journal, run=run, mode=mode, stage=stage)
         self.scope = scope
         self._hidden = (step, gen_index)

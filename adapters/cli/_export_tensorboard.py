@@ -8,8 +8,9 @@ charts (`_report.collect`, one session at a time): ``reward/mean``, ``reward/std
 ``samples/count``, ``time/STAGE`` (seconds), ``metrics/NAME`` (the ``metrics`` stage's numbers: TRL's loss and
 reward, verl's actor values), ``calls/generated`` and ``calls/replayed`` (the session's calls at the step, every
 stage), and where the step called tools ``tools/calls``, ``tools/replayed``, ``tools/misses``, ``tools/refused``,
-``tools/tool_s`` and ``tools/saved_s`` (as ``audit --tools`` counts them); and the text ``samples``: the first ``--samples`` samples, decoded when a tokenizer is found, else their
-token ids. Each point's wall time is the time the session journaled the step.
+``tools/tool_s`` and ``tools/saved_s`` (as ``audit --tools`` counts them); and the text ``samples``: the first
+``--samples`` samples, decoded when a tokenizer is found, else their token ids. Each point's wall time is the
+time the session journaled the step.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ which checks each capability it declares.
 
 from __future__ import annotations
 
+import functools
+
 from typing import (Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar,
                     runtime_checkable)
 
@@ -145,7 +147,7 @@ class PayloadStoreBase:
     def check_many(self, items: Sequence[Tuple[bytes, Optional[int]]]) -> List[Optional[Exception]]:
         """`check` of each item, one after another."""
         check = self.check  # type: ignore[attr-defined]  # a required method of the subclass
-        return [problem(lambda: check(digest, nbytes=nbytes)) for digest, nbytes in items]
+        return [problem(functools.partial(check, digest, nbytes=nbytes)) for digest, nbytes in items]
 
 
 def undeclared(store: object) -> List[str]:

@@ -113,7 +113,7 @@ class PayloadStoreConformance:
             one, two = payload_of("one"), payload_of("two")
             for digest, raw in (one, two):
                 store.put(digest, raw)
-            for digest, raw in (one, two):
+            for digest, _ in (one, two):
                 assert digest_of(store.get(digest)) == digest
             assert one[0] != two[0]
 

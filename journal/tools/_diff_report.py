@@ -225,7 +225,8 @@ class DiffReport:
         line = f"{head}; at step {first.step} the first differing stage is {first.stage}{call} ({first.brief()})"
         same_step = [p for p in self.pairs if p.step == first.step]
         agreeing = [
-            st for st in dict.fromkeys(p.stage for p in same_step if self.stage_rank(p.stage) < self.stage_rank(first.stage))
+            st for st in dict.fromkeys(p.stage for p in same_step
+                                       if self.stage_rank(p.stage) < self.stage_rank(first.stage))
             if all(p.state in _AGREE for p in same_step if p.stage == st)
         ]
         if agreeing:
