@@ -70,7 +70,9 @@ def _owned_path(template: str, journal: str, path: str) -> str:
     """`path` of `PATHS` in `journal` (a copy of `template`): FAN, FILE, PID and LOCK filled in."""
     from stepjournal.base._paths import writer_lock_name  # private: the lock file's name
 
-    fan = next(n for n in sorted(os.listdir(os.path.join(template, "payloads"))) if n != "tmp")
+    payloads = os.path.join(template, "payloads")
+    # All 256 two-digit folders are made with the first file: the one that holds it.
+    fan = next(n for n in sorted(os.listdir(payloads)) if n != "tmp" and os.listdir(os.path.join(payloads, n)))
     name = os.listdir(os.path.join(template, "payloads", fan))[0]
     path = path.replace("FAN", fan).replace("FILE", name).replace("PID", str(os.getpid()))
     return os.path.join(journal, writer_lock_name(RUN) if path == "LOCK" else path)

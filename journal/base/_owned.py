@@ -30,7 +30,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from ._errors import UnsafePathError
 
-__all__ = ["file_kind", "open_root", "open_folder", "open_file", "make_temp", "names_in", "entries", "kind_at",
+__all__ = ["file_kind", "open_root", "open_folder", "make_folder", "open_file", "make_temp", "names_in", "entries", "kind_at",
            "closing", "owned_folder", "remove", "replace", "sync"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -84,8 +84,7 @@ def open_folder(parent: int, name: str, *, where: str, create: bool = False) -> 
     """
     if create:
         try:
-            _step("os.mkdir", where)
-            os.mkdir(name, 0o700, dir_fd=parent)
+            make_folder(parent, name, where=where)
             sync(parent, where=os.path.dirname(where))
         except FileExistsError:
             pass
@@ -96,6 +95,17 @@ def open_folder(parent: int, name: str, *, where: str, create: bool = False) -> 
         raise _refused(exc, parent, name, where, "a folder") from None
     _check(fd, where, "a folder", stat.S_ISDIR, in_place=False)
     return fd
+
+
+def make_folder(parent: int, name: str, *, where: str) -> None:
+    """Make the folder `name` (owner-only) in the folder `parent` (a descriptor; `where`, its path). Its entry is
+    durable only once `parent` is synced: the caller syncs it, once for several folders it makes.
+
+    Raises:
+        FileExistsError: something is already at `name` (a folder or not: open it to know).
+    """
+    _step("os.mkdir", where)
+    os.mkdir(name, 0o700, dir_fd=parent)
 
 
 @contextmanager

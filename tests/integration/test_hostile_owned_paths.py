@@ -46,7 +46,8 @@ def journal(tmp_path) -> str:
 
 def payload_file(path: str) -> str:
     root = os.path.join(path, PAYLOAD_FOLDER)
-    (fan,) = [name for name in os.listdir(root) if name != TMP_FOLDER]
+    # All 256 two-digit folders are made with the first file: the one file is in one of them.
+    (fan,) = [name for name in os.listdir(root) if name != TMP_FOLDER and os.listdir(os.path.join(root, name))]
     (name,) = os.listdir(os.path.join(root, fan))
     return os.path.join(root, fan, name)
 
