@@ -30,7 +30,7 @@ from stepjournal.log import get_logger
 from stepjournal.policies import ToolEngine, ToolReplayMissError, ToolStateMismatchError
 
 from ._config import VerlJournalConfig, read_verl_config
-from ._errors import VerlAdapterError
+from ._errors import RecordedToolError, VerlAdapterError
 
 __all__ = ["make_journaled_tool_agent_loop", "tool_engine_for", "ToolCallPlace", "current_tool_call_place"]
 
@@ -140,15 +140,62 @@ def _place(tool: str) -> ToolCallPlace:
     return place
 
 
+@attrs.frozen
+class _Raised:
+    """A tool call that raised: its message (what verl shows the model after ``Error executing tool ...:``), and
+    the error itself when it was raised in this process (a replay has its message only)."""
+
+    message: str
+    error: Optional[Exception] = attrs.field(default=None, eq=False)
+
+
+def _catching(run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` for the engine: an exception the tool raises is its answer (`_Raised`), journaled like any other."""
+
+    async def caught() -> Any:
+        try:
+            return await run()
+        except Exception as error:
+            return _Raised(str(error), error)
+
+    return caught
+
+
+def _storing(to_stored: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def stored(result: Any) -> Any:
+        if isinstance(result, _Raised):
+            return {**ToolResponse(result.message).to_payload(), "raised": True}
+        return to_stored(result)
+
+    return stored
+
+
+def _serving(from_stored: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def served(stored: Any) -> Any:
+        return _Raised(stored["text"]) if stored.get("raised") else from_stored(stored)
+
+    return served
+
+
+async def _journaled_call(engine: ToolEngine, tool: str, arguments: Any, run: Callable[[], Any], where: ToolCallPlace,
+                          to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any], **more: Any) -> Any:
+    """One journaled call at `where`; a call that raised (now or when recorded) raises again, for verl to show."""
+    outcome = await engine.acall(tool, arguments, _catching(run), step=where.step, sample=where.sample,
+                                 turn=where.turn, mode=where.mode, to_stored=_storing(to_stored),
+                                 from_stored=_serving(from_stored), **more)
+    value = outcome.value
+    if isinstance(value, _Raised):
+        raise value.error if value.error is not None else RecordedToolError(value.message)
+    return value
+
+
 def _journaled_function(tool: Any, engine: ToolEngine) -> Any:
     """A verl ``FunctionTool`` whose ``call`` is one journaled call (its real ``call`` runs when it must run)."""
 
     async def call(**parameters: Any) -> Any:
         where = _place(tool.name)
-        outcome = await engine.acall(tool.name, parameters, lambda: tool.call(parameters), step=where.step,
-                                     sample=where.sample, turn=where.turn, call=where.call, mode=where.mode,
-                                     to_stored=_triple_stored, from_stored=_triple_served)
-        return outcome.value
+        return await _journaled_call(engine, tool.name, parameters, lambda: tool.call(parameters), where,
+                                     _triple_stored, _triple_served, call=where.call)
 
     return dataclasses.replace(tool, fn=call, is_async=True)
 
@@ -173,10 +220,8 @@ def _journaled_base_tool(tool: Any, engine: ToolEngine) -> Any:
         async def _call(self, method: str, offset: int, arguments: Any, run: Callable[[], Any],
                         to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any]) -> Any:
             where = _place(self.name)
-            outcome = await engine.acall(f"{self.name}.{method}", arguments, run, step=where.step, sample=where.sample,
-                                         turn=where.turn, call=where.call + offset, mode=where.mode,
-                                         environment=self.name, to_stored=to_stored, from_stored=from_stored)
-            return outcome.value
+            return await _journaled_call(engine, f"{self.name}.{method}", arguments, run, where, to_stored,
+                                         from_stored, call=where.call + offset, environment=self.name)
 
         async def create(self, instance_id: Optional[str] = None, **kwargs: Any) -> Tuple[str, Any]:
             handle = instance_id or uuid.uuid4().hex
