@@ -17,6 +17,7 @@ once, and records into it beside the other processes. Decisions are the `ToolEng
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import threading
@@ -338,6 +339,9 @@ def make_journaled_tool_agent_loop() -> type:
             finally:
                 _PLACE.reset(token)
                 _STEPS.end(self.tool_engine, place.step)
+                for key in [key for key in vars(self).get("_stepjournal_tool_locks", {}) if key[:3] ==
+                            (place.step, place.sample, place.mode)]:
+                    del self._stepjournal_tool_locks[key]
 
         async def _call_tool(self, tool_call: Any, tools_kwargs: Dict[str, Any], agent_data: Any) -> Any:
             sample = _PLACE.get()
@@ -346,7 +350,16 @@ def make_journaled_tool_agent_loop() -> type:
             index = next(i for i, call in enumerate(agent_data.tool_calls) if call is tool_call)
             # This call runs in a task of its own (verl gathers a turn's calls): its place is its own.
             _PLACE.set(attrs.evolve(sample, turn=agent_data.assistant_turns - 1, call=3 * index))
-            return await super()._call_tool(tool_call, tools_kwargs, agent_data)
+            tool = getattr(agent_data, "_active_tools", self.tools).get(tool_call.name)
+            if tool is None or isinstance(tool, FunctionTool):
+                return await super()._call_tool(tool_call, tools_kwargs, agent_data)
+            # A BaseTool's calls of one sample are one sequence (create, execute, release of each call): the
+            # turn's calls of it that verl gathers (max_parallel_calls) run one after the other, in the order
+            # the model wrote them (asyncio's lock is first come, first served; gather starts them in order).
+            locks = vars(self).setdefault("_stepjournal_tool_locks", {})
+            lock = locks.setdefault((sample.step, sample.sample, sample.mode, tool_call.name), asyncio.Lock())
+            async with lock:
+                return await super()._call_tool(tool_call, tools_kwargs, agent_data)
 
     JournaledToolAgentLoop.__module__ = "stepjournal.adapters.verl"
     JournaledToolAgentLoop.__qualname__ = "JournaledToolAgentLoop"
