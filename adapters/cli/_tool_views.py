@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
 from rich.console import Console
 
 from stepjournal.tools import ToolCallRow, tool_call_rows, tool_step_summaries
 
-from ._common import open_readonly, parse_steps
-from ._render import FittedColumns, cell, plain_table, print_json, print_line
+from ._common import choose_run, open_readonly, parse_steps
+from ._render import FittedColumns, UsageError, cell, plain_table, print_json, print_line
 
 __all__ = ["run_audit", "run_show", "run_diff", "row_json"]
 
@@ -102,8 +102,12 @@ def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.json:
             print_json([row_json(row) for row in rows])
             return 0
-        if not rows:
+        if not rows:  # the sample's assistant text alone, from the step's latest generate call (if it has one)
+            said = _assistant_turns(journal, choose_run(journal, args.run), args, [None], err, check_range=True)
             print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
+            for turn, text in enumerate(said.get(None, [])):
+                out.print(f"  turn {turn}", highlight=False)
+                _print_assistant(out, text)
             return 0
         sessions: List[str] = []
         for row in rows:
@@ -135,23 +139,30 @@ def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
-def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions: List[str],
-                     err: Console) -> Dict[str, List[str]]:
+def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions: Sequence[Optional[str]],
+                     err: Console, check_range: bool = False) -> Dict[Optional[str], List[str]]:
     """Per session, the sample's assistant text of each turn (`Sample.turn_texts`, or its token ids without a
-    tokenizer), from the step's generate call of that session; nothing for a session without one, or whose
-    generate call does not mark the tokens tools wrote."""
+    tokenizer), from the step's generate call of that session (None: its latest); nothing for a session without
+    one, or whose generate call does not mark the tokens tools wrote.
+
+    Raises:
+        UsageError: `check_range` and a generate call of the step has no sample ``args.sample``.
+    """
     from stepjournal import Sample
     from stepjournal.errors import JournalError
 
     from ._show_text import load_tokenizer, note_to
 
     tokenizer, loaded = None, False
-    said: Dict[str, List[str]] = {}
+    said: Dict[Optional[str], List[str]] = {}
     for session in sessions:
         try:
             found = journal.samples(args.step, run=run, mode=args.mode, session=session, decoded=0)
         except JournalError:  # no generate call of this session here, or none in a form read: the calls alone
             continue
+        if check_range and args.sample >= len(found):
+            raise UsageError(f"--sample {args.sample}: the generate call of step {args.step} has {len(found)} samples "
+                             f"(0 to {len(found) - 1}); choose one of them")
         if args.sample >= len(found) or not found[args.sample].turns:
             continue
         if not loaded:

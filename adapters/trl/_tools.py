@@ -31,11 +31,14 @@ import functools
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import attrs
+
 from stepjournal.events import EVERY_TOOL, TOOL_STAGE_PREFIX, ToolResponse
 from stepjournal.log import get_logger
 from stepjournal.policies import Outcome, ToolEngine, ToolReplayMissError, ToolStateMismatchError
 
 from ._config import SINGLE_TURN, mode_of
+from ._errors import RecordedToolError
 
 __all__ = ["ToolHooks", "trainer_tools", "names_tools", "TOOL_FORMAT"]
 
@@ -64,21 +67,62 @@ def names_tools(stages: Any) -> bool:
     return any(stage == EVERY_TOOL or stage.startswith(TOOL_STAGE_PREFIX) for stage in stages)
 
 
-def _to_stored(result: Any, *, reward: bool = False) -> Dict[str, Any]:
-    """A TRL tool's answer as stored: the response's fields, and the value itself unless it was text.
+@attrs.frozen
+class _Raised:
+    """A tool call that raised: what TRL shows the model of it (``{"error": message}``), and the error itself
+    when it was raised in this process (a replay has its message only)."""
 
-    TRL shows the model ``str(result)`` (or a list of content blocks as they are); ``get_reward``'s
-    float is the response's reward too.
+    message: str
+    error: Optional[Exception] = attrs.field(default=None, eq=False)
+
+    def throw(self) -> Any:
+        raise self.error if self.error is not None else RecordedToolError(self.message)
+
+
+def _to_stored(result: Any, *, reward: bool = False) -> Dict[str, Any]:
+    """A TRL tool's answer as stored: the text TRL shows the model, and the value itself where TRL reads it.
+
+    TRL shows the model ``str(result)`` of any answer but a list of content blocks, ``reset``'s ``None``
+    means no observation, and ``get_reward``'s float is the reward: only these values are kept as they
+    are (any other value is served as its text, which TRL shows the same, so a value the journal's
+    codec has no form for, a set or a dataclass, is replayed too). A call that raised is stored as the
+    error TRL shows the model.
     """
+    if isinstance(result, _Raised):
+        response = ToolResponse(str({"error": result.message}))
+        return {**response.to_payload(), "format": TOOL_FORMAT, "returned": "raised", "value": result.message}
     text = result if isinstance(result, str) else str(result)
     response = ToolResponse(text, reward=float(result) if reward and result is not None else None)
-    returned = "text" if isinstance(result, str) else "value"
+    kept = reward or result is None or isinstance(result, list)
+    returned = "value" if kept and not isinstance(result, str) else "text"
     return {**response.to_payload(), "format": TOOL_FORMAT, "returned": returned,
-            "value": None if returned == "text" else result}
+            "value": result if returned == "value" else None}
 
 
 def _from_stored(stored: Dict[str, Any]) -> Any:
+    if stored["returned"] == "raised":
+        return _Raised(stored["value"])
     return stored["text"] if stored["returned"] == "text" else stored["value"]
+
+
+def _running(fn: Any, arguments: Dict[str, Any]) -> Callable[[], Any]:
+    """``fn(**arguments)`` for the engine to run: an exception the tool raises is its answer (`_Raised`)."""
+    if inspect.iscoroutinefunction(fn):
+        async def run_async() -> Any:
+            try:
+                return await fn(**arguments)
+            except Exception as error:
+                return _Raised(str(error), error)
+
+        return run_async
+
+    def run() -> Any:
+        try:
+            return fn(**arguments)
+        except Exception as error:
+            return _Raised(str(error), error)
+
+    return run
 
 
 class ToolHooks:
@@ -241,7 +285,7 @@ class ToolHooks:
                 return fn(*args, **arguments)
             _positional(tool, args)
             try:
-                outcome = self.engine.call(tool, arguments, lambda: fn(**arguments), environment=environment,
+                outcome = self.engine.call(tool, arguments, _running(fn, arguments), environment=environment,
                                            to_stored=to_stored, from_stored=_from_stored, **place)
             except _REFUSALS as exc:
                 self._refused = self._refused or exc
@@ -253,7 +297,7 @@ class ToolHooks:
     async def _acall(self, fn: Any, tool: str, arguments: Dict[str, Any], place: Dict[str, Any],
                      environment: Optional[str], to_stored: Callable[[Any], Any]) -> Any:
         try:
-            outcome = await self.engine.acall(tool, arguments, lambda: fn(**arguments), environment=environment,
+            outcome = await self.engine.acall(tool, arguments, _running(fn, arguments), environment=environment,
                                               to_stored=to_stored, from_stored=_from_stored, **place)
         except _REFUSALS as exc:
             self._refused = self._refused or exc
@@ -263,7 +307,8 @@ class ToolHooks:
     def _count(self, outcome: Outcome) -> Any:
         per_stage = self.counts.setdefault(outcome.ctx.stage, {})
         per_stage[outcome.action] = per_stage.get(outcome.action, 0) + 1
-        return outcome.value
+        value = outcome.value
+        return value.throw() if isinstance(value, _Raised) else value
 
 
 def _positional(tool: str, args: tuple) -> None:

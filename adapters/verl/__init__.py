@@ -32,7 +32,10 @@ from typing import Any
 
 from ._config import VerlJournalConfig, read_verl_config, verl_fingerprint, verl_run_key
 from ._fingerprint import TOKENIZER_KEYS
-from ._errors import MissingInputError, NoOutcomeError, PickleRefusedError, VerlAdapterError, VerlDumpError, VerlStepError
+from ._errors import (
+    MissingInputError, NoOutcomeError, PickleRefusedError, RecordedToolError, VerlAdapterError, VerlDumpError,
+    VerlStepError,
+)
 
 # verl and the modules its import needs (the `verl` extra).
 _VERL_MODULES = frozenset({"verl", "tensordict", "ray", "cachetools", "fastapi", "uvicorn"})
@@ -98,6 +101,7 @@ __all__ = [
     "MissingInputError",
     "NoOutcomeError",
     "PickleRefusedError",
+    "RecordedToolError",
     "VerlDumpError",
     "V1Journal",
     "attach_v1",

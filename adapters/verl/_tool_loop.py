@@ -17,6 +17,7 @@ once, and records into it beside the other processes. Decisions are the `ToolEng
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import threading
@@ -31,7 +32,7 @@ from stepjournal.log import get_logger
 from stepjournal.policies import ToolEngine, ToolReplayMissError, ToolStateMismatchError
 
 from ._config import VerlJournalConfig, read_verl_config
-from ._errors import VerlAdapterError
+from ._errors import RecordedToolError, VerlAdapterError
 
 __all__ = ["make_journaled_tool_agent_loop", "tool_engine_for", "ToolCallPlace", "current_tool_call_place"]
 
@@ -141,15 +142,62 @@ def _place(tool: str) -> ToolCallPlace:
     return place
 
 
+@attrs.frozen
+class _Raised:
+    """A tool call that raised: its message (what verl shows the model after ``Error executing tool ...:``), and
+    the error itself when it was raised in this process (a replay has its message only)."""
+
+    message: str
+    error: Optional[Exception] = attrs.field(default=None, eq=False)
+
+
+def _catching(run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` for the engine: an exception the tool raises is its answer (`_Raised`), journaled like any other."""
+
+    async def caught() -> Any:
+        try:
+            return await run()
+        except Exception as error:
+            return _Raised(str(error), error)
+
+    return caught
+
+
+def _storing(to_stored: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def stored(result: Any) -> Any:
+        if isinstance(result, _Raised):
+            return {**ToolResponse(result.message).to_payload(), "raised": True}
+        return to_stored(result)
+
+    return stored
+
+
+def _serving(from_stored: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def served(stored: Any) -> Any:
+        return _Raised(stored["text"]) if stored.get("raised") else from_stored(stored)
+
+    return served
+
+
+async def _journaled_call(engine: ToolEngine, tool: str, arguments: Any, run: Callable[[], Any], where: ToolCallPlace,
+                          to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any], **more: Any) -> Any:
+    """One journaled call at `where`; a call that raised (now or when recorded) raises again, for verl to show."""
+    outcome = await engine.acall(tool, arguments, _catching(run), step=where.step, sample=where.sample,
+                                 turn=where.turn, mode=where.mode, to_stored=_storing(to_stored),
+                                 from_stored=_serving(from_stored), **more)
+    value = outcome.value
+    if isinstance(value, _Raised):
+        raise value.error if value.error is not None else RecordedToolError(value.message)
+    return value
+
+
 def _journaled_function(tool: Any, engine: ToolEngine) -> Any:
     """A verl ``FunctionTool`` whose ``call`` is one journaled call (its real ``call`` runs when it must run)."""
 
     async def call(**parameters: Any) -> Any:
         where = _place(tool.name)
-        outcome = await engine.acall(tool.name, parameters, lambda: tool.call(parameters), step=where.step,
-                                     sample=where.sample, turn=where.turn, call=where.call, mode=where.mode,
-                                     to_stored=_triple_stored, from_stored=_triple_served)
-        return outcome.value
+        return await _journaled_call(engine, tool.name, parameters, lambda: tool.call(parameters), where,
+                                     _triple_stored, _triple_served, call=where.call)
 
     return dataclasses.replace(tool, fn=call, is_async=True)
 
@@ -174,10 +222,8 @@ def _journaled_base_tool(tool: Any, engine: ToolEngine) -> Any:
         async def _call(self, method: str, offset: int, arguments: Any, run: Callable[[], Any],
                         to_stored: Callable[[Any], Any], from_stored: Callable[[Any], Any]) -> Any:
             where = _place(self.name)
-            outcome = await engine.acall(f"{self.name}.{method}", arguments, run, step=where.step, sample=where.sample,
-                                         turn=where.turn, call=where.call + offset, mode=where.mode,
-                                         environment=self.name, to_stored=to_stored, from_stored=from_stored)
-            return outcome.value
+            return await _journaled_call(engine, f"{self.name}.{method}", arguments, run, where, to_stored,
+                                         from_stored, call=where.call + offset, environment=self.name)
 
         async def create(self, instance_id: Optional[str] = None, **kwargs: Any) -> Tuple[str, Any]:
             handle = instance_id or uuid.uuid4().hex
@@ -294,6 +340,9 @@ def make_journaled_tool_agent_loop() -> type:
             finally:
                 _PLACE.reset(token)
                 _STEPS.end(self.tool_engine, place.step)
+                for key in [key for key in vars(self).get("_stepjournal_tool_locks", {}) if key[:3] ==
+                            (place.step, place.sample, place.mode)]:
+                    del self._stepjournal_tool_locks[key]
 
         async def _call_tool(self, tool_call: Any, tools_kwargs: Dict[str, Any], agent_data: Any) -> Any:
             sample = _PLACE.get()
@@ -302,7 +351,16 @@ def make_journaled_tool_agent_loop() -> type:
             index = next(i for i, call in enumerate(agent_data.tool_calls) if call is tool_call)
             # This call runs in a task of its own (verl gathers a turn's calls): its place is its own.
             _PLACE.set(attrs.evolve(sample, turn=agent_data.assistant_turns - 1, call=3 * index))
-            return await super()._call_tool(tool_call, tools_kwargs, agent_data)
+            tool = getattr(agent_data, "_active_tools", self.tools).get(tool_call.name)
+            if tool is None or isinstance(tool, FunctionTool):
+                return await super()._call_tool(tool_call, tools_kwargs, agent_data)
+            # A BaseTool's calls of one sample are one sequence (create, execute, release of each call): the
+            # turn's calls of it that verl gathers (max_parallel_calls) run one after the other, in the order
+            # the model wrote them (asyncio's lock is first come, first served; gather starts them in order).
+            locks = vars(self).setdefault("_stepjournal_tool_locks", {})
+            lock = locks.setdefault((sample.step, sample.sample, sample.mode, tool_call.name), asyncio.Lock())
+            async with lock:
+                return await super()._call_tool(tool_call, tools_kwargs, agent_data)
 
     JournaledToolAgentLoop.__module__ = "stepjournal.adapters.verl"
     JournaledToolAgentLoop.__qualname__ = "JournaledToolAgentLoop"

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kill_points import start_script
-from stepjournal import Journal, compact
+from stepjournal import Journal
+from stepjournal.upkeep import compact
 from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER
 from stepjournal.payloads._payload_store import FILE_FROM
 

@@ -55,14 +55,14 @@ async def _sample(loop, step, sample, calls):
     return read
 
 
-def _run(path, policy, code, monkeypatch, counts):
+def _run(path, policy, code, monkeypatch, counts, first="2+3"):
     from stepjournal.policies import ToolEngine
 
     monkeypatch.setenv("VERL_TOOL_COUNTS", str(counts))
     counts.mkdir()
     with Journal(str(path), run="tools") as journal:
         loop = _loop(ToolEngine(journal, policy, tools=["calculator", "sandbox"]))
-        read = asyncio.run(_sample(loop, 1, 0, [("calculator", {"expression": "2+3"}), ("sandbox", {"code": code}),
+        read = asyncio.run(_sample(loop, 1, 0, [("calculator", {"expression": first}), ("sandbox", {"code": code}),
                                                 ("calculator", {"expression": "7-1"})]))
     found = {tool: len((counts / tool).read_text().splitlines()) if (counts / tool).exists() else 0
              for tool in ("calculator", "sandbox")}
