@@ -30,7 +30,8 @@ from typing import Iterator, List, Optional, Tuple
 
 from ._errors import UnsafePathError
 
-__all__ = ["file_kind", "open_root", "open_folder", "make_folder", "open_file", "make_temp", "names_in", "entries", "kind_at",
+__all__ = ["file_kind", "open_root", "open_folder", "make_folder", "open_file", "make_temp", "names_in", "entries",
+           "kind_at",
            "closing", "owned_folder", "remove", "replace", "sync"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)

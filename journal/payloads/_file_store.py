@@ -41,7 +41,8 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
 from ..base._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError, UnsafePathError
-from ..base._owned import entries, kind_at, make_folder, make_temp, names_in, open_file, owned_folder, remove, replace, sync
+from ..base._owned import (entries, kind_at, make_folder, make_temp, names_in, open_file, owned_folder, remove, replace,
+                           sync)
 from ..base._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
 from ._store_protocol import PayloadStoreBase
