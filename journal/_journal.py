@@ -582,7 +582,8 @@ class Journal:
         """The stages with at least one journaled call (of `run`; None: every run), in first-seen order."""
         seen: Dict[str, None] = {}
         for _, event in self.events(run=run, types=CALL_EVENT_TYPES):
-            seen.setdefault(event.stage, None)
+            # `types` yields call events only, each with a stage; the checker sees the whole Event union.
+            seen.setdefault(event.stage, None)  # type: ignore[union-attr]
         return list(seen)
 
     def stored_audit_rows(self, *, laid_out: bool = False, limit: Optional[int] = None) -> Optional[Iterator[bytes]]:

@@ -81,7 +81,7 @@ class WriterLock:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            other = self._read_other()
+            other = self._read_other(self._fd)
             key = (other.get("session"), other.get("pid"))
             if key in self._seen:
                 return None
@@ -106,9 +106,9 @@ class WriterLock:
                 "stop the other process, or give each its own run key (Journal(path, run=...))",
             )
 
-    def _read_other(self) -> Dict[str, Any]:
+    def _read_other(self, fd: int) -> Dict[str, Any]:
         try:
-            raw = os.pread(self._fd, _MAX_INFO_BYTES, 0)
+            raw = os.pread(fd, _MAX_INFO_BYTES, 0)
             info = json.loads(raw.decode())
         except (OSError, ValueError):
             return {}

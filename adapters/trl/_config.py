@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
 from stepjournal.log import get_logger
 
@@ -54,7 +54,7 @@ _CALL_SITES = {
 }
 
 
-def family_of(trainer: Any) -> type:
+def family_of(trainer: Any) -> Type[Any]:
     """The TRL trainer class `trainer` is an instance of (`GRPOTrainer` or `RLOOTrainer`)."""
     for base in _expected_params():
         if isinstance(trainer, base):
@@ -73,7 +73,7 @@ def _version_supported() -> bool:
     return Version(trl.__version__) in SpecifierSet(SUPPORTED_TRL)
 
 
-def check_drift(trainer: Any, family: type, target: str) -> None:
+def check_drift(trainer: Any, family: Type[Any], target: str) -> None:
     """Fail before training when what `attach` intercepts is not what this adapter was written for."""
     import trl
 

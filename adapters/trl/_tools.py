@@ -52,6 +52,11 @@ _RESET, _REWARD = "reset", "get_reward"
 _REFUSALS = (ToolReplayMissError, ToolStateMismatchError)
 
 
+def _constant(sample: int) -> Callable[[], int]:
+    """The `sample_of` of a tool bound to one sample's dict: that sample, whenever asked."""
+    return lambda: sample
+
+
 def trainer_tools(trainer: Any) -> Tuple[str, ...]:
     """The tools a `GRPOTrainer` dispatches, as a `ToolEngine` names them: each ``tools=`` function's
     name, then each environment's class name (an environment is one stateful tool). Empty for a trainer
@@ -171,9 +176,8 @@ class ToolHooks:
                 vars(trainer).pop(name, None)
             else:
                 setattr(trainer, name, previous)
-        factories = getattr(trainer, "environment_factories", None)
-        for name, factory in self._factories.items():
-            factories[name] = factory
+        for name, factory in self._factories.items():  # only a trainer with environment factories has any
+            trainer.environment_factories[name] = factory
         for instance in self._patched:
             for method in (_RESET, _REWARD):
                 vars(instance).pop(method, None)
@@ -199,7 +203,7 @@ class ToolHooks:
             if bound is None:
                 continue
             fn = getattr(instance, method)
-            setattr(instance, method, self._journaled(fn, method, lambda i=instance: self._sample_of(i),
+            setattr(instance, method, self._journaled(fn, method, functools.partial(self._sample_of, instance),
                                                       environment, reward=method == _REWARD))
         self._patched.append(instance)
         return instance
@@ -236,7 +240,7 @@ class ToolHooks:
                         for name, fn in list(table.items()):
                             owner = getattr(fn, "__self__", None)
                             environment = type(owner).__name__ if owner is not None and owner is mine else None
-                            table[name] = self._journaled(fn, name, lambda s=sample: s, environment)
+                            table[name] = self._journaled(fn, name, _constant(sample), environment)
             result = original(*args, **kwargs)
             self._raise_refused()
             return result

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import attrs
 
@@ -88,7 +88,7 @@ class VerlJournalConfig:
     keys: Tuple[str, ...] = ()
 
     @property
-    def policy(self) -> str:
+    def policy(self) -> Union[str, Dict[str, str]]:
         return self.engine.policy
 
     @property

@@ -79,6 +79,7 @@ def tool_engine_for(config: Any, tools: Any) -> Optional[ToolEngine]:
         config: the whole verl config (or a read `VerlJournalConfig`).
         tools: the names of the tools it journals (verl's loaded tools).
     """
+    cfg: Optional[VerlJournalConfig]
     if isinstance(config, VerlJournalConfig):
         cfg = config
     else:

@@ -26,7 +26,7 @@ import secrets
 import stat
 import sys
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple, Union
 
 from ._errors import UnsafePathError
 
@@ -242,7 +242,7 @@ def _unsafe(where: str, what: str, wanted: str) -> UnsafePathError:
     )
 
 
-def _refused(exc: OSError, folder: int, name: str, where: str, wanted: str) -> OSError:
+def _refused(exc: OSError, folder: int, name: str, where: str, wanted: str) -> Union[OSError, UnsafePathError]:
     """The error an open at an owned path failed with: `UnsafePathError` when the path holds something the
     journal does not use, else `exc` itself."""
     if exc.errno not in _REFUSED:

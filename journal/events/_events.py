@@ -115,7 +115,7 @@ class SessionOpened:
     library_version: str = attrs.field(validator=_text)
     host: str = attrs.field(validator=_text)
     pid: int = event_field(NBYTES)
-    ts: float = attrs.field(validator=_TS)
+    ts: float = event_field(TIME)
 
 
 REF = ref_kind(PayloadRef)
@@ -211,8 +211,10 @@ class PayloadsReleased:
     gen_index: int = event_field(GEN_INDEX)
     mode: str = event_field(MODE)
     record_seq: int = event_field(SEQ)
-    released: List[str] = attrs.field(validator=_digests)
-    retained: List[str] = attrs.field(validator=_digests)
+    # mypy's attrs plugin reads every `event_field(...)` above as a field with a default (it knows only
+    # attrs.field's own `default=`); these fields, like those above, have none.
+    released: List[str] = attrs.field(validator=_digests)  # type: ignore[misc]
+    retained: List[str] = attrs.field(validator=_digests)  # type: ignore[misc]
     rule: str = event_field(TEXT)
     reason: str = event_field(TEXT)
     ts: float = event_field(TIME)

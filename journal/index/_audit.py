@@ -138,7 +138,8 @@ def _record_field(name: str) -> Any:
     defaults = {repr(c.default) for c in found}
     if len(found) == len(CALL_COLUMNS) and len(defaults) == 1 and found[0].default is not attrs.NOTHING:
         return attrs.field(type=hint, default=found[0].default)
-    return attrs.field(type=Optional[hint], default=None)
+    # attrs takes any annotation as `type` (it only stores it); its stub declares a class.
+    return attrs.field(type=Optional[hint], default=None)  # type: ignore[call-overload]
 
 
 def _from_event(cls: Any, seq: int, event: Any) -> Any:

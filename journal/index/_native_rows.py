@@ -72,7 +72,8 @@ _Generated = _STRUCT_OF[GenerationRecorded]
 _KEYS = {struct: len(field_names(cls)[1]) + 3 for struct, cls in _EVENT_OF.items()}
 # The fields a stored map may lack, and the stage a call of each class has when its map holds none.
 _OMISSIBLE = {struct: tuple(f.name for f in fields_of(cls) if not f.required) for struct, cls in _EVENT_OF.items()}
-_DEFAULT_STAGE = {struct: attrs.fields_dict(cls)["stage"].default for struct, cls in _EVENT_OF.items()}
+_DEFAULT_STAGE: Dict[Any, str] = {struct: field.default for struct, cls in _EVENT_OF.items()
+                                  for field in fields_of(cls) if field.name == "stage"}
 _LONE_RUNS = {struct: tuple(f.name for f in fields_of(cls) if f.kind.key == "lone_run") for struct, cls in _EVENT_OF.items()}
 _ACTION = {struct: CALL_ACTIONS[cls] for struct, cls in _EVENT_OF.items()}
 _DECODER = msgspec.msgpack.Decoder(Union[tuple(_EVENT_OF)])  # type: ignore[misc]

@@ -120,7 +120,8 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
             )
         expected = _entries(env)
         try:
-            env.copy(os.fsencode(dest_dir), compact=True)
+            # py-lmdb takes a bytes path (a folder name that is not UTF-8); its stub says str only.
+            env.copy(os.fsencode(dest_dir), compact=True)  # type: ignore[arg-type]
         except lmdb.Error as exc:
             raise CompactError(f"compacting {path!r} failed ({exc}); nothing was changed") from None
     finally:

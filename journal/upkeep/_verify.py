@@ -13,6 +13,7 @@ from ..base._errors import IntegrityError, StepJournalError, UnsafePathError
 from ..events._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ..index._import_map import ImportMap
 from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
+from ..payloads._file_store import FilePayloadStore
 from ..payloads._payload_store import PayloadStore
 from ._verify_rows import rows_problems
 
@@ -100,7 +101,8 @@ def verify(
         return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
     except UnsafePathError as exc:  # a folder of payloads/ is not the journal's own: nothing in it is read
         files = payloads.files  # the journal's payload files, the one store that raises it
-        return problems + [VerifyProblem("unsafe_path", files.folder if files is not None else "", (), str(exc))]
+        folder = files.folder if isinstance(files, FilePayloadStore) else ""
+        return problems + [VerifyProblem("unsafe_path", folder, (), str(exc))]
 
 
 def live_digests(bodies: Iterable[Tuple[int, bytes]]) -> set:
@@ -249,7 +251,7 @@ def _left_files(payloads: PayloadStore, fold: _LogFold, settled: Callable[[], bo
     """The journal's payload files no event names, and half-written ones: what a record a crash cut short
     leaves. Judged only when no event was appended meanwhile (a record in flight has its file first)."""
     files = payloads.files
-    if files is None:
+    if not isinstance(files, FilePayloadStore):  # None, or a store with no half-written files to leave
         return []
     partial = files.partial_files()
     orphans = [d.hex() for d in files.digests() if d.hex() not in fold.steps_of_digest and d.hex() not in fold.released_by]

@@ -23,7 +23,7 @@ field order is kept; per-row values come back as plain dicts, lists and scalars 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import attrs
 import torch
@@ -40,6 +40,10 @@ TQ_CODEC_NAME = "verl.TQBatch"
 _SCHEMA = 1
 
 
+def _key_tuple(keys: Iterable[str]) -> Tuple[str, ...]:
+    return tuple(keys)
+
+
 @attrs.frozen(eq=False)
 class TQBatch:
     """One sampled V1 batch: the ``KVBatchMeta`` keys and tags and the TransferQueue fields of those keys.
@@ -53,7 +57,7 @@ class TQBatch:
     """
 
     fields: TensorDict
-    keys: Tuple[str, ...] = attrs.field(converter=tuple)
+    keys: Tuple[str, ...] = attrs.field(converter=_key_tuple)
     tags: Tuple[Dict[str, Any], ...] = attrs.field(converter=lambda tags: tuple(dict(t) for t in tags))
     partition_id: Optional[str] = "train"
 
