@@ -105,8 +105,8 @@ def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         if not rows:  # the sample's assistant text alone, from the step's latest generate call (if it has one)
             said = _assistant_turns(journal, choose_run(journal, args.run), args, [None], err, check_range=True)
             print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
-            for turn, text in enumerate(said.get(None, [])):
-                out.print(f"  turn {turn}", highlight=False)
+            for number, text in enumerate(said.get(None, [])):
+                out.print(f"  turn {number}", highlight=False)
                 _print_assistant(out, text)
             return 0
         sessions: List[str] = []
@@ -118,7 +118,8 @@ def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(f"[bold]step {args.step} sample {args.sample}[/] · session {number} of {len(sessions)} "
                   f"({cell(session[:8])})", highlight=False)
         turns = said.get(session, [])
-        turn, shown = None, set()
+        turn: Optional[int] = None
+        shown = set()
         for row in (r for r in rows if r.session == session):
             if row.key.turn != turn:
                 turn = row.key.turn

@@ -341,9 +341,9 @@ def make_journaled_tool_agent_loop() -> type:
             finally:
                 _PLACE.reset(token)
                 _STEPS.end(self.tool_engine, place.step)
-                for key in [key for key in vars(self).get("_stepjournal_tool_locks", {}) if key[:3] ==
-                            (place.step, place.sample, place.mode)]:
-                    del self._stepjournal_tool_locks[key]
+                locks = vars(self).get("_stepjournal_tool_locks", {})
+                for key in [key for key in locks if key[:3] == (place.step, place.sample, place.mode)]:
+                    del locks[key]
 
         async def _call_tool(self, tool_call: Any, tools_kwargs: Dict[str, Any], agent_data: Any) -> Any:
             sample = _PLACE.get()
