@@ -186,7 +186,8 @@ class Appender:
                 try:
                     with self.lock:
                         with self._cond:  # one statement: an interrupt leaves the group taken or not
-                            group, self._queue = self._queue[: self.max_group], self._queue[self.max_group:]
+                            size = max(1, self.max_group)  # 0 or less would take empty groups forever
+                            group, self._queue = self._queue[:size], self._queue[size:]
                         if group:  # none: another leader's group, committed under this lock, held `mine`
                             self._commit_group(group)
                 finally:
