@@ -37,6 +37,8 @@ class GroupGate:
                 self._changed.notify_all()
         if point == "taken" and self._first:
             self._first = False
+            with self._changed:  # the queue is empty now: a wait for the next records counts only them
+                self._queued = 0
             self.first_taken.set()
             with self._changed:  # the leader waits here, outside the queue's lock, while others queue
                 assert self._changed.wait_for(lambda: self._queued >= self.size, WAIT_S), self.points[-5:]

@@ -21,7 +21,8 @@ over the size cap, an interrupt) fails no other's record, and only the caller wh
 written gets the error. A group of one gets its error at once. The leader's own interrupt
 (`KeyboardInterrupt`, `SystemExit`), and a failure after the group committed (a payload store whose
 `commit` raises once the events are in), go to the leader's caller after it settled the others: every
-record of a committed group is acknowledged to the others.
+record of a committed group is acknowledged to the others. Wherever an interrupt lands in a caller, its
+record leaves the queue if still there and the lead is handed on (`_leave`): no caller waits forever.
 
 `appender_of(journal)` is the seam through which the modules that write or read inside the journal's
 own transactions (`_pull`, `_prune`, `_remote`, `_bundle`, `_status`) reach its store, its own payloads
@@ -157,22 +158,19 @@ class Appender:
         """
         if not self.group or getattr(self._writing, "on", False):  # called inside a write: no group to wait on
             return self._alone(pending)
-        with self._cond:
-            self._queue.append(pending)
-            self._tell("queued", len(self._queue))
-            if not self._leading:
-                self._leading = pending.leads = True
-            try:
+        try:
+            with self._cond:
+                self._queue.append(pending)
+                if not self._leading:
+                    self._leading = pending.leads = True
+                self._tell("queued", len(self._queue))
                 while not pending.leads and not pending.settled:
                     self._cond.wait()
-            except BaseException:  # interrupted while waiting: a record still queued is not written
-                if pending in self._queue:
-                    self._queue.remove(pending)
-                    if pending.leads:
-                        self._hand_over()
-                raise
-        if pending.leads and not pending.settled:
-            self._lead_groups(pending)
+            if pending.leads and not pending.settled:
+                self._lead_groups(pending)
+        except BaseException:  # an interrupt, wherever it lands: no record left queued, no lead lost
+            self._leave(pending)
+            raise
         if pending.alone:
             return self._alone(pending)
         if pending.error is not None:
@@ -187,10 +185,11 @@ class Appender:
                 group: List[Pending] = []
                 try:
                     with self.lock:
-                        with self._cond:
-                            group = self._queue[: self.max_group]
-                            del self._queue[: len(group)]
-                        self._commit_group(group)
+                        with self._cond:  # one statement: an interrupt leaves the group taken or not
+                            size = max(1, self.max_group)  # 0 or less would take empty groups forever
+                            group, self._queue = self._queue[:size], self._queue[size:]
+                        if group:  # none: another leader's group, committed under this lock, held `mine`
+                            self._commit_group(group)
                 finally:
                     for p in group:  # a second interrupt cut the settling short: no record is left waiting
                         if not p.settled:
@@ -202,6 +201,16 @@ class Appender:
         finally:
             with self._cond:
                 self._hand_over()
+
+    def _leave(self, pending: Pending) -> None:
+        """After an interrupt of `pending`'s caller, wherever it landed: a record still queued is not written
+        (it leaves the queue), and the lead goes on, handed over whether or not this caller held it (it may
+        have been handed to it, or been handing it on): a second leader is harmless (groups are taken and
+        committed under the write lock), a lead nobody takes would leave every caller waiting."""
+        with self._cond:
+            if pending in self._queue:
+                self._queue.remove(pending)
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """The oldest queued record leads next (under `_cond`); none queued: no leader."""
