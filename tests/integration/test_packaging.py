@@ -111,8 +111,10 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.payloads
     import stepjournal.policies
     import stepjournal.policies.testing
+    import stepjournal.sharing
     import stepjournal.testing
     import stepjournal.tools
+    import stepjournal.upkeep
     import stepjournal.vocabulary
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
