@@ -157,7 +157,8 @@ class ReplayChecks:
             return GenerateCall(reason=f"{why}; generated instead", store=again.store, policy=again.policy or policy)
         if isinstance(again, RefuseCall):
             reason = (
-                f"refused to replay step {ctx.step} index {ctx.gen_index}: {why}, and policy {again.policy or policy!r} "
+                f"refused to replay step {ctx.step} index {ctx.gen_index}: {why}, "
+                f"and policy {again.policy or policy!r} "
                 "does not generate in their place; replay into a trainer with the recorded dataset and order, "
                 "or pass check_prompts='off' to serve the record anyway"
             )

@@ -42,7 +42,8 @@ def _as_modes(value: Any) -> Any:
 def _modes(instance: Any, attribute: Any, value: Any) -> None:
     if not (isinstance(value, tuple) and all(isinstance(m, str) and m for m in value)):
         raise OptionError(
-            attribute.name, value, "a list of mode names such as ['validate'] (one mode is a list of one; [] bypasses none)"
+            attribute.name, value,
+            "a list of mode names such as ['validate'] (one mode is a list of one; [] bypasses none)"
         )
 
 

@@ -177,7 +177,9 @@ def load_plugin(name: str) -> Tuple[Any, str, EntryPoint]:
     if not found:
         plugins = ", ".join(sorted(ep.name for ep in installed)) or "none installed"
         candidates = list(BUILTIN_POLICIES) + [ep.name for ep in installed]
-        raise SpecError(f"unknown policy {name!r}{_suggest(name, candidates)}: built-in policies are {known}; plugins: {plugins}")
+        raise SpecError(
+            f"unknown policy {name!r}{_suggest(name, candidates)}: built-in policies are {known}; plugins: {plugins}"
+        )
     ep = found[0]
     obj = _import_plugin(ep)
     distribution, version = _dist(ep)

@@ -137,7 +137,8 @@ def render_html(report: DiffReport, out: str, *, title: str) -> None:
             text = "" if binned else (_error_text(p) or "")
             where = f"steps {label}, worst at step {p.step}" if binned else f"step {p.step}"
             tip = f"{where} {row}: {_LABELS[p.state]}; {p.brief()}"
-            tds.append(f'<td class="{p.state}" style="background:{STATE_COLOURS[p.state]}" title="{esc(tip)}">{esc(text)}</td>')
+            tds.append(f'<td class="{p.state}" style="background:{STATE_COLOURS[p.state]}" '
+                       f'title="{esc(tip)}">{esc(text)}</td>')
         body.append(f'<tr><th class="row">{esc(row)}</th>{"".join(tds)}</tr>')
     legend = " ".join(
         f'<span style="background:{c};padding:0 0.6em">&nbsp;</span> {esc(_LABELS[s])}'

@@ -24,4 +24,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     options = merge_options(args)
-    return pulled(args, out, err, lambda progress: import_bundle(args.bundle, args.journal, progress=progress, **options))
+    return pulled(args, out, err,
+                  lambda progress: import_bundle(args.bundle, args.journal, progress=progress, **options))

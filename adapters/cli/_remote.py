@@ -51,7 +51,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     where = None if args.user else args.journal
     if args.remote_command == "add":
         added = add_remote(where, args.name, args.url, default=args.default)
-        print_line(out, f"remote {cell(added.name)} is {cell(redact(added.url))}" + (" (the default)" if added.default else ""))
+        default = " (the default)" if added.default else ""
+        print_line(out, f"remote {cell(added.name)} is {cell(redact(added.url))}{default}")
     elif args.remote_command == "remove":
         removed = remove_remote(where, args.name)
         print_line(out, f"removed remote {cell(removed.name)} ({cell(redact(removed.url))})")

@@ -366,7 +366,8 @@ class FittedColumns:
         table = plain_table()
         for (name, justify, most), w in zip(self.columns, self.widths()):
             wraps = wrap and most is None
-            table.add_column(name, justify=justify, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+            table.add_column(name, justify=justify, width=w, no_wrap=not wraps,
+                             overflow="fold" if wraps else "ellipsis")
         return table
 
 

@@ -82,13 +82,14 @@ class _Walk:
         if tag == _DICT:
             if len(node) % 2 != 1:
                 raise _Unsupported
-            items, value = [], {}
+            items: List[Dict[str, Any]] = []
+            mapping: Dict[Any, Any] = {}
             for key, item in zip(node[1::2], node[2::2]):
-                if type(key) not in (str, int) or key in value:
+                if type(key) not in (str, int) or key in mapping:
                     raise _Unsupported
-                described, value[key] = self.node(item, depth + 1)
+                described, mapping[key] = self.node(item, depth + 1)
                 items.append({"key": _shorten(key) if type(key) is str else repr(key), "value": described})
-            return {"kind": "dict", "length": len(items), "items": self.head(items)}, value
+            return {"kind": "dict", "length": len(items), "items": self.head(items)}, mapping
         if tag in (_TENSOR, _NDARRAY) and len(node) == 5:
             return self.buffer(node, tag)
         raise _Unsupported

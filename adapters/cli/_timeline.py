@@ -24,7 +24,8 @@ from ._common import names_of_sessions, open_readonly, parse_steps
 from ._progress import progress_bar
 from ._render import Failure, UsageError, clean, print_line
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
-from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
+from ._timeline_layout import (COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline,
+                               build_timeline_rows)
 
 __all__ = ["add_arguments",
     "COLOURS",

@@ -195,7 +195,8 @@ def trainer_fingerprint(trainer: Any) -> Dict[str, Any]:
         TOKENIZER_KEY: getattr(tokenizer, "name_or_path", None) or None,  # where the CLI finds the tokenizer
         "tokenizer_vocab_size": len(tokenizer) if tokenizer is not None else None,
         "tokenizer_vocab": _digest(sorted(get_vocab().items())) if callable(get_vocab) else None,
-        "chat_template": _digest(getattr(processing, "chat_template", None) or getattr(tokenizer, "chat_template", None)),
+        "chat_template": _digest(getattr(processing, "chat_template", None)
+                                 or getattr(tokenizer, "chat_template", None)),
         "generation_config": _digest(_config_dict(generation_config)),
         "generation_kwargs": _digest(getattr(args, "generation_kwargs", None) or None),
         "chat_template_kwargs": _digest(getattr(args, "chat_template_kwargs", None) or None),

@@ -45,7 +45,9 @@ def _stage_generate(body: Dict[str, Any]) -> Dict[str, Any]:
 # (tag, old version) -> function lifting a body dict by one version.
 def _no_renames(body: Dict[str, Any]) -> Dict[str, Any]:
     if "runs" in body:
-        raise ValueError("a v1 events_imported body has no 'runs' field; this one has, so it was not written by stepjournal")
+        raise ValueError(
+            "a v1 events_imported body has no 'runs' field; this one has, so it was not written by stepjournal"
+        )
     return {**body, "runs": {}}
 
 

@@ -91,7 +91,8 @@ class _FrameReader:
         """Check a buffer lies inside the data section after the previous one; return its start."""
         if type(offset) is not int or offset < self.cursor or offset + nbytes > self.data_size:
             raise _bad(
-                f"buffer at offset {short_repr(offset)} of {nbytes} bytes is outside the data section or overlaps another"
+                f"buffer at offset {short_repr(offset)} of {nbytes} bytes is outside the data section "
+                "or overlaps another"
             )
         # Buffers may not overlap, so all allocations together stay within the input's size.
         self.cursor = offset + nbytes

@@ -155,7 +155,8 @@ class _PulledReleases:
 
 
 def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
-                imports: ImportMap, runs: Renames, renamed: Dict[str, str], releases: _PulledReleases) -> Tuple[int, int]:
+                imports: ImportMap, runs: Renames, renamed: Dict[str, str],
+                releases: _PulledReleases) -> Tuple[int, int]:
     events_in = run.events
     if bad:
         steps = sorted({s for found in bad.values() for s in found})

@@ -193,7 +193,8 @@ def _copy_payload_files(folder: str, to: str, path: str) -> None:
     if missing:
         raise CompactError(
             f"{len(missing)} payload(s) that records of {path!r} use are missing from it ({missing[0][:16]}…), so "
-            "the copy would lack them; nothing was written: run `stepjournal verify` on it, or copy the folder as it is")
+            "the copy would lack them; nothing was written: run `stepjournal verify` on it, "
+            "or copy the folder as it is")
 
 
 def _live_digests(folder: str) -> set:
