@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --constraint constraints.txt --disable-pip-version-check -q
 
-.PHONY: demo test test-fast system-packages soak bench bench-scale bench-report bench-files clean
+.PHONY: demo lint test test-fast system-packages soak bench bench-scale bench-report bench-files clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,7 +60,21 @@ system-packages:
 	{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; } >/dev/null \
 		|| { echo "make: apt-get could not install$$missing (apt-get's errors are above)" >&2; exit 1; }
 
-test: system-packages $(VENV)/.test
+# The linter and the type checker over the package (pyproject.toml's [tool.ruff] and [tool.mypy]); `make test` runs
+# them first and stops when either finds anything. mypy reads the package as it is installed: the folders are not
+# named after the packages (journal/ is `stepjournal`, policies/ `stepjournal.policies`) and mypy does not run
+# setuptools' editable finder, so the recipe links them into build/typecheck/stepjournal, afresh each run (a file
+# added or removed since is seen), and checks `-p stepjournal` there.
+TYPECHECK := build/typecheck/stepjournal
+LINT_DIRS := journal policies adapters
+lint: $(VENV)/.test
+	$(VENV)/bin/ruff check --no-cache $(LINT_DIRS)
+	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK) && \
+	for entry in journal/*; do [ "$${entry##*/}" = __pycache__ ] || ln -s "$(CURDIR)/$$entry" $(TYPECHECK)/; done && \
+	ln -s "$(CURDIR)/policies" $(TYPECHECK)/policies && ln -s "$(CURDIR)/adapters" $(TYPECHECK)/adapters
+	$(VENV)/bin/mypy
+
+test: system-packages $(VENV)/.test lint
 	$(BYTECODE)
 	$(VENV)/bin/pytest -q -m "not soak" $(PARALLEL)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 __all__ = ["missing_extra"]
 
 
-def missing_extra(module: str, name: str, cause: ModuleNotFoundError, framework: str, extra: str, note: str = "") -> ImportError:
+def missing_extra(module: str, name: str, cause: ModuleNotFoundError, framework: str, extra: str,
+                  note: str = "") -> ImportError:
     """An ImportError naming the framework that is missing and the install of stepjournal's extra for it from a
     clone (stepjournal is installed from a clone or a wheel, never by name from an index)."""
     error = ImportError(

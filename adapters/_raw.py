@@ -6,7 +6,9 @@ import functools
 import inspect
 from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
-from stepjournal import Journal, PreparedPayload, UnsupportedValueError
+from stepjournal import Journal
+from stepjournal.errors import UnsupportedValueError
+from stepjournal.payloads import PreparedPayload
 from stepjournal.policies import CallHooks, Engine, EngineOptions, Policy
 
 __all__ = ["journaled", "default_input_of"]

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from stepjournal import GenerationRecorded, Journal, StepJournalError
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.events import GenerationRecorded
 
 __all__ = [
     "TOKENIZER_STAGE",

@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, TypeVar, Union
 
 import attrs
 
-from stepjournal import Journal, ToolResponse
+from stepjournal import Journal
+from stepjournal.events import ToolResponse
 from stepjournal.policies import EngineOptions, Policy, ToolEngine
 
 __all__ = ["journaled_tool", "tool_turn", "ToolTurn", "current_tool_turn"]
@@ -168,7 +169,8 @@ def journaled_tool(
 
     wrapper = functools.wraps(fn)(bound(None, None))
 
-    def at(step: int, sample: int, turn: int = 0, mode: str = "train", call: Optional[int] = None) -> Callable[..., Any]:
+    def at(step: int, sample: int, turn: int = 0, mode: str = "train",
+           call: Optional[int] = None) -> Callable[..., Any]:
         """The tool, bound to an explicit place (and call index within the turn, when given)."""
         return bound(ToolTurn(step, sample, turn, mode), call)
 

@@ -19,8 +19,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import Journal, journaled, session_names
+from stepjournal import Journal, journaled
+from stepjournal.index import session_names
 from stepjournal.log import console_logging
+from stepjournal.vocabulary import ACTION_COLOURS, Action
 
 DEFAULT_PATH = "./.stepjournal-demo"
 BATCH, PROMPT_LEN, RESPONSE_LEN, VOCAB = 8, 16, 32, 5000
@@ -64,10 +66,9 @@ def call_table(journal: Journal) -> Table:
     for column in ("session", "step", "call", "action", "served from", "policy"):
         table.add_column(column)
     names = session_names(event.session for _, event in journal.sessions())  # s1, s2 ..., as every verb shows
-    colour = {"generated": "green", "replayed": "blue", "bypassed": "white", "refused": "red"}
     for record in journal.audit():
         source = "-" if record.source_step is None else f"step {record.source_step} call {record.source_gen_index}"
-        action = f"[{colour[record.action]}]{record.action}[/]"
+        action = f"[{ACTION_COLOURS[Action(record.action)]}]{record.action}[/]"
         table.add_row(names[record.session], str(record.step), str(record.gen_index), action, source, record.policy)
     return table
 

@@ -5,8 +5,8 @@ ratios compare stepjournal and its client (obstore) on the same server, bytes an
 
 - ``raw_put`` / ``raw_get``: obstore puts and gets the stored payload blobs of a journal of
   ``steps`` benchmark batches, one object each (what push and pull move, minus the events).
-- ``push``: `stepjournal.push` of that journal to a new prefix (payloads, segments, head).
-- ``pull``: `stepjournal.clone` of that prefix into a new folder (every payload digest-checked).
+- ``push``: `stepjournal.sharing.push` of that journal to a new prefix (payloads, segments, head).
+- ``pull``: `stepjournal.sharing.clone` of that prefix into a new folder (every payload digest-checked).
 - ``raw_get_durable``: obstore's get of each blob written to a file of its own and fsynced: the get
   plus the durable write a pull cannot skip (beside the goal's figure, not instead of it).
 - ``cold_replay`` / ``raw_get_one``: one recorded step served through a journal whose payloads live
@@ -73,7 +73,9 @@ def _timed(fn: Callable[[], Any], cpu: List[float]) -> float:
 def _bench(workdir: Path, batch: Dict[str, Any], *, reps: int, steps: int, progress: Callable[[str], None]) -> Dict[str, Any]:
     import obstore
 
-    from stepjournal import Journal, ObjectPayloadStore, clone, push
+    from stepjournal import Journal
+    from stepjournal.payloads import ObjectPayloadStore
+    from stepjournal.sharing import clone, push
 
     root = Path(tempfile.mkdtemp(prefix="remote-", dir=workdir))
     try:

@@ -30,7 +30,7 @@ __all__ = ["main"]
 
 def _one_call_read(self: Any, key: str, limit: int) -> Tuple[Optional[Any], Optional[str]]:
     """`Remote._read` as it was: the size announced checked, then the whole body in one client call."""
-    from stepjournal import IntegrityError
+    from stepjournal.errors import IntegrityError
 
     result = self._obstore.get(self._store, key)
     if int(result.meta["size"]) > limit:
@@ -59,7 +59,9 @@ def main(argv: List[str] | None = None) -> int:
     import obstore
     from obstore.store import S3Store
 
-    from stepjournal import Journal, ObjectPayloadStore, push
+    from stepjournal import Journal
+    from stepjournal.payloads import ObjectPayloadStore
+    from stepjournal.sharing import push
     from stepjournal.payloads._object_client import Remote
 
     counted_read = Remote._read

@@ -55,7 +55,8 @@ def bench_retention(ctx: Any) -> Dict[str, Any]:
 
 
 def _bench(workdir: Path, reps: int, progress: Callable[[str], None], *, steps: int) -> Dict[str, Any]:
-    from stepjournal import Journal, Retention, compact, prune
+    from stepjournal import Journal
+    from stepjournal.upkeep import Retention, compact, prune
 
     batch = make_batch(Workload.quick())
     progress(f"retention: recording {steps} steps, with and without Retention(keep_last={KEEP_LAST}), {reps} times")

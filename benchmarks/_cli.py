@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ._bench_diff import bench_diff
+from ._bench_group_commit import bench_group_commit
 from ._bench_record_growing import bench_record_growing
+from ._bench_record_isolated import bench_record_isolated
 from ._bench_remote import bench_remote
 from ._bench_retention import bench_retention
 from ._bench_share_cli import bench_share_cli
@@ -94,6 +96,8 @@ def run(args: argparse.Namespace, console: Console) -> Dict[str, Any]:
     sections = {
         "record": bench_record,
         "record_growing": bench_record_growing,
+        "group_commit": bench_group_commit,
+        "record_isolated": bench_record_isolated,
         "replay": bench_replay,
         "lookup": bench_lookup,
         "passthrough": bench_passthrough,

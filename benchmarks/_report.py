@@ -92,7 +92,7 @@ def goals_and_ratios(figures: Dict[str, Any], main: str) -> Dict[str, Any]:
     }
     goals.update(figures.get("cli_start", {}).get("goals", {}))
     goals.update(figures.get("verb_start", {}).get("goals", {}))
-    for section in ("record_growing", "diff", "remote", "share_cli", "verify"):
+    for section in ("record_growing", "record_isolated", "group_commit", "diff", "remote", "share_cli", "verify"):
         goals.update(figures.get(section, {}).get("goals", {}))
     return {"ratios": _rounded(ratios), "goals": goals}
 

@@ -1,9 +1,10 @@
 """`Journal`: the append-only event log of generate calls, with payloads stored beside it.
 
-`Journal` is a facade: it owns the lifecycle (open, close, fork, sessions) and the sequence of a
-record (validate, prepare payloads, commit payloads and events), and hands everything else to a room
-with one job (see docs/architecture.md):
+`Journal` is a facade: it owns the lifecycle (open, close, fork, sessions), validates each call and
+prepares its payloads, and hands everything else to a room with one job (see docs/architecture.md):
 
+- `_appender.Appender`: the one write path: records committed in groups (concurrent callers share one
+  durable commit), and the pulls, imports, prunes and reindex that write through it;
 - `_eventlog.EventLog`: appending and reading the ``events`` database (the truth);
 - `_projections.Projections`: the ``gen`` step index, the ``steps`` rank index and the ``sessions``
   index, kept by each append and rebuilt by `reindex` (nothing cached in memory);
@@ -11,14 +12,15 @@ with one job (see docs/architecture.md):
   own, `_file_store.local_payload_store`: small payloads in the event's transaction, large ones files);
 - `_verify.verify` and `_audit.audit`: pure functions over what the rooms read.
 
-On disk: see `_keys` (key layout) and docs/architecture.md (databases).
+One file, long: every public method of a journal handle is here, each a few lines (docs/architecture.md
+names it). On disk: see `_keys` (key layout) and docs/architecture.md (databases).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
-import threading
 import time
 import uuid
 import weakref
@@ -27,6 +29,10 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, 
 from .index._audit import AUDIT_EVENT_TYPES, audit as _audit
 from .events._convert import encode_event
 from .base._errors import IntegrityError, JournalClosedError, JournalError
+from .events._events import CALL_EVENT_TYPES, CallBypassed, CallRefused, GenerationRecorded, ReplayServed
+from .events._keys import DEFAULT_STAGE
+from .events._keys import check_step as _check_step
+from .index._runs_index import RunSummary, RunsFold, summaries
 from .storage._eventlog import EventLog
 from .events._events import Event, PayloadRef, SessionOpened, check_fingerprint
 from .index._import_map import FoldedImports
@@ -38,13 +44,12 @@ from .base._log import get_logger
 from .base._paths import security_warnings
 from .payloads._object_store import open_payload_store
 from .payloads._file_store import local_payload_store
-from .payloads._payload_store import LmdbPayloadStore, PayloadStore
-from .payloads._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined
+from .payloads._payload_store import PayloadStore
+from .payloads._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined, prepare_payload
 from .index._projections import Projections, RecordedGeneration, layout_of
-from .index._rows_index import stored_rows
+from .index._rows_index import stored_layout, stored_rows
 from .upkeep._release import Retainer
-from ._queries import Queries
-from ._recording import Recording
+from .storage._appender import Appender, Pending, own_appender
 from .storage._store import Store
 from .upkeep._verify import VerifyProblem, verify as _verify
 from .base._version import __version__
@@ -67,7 +72,7 @@ _JOURNALS: "weakref.WeakSet[Journal]" = weakref.WeakSet()
 
 def _new_locks_in_fork_child() -> None:
     for journal in list(_JOURNALS):
-        journal._lock = threading.RLock()
+        journal._appender.forget_in_fork_child()  # new locks, and none of the parent's queued records
         journal._writer.forget_in_fork_child()  # the parent's claim to its run stays the parent's
         if journal._with_session:  # here, while the child has one thread: its threads' calls name one session
             journal._open_session()
@@ -76,7 +81,7 @@ def _new_locks_in_fork_child() -> None:
 os.register_at_fork(after_in_child=_new_locks_in_fork_child)
 
 
-class Journal(Recording, Queries):
+class Journal:
     """An append-only journal of generate calls in an LMDB folder.
 
     `Journal(path)` opens (or creates) the journal for writing under the run key ``"default"`` with an
@@ -136,17 +141,21 @@ class Journal(Recording, Queries):
         self.readonly = readonly
         self.compression = compression
         self._registry = registry
-        self._lock = threading.RLock()
         self._writer = RunWriter(self.path, run)  # the session's live-writer claim on its run
-        self._with_session = session and not readonly  # before the fork hook can see this journal
-        _JOURNALS.add(self)
+        self._with_session = session and not readonly
         self._store = Store(self.path, readonly=readonly, map_size=map_size, max_size=max_size, sync=sync, check=check)
         self._log = EventLog(self._live, self.path)
         self._index = Projections(self._log)
         self._fingerprints = SessionFingerprints(self.path, self._log, self._index, self._live)
-        self._local_payloads = local_payload_store(self._store)
-        self._payloads: PayloadStore = open_payload_store(payload_store, self._local_payloads)
+        local = local_payload_store(self._store)
+        self._payloads: PayloadStore = open_payload_store(payload_store, local)
         self._retainer = Retainer(retention, self._payloads) if retention is not None else None
+        # The one write path: records (grouped), and the pulls, imports and prunes given it by `appender_of`.
+        after = None if self._retainer is None else self._retainer.committed
+        self._appender = Appender(self._live, local, self._payloads, self._project_in, lead=self._lead_events,
+                                  opened=self._session_written, after=after)
+        own_appender(self, self._appender)
+        _JOURNALS.add(self)  # once it has its appender, which the fork hook renews
         self._imports = FoldedImports()  # the import map, kept as the log grows: one read for many replays
         self.session: Optional[str] = None
         self._opening: Optional[SessionOpened] = None  # this session's SessionOpened, until its first call
@@ -180,7 +189,7 @@ class Journal(Recording, Queries):
 
     def close(self) -> None:
         """Close the journal; further use raises `JournalClosedError`. Closing twice is fine."""
-        with self._lock:
+        with self._appender.lock:  # after the write in flight
             self._writer.close()
             self._store.close()
 
@@ -193,21 +202,6 @@ class Journal(Recording, Queries):
         """Where this journal's payloads live (its `PayloadStore`)."""
         self._live()
         return self._payloads
-
-    def local_payloads(self) -> LmdbPayloadStore:  # what push, pull, bundles and status read and write
-        """This journal's own payloads (LMDB table, ``payloads/`` files), whatever its `payload_store`."""
-        self._live()
-        return self._local_payloads
-
-    def lmdb_store(self) -> Store:  # the seam of the modules that work in the journal's own transactions
-        """The open LMDB `Store`, for prune, push, pull, bundles and status (docs/architecture.md, "Seams").
-        JournalClosedError once closed; a fork child's environment is reopened first."""
-        return self._live()
-
-    @property
-    def write_lock(self) -> threading.RLock:
-        """The lock this journal's appends hold; another module's write (prune, pull) takes it too."""
-        return self._lock
 
     def _live(self) -> Store:
         if self._store.closed:
@@ -228,10 +222,11 @@ class Journal(Recording, Queries):
             if new:
                 txn.put(META_CREATED, repr(time.time()).encode(), db=meta)
             if Projections.upgrade_layout_in(txn, self._store, new=new):
-                log.info("journal_index_upgraded", path=self.path, note="0.1.0 index rebuilt with stages in its keys")
+                log.info("journal_index_upgraded", path=self.path,
+                         note="layout-1 index rebuilt with stages in its keys")
             Projections.ensure_sessions_in(txn, self._store, new=new)
 
-        self._store.write(fn)
+        self._appender.write(fn)
 
     def _open_session(self) -> None:
         # Written with the session's first call, in its transaction: a start that fails before any call (a
@@ -247,44 +242,227 @@ class Journal(Recording, Queries):
         )
         self.session = self._opening.session
 
+    # -- recording calls -------------------------------------------------------------------------
+    def prepare(self, value: Any, *, store: bool = True, copy: bool = True) -> PreparedPayload:
+        """Encode and hash a value for storage, without writing anything.
+
+        Compression (when the journal compresses) waits until the payload is stored or its `ref` is
+        asked for, so a value only needed for its `digest` is never compressed.
+
+        Args:
+            value: any encodable value (a `PreparedPayload` is returned as it is).
+            store: False keeps only the digest (the encoding is dropped): for an input that is
+                compared, never stored.
+            copy: False keeps the encoding as pieces that are the tensors' own memory where they are laid
+                out in C order (no copy of them): for a value recorded right away, which must not change
+                until then (`record` and the policies' engine prepare so). A payload large enough to be
+                a file is written while it is hashed; dropped without being recorded, its file is removed.
+
+        Raises:
+            UnsupportedValueError: the value (or a part of it, named by its path) cannot be stored.
+        """
+        if isinstance(value, PreparedPayload):
+            return value
+        # Not copied: a large payload's file is written while it is hashed (its store's `stage`).
+        stage = self._payloads.stage if not copy and self._payloads.stages_writes else None
+        return prepare_payload(value, registry=self._registry, compression=self.compression, store=store, copy=copy,
+                               stage=stage)
+
+    def record(
+        self,
+        step: int,
+        output: Any,
+        *,
+        gen_index: int = 0,
+        mode: str = "train",
+        input: Any = None,
+        store_input: bool = True,
+        input_digest: Optional[str] = None,
+        store_output: bool = True,
+        duration_s: float = 0.0,
+        policy: str = "manual",
+        reason: str = "recorded",
+        imported_from: Optional[str] = None,
+        stage: str = DEFAULT_STAGE,
+    ) -> RecordedGeneration:
+        """Record one generate call that ran: its output (and input) payloads and the event, atomically.
+
+        Args:
+            step: the train step.
+            output: what the call returned (any encodable value, or a `PreparedPayload`).
+            gen_index: which call within the step (0 for the first).
+            mode: ``"train"``, ``"validate"`` ...
+            input: what the call was given (a value or a `PreparedPayload`); stored when `store_input`.
+            input_digest: digest identifying the input; computed from `input` when not given.
+            store_output: False journals the call without storing its output (passthrough).
+            duration_s: how long the call took.
+            policy, reason: which policy decided to generate and why (for the audit).
+            imported_from: where an imported record came from (e.g. ``"verl:/dumps/genstep_000003"``).
+            stage: which stage of the step the call belongs to (``"generate"``, ``"reward"`` ...).
+
+        Returns:
+            The recorded generation (its sequence number and event).
+        """
+        fields = self._call_fields(step, gen_index, mode, stage)  # validate before the costly encoding
+        payloads: List[Tuple[bytes, Any]] = []
+        out_ref = in_ref = None
+        if store_output:
+            out = self.prepare(output, copy=False)  # stored below, before the caller gets control back
+            out_ref = out.ref
+            payloads.append((out.key, out.blob))
+        if input is not None and (store_input or input_digest is None):
+            # An input kept only for its digest is neither stored nor compressed.
+            inp = self.prepare(input, store=store_input)
+            input_digest = input_digest or inp.digest
+            if store_input:
+                in_ref = inp.ref
+                payloads.append((inp.key, inp.blob))
+        event = GenerationRecorded(
+            **fields,
+            input_digest=input_digest,
+            output=out_ref,
+            input=in_ref,
+            duration_s=float(duration_s),
+            policy=policy,
+            reason=reason,
+            ts=time.time(),
+            imported_from=imported_from,
+        )
+        (seq,) = self._append([event], payloads)
+        log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
+        return RecordedGeneration(seq, event)
+
+    def record_replay(
+        self,
+        step: int,
+        source: RecordedGeneration,
+        *,
+        gen_index: int = 0,
+        mode: str = "train",
+        input_digest: Optional[str] = None,
+        policy: str = "manual",
+        reason: str = "replayed",
+        duration_s: float = 0.0,
+        stage: str = DEFAULT_STAGE,
+    ) -> int:
+        """Journal that a call at (stage, step, gen_index) was served from `source`; return the event's seq.
+
+        Raises:
+            JournalError: `source` stored no output, or belongs to another stage.
+        """
+        if source.event.output is None:
+            raise JournalError(f"recorded generation #{source.seq} has no stored output to replay")
+        if source.event.stage != stage:
+            raise JournalError(
+                f"recorded call #{source.seq} is of stage {source.event.stage!r}; a call of stage {stage!r} "
+                "is served only from its own stage's records"
+            )
+        event = ReplayServed(
+            **self._call_fields(step, gen_index, mode, stage),
+            input_digest=input_digest,
+            source_seq=source.seq,
+            source_run=source.event.run,
+            source_step=source.event.step,
+            source_gen_index=source.event.gen_index,
+            output=source.event.output,
+            policy=policy,
+            reason=reason,
+            ts=time.time(),
+            duration_s=float(duration_s),
+        )
+        (seq,) = self._append([event], [])
+        log.debug("replay_served", step=step, gen_index=gen_index, source_step=source.step, seq=seq)
+        return seq
+
+    def record_bypass(
+        self,
+        step: int,
+        *,
+        gen_index: int = 0,
+        mode: str = "validate",
+        policy: str = "manual",
+        reason: str = "bypassed",
+        duration_s: float = 0.0,
+        stage: str = DEFAULT_STAGE,
+    ) -> int:
+        """Journal that a call ran without recording or replay (e.g. validation); return the event's seq."""
+        event = CallBypassed(
+            **self._call_fields(step, gen_index, mode, stage),
+            policy=policy,
+            reason=reason,
+            ts=time.time(),
+            duration_s=float(duration_s),
+        )
+        return self._append([event], [])[0]
+
+    def record_refusal(
+        self,
+        step: int,
+        *,
+        gen_index: int = 0,
+        mode: str = "train",
+        policy: str = "manual",
+        reason: str,
+        stage: str = DEFAULT_STAGE,
+    ) -> int:
+        """Journal that a call was refused with an error (so the audit shows why); return the event's seq."""
+        event = CallRefused(
+            **self._call_fields(step, gen_index, mode, stage),
+            policy=policy,
+            reason=reason,
+            ts=time.time(),
+        )
+        return self._append([event], [])[0]
+
+    def _call_fields(self, step: int, gen_index: int, mode: str, stage: str = DEFAULT_STAGE) -> Dict[str, Any]:
+        """The validated fields every call event starts with."""
+        _check_key(self.run, mode, stage)
+        _check_step(step, gen_index)
+        return {
+            "session": self._session_id(), "run": self.run, "step": step, "gen_index": gen_index, "mode": mode,
+            "stage": stage,
+        }
+
+    def _session_id(self) -> str:
+        self._live()
+        if self.session is None:
+            raise JournalError(
+                f"journal {self.path!r} is open read-only or without a session; open it with "
+                "readonly=False and session=True to record"
+            )
+        return self.session
+
     # -- writing -------------------------------------------------------------------------------
     def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> List[int]:
-        """Append events (and the payload blobs they reference) durably; return their seqs. The payload
-        store decides how (`PayloadStore.commit`): each payload is durable when its event commits."""
-        store = self._live()
+        """Append events (and the payload blobs they reference) durably; return their seqs. The appender
+        commits them with the records of other threads (group commit); the payload store decides how
+        (`PayloadStore.commit`): each payload is durable when its event commits."""
+        self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
-        if not getattr(self._payloads, "takes_pieces", False):  # a store of the user's: bytes, as the protocol says
+        if not self._payloads.takes_pieces:  # the store's declaration (`PayloadStore`): it takes bytes only
             payloads = [(key, joined(blob)) for key, blob in payloads]
-        in_lmdb = getattr(self._payloads, "lmdb_bytes", None)  # the map grows for what LMDB will hold
-        needed = (in_lmdb(payloads) if in_lmdb else 0) + sum(len(b) for b in encoded)
+        # the map grows for what LMDB will hold
+        needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
+        return self._appender.append(Pending(events, encoded, payloads, needed))
 
-        lead: List[Event] = []  # this session's SessionOpened, written with its first call
-
-        def write_events(in_txn):
-            def fn(txn):
-                if in_txn is not None:
-                    in_txn(txn)
-                appended = Projections.append_and_project_in(txn, store, lead + events, lead_bytes + encoded)
-                seqs = [seq for seq, _ in appended][len(lead):]
-                if self._retainer is not None:
-                    self._retainer.in_txn(txn, store, seqs, events)
-                return seqs
-
-            # buffers: checking a stored duplicate payload hashes it in place instead of copying it.
-            seqs = store.write(fn, needed=needed + sum(len(b) for b in lead_bytes), buffers=True)
-            if lead:  # committed: whatever the payload store does after, the session is open in the log
-                self._opening = None
-            return seqs
-
-        with self._lock:
-            if self._opening is not None and any(getattr(e, "session", None) == self.session for e in events):
-                lead.append(self._opening)
-            lead_bytes = [encode_event(e) for e in lead]
-            seqs = self._payloads.commit(payloads, write_events)
-            if self._retainer is not None:
-                self._retainer.committed()  # after the commit: what a remote store deletes
+    def _project_in(self, txn: Any, events: List[Event], bodies: List[bytes]) -> List[int]:
+        """A group's events appended and projected in its transaction (retention planned there too)."""
+        store = self._store
+        seqs = [seq for seq, _ in Projections.append_and_project_in(txn, store, events, bodies)]
+        if self._retainer is not None:
+            self._retainer.in_txn(txn, store, seqs, events)
         return seqs
+
+    def _lead_events(self, events: List[Event]) -> Tuple[List[Event], List[bytes]]:
+        """This session's `SessionOpened`, written with its first call, in its transaction."""
+        opening = self._opening
+        if opening is None or not any(getattr(e, "session", None) == self.session for e in events):
+            return [], []
+        return [opening], [encode_event(opening)]
+
+    def _session_written(self) -> None:
+        self._opening = None  # committed: whatever the payload store does after, the session is open in the log
 
     # -- reading events --------------------------------------------------------------------------
     def last_seq(self) -> int:
@@ -330,7 +508,7 @@ class Journal(Recording, Queries):
     def as_read_here(self, seq: int, event: Event) -> Event:
         """`event` (at `seq`) as this journal reads it: a pulled release or replay names its record by
         this journal's seq (the seq it had where it was recorded is the audit's ``origin_seq``)."""
-        return self._imports.current(self._log, self._lock).translate(seq, event)
+        return self._imports.current(self._log, self._appender.lock).translate(seq, event)
 
     def sessions(self, *, run: Optional[str] = None) -> List[Tuple[int, SessionOpened]]:
         """Every `SessionOpened` event (optionally of one run), in order."""
@@ -347,6 +525,101 @@ class Journal(Recording, Queries):
         if opening is not None and session == opening.session:
             return dict(opening.fingerprint)
         return self._fingerprints.of(session)
+
+    # -- projection queries: one read transaction of the gen / steps indexes per (run, mode, stage), nothing cached
+    def lookup(self, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None,
+               stage: str = DEFAULT_STAGE) -> Optional[RecordedGeneration]:
+        """The latest recorded call with a stored output at (run, mode, stage, step, gen_index), or None."""
+        run = run or self.run
+        _check_key(run, mode, stage)
+        _check_step(step, gen_index)
+        return self._index.lookup(self._live(), run, mode, step, gen_index, stage)
+
+    def recorded_steps(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
+                       stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> List[int]:
+        """Every step with at least one recorded output, ascending (from `start` to `stop` inclusive)."""
+        return self._index.steps(self._live(), run or self.run, mode, max(start, 0), stop, stage)
+
+    def recorded_indices(self, step: int, *, mode: str = "train", run: Optional[str] = None,
+                         stage: str = DEFAULT_STAGE, start: int = 0, stop: Optional[int] = None) -> List[int]:
+        """The call indices recorded (with output) at `step`, ascending; only ``start <= index < stop`` when given
+        (read as a range of the index: a tool call's sample, `ToolCallKey.sample_span`)."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            _check_step(step)  # a step that is no int (1.5, True) is refused, naming it
+        if step < 0:
+            return []  # as lookup: no step below 0 is ever recorded
+        return self._index.indices(self._live(), run or self.run, mode, step, stage, start, stop)
+
+    def step_count(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
+                   stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> int:
+        """How many distinct steps have a recorded output (from `start` to `stop` inclusive)."""
+        if stop is not None and stop < max(start, 0):
+            return 0
+        return self._index.count(self._live(), run or self.run, mode, max(start, 0), stop, stage)
+
+    def nth_step(self, n: int, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
+                 stop: Optional[int] = None, stage: str = DEFAULT_STAGE) -> int:
+        """The n-th recorded step in ascending order (negative n counts from the end), within `start`..`stop`.
+
+        Raises:
+            IndexError: fewer steps are recorded.
+        """
+        if stop is not None and stop < max(start, 0):
+            raise IndexError(f"step #{n} of 0 recorded steps")
+        return self._index.nth(self._live(), run or self.run, mode, n, max(start, 0), stop, stage)
+
+    def nearest_below(self, step: int, *, mode: str = "train", run: Optional[str] = None,
+                      stage: str = DEFAULT_STAGE) -> Optional[int]:
+        """The largest recorded step smaller than `step`, or None."""
+        return self._index.nearest_below(self._live(), run or self.run, mode, step, stage)
+
+    def nearest_above(self, step: int, *, mode: str = "train", run: Optional[str] = None,
+                      stage: str = DEFAULT_STAGE) -> Optional[int]:
+        """The smallest recorded step larger than `step`, or None."""
+        return self._index.nearest_above(self._live(), run or self.run, mode, step, stage)
+
+    def stages(self, *, run: Optional[str] = None) -> List[str]:
+        """The stages with at least one journaled call (of `run`; None: every run), in first-seen order."""
+        seen: Dict[str, None] = {}
+        for _, event in self.events(run=run, types=CALL_EVENT_TYPES):
+            # `types` yields call events only, each with a stage; the checker sees the whole Event union.
+            seen.setdefault(event.stage, None)  # type: ignore[union-attr]
+        return list(seen)
+
+    def stored_audit_rows(self, *, laid_out: bool = False, limit: Optional[int] = None) -> Optional[Iterator[bytes]]:
+        """The rows ``stepjournal audit --json`` prints, as the rows projection keeps them (`_rows_index`), in
+        log order, read in batches of short read transactions: each row's JSON object (compact, UTF-8), or
+        with `laid_out` the printed array's body a batch at a time (rows joined by ``,\\n``, laid out as the
+        verb prints them); at most `limit` rows. None when the projection does not hold the whole log (a
+        journal a library without it wrote last, opened read-only): then read the rows from the log, as
+        `audit` does.
+
+        Raises:
+            IntegrityError: a stored row is not one this library writes (run ``stepjournal verify``).
+        """
+        store, last = self._live(), self.last_seq()
+        if laid_out:
+            return stored_layout(store, last, limit)
+        rows = stored_rows(store, last)
+        return rows if rows is None or limit is None else itertools.islice(rows, limit)
+
+    def run_summaries(self, *, stage: Optional[str] = None) -> List[RunSummary]:
+        """One `RunSummary` per run key, as `summarize_runs` gives it, read from the runs index.
+
+        What the index does not hold yet (a journal written before it, opened read-only; events a
+        writer without it appended) is folded from the log, so the answer is always the scan's.
+
+        Args:
+            stage: only the calls of this stage (every session is kept), as ``stepjournal runs --stage``.
+
+        Raises:
+            EventDecodeError: an event the index does not hold cannot be decoded.
+        """
+        store = self._live()
+        with store.read() as txn:
+            fold = RunsFold.read_in(txn, store) or RunsFold()
+        fold.add_all(self.events(since=fold.last))
+        return summaries(fold, self.event, stage)
 
     # -- payloads --------------------------------------------------------------------------------
     def load(self, ref: PayloadRef, *, step: Optional[int] = None) -> Any:
@@ -420,10 +693,10 @@ class Journal(Recording, Queries):
             EventDecodeError: an event cannot be decoded; nothing was changed.
         """
         store = self._live()
-        with self._lock:
+        with self._appender.lock:
             # Room up front, unless capped: a rebuild that fits in the pages earlier writes freed must not fail there.
             needed = Projections.rebuild_bytes(store) if store.max_size is None else 0
-            count = store.write(lambda txn: Projections.rebuild_in(txn, store), needed=needed)
+            count = self._appender.write(lambda txn: Projections.rebuild_in(txn, store), needed=needed)
             self._index.clear()
             self._fingerprints.clear()
         log.info("journal_reindexed", path=self.path, events=count)

@@ -63,7 +63,8 @@ class WriterLock:
         name = writer_lock_name(run, mode)
         try:  # written in place: a link, a FIFO or a file with other names there is refused (UnsafePathError)
             with closing(open_root(folder)) as root:
-                self._fd = open_file(root, name, os.O_RDWR | os.O_CREAT, where=os.path.join(folder, name), in_place=True)
+                self._fd = open_file(root, name, os.O_RDWR | os.O_CREAT, where=os.path.join(folder, name),
+                                     in_place=True)
         except OSError:
             return  # a read-only copy, a folder of someone else: no detection, never a failure
 
@@ -80,7 +81,7 @@ class WriterLock:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            other = self._read_other()
+            other = self._read_other(self._fd)
             key = (other.get("session"), other.get("pid"))
             if key in self._seen:
                 return None
@@ -105,9 +106,9 @@ class WriterLock:
                 "stop the other process, or give each its own run key (Journal(path, run=...))",
             )
 
-    def _read_other(self) -> Dict[str, Any]:
+    def _read_other(self, fd: int) -> Dict[str, Any]:
         try:
-            raw = os.pread(self._fd, _MAX_INFO_BYTES, 0)
+            raw = os.pread(fd, _MAX_INFO_BYTES, 0)
             info = json.loads(raw.decode())
         except (OSError, ValueError):
             return {}

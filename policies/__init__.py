@@ -33,11 +33,13 @@ from ._errors import (
     SpecError,
     SpecWarning,
     StageInputMismatchError,
+    StageRoleError,
 )
 from ._options import EngineOptions
 from ._plugins import PluginStatus, plugin_report
 from ._ranges import StepRange, StepRanges
 from ._spec import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, Schedule, parse, plugin_names, policy_by_name
+from ._roles import check_stage_roles, may_replay
 from ._stages import StagePolicies, parse_stages
 from ._tool_engine import ToolEngine, ToolStateMismatchError
 from ._tool_policy import (
@@ -56,6 +58,9 @@ __all__ = [
     "parse",
     "parse_stages",
     "StagePolicies",
+    "check_stage_roles",
+    "may_replay",
+    "StageRoleError",
     "stage_input_digest",
     "StageInputMismatchError",
     "policy_by_name",

@@ -7,8 +7,11 @@ from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import attrs
 
-from stepjournal import GenerationRecorded, Journal, RecordedGeneration, find_release
-from stepjournal.events._keys import DEFAULT_STAGE
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded
+from stepjournal.index import RecordedGeneration
+from stepjournal.upkeep import find_release
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE
 
 from ._ranges import StepRanges
 
@@ -42,7 +45,7 @@ class CallContext:
     run: str
     step: int
     gen_index: int = 0
-    mode: str = "train"
+    mode: str = DEFAULT_MODE
     input_digest: Optional[str] = None
     stage: str = DEFAULT_STAGE
 
@@ -100,7 +103,7 @@ class JournalView:
     __slots__ = ("_journal", "run", "mode", "stage", "scope", "_visible_steps", "_where")
 
     def __init__(
-        self, journal: Journal, *, run: Optional[str] = None, mode: str = "train", stage: str = DEFAULT_STAGE
+        self, journal: Journal, *, run: Optional[str] = None, mode: str = DEFAULT_MODE, stage: str = DEFAULT_STAGE
     ) -> None:
         self._journal = journal
         self.run = run or journal.run

@@ -17,7 +17,7 @@ recording clauses cover (``dump@1-5;repeat`` cycles through 1-5 only); their rea
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 import attrs
 
@@ -158,6 +158,7 @@ class Nearest:
         exact = view.lookup(ctx.step, ctx.gen_index)
         if exact is not None:
             return ServeRecorded(exact, reason=f"nearest: exact {_where(ctx)}")
+        source_step: Optional[int]
         if view.recorded_indices(ctx.step):
             source_step = ctx.step
         else:

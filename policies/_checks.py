@@ -11,10 +11,10 @@ from typing import Any, Optional
 
 import attrs
 
-from stepjournal import IntegrityError, Journal
-from stepjournal.base._digest import digest_hex
-from stepjournal.events._events import check_fingerprint
-from stepjournal.events._keys import DEFAULT_STAGE
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.tools import check_fingerprint, digest_hex
+from stepjournal.vocabulary import DEFAULT_STAGE
 from stepjournal.log import get_logger
 
 from ._base import CallContext, Decision, GenerateCall, Policy, RefuseCall, ServeRecorded
@@ -157,7 +157,8 @@ class ReplayChecks:
             return GenerateCall(reason=f"{why}; generated instead", store=again.store, policy=again.policy or policy)
         if isinstance(again, RefuseCall):
             reason = (
-                f"refused to replay step {ctx.step} index {ctx.gen_index}: {why}, and policy {again.policy or policy!r} "
+                f"refused to replay step {ctx.step} index {ctx.gen_index}: {why}, "
+                f"and policy {again.policy or policy!r} "
                 "does not generate in their place; replay into a trainer with the recorded dataset and order, "
                 "or pass check_prompts='off' to serve the record anyway"
             )

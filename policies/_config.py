@@ -9,8 +9,10 @@ from typing import Any, Dict, Literal, Optional, Union
 import attrs
 import cattrs
 
-from stepjournal import Journal, Retention, StepJournalError
-from stepjournal.events._convert import converter
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.upkeep import Retention
+from stepjournal.tools import structure
 
 from ._engine import Engine
 from ._errors import ConfigError, PluginError, SpecError
@@ -65,7 +67,7 @@ class EngineConfig:
         fingerprint: what must match for a recorded generation to be replayed (flat JSON scalars).
         compression: ``"zstd"`` or None.
         max_size: cap on the journal's size in bytes (None: no cap).
-        retention: retention rules applied while recording, as a mapping of `stepjournal.Retention`'s
+        retention: retention rules applied while recording, as a mapping of `stepjournal.upkeep.Retention`'s
             arguments (``{"keep_last": 50, "pin": "1-5", "max_bytes": "10G"}``); None: keep everything.
         payload_store: a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file:///path``) where the
             journal writes its payloads as objects, keeping the events and a verified copy locally
@@ -93,12 +95,13 @@ class EngineConfig:
     def __init__(self, *args: Any, options: Optional[EngineOptions] = None, **keywords: Any) -> None:
         names = EngineOptions.names()
         given = {key: keywords.pop(key) for key in list(keywords) if key in names}
-        self.__attrs_init__(  # type: ignore[attr-defined]
+        # mypy counts *args as maybe filling `options`; positional arguments never reach it (it follows them all).
+        self.__attrs_init__(  # type: ignore[misc]
             *args, options=EngineOptions.from_keywords(options, given, where="EngineConfig"), **keywords
         )
 
     def __getattr__(self, name: str) -> Any:
-        # The options were fields of the config before `EngineOptions`; they still read so.
+        # Each option reads as a field of the config too: `config.miss` is `config.options.miss`.
         if name in EngineOptions.names():
             return getattr(self.options, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -154,7 +157,7 @@ def load_config(source: Any) -> EngineConfig:
     # The policy (a spec string or a per-stage mapping) is checked by its own validator, not by cattrs.
     policy = data.pop("policy", "passthrough")
     try:
-        return attrs.evolve(converter.structure(data, EngineConfig), options=options, policy=policy)
+        return attrs.evolve(structure(data, EngineConfig), options=options, policy=policy)
     except (ConfigError, PluginError):
         raise
     except cattrs.BaseValidationError as exc:
@@ -199,7 +202,8 @@ def retention_from_mapping(mapping: Optional[Dict[str, Any]]) -> Optional[Retent
     fields = [f.name for f in attrs.fields(Retention)]
     unknown = [key for key in mapping if key not in fields]
     if unknown:
-        raise ConfigError("unknown key in the config's retention: " + unknown_keys_text(unknown, fields, "the keys are"))
+        raise ConfigError("unknown key in the config's retention: "
+                          + unknown_keys_text(unknown, fields, "the keys are"))
     values = dict(mapping)
     try:
         if isinstance(values.get("pin"), (str, int)):

@@ -17,9 +17,11 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional,
 
 import attrs
 
-from stepjournal.events._keys import DEFAULT_STAGE, check_stage
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE, Action, Stage, StageRole, check_stage
 from stepjournal.log import get_logger
-from stepjournal import IntegrityError, Journal, RecordedGeneration
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.index import RecordedGeneration
 
 from ._base import (
     BypassCall,
@@ -33,8 +35,9 @@ from ._base import (
     is_policy,
 )
 from ._checks import ReplayChecks, stage_input_digest
-from ._errors import ReplayMissError
+from ._errors import ReplayMissError, StageRoleError
 from ._options import EngineOptions
+from ._roles import check_stage_roles, role_of
 from ._stages import parse_stages
 
 __all__ = ["Engine", "Outcome", "PendingCall", "CallHooks"]
@@ -127,6 +130,9 @@ class Engine(ReplayChecks):
         options: the `EngineOptions` (fingerprint and input checks, bypassed modes, damaged records).
         stages: the stages this engine's caller journals (an adapter's declared stages); a per-stage
             spec naming another stage is refused. None: any stage.
+        roles: the adapter's declarations of its stages (`stepjournal.vocabulary.Stage`): a per-stage
+            spec giving a record-only stage a policy that may replay is refused here, and a decision to
+            serve such a stage's call from the journal is refused when made (`StageRoleError`).
         **option_keywords: each option as its own keyword (``verify_input=True`` ...), the same as
             passing them in `options`; not together with it.
 
@@ -139,6 +145,7 @@ class Engine(ReplayChecks):
             keywords were both given.
         OptionError: an option has a value it does not take.
         SpecError: `policy` is a spec that does not parse, or a per-stage spec naming an unknown stage.
+        StageRoleError: a per-stage spec gives a stage `roles` declares record-only a policy that may replay.
     """
 
     def __init__(
@@ -148,6 +155,7 @@ class Engine(ReplayChecks):
         *,
         options: Optional[EngineOptions] = None,
         stages: Optional[Sequence[str]] = None,
+        roles: Sequence[Stage] = (),
         **option_keywords: Any,
     ) -> None:
         self.options = EngineOptions.from_keywords(options, option_keywords, where="Engine")
@@ -158,21 +166,23 @@ class Engine(ReplayChecks):
                 f"policy {policy!r} is not a policy: pass a spec string such as 'cache', or an object with a "
                 "str `name` and a `decide(ctx, view)` method"
             )
+        check_stage_roles(policy, roles)
         self.journal = journal
         self.policy: Policy = policy
+        self.roles: Tuple[Stage, ...] = tuple(roles)
         self._lock = threading.Lock()
         # Calls this session has started per (run, mode, stage, step): the number of call events this
         # session has journaled for the key, plus calls in flight. A new session starts from zero.
         self._calls: Dict[Tuple[str, str, str, int], int] = {}
 
     def __getattr__(self, name: str) -> Any:
-        # The options were attributes of the engine before `EngineOptions`; they still read so.
+        # Each option reads as an attribute of the engine too: `engine.miss` is `engine.options.miss`.
         if name in EngineOptions.names():
             return getattr(self.options, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- generation index ----------------------------------------------------------------------------
-    def next_gen_index(self, step: int, mode: str = "train", stage: str = DEFAULT_STAGE) -> int:
+    def next_gen_index(self, step: int, mode: str = DEFAULT_MODE, stage: str = DEFAULT_STAGE) -> int:
         """Claim the next call index of `step` (in `stage`) in this session (thread-safe)."""
         key = (self.journal.run, mode, stage, step)
         with self._lock:
@@ -185,7 +195,7 @@ class Engine(ReplayChecks):
         self,
         step: int,
         *,
-        mode: str = "train",
+        mode: str = DEFAULT_MODE,
         gen_index: Optional[int] = None,
         input_digest: Optional[str] = None,
         stage: str = DEFAULT_STAGE,
@@ -229,6 +239,8 @@ class Engine(ReplayChecks):
             except IntegrityError as exc:  # the view read a damaged record
                 decision = self._damaged(ctx, deciding.name, exc)
         policy = decision.policy or (self.policy if decide_with is None else decide_with).name
+        if isinstance(decision, (ServeRecorded, RefuseCall)) and role_of(stage, self.roles) is StageRole.RECORD_ONLY:
+            raise StageRoleError(stage=stage, role=StageRole.RECORD_ONLY, policy=policy)
         if isinstance(decision, ServeRecorded):
             try:
                 decision = self._check_replay(ctx, decision, policy)
@@ -261,7 +273,7 @@ class Engine(ReplayChecks):
                 "replayed", step=step, gen_index=gen_index, stage=stage, source_step=decision.source.step,
                 source_gen_index=decision.source.gen_index, policy=policy,
             )
-            outcome = Outcome(value=value, action="replayed", ctx=ctx, source=decision.source, seq=seq)
+            outcome = Outcome(value=value, action=Action.REPLAYED, ctx=ctx, source=decision.source, seq=seq)
             return PendingCall(ctx, decision, policy, outcome)
         return PendingCall(ctx, decision, policy)
 
@@ -281,7 +293,7 @@ class Engine(ReplayChecks):
                 ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, policy=call.policy,
                 reason=decision.reason, duration_s=duration_s, stage=ctx.stage,
             )
-            return Outcome(value=output, action="bypassed", ctx=ctx, source=None, seq=seq)
+            return Outcome(value=output, action=Action.BYPASSED, ctx=ctx, source=None, seq=seq)
         assert isinstance(decision, GenerateCall)
         stored_output, stored_input, not_stored = self._prepared(ctx, output, input, decision.store)
         reason = decision.reason if not not_stored else f"{decision.reason}; generated, not stored: {not_stored}"
@@ -301,7 +313,7 @@ class Engine(ReplayChecks):
         )
         log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stage=ctx.stage, stored=stored_output is not None,
                  policy=call.policy)
-        return Outcome(value=output, action="generated", ctx=ctx, source=recorded, seq=recorded.seq)
+        return Outcome(value=output, action=Action.GENERATED, ctx=ctx, source=recorded, seq=recorded.seq)
 
     def _prepared(self, ctx: CallContext, output: Any, input: Any, store: bool) -> Tuple[Any, Any, str]:
         """Encode a generated call's output and input for storage; what cannot be encoded is left out.
@@ -327,9 +339,9 @@ class Engine(ReplayChecks):
             except Exception as exc:
                 missed.append(("input", exc))
         why = "; ".join(f"the {what} cannot be stored ({type(exc).__name__}: {exc})" for what, exc in missed)
-        for what, exc in missed:
+        for what, error in missed:
             log.warning(
-                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=str(exc),
+                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=str(error),
                 hint=f"the caller got the {what}; the journal shows the call as generated, not stored",
             )
         return prepared_output, prepared_input, why
@@ -339,7 +351,7 @@ class Engine(ReplayChecks):
         step: int,
         generate: Callable[[], Any],
         *,
-        mode: str = "train",
+        mode: str = DEFAULT_MODE,
         input: Any = None,
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,
@@ -381,7 +393,7 @@ class Engine(ReplayChecks):
         step: int,
         generate: Callable[[], Awaitable[Any]],
         *,
-        mode: str = "train",
+        mode: str = DEFAULT_MODE,
         input: Any = None,
         input_digest: Optional[str] = None,
         gen_index: Optional[int] = None,

@@ -20,8 +20,25 @@ from stepjournal.errors import (
     SpecError,
     SpecWarning,
     StageInputMismatchError,
+    StageRoleError,
     ToolReplayMissError,
     ToolStateMismatchError,
 )
 
-__all__ = sorted(name for name, value in list(globals().items()) if isinstance(value, type))
+__all__ = [
+    "ConfigError",
+    "FingerprintMismatchError",
+    "InputMismatchError",
+    "OptionError",
+    "PluginError",
+    "PluginLoadError",
+    "PolicyError",
+    "ReplayMissError",
+    "ReplayRefusedError",
+    "SpecError",
+    "SpecWarning",
+    "StageInputMismatchError",
+    "StageRoleError",
+    "ToolReplayMissError",
+    "ToolStateMismatchError",
+]

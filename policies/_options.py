@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import attrs
 
@@ -42,7 +42,8 @@ def _as_modes(value: Any) -> Any:
 def _modes(instance: Any, attribute: Any, value: Any) -> None:
     if not (isinstance(value, tuple) and all(isinstance(m, str) and m for m in value)):
         raise OptionError(
-            attribute.name, value, "a list of mode names such as ['validate'] (one mode is a list of one; [] bypasses none)"
+            attribute.name, value,
+            "a list of mode names such as ['validate'] (one mode is a list of one; [] bypasses none)"
         )
 
 
@@ -148,7 +149,7 @@ class EngineOptions:
         return options
 
 
-def unknown_keys_text(unknown: list, valid: Tuple[str, ...], valid_are: str = "the options are") -> str:
+def unknown_keys_text(unknown: list, valid: Sequence[str], valid_are: str = "the options are") -> str:
     """``'verify_inputs' (did you mean 'verify_input'?); the options are ...``: for unknown-key messages."""
     parts = []
     for key in unknown:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, Optional, Tuple
 
 import attrs
 
@@ -177,7 +177,9 @@ def load_plugin(name: str) -> Tuple[Any, str, EntryPoint]:
     if not found:
         plugins = ", ".join(sorted(ep.name for ep in installed)) or "none installed"
         candidates = list(BUILTIN_POLICIES) + [ep.name for ep in installed]
-        raise SpecError(f"unknown policy {name!r}{_suggest(name, candidates)}: built-in policies are {known}; plugins: {plugins}")
+        raise SpecError(
+            f"unknown policy {name!r}{_suggest(name, candidates)}: built-in policies are {known}; plugins: {plugins}"
+        )
     ep = found[0]
     obj = _import_plugin(ep)
     distribution, version = _dist(ep)
@@ -185,7 +187,7 @@ def load_plugin(name: str) -> Tuple[Any, str, EntryPoint]:
     return obj, _origin(ep), ep
 
 
-def _suggest(name: str, candidates: Sequence[str]) -> str:
+def _suggest(name: str, candidates: Collection[str]) -> str:
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=3, cutoff=0.6)
     if not close:
         return ""

@@ -18,7 +18,7 @@ from ._errors import SpecError, SpecWarning
 from ._plugins import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, load_plugin, not_a_policy, plugin_names
 from ._ranges import StepRange, StepRanges
 
-# The plugin names are re-exported: they were defined here before _plugins.py existed.
+# The plugin names are re-exported here too, for code that imports them with the specs.
 __all__ = ["Schedule", "parse", "policy_by_name", "plugin_names", "PLUGIN_GROUP", "DISABLE_PLUGINS_ENV"]
 
 

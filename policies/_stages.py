@@ -21,8 +21,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import attrs
 
-from stepjournal import InvalidKeyError
-from stepjournal.events._keys import check_stage
+from stepjournal.errors import InvalidKeyError
+from stepjournal.vocabulary import check_stage
 
 from ._base import BypassCall, CallContext, Decision, JournalView, is_policy
 from ._errors import SpecError

@@ -22,17 +22,10 @@ from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Opti
 
 import attrs
 
-from stepjournal import (
-    CATCH_UP_POLICY,
-    EVERY_TOOL,
-    SERVING_RULES,
-    TOOL_STAGE_PREFIX,
-    Journal,
-    ToolCallError,
-    ToolCallKey,
-    ToolRequest,
-    tool_stage,
-)
+from stepjournal import Journal
+from stepjournal.errors import ToolCallError
+from stepjournal.events import (CATCH_UP_POLICY, EVERY_TOOL, SERVING_RULES, TOOL_STAGE_PREFIX, ToolCallKey, ToolRequest,
+                                tool_stage)
 from stepjournal.log import get_logger
 
 from ._base import Policy
@@ -171,7 +164,7 @@ class ToolEngine:
         """Drop what this engine keeps about `step`'s samples (call it once a step's rollouts are done)."""
         with self._lock:
             for table in (self._turn_calls, self._samples):
-                for key in [key for key in table if key[2] == step]:  # type: ignore[index]
+                for key in [key for key in table if key[2] == step]:
                     del table[key]
 
     # -- one call ----------------------------------------------------------------------------------

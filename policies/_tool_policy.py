@@ -17,7 +17,8 @@ from typing import FrozenSet, List, Optional, Sequence, Tuple
 
 import attrs
 
-from stepjournal import SERVING_RULES, RecordedGeneration, ToolCallKey, ToolRequest
+from stepjournal.events import SERVING_RULES, ToolCallKey, ToolRequest
+from stepjournal.index import RecordedGeneration
 
 from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
 from ._builtin import Bypass, Cache, Dump, Passthrough, Replay

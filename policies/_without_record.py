@@ -10,8 +10,9 @@ from __future__ import annotations
 import bisect
 from typing import List, Optional
 
-from stepjournal import Journal, RecordedGeneration
-from stepjournal.events._keys import DEFAULT_STAGE
+from stepjournal import Journal
+from stepjournal.index import RecordedGeneration
+from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE
 
 from ._base import JournalView
 from ._ranges import StepRanges
@@ -27,8 +28,8 @@ class WithoutRecord(JournalView):
 
     __slots__ = ("_hidden", "_left")
 
-    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None, mode: str = "train",
-                 stage: str = DEFAULT_STAGE, scope: Optional[StepRanges] = None) -> None:
+    def __init__(self, journal: Journal, step: int, gen_index: int, *, run: Optional[str] = None,
+                 mode: str = DEFAULT_MODE, stage: str = DEFAULT_STAGE, scope: Optional[StepRanges] = None) -> None:
         super().__init__(journal, run=run, mode=mode, stage=stage)
         self.scope = scope
         self._hidden = (step, gen_index)

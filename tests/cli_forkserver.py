@@ -73,8 +73,8 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     import torch  # noqa: F401  (most commands decode a payload; a fresh process pays ~0.8 s for this import)
 
-    import stepjournal.adapters.cli._app  # noqa: F401
-    import stepjournal.payloads._codec  # noqa: F401
+    import stepjournal.adapters.cli._app  # noqa: F401  # private: a CLI helper under test
+    import stepjournal.payloads._codec  # noqa: F401  # private: the codec's internals
 
     sock.send(b"ready")
     if _serve(sock):

@@ -81,6 +81,6 @@ def jpath(tmp_path):
 def lmdb_payloads(monkeypatch):
     """Journals opened in the test keep large payloads in LMDB, as journals made before payload files
     hold them (`FILE_FROM` out of reach)."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     monkeypatch.setattr(payload_store, "FILE_FROM", 1 << 62)

@@ -106,48 +106,21 @@ def run_line(text: str, cwd, *, env: Optional[dict] = None, timeout: float = 600
 
 
 def typed_in_terminal(text: str, cwd, *, columns: int = 80, env: Optional[dict] = None, timeout: float = 900):
-    """`text` through bash in `cwd`, as typed at a terminal `columns` wide: stdin, stdout and stderr are one
-    pseudo-terminal (no COLUMNS; PAGER=cat, so a pager shows the page and ends), with this interpreter's ``bin``
-    first on PATH. Returns (exit status, what the terminal showed: its lines, colours and carriage-return
-    redraws left out)."""
-    import fcntl
+    """`text` through bash in `cwd`, as typed at a terminal `columns` wide (`terminal.on_a_terminal`: stdin, stdout
+    and stderr one pseudo-terminal, no COLUMNS, PAGER=cat), with this interpreter's ``bin`` first on PATH. Returns
+    (exit status, what the terminal showed: its lines, colours and carriage-return redraws left out)."""
     import os
-    import pty
-    import re
-    import select
-    import struct
     import subprocess
     import sys
-    import termios
-    import time
 
-    merged = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    merged.update(PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}", TERM="xterm",
-                  PAGER="cat")
-    merged.update({k: v for k, v in (env or {}).items() if v is not None})
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    proc = subprocess.Popen(["bash", "-c", text], cwd=cwd, env=merged, stdin=follower, stdout=follower,
-                            stderr=follower, start_new_session=True)
-    os.close(follower)
-    chunks = []
-    deadline = time.monotonic() + timeout  # a hang detector only
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([leader], [], [], 0.5)
-        if not ready:
-            continue
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # every holder of the terminal's other side has closed it: the command ended
-            break
-        if not data:
-            break
-        chunks.append(data)
-    status = proc.wait(timeout=60)
-    os.close(leader)
-    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", b"".join(chunks).decode("utf-8", "replace"))
-    lines = [line.rstrip(" ") for line in shown.replace("\r\n", "\n").split("\n") if "\r" not in line]
-    return status, "\n".join(lines)
+    from terminal import on_a_terminal, shown, terminal_env
+
+    merged = terminal_env({"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}", **(env or {})})
+    status, raw = on_a_terminal(
+        lambda stdin, stdout, stderr: subprocess.Popen(["bash", "-c", text], cwd=cwd, env=merged, stdin=stdin,
+                                                       stdout=stdout, stderr=stderr, start_new_session=True),
+        columns=columns, lines=40, timeout=timeout)
+    return status, shown(raw)
 
 
 def shell_argv(tmp_path, body: str, shell: str = "bash") -> list:

@@ -53,7 +53,8 @@ def build_template(folder: str) -> str:
     """A journal with a payload file (step 1), a small payload (step 2), a remote, a leftover in
     ``payloads/tmp/`` and its run's writer lock."""
     import torch
-    from stepjournal import Journal, add_remote
+    from stepjournal import Journal
+    from stepjournal.sharing import add_remote
 
     path = os.path.join(folder, "template")
     with Journal(path, run=RUN, sync=False) as journal:
@@ -67,9 +68,11 @@ def build_template(folder: str) -> str:
 
 def _owned_path(template: str, journal: str, path: str) -> str:
     """`path` of `PATHS` in `journal` (a copy of `template`): FAN, FILE, PID and LOCK filled in."""
-    from stepjournal.base._paths import writer_lock_name
+    from stepjournal.base._paths import writer_lock_name  # private: the lock file's name
 
-    fan = next(n for n in sorted(os.listdir(os.path.join(template, "payloads"))) if n != "tmp")
+    payloads = os.path.join(template, "payloads")
+    # All 256 two-digit folders are made with the first file: the one that holds it.
+    fan = next(n for n in sorted(os.listdir(payloads)) if n != "tmp" and os.listdir(os.path.join(payloads, n)))
     name = os.listdir(os.path.join(template, "payloads", fan))[0]
     path = path.replace("FAN", fan).replace("FILE", name).replace("PID", str(os.getpid()))
     return os.path.join(journal, writer_lock_name(RUN) if path == "LOCK" else path)
@@ -129,7 +132,9 @@ def snapshot(folder: str) -> Dict[str, Tuple[Any, ...]]:
 
 def _verbs(journal: str, root: str) -> Dict[str, Callable[[], Any]]:
     import torch
-    from stepjournal import Journal, Retention, add_remote, compact, list_remotes, prune
+    from stepjournal import Journal
+    from stepjournal.sharing import add_remote, list_remotes
+    from stepjournal.upkeep import Retention, compact, prune
 
     def record() -> None:
         with Journal(journal, run=RUN, sync=False) as j:
@@ -160,7 +165,7 @@ def _verbs(journal: str, root: str) -> Dict[str, Callable[[], Any]]:
 
 def run_case(template: str, number: int, folder: str) -> Dict[str, Any]:
     """Case `number` in a fresh `folder`: what each verb ended in, and what it must not have done."""
-    from stepjournal import StepJournalError
+    from stepjournal.errors import StepJournalError
 
     shapes, verbs = make_case(number)
     os.makedirs(folder)
@@ -194,7 +199,7 @@ def run_case(template: str, number: int, folder: str) -> Dict[str, Any]:
 
 def run_cases(start: int, stop: int, folder: str, out: str) -> None:
     """Cases `start` to `stop` - 1 (see the module's doc); their counts and failures written to `out` as JSON."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     # Payload files from 4 KiB, as the file-threshold bench sets it: each case's files are small.
     payload_store.FILE_FROM = 4096

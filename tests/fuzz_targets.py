@@ -40,7 +40,7 @@ def _valid_payloads() -> list:
     import numpy as np
     import torch
 
-    from stepjournal import encode_payload
+    from stepjournal.payloads import encode_payload
 
     values = [
         {"ids": torch.arange(12, dtype=torch.int64).reshape(3, 4), "logp": torch.randn(3, 4), "uid": ["a", "b"]},
@@ -53,8 +53,15 @@ def _valid_payloads() -> list:
 
 
 def _valid_events() -> list:
-    from stepjournal import CallBypassed, CallRefused, GenerationRecorded, PayloadRef, ReplayServed, SessionOpened
-    from stepjournal.events._convert import encode_event
+    from stepjournal.events import (
+        CallBypassed,
+        CallRefused,
+        GenerationRecorded,
+        PayloadRef,
+        ReplayServed,
+        SessionOpened,
+    )
+    from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
 
     ref = PayloadRef(digest="ab" * 32, nbytes=100, stored_nbytes=90, compression="zstd")
     events = [
@@ -84,7 +91,7 @@ def _check_escape(exc: BaseException, allowed) -> None:
 
 
 def _call(kind: str, fn, data: bytes) -> None:
-    from stepjournal import StepJournalError
+    from stepjournal.errors import StepJournalError
 
     COUNTS[kind] += 1
     _WATCH["on"] = True
@@ -181,8 +188,8 @@ def fuzz_with_hypothesis(examples: int, seed: int, deadline_ms: int) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as fixed_seed
 
-    from stepjournal import decode_payload, describe_payload
-    from stepjournal.events._convert import decode_event
+    from stepjournal.payloads import decode_payload, describe_payload
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     @fixed_seed(seed)
     @settings(max_examples=examples, deadline=timedelta(milliseconds=deadline_ms), database=None,
@@ -210,8 +217,8 @@ def _leak_check(cases: int, seed: int) -> int:
     import gc
     import random
 
-    from stepjournal import decode_payload, describe_payload
-    from stepjournal.events._convert import decode_event
+    from stepjournal.payloads import decode_payload, describe_payload
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     seeds = _valid_payloads() + _valid_events()
     rng = random.Random(seed)
@@ -241,14 +248,14 @@ def _limit_memory(extra_bytes: int) -> int:
 
 def run_fuzz(examples: int, seed: int, out_path: str, deadline_ms: int = 2000, extra_memory: int = 1 << 30) -> None:
     """Process target: fuzz with hypothesis under a memory cap and an audit hook; write JSON to out_path."""
-    import stepjournal  # noqa: F401 - imported before the hook and the cap: its imports are not findings
+    import stepjournal.payloads  # imported before the hook and the cap: its imports are not findings
 
-    from stepjournal.events._convert import decode_event
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     # Warm up before watching: numpy and torch import some dtype support lazily, and cattrs compiles
     # its structuring function for each event class on first use (from our classes, never from input).
     for data in _valid_payloads():
-        stepjournal.decode_payload(data)
+        stepjournal.payloads.decode_payload(data)
     for data in _valid_events():
         decode_event(data)
     sys.addaudithook(_audit)
@@ -279,8 +286,9 @@ def _atheris_main(argv: list) -> None:  # pragma: no cover - run by the soak tes
     import atheris
 
     with atheris.instrument_imports(include=["stepjournal"]):
-        from stepjournal import StepJournalError, decode_payload, describe_payload
-        from stepjournal.events._convert import decode_event
+        from stepjournal.errors import StepJournalError
+        from stepjournal.payloads import decode_payload, describe_payload
+        from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     seeds = _valid_payloads() + _valid_events()
 
@@ -404,8 +412,8 @@ def lmdb_case(folder: str, data: bytes) -> str:
     """Write `data` as the folder's data.mdb, check it, and read all of it with LMDB when the check passes."""
     import lmdb
 
-    from stepjournal import IntegrityError
-    from stepjournal.storage._lmdb_check import check_data_file
+    from stepjournal.errors import IntegrityError
+    from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
     with open(os.path.join(folder, "data.mdb"), "wb") as fh:
         fh.write(data)

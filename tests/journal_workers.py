@@ -30,7 +30,7 @@ VERBS = ("record", "prune", "retention", "compact", "pull", "import", "reindex",
 
 def small_files() -> None:
     """Payloads of `SMALL_FILE_FROM` bytes and more are files in the journals this process opens from now."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     payload_store.FILE_FROM = SMALL_FILE_FROM
 
@@ -49,8 +49,10 @@ def run_verb(verb: str, path: str, place: dict, tag: int, ack_path: str, progres
     bundle to pull from, and (``payload_store``) the URL a record, a retention and a prune keep payloads at,
     when not the journal's own files; `tag` makes this run's step and names its own; `progress`: a pull's
     and an import's. Exits `REFUSED` on a typed refusal."""
-    from stepjournal import (Journal, Retention, StepJournalError, add_remote, compact, import_bundle, prune,
-                             pull)
+    from stepjournal import Journal
+    from stepjournal.errors import StepJournalError
+    from stepjournal.sharing import add_remote, import_bundle, pull
+    from stepjournal.upkeep import Retention, compact, prune
 
     small_files()
     objects = place.get("payload_store")

@@ -162,8 +162,9 @@ def snapshot_reader(path: str, stop_path: str, out_path: str) -> None:
     that snapshot. Then through the public API: the audit's records load and verify. Writes
     "<snapshots> <max events seen> <payloads loaded>" or the first violation to `out_path`.
     """
-    from stepjournal import GenerationRecorded, Journal
-    from stepjournal.events._convert import decode_event
+    from stepjournal import Journal
+    from stepjournal.events import GenerationRecorded
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     snapshots = loaded = max_events = 0
     problem = ""
@@ -218,7 +219,8 @@ def inspect_journal(path: str, readonly: bool, out_path: str, run: str = "damage
     """
     import json
 
-    from stepjournal import Journal, StepJournalError
+    from stepjournal import Journal
+    from stepjournal.errors import StepJournalError
 
     result: dict = {"opened": False, "error": None, "problems": [], "served_ok": 0, "served_wrong": [],
                     "refused": []}
@@ -266,7 +268,8 @@ def fill_disk(path: str, out_path: str, fsize_limit: int = 0, chunk: int = 1 << 
 
     import torch
 
-    from stepjournal import Journal, JournalFullError
+    from stepjournal import Journal
+    from stepjournal.errors import JournalFullError
     from stepjournal.policies import Engine, parse
 
     if fsize_limit:

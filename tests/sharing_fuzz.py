@@ -35,7 +35,9 @@ def build_seed(folder: str) -> Tuple[str, str]:
     """(bundle path, remote folder) of a small real journal under `folder`."""
     import torch
 
-    from stepjournal import Journal, Retention, export_bundle, prune, push
+    from stepjournal import Journal
+    from stepjournal.sharing import export_bundle, push
+    from stepjournal.upkeep import Retention, prune
 
     journal_path = os.path.join(folder, "seed-journal")
     with Journal(journal_path, run="fuzz", fingerprint={"model": "m"}, sync=False, map_size=16 * MIB) as journal:
@@ -73,7 +75,7 @@ PACKABLE = [v for v in WILD if not isinstance(v, int) or v < 1 << 64]  # what ms
 
 
 def _digest(data: bytes) -> str:
-    from stepjournal.base._digest import digest_bytes
+    from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
 
     return digest_bytes(data).hex()
 
@@ -146,8 +148,8 @@ def _mutate_json(objects: Dict[str, bytes], name: str, rng: random.Random) -> No
 
 def _event_bytes(rng: random.Random, known: List[bytes], digests: List[str]) -> bytes:
     """A foreign event the journal's own encoder writes, or a known event's bytes damaged."""
-    from stepjournal import CallBypassed, EventsImported, PayloadsReleased
-    from stepjournal.events._convert import encode_event
+    from stepjournal.events import CallBypassed, EventsImported, PayloadsReleased
+    from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
 
     how = rng.randrange(5)
     if how == 0:

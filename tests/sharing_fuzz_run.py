@@ -99,7 +99,8 @@ def _fresh_journal(path: str) -> Any:
 
 def run_case(work: str, made: Dict[str, Any], counts: Dict[str, int]) -> None:
     """Verify and import a damaged bundle, or pull a damaged remote, each into a fresh journal."""
-    from stepjournal import StepJournalError, import_bundle, pull, verify_bundle
+    from stepjournal.errors import StepJournalError
+    from stepjournal.sharing import import_bundle, pull, verify_bundle
 
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -201,7 +202,9 @@ def run_cases(bundle: str, seed: int, first: int, cases: int, work: str, out: st
 def measure_child(kind: str, where: str, journal: str, out: str) -> None:
     """Process target (spawn; this module imports no torch): peak RSS over the RSS before one
     `verify_bundle`, `import_bundle` or `pull` of `where`, and how it ended, as JSON to `out`."""
-    from stepjournal import Journal, StepJournalError, import_bundle, pull, verify_bundle
+    from stepjournal import Journal
+    from stepjournal.errors import StepJournalError
+    from stepjournal.sharing import import_bundle, pull, verify_bundle
 
     opened = Journal(journal, session=False, sync=False)
     with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:

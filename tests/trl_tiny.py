@@ -26,11 +26,11 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|eos|>", padding_side="left")
 
 
-def tiny_model(tokenizer) -> Qwen2ForCausalLM:
+def tiny_model(tokenizer, max_positions: int = 64) -> Qwen2ForCausalLM:
     torch.manual_seed(0)  # the same initial weights in every run
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+        num_key_value_heads=1, max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
     )
     return Qwen2ForCausalLM(config)

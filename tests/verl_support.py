@@ -15,11 +15,13 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
+import pytest
 import torch
 from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.dataset.rl_dataset import collate_fn
+from verl.utils.skip import SkipManager
 import verl.utils.tensordict_utils as tu
 
 PROMPT_LEN = 6
@@ -306,3 +308,13 @@ class Workers:
         self.calls["values"] += 1
         values = tu.get_tensordict({"values": _nested([(t % 4).float() / 10 for t in td["input_ids"].unbind()])})
         return type("Future", (), {"get": lambda self: values})()
+
+
+@pytest.fixture(autouse=True)
+def fresh_skip_manager():
+    """verl's SkipManager keeps its state on the class: each test of a module that imports this fixture leaves
+    none behind."""
+    yield
+    SkipManager.config = None
+    SkipManager.step = -1
+    SkipManager.skip_instances = {}

@@ -161,6 +161,10 @@ def passes(root: str, phase: str) -> List[Dict[str, Any]]:
         from verl_v1_stage_standins import stage_passes
 
         return stage_passes(root, phase, journal_overrides)
+    if phase.startswith("tools_"):
+        from verl_tool_standins import tool_passes
+
+        return tool_passes(root, phase, journal_overrides)
     modes = ("sync", "colocate_async", "separate_async")
     if phase == "record":
         out = [dict(name=m, mode=m, extra=journal_overrides(root), attach=True) for m in modes]
@@ -302,10 +306,10 @@ class Rollout:
 
     SHARED = ("actor_rollout_ref.rollout", "actor_rollout_ref.model", "data", "reward")
 
-    def __init__(self, config: Any, *, fail: bool) -> None:
+    def __init__(self, config: Any, *, fail: bool, server_class: Any = None) -> None:
         from verl.experimental.reward_loop import RewardLoopManager
 
-        self.server = TinyTokenServer.remote(config.actor_rollout_ref.model.path, 7, fail)
+        self.server = (server_class or TinyTokenServer).remote(config.actor_rollout_ref.model.path, 7, fail)
         self.reward_loop_manager = RewardLoopManager(config=config, rm_resource_pool=None)
         self._built: Dict[Any, Any] = {}
         self._sections: Dict[str, Any] = {}
@@ -441,8 +445,10 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
     import transfer_queue as tq
     from omegaconf import OmegaConf
 
-    from stepjournal.adapters.verl import attach
-    from stepjournal.adapters.verl.v1._hooks import make_journaled_agent_loop_manager_tq
+    from stepjournal.adapters.verl import attach, read_verl_config
+    from stepjournal.adapters.verl.v1._hooks import (  # private: a verl adapter internal under test
+        make_journaled_agent_loop_manager_tq,
+    )
 
     if __name__ != "__main__":  # imported (not run as a script): Ray workers cannot import tests/ by name
         import sys
@@ -453,7 +459,8 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
     results: Dict[str, Any] = {}
     runs = passes(root, phase)
     try:
-        rollout = Rollout(run_config(root, runs[0]), fail=phase in ("replay", "stages_replay"))
+        rollout = Rollout(run_config(root, runs[0]), fail=phase in ("replay", "stages_replay", "tools_replay"),
+                          server_class=runs[0].get("server_class"))
         for run in runs:
             config = run_config(root, run)
             trainer = build_trainer(config, run["mode"], rollout)
@@ -461,6 +468,11 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
                 from verl_v1_stage_standins import with_stage_standins
 
                 with_stage_standins(trainer, rollout, run)
+            if run.get("tools"):
+                from verl_tool_standins import sessions
+
+                ray.get(rollout.server.configure.remote(phase == "tools_replay", 7, run["changed"]))
+                sessions_before = sessions(read_verl_config(config).path)
             before = rollout.calls()
             if run.get("route") == "manager":
                 # The no-code route: verl's TaskRunnerV1 loads the class named by agent_loop_manager_class.
@@ -489,6 +501,10 @@ def run_phase(root: str, phase: str, out_path: str) -> None:
                 "generate_calls": rollout.calls() - before,
                 "held": journal.held if journal is not None else 0,
             }
+            if run.get("tools"):
+                from verl_tool_standins import tool_results
+
+                results[run["name"]].update(tool_results(journal, sessions_before))
             if run.get("stages"):
                 from verl_v1_stage_standins import stage_results
 

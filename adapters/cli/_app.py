@@ -24,7 +24,7 @@ import sys
 from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
 import stepjournal
-from stepjournal import IntegrityError, StepJournalError
+from stepjournal.errors import IntegrityError, StepJournalError
 from stepjournal.log import console_logging
 
 from ._args import add_verbose_late

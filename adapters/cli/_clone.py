@@ -8,7 +8,7 @@ import shlex
 
 from rich.console import Console
 
-from stepjournal import clone, resolve_clone_source
+from stepjournal.sharing import clone, resolve_clone_source
 
 from ._args import add_merge_options
 from ._pull import merge_options, pulled
@@ -18,7 +18,8 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal clone``."""
-    p.add_argument("url", metavar="URL", help="the remote: s3://bucket/prefix, gs://, az://, file:///path, a folder path, "
+    p.add_argument("url", metavar="URL",
+                   help="the remote: s3://bucket/prefix, gs://, az://, file:///path, a folder path, "
                    "or one of your own remote names (stepjournal remote add --global)")
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("--json", action="store_true", help="print the pull report as JSON")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Iterable, Optional
 
-from stepjournal import Journal, RunSummary, StepJournalError, session_names
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.index import RunSummary, session_names
 
 from ._render import UsageError
 
@@ -21,7 +23,7 @@ def open_readonly(path: str, check: str = "open") -> Journal:
 
 def choose_run(journal: Journal, run: Optional[str]) -> str:
     """`stepjournal.tools._export.choose_run`, imported when called: the export module loads torch."""
-    from stepjournal.tools._export import choose_run as choose
+    from stepjournal.tools import choose_run as choose
 
     return choose(journal, run)
 

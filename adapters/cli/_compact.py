@@ -6,7 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, compact
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.upkeep import compact
 
 from ._render import cell, human_size, print_json, print_line
 

@@ -39,7 +39,9 @@ def _journal_values(path: Any, sessions: bool) -> List[str]:
     a journal (completion says nothing rather than fail)."""
     if not isinstance(path, str) or not os.path.isfile(os.path.join(path, "data.mdb")):
         return []
-    from stepjournal import Journal, StepJournalError, session_names
+    from stepjournal import Journal
+    from stepjournal.errors import StepJournalError
+    from stepjournal.index import session_names
 
     try:
         with Journal(path, readonly=True) as journal:

@@ -19,10 +19,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from stepjournal.base._errors import StepJournalError
+from stepjournal.errors import StepJournalError
+from stepjournal.vocabulary import DEFAULT_MODE
 
 if TYPE_CHECKING:
-    from stepjournal import DiffReport
+    from stepjournal.tools import DiffReport
     from stepjournal.policies import StepRanges
 
 from ._render import FittedColumns, cell, clean, error_line, json_text, print_line
@@ -96,7 +97,7 @@ def _field_tolerances(items: List[str]) -> Dict[str, Any]:
     if not items:
         return found
     # Imported here, for --tol only: the tolerances' module loads torch.
-    from stepjournal import Tolerance
+    from stepjournal.tools import Tolerance
 
     for item in items:
         field, sep, numbers = item.partition("=")
@@ -229,7 +230,7 @@ def _float_of(text: Optional[str]) -> Optional[float]:
 def shown_numbers(report: DiffReport) -> DiffReport:
     """`report` with each difference's values as the table and the summary show them (`_value_texts`); the
     JSON keeps the exact texts."""
-    from stepjournal.tools._compare import Comparison, Difference
+    from stepjournal.tools import Comparison, Difference
 
     def difference(d: Difference) -> Difference:
         value_a, value_b = _value_texts(d.value_a, d.value_b)
@@ -268,8 +269,8 @@ def _print_report(report: DiffReport, out: Console) -> None:
 def _table(report: DiffReport, width: int) -> Any:
     """One row per pair that does not agree; runs of equal pairs collapse into one row. Each column is as wide
     as it needs; `where` gets the rest of the terminal and wraps there."""
-    from stepjournal.tools._compare import json_float
-    from stepjournal.tools._diff_report import compact_steps
+    from stepjournal.tools import json_float
+    from stepjournal.tools import compact_steps
 
     modes = {p.mode for p in report.pairs}
     show_call = len(modes) > 1 or any(p.gen_index for p in report.pairs)
@@ -290,7 +291,7 @@ def _table(report: DiffReport, width: int) -> Any:
         flush()
         error = json_float(pair.max_abs)
         error_text = "" if error is None else (number_text(error) if isinstance(error, float) else str(error))
-        call = f"#{pair.gen_index}" if pair.mode == "train" else f"{pair.mode} #{pair.gen_index}"
+        call = f"#{pair.gen_index}" if pair.mode == DEFAULT_MODE else f"{pair.mode} #{pair.gen_index}"
         rows.append([str(pair.step), clean(pair.stage), clean(call), pair.state, error_text, clean(pair.brief())])
     flush()
     columns = [column for column in _COLUMNS if show_call or column[0] != "call"]

@@ -12,8 +12,8 @@ import html
 import os
 from typing import Dict, List, Optional, Tuple
 
-from stepjournal import DiffReport, PairDiff
-from stepjournal.tools._diff_report import stage_rank
+from stepjournal.tools import DiffReport, PairDiff
+from stepjournal.vocabulary import DEFAULT_MODE
 
 __all__ = ["MAX_COLUMNS", "STATE_COLOURS", "render_diff"]
 
@@ -54,8 +54,8 @@ def _grid(report: DiffReport) -> Tuple[List[str], List[str], Dict[Tuple[int, str
     rows: Dict[str, Tuple] = {}
     cells: Dict[Tuple[int, str], PairDiff] = {}
     for p in report.pairs:
-        row = p.stage + ("" if p.mode == "train" else f" ({p.mode})") + (f" #{p.gen_index}" if p.gen_index else "")
-        rows.setdefault(row, (stage_rank(p.stage), p.mode != "train", p.mode, p.gen_index))
+        row = p.stage + ("" if p.mode == DEFAULT_MODE else f" ({p.mode})") + (f" #{p.gen_index}" if p.gen_index else "")
+        rows.setdefault(row, (report.stage_rank(p.stage), p.mode != DEFAULT_MODE, p.mode, p.gen_index))
         key = (column_of[p.step], row)
         held = cells.get(key)
         if held is None or _SEVERITY.index(p.state) > _SEVERITY.index(held.state):
@@ -137,7 +137,8 @@ def render_html(report: DiffReport, out: str, *, title: str) -> None:
             text = "" if binned else (_error_text(p) or "")
             where = f"steps {label}, worst at step {p.step}" if binned else f"step {p.step}"
             tip = f"{where} {row}: {_LABELS[p.state]}; {p.brief()}"
-            tds.append(f'<td class="{p.state}" style="background:{STATE_COLOURS[p.state]}" title="{esc(tip)}">{esc(text)}</td>')
+            tds.append(f'<td class="{p.state}" style="background:{STATE_COLOURS[p.state]}" '
+                       f'title="{esc(tip)}">{esc(text)}</td>')
         body.append(f'<tr><th class="row">{esc(row)}</th>{"".join(tds)}</tr>')
     legend = " ".join(
         f'<span style="background:{c};padding:0 0.6em">&nbsp;</span> {esc(_LABELS[s])}'

@@ -11,7 +11,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from rich.console import Console
 
-from stepjournal import DiffReport, Journal, StepJournalError
+from stepjournal import Journal
+from stepjournal.tools import DiffReport
+from stepjournal.errors import StepJournalError
 
 from ._preview import EDGE, inline
 from ._render import cell, print_line

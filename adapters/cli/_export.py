@@ -10,8 +10,10 @@ from rich.console import Console
 
 import attrs
 
-from stepjournal import AUDIT_SCHEMA_VERSION, export_bundle
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import export_bundle
 from stepjournal.policies import StepRanges
+from stepjournal.vocabulary import DEFAULT_MODE
 
 from ._args import nonneg_int
 from ._common import parse_steps
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if given and len(given) > 1:
             raise UsageError(f"{flag} once with --to (it exports one run and mode); repeat it with --bundle")
     steps = parse_steps(args.steps) or StepRanges.every()
-    from stepjournal import export_payloads  # torch comes with the first payload (through safetensors)
+    from stepjournal.tools import export_payloads  # torch comes with the first payload (through safetensors)
 
     with progress_to(err, quiet=args.json) as update:
         def exported(done: int, total: int, moved: int) -> None:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 args.journal,
                 args.to,
                 run=args.run[0] if args.run else None,
-                mode=args.mode[0] if args.mode else "train",
+                mode=args.mode[0] if args.mode else DEFAULT_MODE,
                 steps=steps,
                 inputs=args.inputs,
                 progress=exported,

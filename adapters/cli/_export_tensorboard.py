@@ -7,8 +7,10 @@ One TensorBoard run per session, in ``DIR/RUN/s1-20261207-054100`` (the run key,
 charts (`_report.collect`, one session at a time): ``reward/mean``, ``reward/std``, ``response_length/mean``,
 ``samples/count``, ``time/STAGE`` (seconds), ``metrics/NAME`` (the ``metrics`` stage's numbers: TRL's loss and
 reward, verl's actor values), ``calls/generated`` and ``calls/replayed`` (the session's calls at the step, every
-stage); and the text ``samples``: the first ``--samples`` samples, decoded when a tokenizer is found, else their
-token ids. Each point's wall time is the time the session journaled the step.
+stage), and where the step called tools ``tools/calls``, ``tools/replayed``, ``tools/misses``, ``tools/refused``,
+``tools/tool_s`` and ``tools/saved_s`` (as ``audit --tools`` counts them); and the text ``samples``: the first
+``--samples`` samples, decoded when a tokenizer is found, else their token ids. Each point's wall time is the
+time the session journaled the step.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import os
 import re
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import Journal, session_names
+from stepjournal import Journal
+from stepjournal.index import session_names
+from stepjournal.vocabulary import Action
 
 from ._common import choose_run
 from ._progress import progress_bar
@@ -36,7 +40,7 @@ __all__ = ["run", "session_folder", "step_scalars", "samples_text", "PIP_INSTALL
 
 PIP_INSTALL = "pip install tensorboard"
 _WRITER_THREADS = "tensorboard.summary.writer.event_file_writer"  # the module of TensorBoard's writer thread
-_ALWAYS_COUNTED = ("generated", "replayed")  # a curve for each, 0 where the session made none at the step
+_ALWAYS_COUNTED = (Action.GENERATED, Action.REPLAYED)  # a curve for each, 0 where the session made none at the step
 
 
 def session_folder(run: str, name: str, opened_ts: float) -> str:
@@ -63,6 +67,9 @@ def step_scalars(entry: Dict[str, Any]) -> Dict[str, float]:
             out[f"metrics/{name}"] = value
     for action in sorted({*_ALWAYS_COUNTED, *entry["calls"]}):
         out[f"calls/{action}"] = float(entry["calls"].get(action, 0))
+    if entry["tools"] is not None:
+        for name, value in entry["tools"].items():
+            out[f"tools/{name}"] = float(value)
     return out
 
 
@@ -70,7 +77,7 @@ def samples_text(entry: Dict[str, Any]) -> Optional[str]:
     """A step's text summary (TensorBoard renders it as Markdown): a line per sample, then its prompt and
     response (or token ids) as a code block, so nothing in them is read as Markdown."""
     parts: List[str] = []
-    served = f"replayed from step {entry['source_step']}" if entry["action"] == "replayed" else entry["action"]
+    served = f"replayed from step {entry['source_step']}" if entry["action"] == Action.REPLAYED else entry["action"]
     for s in entry["samples"]:
         facts = [f"{s['length']} tokens" + (" (truncated)" if s["truncated"] else "")]
         facts += [f"{stage} {value:g}" for stage, value in s["rewards"].items() if value is not None]
@@ -166,7 +173,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                       "your trainer writes TensorBoard files into")
     from torch.utils.tensorboard import SummaryWriter
 
-    written = []
+    written: List[Tuple[str, int]] = []
     with Journal(args.journal, readonly=True) as journal:
         given_run = args.run[0] if args.run else None
         if args.session is not None:  # the session names its run ("", a script's unset variable, names none)

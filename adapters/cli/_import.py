@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from stepjournal import import_bundle
+from stepjournal.sharing import import_bundle
 
 from ._args import add_merge_options
 from ._pull import merge_options, pulled
@@ -24,4 +24,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     options = merge_options(args)
-    return pulled(args, out, err, lambda progress: import_bundle(args.bundle, args.journal, progress=progress, **options))
+    return pulled(args, out, err,
+                  lambda progress: import_bundle(args.bundle, args.journal, progress=progress, **options))

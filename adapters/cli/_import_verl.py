@@ -8,7 +8,7 @@ from typing import Any, Optional
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import AUDIT_SCHEMA_VERSION
+from stepjournal.events import AUDIT_SCHEMA_VERSION
 
 from ._progress import progress_bar
 from ._render import Failure, cell, print_json, print_line

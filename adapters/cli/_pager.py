@@ -49,6 +49,7 @@ def paged(out: Console, *, enabled: bool = True) -> Iterator[Console]:
     except OSError:
         yield out
         return
+    assert pager.stdin is not None  # stdin=PIPE: Popen made the pipe
     console = make_console(file=pager.stdin, force_terminal=True, width=out.width, color_system=out.color_system)
     try:
         yield console

@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION
+from stepjournal.events import AUDIT_SCHEMA_VERSION
 from stepjournal.policies import plugin_report
 
 from ._render import cell, print_json

@@ -13,7 +13,10 @@ from typing import Optional
 
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, Journal, Retention, StepJournalError, prune
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.upkeep import Retention, prune
 from stepjournal.policies import StepRanges
 
 from ._args import nonneg_int
@@ -94,7 +97,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
     # Maintenance records no calls, so it opens no session (as reindex).
     with Journal(args.journal, session=False) as journal:
-        if args.run is not None and args.run not in {e.run for _, e in journal.events()}:
+        # Every run's calls follow its session's opening (an import brings the sessions it imports).
+        if args.run is not None and args.run not in {opened.run for _, opened in journal.sessions()}:
             raise Failure(f"no run {clean(args.run)!r} in {clean(args.journal)!r}; `stepjournal runs` lists its runs")
         try:
             plan = prune(journal, rules, dry_run=args.dry_run)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, pull, pull_words, redact, resolve_remote
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import PullReport, pull, pull_words, redact, resolve_remote
 
 from ._args import add_merge_options, add_remote_argument
 from ._progress import progress_to
@@ -23,11 +24,11 @@ from ._render import UsageError, cell, human_size, print_json, print_line
 __all__ = ["add_arguments", "run", "show", "pulled", "merge_options"]
 
 
-def show(args: argparse.Namespace, out: Console, report: object) -> None:
+def show(args: argparse.Namespace, out: Console, report: PullReport) -> None:
     if args.json:
         print_json({"schema_version": AUDIT_SCHEMA_VERSION, **attrs.asdict(report)})
     else:
-        verb = {"import": "imported", "clone": "cloned"}.get(getattr(args, "command", None), "pulled")
+        verb = {"import": "imported", "clone": "cloned"}.get(getattr(args, "command", ""), "pulled")
         sources = len(report.sources)
         understood = f"{args.understood} " if getattr(args, "understood", "") else ""  # pull's words, as read
         print_line(out, f"{verb} {report.events_pulled} events, {report.payloads_fetched} payloads "
@@ -54,7 +55,7 @@ def merge_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {"runs": runs, "keep": args.keep}
 
 
-def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], object],
+def pulled(args: argparse.Namespace, out: Console, err: Console, fetch: Callable[[Any], PullReport],
            again: str = "") -> int:
     """Run `fetch(progress)` (a pull, clone or import) with progress on stderr, then print its report;
     interrupted, it says that `again` (a command line) resumes."""

@@ -9,7 +9,8 @@ import os
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, push, redact, resolve_remote
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import push, redact, resolve_remote
 
 from ._args import add_remote_argument
 from ._progress import progress_to
@@ -29,7 +30,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not os.path.isfile(os.path.join(args.journal, "data.mdb")):
         raise Failure(f"no journal at {clean(args.journal)!r}: the folder or its data.mdb is missing")
     url = resolve_remote(args.journal, args.remote)
-    again = f"stepjournal push {shlex.quote(args.journal)}" + (f" {shlex.quote(redact(args.remote))}" if args.remote else "")
+    again = f"stepjournal push {shlex.quote(args.journal)}"
+    if args.remote:
+        again += f" {shlex.quote(redact(args.remote))}"
     with progress_to(err, quiet=args.json, again=again) as progress:
         report = push(args.journal, url, progress=progress)
     shown = cell(redact(url))

@@ -9,7 +9,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from stepjournal import add_remote, list_remotes, redact, remove_remote
+from stepjournal.sharing import add_remote, list_remotes, redact, remove_remote
 
 from ._args import add_verbose_late
 from ._render import UsageError, cell, print_json, print_line
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     where = None if args.user else args.journal
     if args.remote_command == "add":
         added = add_remote(where, args.name, args.url, default=args.default)
-        print_line(out, f"remote {cell(added.name)} is {cell(redact(added.url))}" + (" (the default)" if added.default else ""))
+        default = " (the default)" if added.default else ""
+        print_line(out, f"remote {cell(added.name)} is {cell(redact(added.url))}{default}")
     elif args.remote_command == "remove":
         removed = remove_remote(where, args.name)
         print_line(out, f"removed remote {cell(removed.name)} ({cell(redact(removed.url))})")

@@ -21,9 +21,10 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
-from stepjournal import redact
-from stepjournal.events._events import iso_time
-from stepjournal.index._row_text import JSON_RAW, SURROGATE  # the audit rows' escapes, one definition
+from stepjournal.sharing import redact
+from stepjournal.errors import DiffError
+from stepjournal.tools import JSON_RAW, SURROGATE, iso_time  # the audit rows' escapes, one definition
+from stepjournal.vocabulary import ACTION_COLOURS
 
 __all__ = [
     "UsageError",
@@ -53,8 +54,8 @@ __all__ = [
     "Column",
 ]
 
-ACTION_STYLE = {"generated": "green", "replayed": "blue", "bypassed": "bright_black", "refused": "red",
-                "released": "magenta"}
+# rich's style of each action: the vocabulary's one colour map.
+ACTION_STYLE = ACTION_COLOURS
 
 
 class UsageError(Exception):
@@ -198,21 +199,29 @@ def int_text(value: int) -> str:
 
 
 def one_line(message: object) -> str:
-    """A message on one line, made safe to print (`clean`) and without secrets (`stepjournal.redact`)."""
+    """A message on one line, made safe to print (`clean`) and without secrets (`stepjournal.sharing.redact`)."""
     return clean(redact(" ".join(line.strip() for line in str(message).splitlines() if line.strip())))
 
 
-# A library message's Python words (written for a caller of the API) -> this program's words.
+# A library message's Python words (written for a caller of the API) -> this program's words. Left for the
+# messages of `Journal` that carry no typed field yet; an error that names its argument in a field (`DiffError`)
+# is worded from the field.
 _CLI_WORDS = (
     (re.compile(r"\bJournal\((['\"])(.*?)\1\)"), r"\2"),
     (re.compile(r"with readonly=True to read it"), "with a command that only reads (runs, audit, show, verify, diff)"),
-    (re.compile(r"\b(run|session)_([ab])\b"), r"--\1-\2"),
 )
+
+
+def flag_of(argument: str) -> str:
+    """A keyword argument of the library (``run_a``) as this program's flag (``--run-a``)."""
+    return "--" + argument.replace("_", "-")
 
 
 def error_line(exc: object) -> str:
     """An error as the command line prints it: `one_line`, in the command line's words (``--run-a``, not
-    ``run_a``; a folder, not ``Journal('folder')``)."""
+    ``run_a``, from the error's typed `argument`; a folder, not ``Journal('folder')``)."""
+    if isinstance(exc, DiffError) and exc.argument is not None:
+        exc = f"{exc.reason}; choose one with {flag_of(exc.argument)}"
     text = one_line(exc)
     for pattern, words in _CLI_WORDS:
         text = pattern.sub(words, text)
@@ -357,7 +366,8 @@ class FittedColumns:
         table = plain_table()
         for (name, justify, most), w in zip(self.columns, self.widths()):
             wraps = wrap and most is None
-            table.add_column(name, justify=justify, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+            table.add_column(name, justify=justify, width=w, no_wrap=not wraps,
+                             overflow="fold" if wraps else "ellipsis")
         return table
 
 

@@ -2,8 +2,8 @@
 
 What it holds: per train step, the generate call's action (generated, replayed and from which step,
 released), the reward mean and spread and the mean response length of its samples, each stage's
-duration and the ``metrics`` stage's numbers (TRL's loss and reward, verl's actor values), of every
-session or of one (``--session``); and the first ``--samples N`` samples of each step, their text cut
+duration, the ``metrics`` stage's numbers (TRL's loss and reward, verl's actor values) and the step's tool
+calls (calls, replays, misses, tool time run and saved), of every session or of one (``--session``); and the first ``--samples N`` samples of each step, their text cut
 at ``--chars`` characters, and shorter when the texts would pass `TEXT_BUDGET` bytes in all (so 10 000 steps of 500 samples stay a
 file a browser opens: the summaries cover every sample, the texts the first few of each step).
 The charts are inline SVG drawn here; the table, a step's samples and the text search are a few lines of
@@ -21,14 +21,19 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Console
 
-from stepjournal import GenerationRecorded, Journal, ReplayServed, StepJournalError, session_names
+from stepjournal import Journal
+from stepjournal.tools import tool_call_rows, tool_step_summaries
+from stepjournal.errors import StepJournalError
+from stepjournal.events import GenerationRecorded, ReplayServed, tool_of_stage
+from stepjournal.index import session_names
+from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int
 from ._common import choose_run
 from ._render import Failure, UsageError, cell, human_size, print_line
 from ._show_text import load_tokenizer, note_to
 
-__all__ = ["add_arguments", "run", "collect", "step_metrics", "choose_session", "TEXT_BUDGET"]
+__all__ = ["add_arguments", "run", "collect", "step_metrics", "step_tools", "choose_session", "TEXT_BUDGET"]
 
 METRICS = "metrics"  # the stage the adapters journal a step's logged numbers under
 TEXT_BUDGET = 24 * 1024 * 1024  # characters of prompt and response text embedded in all
@@ -55,9 +60,9 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
     `session` (a full id): that session's calls only. Steps are read one at a time (one step's samples in
     memory), and only the first `per_step` samples of each are decoded: the summaries cover every sample, the
     text the ones embedded (`ids`: their token ids too, the first `chars`). Each entry holds the step's
-    `metrics` (`step_metrics`)."""
+    `metrics` (`step_metrics`) and its `tools` (`step_tools`)."""
     steps = _entries(journal, run, session)
-    from stepjournal.index._samples import samples_of_steps  # here, with torch: building the parser imports neither
+    from stepjournal.tools import samples_of_steps  # here, with torch: building the parser imports neither
 
     filled: set = set()
     try:
@@ -84,21 +89,38 @@ def collect(journal: Journal, run: str, tokenizer: Any, *, per_step: int, chars:
     stages = sorted({stage for e in steps.values() for stage in e["durations"]})
     metrics = sorted({name for e in steps.values() for name in e["metrics"]})
     return {"run": run, "steps": [steps[s] for s in sorted(steps)], "stages": stages, "metrics": metrics,
-            "per_step": per_step, "chars": chars}
+            "tools": any(e["tools"] is not None for e in steps.values()), "per_step": per_step, "chars": chars}
+
+
+def step_tools(journal: Journal, run: str, shown: Dict[int, str]) -> Dict[int, Dict[str, Any]]:
+    """The tool calls of each step in `shown` (step -> the session the report shows for it), counted as
+    `audit --tools` counts them (`tool_step_summaries`): calls, replays, misses (refusals among them), tool time
+    run and saved. Only those steps' call events are read."""
+    if not shown:
+        return {}
+    rows = [row for row in tool_call_rows(journal, run=run, steps=set(shown), payloads=False)
+            if row.mode == "train" and row.session == shown[row.step]]
+    return {s.step: {"calls": s.calls, "replayed": s.replayed, "misses": s.misses, "refused": s.refused,
+                     "tool_s": s.tool_s, "saved_s": s.saved_s} for s in tool_step_summaries(rows)}
 
 
 def _entries(journal: Journal, run: str, session: Optional[str]) -> Dict[int, Dict[str, Any]]:
     """Each train step's entry (`_entry`), from the run's audit rows (of `session` only, when given; held here
-    only), with its `metrics`."""
+    only), with its `metrics` and, where the session shown called tools, its `tools` (`step_tools`)."""
     names = session_names(opened.session for _, opened in journal.sessions())
     rows: Dict[int, List[Any]] = {}
-    for r in journal.audit(run=run, mode="train"):
+    for r in journal.audit(run=run, mode=DEFAULT_MODE):
         if session is None or r.session == session:
             rows.setdefault(r.step, []).append(r)
     entries = {step: _entry(step, found, names) for step, found in rows.items()}
+    with_tools: Dict[int, str] = {}
     for step, entry in entries.items():
         shown = entry.pop("shown_session")
         entry["metrics"] = step_metrics(journal, [r for r in rows[step] if r.session == shown])
+        if any(r.session == shown and tool_of_stage(r.stage) is not None for r in rows[step]):
+            with_tools[step] = shown
+    for step, tools in step_tools(journal, run, with_tools).items():
+        entries[step]["tools"] = tools
     return entries
 
 
@@ -109,7 +131,7 @@ def step_metrics(journal: Journal, rows: List[Any]) -> Dict[str, Optional[float]
     real numbers are left out; a non-finite one is None (JSON has no NaN); a released payload gives nothing."""
     values: Dict[str, Optional[float]] = {}
     for r in rows:
-        if r.stage != METRICS or r.action not in ("generated", "replayed"):
+        if r.stage != METRICS or r.action not in (Action.GENERATED, Action.REPLAYED):
             continue
         event = journal.event(r.seq)
         if not isinstance(event, (GenerationRecorded, ReplayServed)) or event.output is None:  # stored nothing
@@ -138,7 +160,7 @@ def _shown(rows: List[Any]) -> Optional[Any]:
     """The generate call a step's row shows: its latest call #0 with an output (recorded and stored, or
     replayed), which is the call `samples` reads; else its latest call #0 (refused, bypassed, not stored)."""
     calls = [r for r in rows if r.stage == "generate" and r.gen_index == 0 and r.action != "released"]
-    served = [r for r in calls if r.action == "replayed" or (r.action == "generated" and r.stored)]
+    served = [r for r in calls if r.action == Action.REPLAYED or (r.action == Action.GENERATED and r.stored)]
     return (served or calls or [None])[-1]
 
 
@@ -163,7 +185,7 @@ def _entry(step: int, rows: List[Any], names: Dict[str, str]) -> Dict[str, Any]:
     return {"step": step, "action": shown.action if shown else None, "source_step": shown.source_step if shown else None,
             "session": names.get(session, session) if session else None, "others": list(others.values()),
             "released": any(r.action == "released" and r.stage == "generate" for r in rows), "durations": durations,
-            "calls": actions, "shown_session": session,
+            "calls": actions, "shown_session": session, "tools": None,
             "ts": max((r.ts for r in calls if r.session == session), default=None)}
 
 

@@ -9,11 +9,12 @@ import json
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from stepjournal.vocabulary import ACTION_COLOURS
+
 __all__ = ["render"]
 
 _W, _H, _PAD = 1000, 150, 44  # chart width, height, left margin (px)
-_ACTION_COLOURS = {"generated": "#2ca02c", "replayed": "#1f77b4", "released": "#9467bd", "bypassed": "#aaaaaa",
-                   "refused": "#d62728"}
+_ACTION_COLOURS = {str(action): colour for action, colour in ACTION_COLOURS.items()}
 _STAGE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
@@ -54,7 +55,8 @@ def _frame(title: str, steps: List[int], low: float, high: float, body: str) -> 
 
 
 def _line(values: Sequence[Optional[float]], low: float, high: float, colour: str) -> str:
-    runs, current = [], []  # a gap where a step has no value
+    runs: List[List[str]] = []
+    current: List[str] = []  # a gap where a step has no value
     for i, v in enumerate(values):
         if v is None:
             if current:
@@ -123,6 +125,17 @@ def _duration_chart(steps: List[Dict[str, Any]], stages: List[str]) -> str:
     return _frame("stage durations (seconds per step)", [s["step"] for s in steps], low, high, body)
 
 
+def _tool_chart(steps: List[Dict[str, Any]]) -> str:
+    """A step's tool calls (when any step made some): calls, replays and misses, one line each."""
+    lines = (("calls", "#555555"), ("replayed", "#1f77b4"), ("misses", "#d62728"))
+    per_kind = {kind: [None if s["tools"] is None else float(s["tools"][kind]) for s in steps] for kind, _ in lines}
+    low, high = _scale([v for values in per_kind.values() for v in values])
+    body = "".join(_line(per_kind[kind], low, high, colour) for kind, colour in lines)
+    legend = "  ".join(f'<tspan fill="{colour}">■</tspan> {kind}' for kind, colour in lines)
+    body += f'<text x="{_PAD + 6}" y="14" class="tick">{legend}</text>'
+    return _frame("tool calls per step: calls, replayed, misses", [s["step"] for s in steps], low, high, body)
+
+
 def _metric_charts(steps: List[Dict[str, Any]], names: List[str]) -> str:
     """One chart per name the ``metrics`` stage logged (TRL's loss, reward, kl ...), over every step."""
     charts = []
@@ -153,12 +166,14 @@ const call = s => s.action === 'replayed' ? `replayed from step ${s.source_step}
 const later = s => s.others.length ? ` (${s.session}) · ` + s.others.map(o => `${o.session}: ${call(o)}`).join(' · ') : '';
 const served = s => (s.released ? 'released' : call(s)) + later(s);
 const num = v => v === null || v === undefined ? '-' : Number(v).toFixed(3);
+const tools = t => t === null ? '-' : `${t.calls} (${t.replayed} replayed, ${t.misses} misses)`;
 function drawTable() {
   const body = document.querySelector('#steps tbody'); body.replaceChildren();
   for (const s of data.steps.slice(page * PAGE, (page + 1) * PAGE)) {
     const tr = el('tr', undefined, 'step'); tr.dataset.step = s.step;
     tr.append(el('td', String(s.step)), el('td', served(s), s.released ? 'released' : s.action),
               el('td', num(s.mean)), el('td', num(s.std)), el('td', num(s.length)), el('td', String(s.count)));
+    if (data.tools) tr.append(el('td', tools(s.tools), 'tools'));
     tr.addEventListener('click', () => showStep(s.step)); body.append(tr);
   }
   document.getElementById('where').textContent =
@@ -169,6 +184,8 @@ function showStep(step) {
   box.append(el('h3', `step ${s.step}: ${served(s)} · ${s.count} samples (${s.samples.length} shown)`));
   const logged = Object.entries(s.metrics).map(([k, v]) => `${k} ${v === null ? '-' : Number(v.toPrecision(4))}`);
   if (logged.length) box.append(el('p', 'metrics: ' + logged.join(' · '), 'metrics'));
+  if (s.tools) box.append(el('p', `tool calls: ${s.tools.calls} · replayed ${s.tools.replayed} · misses ${s.tools.misses}` +
+    ` (refused ${s.tools.refused}) · tool time ${num(s.tools.tool_s)} s · saved ${num(s.tools.saved_s)} s`, 'tools'));
   for (const x of s.samples) {
     const rewards = Object.entries(x.rewards).map(([k, v]) => `${k} ${v}`).join(' · ');
     const head = el('div', `sample ${x.index} · ${x.length} tokens${x.truncated ? ' (truncated)' : ''}${rewards ? ' · ' + rewards : ''}`);
@@ -200,6 +217,8 @@ def render(data: Dict[str, Any], *, title: str) -> str:
     """The page for `collect`'s data."""
     steps = data["steps"]
     charts = _reward_chart(steps) + _length_chart(steps) + _action_chart(steps) + _duration_chart(steps, data["stages"])
+    if data["tools"]:
+        charts += _tool_chart(steps)
     # Every "<" as a JSON escape: no text of the journal can end the script element or open a comment.
     embedded = json.dumps(data, ensure_ascii=True, allow_nan=False).replace("<", "\\u003c")
     return "\n".join([
@@ -213,7 +232,8 @@ def render(data: Dict[str, Any], *, title: str) -> str:
         '<p><input id="search" type="search" placeholder="search prompts and responses"></p><div id="hits"></div>',
         '<div id="pager"><button id="prev">previous</button><button id="next">next</button> <span id="where"></span></div>',
         '<table id="steps"><thead><tr><th>step</th><th>generate</th><th>reward mean</th><th>spread</th>'
-        "<th>response length</th><th>samples</th></tr></thead><tbody></tbody></table>",
+        f"<th>response length</th><th>samples</th>{'<th>tool calls</th>' if data['tools'] else ''}</tr></thead>"
+        "<tbody></tbody></table>",
         '<section id="samples"></section>',
         f'<script type="application/json" id="data">{embedded}</script>',
         f"<script>{_SCRIPT}</script>", "</body></html>",

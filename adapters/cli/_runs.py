@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from stepjournal.events._events import ACTIONS
+from stepjournal.tools import ACTIONS
+from stepjournal.vocabulary import Action
 
 from ._common import names_of_sessions, open_readonly
 from ._render import (FittedColumns, cell, clean, fingerprint_text, human_size, plain_table, print_json, print_line,
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return 0
     out.print(_runs(out.width, summaries))
     for s in summaries:
-        notes = [f"{s.counts[a]} {a}" for a in ACTIONS if a not in ("generated", "replayed") and s.counts[a]]
+        notes = [f"{s.counts[a]} {a}" for a in ACTIONS if a not in (Action.GENERATED, Action.REPLAYED) and s.counts[a]]
         if list(s.stages) not in ([], ["generate"]):
             notes.append(f"stages {', '.join(s.stages)}")
         if notes:
@@ -105,7 +106,7 @@ def _steps(summary: Any) -> str:
 
 
 def _runs(width: int, summaries: List[Any]) -> Any:
-    rows = [[clean(s.run), str(len(s.sessions)), str(s.calls), str(s.counts["generated"]), str(s.counts["replayed"]),
+    rows = [[clean(s.run), str(len(s.sessions)), str(s.calls), str(s.counts[Action.GENERATED]), str(s.counts[Action.REPLAYED]),
              _steps(s), human_size(s.stored_bytes)] for s in summaries]
     layout = FittedColumns(width, _RUNS, whole=[name for name, _, _ in _RUNS[1:]])  # the counts are never cut
     layout.measure(rows)

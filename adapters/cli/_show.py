@@ -1,6 +1,6 @@
 """``stepjournal show``: the structure of one recorded payload, with the first values of each tensor.
 
-Payloads are read through `stepjournal.OpaqueReader`: no codec needs to be registered.
+Payloads are read through `stepjournal.tools.OpaqueReader`: no codec needs to be registered.
 """
 
 from __future__ import annotations
@@ -12,16 +12,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from rich.console import Console
 from rich.tree import Tree
 
-from stepjournal import (
-    AUDIT_SCHEMA_VERSION,
-    AuditRecord,
-    GenerationRecorded,
-    Journal,
-    PayloadRef,
-    PayloadsReleased,
-    ReplayServed,
-)
+from stepjournal import Journal
+from stepjournal.events import AUDIT_SCHEMA_VERSION, GenerationRecorded, PayloadRef, PayloadsReleased, ReplayServed
+from stepjournal.index import AuditRecord
 from stepjournal.policies import StepRanges
+from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int
 from ._common import choose_run
@@ -96,7 +91,7 @@ def _annotate(node: Dict[str, Any], value: Any, inline_text: bool = False) -> No
     those and on every list or tuple of scalars, whose items are then not listed one a line."""
     import numpy as np  # imported by `run`'s reader already; here, so that building the parser imports neither
 
-    from stepjournal import OpaqueValue
+    from stepjournal.tools import OpaqueValue
 
     def walk(node: Dict[str, Any], value: Any) -> None:
         kind = node.get("kind")
@@ -182,7 +177,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("step", metavar="STEP", type=nonneg_int, help="the train step")
     p.add_argument("--index", type=nonneg_int, default=0, help="which call within the step (default 0)")
     p.add_argument("--run", help="the run key (needed when the journal holds several)")
-    p.add_argument("--mode", default="train", help="the mode (default train)")
+    p.add_argument("--mode", default=DEFAULT_MODE, help="the mode (default train)")
     p.add_argument("--stage", default="generate", help="the stage (default generate; reward ...)")
     p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
     p.add_argument("--items", type=nonneg_int, default=20, help="items shown per container (default 20)")
@@ -191,8 +186,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="PATH", help="with --text: the tokenizer folder (default: the one the run "
                    "kept in the journal, else the one its fingerprint names); loaded from local files only")
     p.add_argument("--json", action="store_true", help="print the structure as JSON")
-    p.add_argument("--sample", type=nonneg_int, help="with --text: that sample's tool calls, turn by turn, each "
-                   "with its arguments, response and outcome (docs/agents.md)")
+    p.add_argument("--sample", type=nonneg_int, help="with --text: that sample as its turns: the assistant's text, "
+                   "then each tool call with its arguments, response and outcome (docs/agents.md)")
     p.add_argument("--no-pager", action="store_true",
                    help="on a terminal, print straight to it instead of through $PAGER (less)")
 
@@ -203,14 +198,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.text and args.sample is not None:
         from ._tool_views import run_show
 
-        return run_show(args, out)
+        return run_show(args, out, err)
     if args.text:
         from ._show_text import run as show_text
 
         return show_text(args, out, err)
     if args.tokenizer is not None:
         raise UsageError("--tokenizer goes with --text")
-    from stepjournal import OpaqueReader
+    from stepjournal.tools import OpaqueReader
 
     with OpaqueReader(args.journal) as reader:  # a wrong path, run or step is said before torch is imported
         journal = reader.journal
@@ -233,7 +228,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 f"(event #{event.record_seq}); its payloads were pruned by event #{seq} at {short_time(event.ts)} UTC: "
                 f"{clean(event.reason)} (rule: {clean(event.rule)})"
             )
-        if ref is None and record.action == "generated" and not record.stored and not args.input:
+        if ref is None and record.action == Action.GENERATED and not record.stored and not args.input:
             raise Failure(
                 f"step {args.step} call #{args.index} of run {run!r} ({args.mode}) was generated, not stored "
                 f"(event #{seq}): {record.reason}"
@@ -248,7 +243,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if light is not None:
             structure, value = light
         else:
-            from stepjournal import describe_payload  # torch
+            from stepjournal.payloads import describe_payload  # torch
 
             structure, value = describe_payload(raw, max_items=args.items), reader.load(ref, args.step)
         _annotate(structure, value, inline_text=not args.json)
@@ -271,7 +266,7 @@ def _print_call(out: Console, args: argparse.Namespace, run: str, seq: int, reco
              f"call #{args.index} · event #{seq}")
     out.print(f"[bold]{title}[/]")
     line = f"[{ACTION_STYLE[record.action]}]{record.action}[/]"
-    if record.action == "replayed":
+    if record.action == Action.REPLAYED:
         line += f" from step {record.source_step} call #{record.source_gen_index} (event #{record.source_seq})"
     out.print(f"{line} by policy {cell(record.policy)}: {cell(record.reason)}, at {short_time(record.ts)} UTC")
     out.print(f"{what} {ref.digest} · {human_size(ref.nbytes)}"

@@ -2,7 +2,7 @@
 
 Importing torch costs a second, and ``show`` only displays. A payload whose every node is a plain value, a
 list, tuple or dict (keys text or ints), or a tensor or array of a dtype numpy holds as it is (below) is read
-here: its digest checked, its tree described as `stepjournal.describe_payload` describes it, its tensors
+here: its digest checked, its tree described as `stepjournal.payloads.describe_payload` describes it, its tensors
 as numpy views. Any other node (a custom codec's value, a bfloat16 tensor, an object array, a numpy scalar, a
 big int) returns None, and ``show`` takes the codec's path (torch). Bytes that are not a well-formed payload
 return None too: the codec's path says what is wrong, in its words. `tests/integration/test_journal_tokenizer.py`
@@ -82,13 +82,14 @@ class _Walk:
         if tag == _DICT:
             if len(node) % 2 != 1:
                 raise _Unsupported
-            items, value = [], {}
+            items: List[Dict[str, Any]] = []
+            mapping: Dict[Any, Any] = {}
             for key, item in zip(node[1::2], node[2::2]):
-                if type(key) not in (str, int) or key in value:
+                if type(key) not in (str, int) or key in mapping:
                     raise _Unsupported
-                described, value[key] = self.node(item, depth + 1)
+                described, mapping[key] = self.node(item, depth + 1)
                 items.append({"key": _shorten(key) if type(key) is str else repr(key), "value": described})
-            return {"kind": "dict", "length": len(items), "items": self.head(items)}, value
+            return {"kind": "dict", "length": len(items), "items": self.head(items)}, mapping
         if tag in (_TENSOR, _NDARRAY) and len(node) == 5:
             return self.buffer(node, tag)
         raise _Unsupported
@@ -151,7 +152,7 @@ def light_payload(raw: bytes, digest: str, max_items: Optional[int]) -> Optional
 def light_load(journal: Any) -> Callable[..., Any]:
     """``load(ref, step=None)``: a payload of `journal` read by `light_payload` when it allows, else by
     `Journal.load` (the codec, torch), which also says what is wrong with one that cannot be read."""
-    from stepjournal import StepJournalError
+    from stepjournal.errors import StepJournalError
 
     def load(ref: Any, step: Optional[int] = None) -> Any:
         try:

@@ -17,7 +17,9 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, Journal
+from stepjournal import Journal
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.vocabulary import Action
 
 from .._tokenizer import TokenizerDocumentError, journal_tokenizer
 from .._tokenizer_keys import TOKENIZER_KEY, VERL_TOKENIZER_KEYS
@@ -106,7 +108,7 @@ def _from_files(path: str) -> Any:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from stepjournal.index._samples import samples  # here, with numpy: building the parser imports neither
+    from stepjournal.tools import samples  # here, with numpy: building the parser imports neither
 
     with Journal(args.journal, readonly=True) as journal:
         run_key = choose_run(journal, args.run)
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _print_samples(out: Console, args: argparse.Namespace, run_key: str, found: Sequence[Any]) -> None:
     first = found[0] if found else None
     served = "generated"
-    if first is not None and first.action == "replayed":
+    if first is not None and first.action == Action.REPLAYED:
         served = f"replayed from step {first.source_step} call #{first.source_gen_index} of run {cell(first.source_run)}"
     out.print(f"[bold]run {cell(run_key)} · {cell(args.mode)} · step {args.step} · call #{args.index}[/] · "
               f"{served} · {len(found)} samples")

@@ -7,7 +7,8 @@ import argparse
 import attrs
 from rich.console import Console
 
-from stepjournal import AUDIT_SCHEMA_VERSION, redact, remote_status
+from stepjournal.events import AUDIT_SCHEMA_VERSION
+from stepjournal.sharing import redact, remote_status
 
 from ._args import add_remote_argument
 from ._render import cell, human_size, print_json, print_line

@@ -17,15 +17,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal import Journal
-from stepjournal.index._call_rows import json_rows
+from stepjournal.tools import json_rows
+from stepjournal.vocabulary import Action
 
 from ._common import names_of_sessions, open_readonly, parse_steps
 from ._progress import progress_bar
 from ._render import Failure, UsageError, clean, print_line
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
-from ._timeline_layout import COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline, build_timeline_rows
+from ._timeline_layout import (COLOURS, MAX_ARROWS, Cell, Link, Row, Segment, Timeline, build_timeline,
+                               build_timeline_rows)
 
-__all__ = ["add_arguments", 
+__all__ = ["add_arguments",
     "COLOURS",
     "LINK_COLOUR",
     "MAX_ARROWS",
@@ -82,7 +84,7 @@ def read_rows(journal: Journal) -> List[Row]:
             row[field] = safe[row[field]]
         if row["source_run"] is not None:
             row["source_run"] = safe[row["source_run"]]
-        if released and row["action"] == "generated" and row["seq"] in released:
+        if released and row["action"] == Action.GENERATED and row["seq"] in released:
             row["released_by"] = released[row["seq"]]
     return rows
 

@@ -17,8 +17,9 @@ from typing import Any, Container, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from stepjournal import AuditRecord, session_names
+from stepjournal.index import AuditRecord, session_names
 from stepjournal.policies import StepRanges
+from stepjournal.vocabulary import ACTION_COLOURS, DEFAULT_MODE, DEFAULT_STAGE, Action
 
 __all__ = [
     "COLOURS",
@@ -39,12 +40,12 @@ __all__ = [
 # One colour per kind of call. A replay of the same step (a resumed run, `replay`) and a replay of
 # another step (`repeat`, `nearest`) differ in colour; a generated call that stored no output is paler.
 COLOURS: Dict[str, str] = {
-    "generated": "#2ca02c",
+    "generated": ACTION_COLOURS[Action.GENERATED],
     "generated (not stored)": "#a6dba0",
-    "replayed (same step)": "#1f77b4",
+    "replayed (same step)": ACTION_COLOURS[Action.REPLAYED],
     "replayed (other step)": "#ff7f0e",
-    "bypassed": "#9e9e9e",
-    "refused": "#d62728",
+    "bypassed": ACTION_COLOURS[Action.BYPASSED],
+    "refused": ACTION_COLOURS[Action.REFUSED],
     "generated (released)": "#c5b0d5",
 }
 # Arrows are drawn only when a view holds at most this many replay links; beyond, they smear.
@@ -56,11 +57,11 @@ _RECORD_FIELDS = tuple(f.name for f in attrs.fields(AuditRecord))
 
 def kind_of(record: AuditRecord) -> str:
     """The colour key of a call: its action, with generated split by stored and replayed by source."""
-    if record.action == "generated":
+    if record.action == Action.GENERATED:
         if record.released_by is not None:
             return "generated (released)"  # retention released its payloads (stepjournal prune)
         return "generated" if record.stored else "generated (not stored)"
-    if record.action == "replayed":
+    if record.action == Action.REPLAYED:
         same = record.source_step == record.step and record.source_run in (None, record.run)
         return "replayed (same step)" if same else "replayed (other step)"
     return record.action
@@ -69,11 +70,11 @@ def kind_of(record: AuditRecord) -> str:
 def _kind(r: Row) -> str:
     """`kind_of` for a row."""
     action = r["action"]
-    if action == "generated":
+    if action == Action.GENERATED:
         if r["released_by"] is not None:
             return "generated (released)"
         return "generated" if r["stored"] else "generated (not stored)"
-    if action == "replayed":
+    if action == Action.REPLAYED:
         same = r["source_step"] == r["step"] and r["source_run"] in (None, r["run"])
         return "replayed (same step)" if same else "replayed (other step)"
     return action
@@ -103,7 +104,7 @@ class Cell:
     def describe(self) -> str:
         r = self.record
         text = f"step {r.step} #{r.gen_index} ({r.mode}, run {r.run}): {r.action}"
-        if r.action == "replayed":
+        if r.action == Action.REPLAYED:
             text += f" from step {r.source_step} #{r.source_gen_index}"
         return f"{text}; policy {r.policy}: {r.reason} (event #{r.seq})"
 
@@ -128,7 +129,7 @@ class Segment:
         a, b = self.first, self.last
         steps = f"step {a.step}" if a.step == b.step else f"steps {a.step}-{b.step}"
         text = f"{steps} #{a.gen_index} ({a.mode}, run {a.run}): {self.count} {self.kind}"
-        if a.action == "replayed":
+        if a.action == Action.REPLAYED:
             sources = f"{a.source_step}" if self.count == 1 else f"{a.source_step} ... {b.source_step}"
             text += f" from step {sources}"
         return f"{text}; policy {self.policy}: {a.reason}"
@@ -223,9 +224,9 @@ class Timeline:
         kinds: List[str] = []
         for row, column, kind in zip(self.cell_rows, self.cell_columns, self.cell_kinds):
             action = row["action"]
-            if action == "generated":
+            if action == Action.GENERATED:
                 xs.append(column), ys.append(row["step"]), kinds.append(kind)
-            elif action == "replayed":
+            elif action == Action.REPLAYED:
                 xs.append(column), ys.append(row["source_step"]), kinds.append(kind)
         return xs, ys, kinds
 
@@ -298,7 +299,7 @@ def build_timeline_rows(
                  and (mode is None or r["mode"] == mode)]
     step_list = sorted({r["step"] for r in shown})
     column_of = {step: i for i, step in enumerate(step_list)}
-    keys = [(session_no[r["session"]], r["run"], r["mode"] != "train", r["mode"], r["stage"] != "generate",
+    keys = [(session_no[r["session"]], r["run"], r["mode"] != DEFAULT_MODE, r["mode"], r["stage"] != DEFAULT_STAGE,
              r["stage"], r["gen_index"]) for r in shown]
     lane_keys = sorted(set(keys))
     several_runs = len({key[1] for key in lane_keys}) > 1
@@ -324,7 +325,7 @@ def build_timeline_rows(
     hidden_count: Dict[Tuple[int, str], int] = {}
     source_of = None
     for i, r in enumerate(cell_rows):
-        if r["action"] != "replayed":
+        if r["action"] != Action.REPLAYED:
             continue
         source_seq = r["source_seq"]
         if source_seq in by_seq:

@@ -1,19 +1,19 @@
 """The tool calls of a journal on the command line: ``audit --tools`` (a row per call, a summary per step),
 ``show STEP --text --sample S`` (one sample's calls as its turns) and ``diff A B --tools`` (the first differing
-tool response). The rows are `stepjournal.tool_call_rows`'."""
+tool response). The rows are `stepjournal.tools.tool_call_rows`'."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
 from rich.console import Console
 
-from stepjournal import ToolCallRow, tool_call_rows, tool_step_summaries
+from stepjournal.tools import ToolCallRow, tool_call_rows, tool_step_summaries
 
-from ._common import open_readonly, parse_steps
-from ._render import FittedColumns, cell, plain_table, print_json, print_line
+from ._common import choose_run, open_readonly, parse_steps
+from ._render import FittedColumns, UsageError, cell, plain_table, print_json, print_line
 
 __all__ = ["run_audit", "run_show", "run_diff", "row_json"]
 
@@ -91,37 +91,92 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def run_show(args: argparse.Namespace, out: Console) -> int:
-    """``stepjournal show JOURNAL STEP --text --sample S``: the sample's tool calls turn by turn, each with its
-    arguments, its response and whether it was recorded, replayed or a miss (each session's calls apart)."""
+def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``stepjournal show JOURNAL STEP --text --sample S``: the sample as its turns, each session apart: the
+    assistant's text of each turn (where the step's generate call marks the tokens tools wrote, as verl's
+    ToolAgentLoop batches do), then each tool call of the turn with its arguments, its response and whether
+    it was recorded, replayed or a miss."""
     with open_readonly(args.journal, check="as-read") as journal:
         rows = tool_call_rows(journal, run=args.run, steps=[args.step], sample=args.sample)
-    rows = [row for row in rows if row.mode == args.mode]
-    if args.json:
-        print_json([row_json(row) for row in rows])
-        return 0
-    if not rows:
-        print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
-        return 0
-    sessions: List[str] = []
-    for row in rows:
-        if row.session not in sessions:
-            sessions.append(row.session)
+        rows = [row for row in rows if row.mode == args.mode]
+        if args.json:
+            print_json([row_json(row) for row in rows])
+            return 0
+        if not rows:  # the sample's assistant text alone, from the step's latest generate call (if it has one)
+            said = _assistant_turns(journal, choose_run(journal, args.run), args, [None], err, check_range=True)
+            print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
+            for number, text in enumerate(said.get(None, [])):
+                out.print(f"  turn {number}", highlight=False)
+                _print_assistant(out, text)
+            return 0
+        sessions: List[str] = []
+        for row in rows:
+            if row.session not in sessions:
+                sessions.append(row.session)
+        said = _assistant_turns(journal, rows[0].run, args, sessions, err)
     for number, session in enumerate(sessions, 1):
         out.print(f"[bold]step {args.step} sample {args.sample}[/] · session {number} of {len(sessions)} "
                   f"({cell(session[:8])})", highlight=False)
-        turn = None
+        turns = said.get(session, [])
+        turn: Optional[int] = None
+        shown = set()
         for row in (r for r in rows if r.session == session):
             if row.key.turn != turn:
                 turn = row.key.turn
                 out.print(f"  turn {turn}", highlight=False)
+                if turn not in shown and turn < len(turns):
+                    _print_assistant(out, turns[turn])
+                shown.add(turn)
             arguments = row.request.arguments if row.request is not None else "-"
             source = f" from {row.source_key}" if row.source_key is not None and row.source_key != row.key else ""
             out.print(f"    {cell(row.tool)}({cell(arguments)})  [dim]{row.outcome}{source}[/]", highlight=False)
             if row.response is not None:
                 for line in row.response.text.splitlines() or [""]:
                     out.print(f"      → {cell(line)}", highlight=False)
+        for later in range(len(turns)):  # the turns that called no tool: the final answer among them
+            if later not in shown:
+                out.print(f"  turn {later}", highlight=False)
+                _print_assistant(out, turns[later])
     return 0
+
+
+def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions: Sequence[Optional[str]],
+                     err: Console, check_range: bool = False) -> Dict[Optional[str], List[str]]:
+    """Per session, the sample's assistant text of each turn (`Sample.turn_texts`, or its token ids without a
+    tokenizer), from the step's generate call of that session (None: its latest); nothing for a session without
+    one, or whose generate call does not mark the tokens tools wrote.
+
+    Raises:
+        UsageError: `check_range` and a generate call of the step has no sample ``args.sample``.
+    """
+    from stepjournal import Sample
+    from stepjournal.errors import JournalError
+
+    from ._show_text import load_tokenizer, note_to
+
+    tokenizer, loaded = None, False
+    said: Dict[Optional[str], List[str]] = {}
+    for session in sessions:
+        try:
+            found = journal.samples(args.step, run=run, mode=args.mode, session=session, decoded=0)
+        except JournalError:  # no generate call of this session here, or none in a form read: the calls alone
+            continue
+        if check_range and args.sample >= len(found):
+            raise UsageError(f"--sample {args.sample}: the generate call of step {args.step} has {len(found)} samples "
+                             f"(0 to {len(found) - 1}); choose one of them")
+        if args.sample >= len(found) or not found[args.sample].turns:
+            continue
+        if not loaded:
+            tokenizer, loaded = load_tokenizer(journal, run, args.tokenizer, note_to(err)), True
+        sample: Sample = found[args.sample]
+        said[session] = [tokenizer.decode(list(ids), skip_special_tokens=True) if tokenizer is not None
+                         else " ".join(map(str, ids)) for ids in sample.turns]
+    return said
+
+
+def _print_assistant(out: Console, text: str) -> None:
+    for line in text.splitlines() or [""]:
+        out.print(f"    assistant: {cell(line)}", highlight=False)
 
 
 def run_diff(args: argparse.Namespace, out: Console) -> int:
@@ -132,7 +187,8 @@ def run_diff(args: argparse.Namespace, out: Console) -> int:
     Raises:
         DiffError: a side holds tool calls of several runs and names none.
     """
-    from stepjournal import DiffError, first_tool_difference
+    from stepjournal.tools import first_tool_difference
+    from stepjournal.errors import DiffError
 
     steps = parse_steps(args.steps)
     sides = []

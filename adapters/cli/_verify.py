@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Set
 
-from stepjournal import AUDIT_SCHEMA_VERSION
+from stepjournal.events import AUDIT_SCHEMA_VERSION
 
 from ._common import open_readonly
 from ._progress import bytes_checked
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if os.path.isfile(args.journal):  # a journal is a folder: a file can only be a bundle
-        from stepjournal import verify_bundle
+        from stepjournal.sharing import verify_bundle
 
         events, problems = verify_bundle(args.journal)
         return _report(args, out, events, problems, "bundle")
@@ -82,8 +82,9 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
         return problems
     import attrs
 
-    from stepjournal import AuditRecord, StepJournalError
-    from stepjournal.events._events import CALL_EVENT_TYPES
+    from stepjournal.errors import StepJournalError
+    from stepjournal.index import AuditRecord
+    from stepjournal.tools import CALL_EVENT_TYPES
 
     steps: Dict[str, Set[int]] = {d: set() for d in digests}
     try:
@@ -101,7 +102,7 @@ def _with_serving_steps(journal: Journal, problems: List[Any]) -> List[Any]:
 def _where_text(problem: Any) -> str:
     """An index key (``run \\0 mode \\0 step gen_index``, hex) as words; other places as they are."""
     if problem.kind == "index":
-        from stepjournal.events._keys import parse_gen_key
+        from stepjournal.tools import parse_gen_key
 
         key = parse_gen_key(bytes.fromhex(problem.where))
         if key is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ._codec import PAYLOAD_FORMAT
 from ._config import SUPPORTED_TRL
-from ._errors import TrlAdapterError, TrlSignatureError
+from ._errors import RecordedToolError, TrlAdapterError, TrlSignatureError
 
 _MISSING_TRL: Any = None
 try:
@@ -48,6 +48,7 @@ __all__ = [
     "EnvJournal",
     "TrlAdapterError",
     "TrlSignatureError",
+    "RecordedToolError",
 ]
 
 

@@ -73,7 +73,8 @@ def pack_output(target: str, result: Any, rng: Dict[str, Any], *, pairs: bool, t
         completion_ids, logprobs = result
     else:
         completion_ids, logprobs = result, None
-    return {"format": PAYLOAD_FORMAT, "kind": SINGLE_TURN, "completion_ids": completion_ids, "logprobs": logprobs, "rng": rng}
+    return {"format": PAYLOAD_FORMAT, "kind": SINGLE_TURN, "completion_ids": completion_ids, "logprobs": logprobs,
+            "rng": rng}
 
 
 def unpack_output(payload: Any, target: str, *, pairs: bool, where: str, recorded_at: Optional[int]) -> Any:

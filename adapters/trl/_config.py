@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
 from stepjournal.log import get_logger
 
@@ -54,7 +54,7 @@ _CALL_SITES = {
 }
 
 
-def family_of(trainer: Any) -> type:
+def family_of(trainer: Any) -> Type[Any]:
     """The TRL trainer class `trainer` is an instance of (`GRPOTrainer` or `RLOOTrainer`)."""
     for base in _expected_params():
         if isinstance(trainer, base):
@@ -73,7 +73,7 @@ def _version_supported() -> bool:
     return Version(trl.__version__) in SpecifierSet(SUPPORTED_TRL)
 
 
-def check_drift(trainer: Any, family: type, target: str) -> None:
+def check_drift(trainer: Any, family: Type[Any], target: str) -> None:
     """Fail before training when what `attach` intercepts is not what this adapter was written for."""
     import trl
 
@@ -195,7 +195,8 @@ def trainer_fingerprint(trainer: Any) -> Dict[str, Any]:
         TOKENIZER_KEY: getattr(tokenizer, "name_or_path", None) or None,  # where the CLI finds the tokenizer
         "tokenizer_vocab_size": len(tokenizer) if tokenizer is not None else None,
         "tokenizer_vocab": _digest(sorted(get_vocab().items())) if callable(get_vocab) else None,
-        "chat_template": _digest(getattr(processing, "chat_template", None) or getattr(tokenizer, "chat_template", None)),
+        "chat_template": _digest(getattr(processing, "chat_template", None)
+                                 or getattr(tokenizer, "chat_template", None)),
         "generation_config": _digest(_config_dict(generation_config)),
         "generation_kwargs": _digest(getattr(args, "generation_kwargs", None) or None),
         "chat_template_kwargs": _digest(getattr(args, "chat_template_kwargs", None) or None),

@@ -33,7 +33,8 @@ import attrs
 from trl import GRPOTrainer, RLOOTrainer
 
 from stepjournal.log import get_logger
-from stepjournal import Journal, UnsupportedValueError
+from stepjournal import Journal
+from stepjournal.errors import UnsupportedValueError
 from stepjournal.policies import (
     CallHooks,
     Engine,
@@ -42,14 +43,16 @@ from stepjournal.policies import (
     Policy,
     ReplayMissError,
     StagePolicies,
+    ToolEngine,
 )
 
 from .._tokenizer import record_tokenizer
 from ._codec import capture_rng_state, pack_output, restore_rng_state, unpack_output
 from ._config import ROLLOUT_FUNC, SINGLE_TURN, check_drift, family_of, mode_name, mode_of, topology_hint
 from ._errors import TrlAdapterError
-from ._stage_spec import GENERATE, declared_stages, stage_policies
+from ._stage_spec import GENERATE, STAGES, declared_stages, stage_policies
 from ._stages import StageHooks
+from ._tools import ToolHooks, names_tools, trainer_tools
 
 __all__ = ["attach", "TrlRecorder", "JournaledTrainerMixin", "JournaledGRPOTrainer", "JournaledRLOOTrainer"]
 
@@ -79,9 +82,13 @@ class TrlRecorder:
         stages: the stages journaled (``generate`` first, then those the per-stage spec names and
             ``metrics``).
         stage_counts: calls so far per stage other than ``generate``, per action.
+        tool_engine: the `ToolEngine` of the trainer's tool and environment calls, when the spec names a
+            tool stage (``tools``, ``tool.<name>``); else None.
+        tool_counts: tool calls so far per tool stage, per action (empty without a `tool_engine`).
     """
 
-    def __init__(self, trainer: Any, engine: Engine, *, target: str, restore_rng: bool) -> None:
+    def __init__(self, trainer: Any, engine: Engine, *, target: str, restore_rng: bool,
+                 tool_engine: Optional[ToolEngine] = None) -> None:
         self.trainer = trainer
         self.journal: Journal = engine.journal
         self.engine = engine
@@ -97,6 +104,13 @@ class TrlRecorder:
         self._stage_hooks = StageHooks(
             trainer, engine, tuple(s for s in policies if s != GENERATE), restore_rng=restore_rng
         )
+        self.tool_engine = tool_engine
+        self._tool_hooks = None if tool_engine is None else ToolHooks(trainer, tool_engine)
+
+    @property
+    def tool_counts(self) -> Dict[str, Dict[str, int]]:
+        """Tool calls so far per tool stage (``tool.<name>``), per action."""
+        return {} if self._tool_hooks is None else self._tool_hooks.counts
 
     @property
     def stage_counts(self) -> Dict[str, Dict[str, int]]:
@@ -136,6 +150,8 @@ class TrlRecorder:
             # An instance attribute shadows the class's method for this trainer only.
             setattr(trainer, SINGLE_TURN, generate_single_turn)
         self._stage_hooks.install()
+        if self._tool_hooks is not None:
+            self._tool_hooks.install()
         setattr(trainer, _HANDLE_ATTR, self)
 
     def detach(self) -> None:
@@ -143,6 +159,8 @@ class TrlRecorder:
         trainer = self.trainer
         if getattr(trainer, _HANDLE_ATTR, None) is not self:
             return
+        if self._tool_hooks is not None:
+            self._tool_hooks.uninstall()  # first: its hooks sit over generate's and the stages'
         if self.target == ROLLOUT_FUNC:
             trainer.rollout_func = self._original
         else:
@@ -239,7 +257,11 @@ def attach(
             generate stage's (the other stages then run as TRL runs them); or a per-stage spec (a mapping, or
             ``"generate:replay/reward:replay/ref_log_prob:replay"``) naming each stage to journal:
             ``generate``, ``reward`` (every reward function) or ``reward.<name>`` (one),
-            ``old_log_prob``, ``ref_log_prob``, ``metrics`` (recorded with ``dump`` unless named).
+            ``old_log_prob``, ``ref_log_prob``, ``metrics`` (recorded with ``dump`` unless named), and
+            for a `GRPOTrainer` with ``tools=`` or an ``environment_factory``: ``tool.<name>`` (a tool
+            function's name, or an environment's class name) and ``tools`` (every tool stage not named),
+            each taking a tool rule (``cache``, ``replay``, ``dump``, ``passthrough``, ``bypass``; see
+            docs/agents.md).
         restore_rng: on an exact replay (same step, index and mode), restore the random-number state
             the recorded call left behind, so the replayed run matches the recorded one bit for bit.
         bypass_eval: evaluation calls generate outside the journal (journaled as bypassed), as
@@ -258,7 +280,8 @@ def attach(
     Raises:
         TrlAdapterError: the trainer is not a GRPO/RLOO trainer, or is already attached, or
             `check_prompts` is neither ``"same_step"`` nor ``"off"``, or the spec names a log-prob
-            stage this trainer's TRL does not compute where the adapter can find it.
+            stage this trainer's TRL does not compute where the adapter can find it, or tool stages
+            for a trainer with a ``rollout_func``.
         SpecError: a per-stage spec names a stage this trainer does not have, or a policy that does not parse.
         TypeError: a keyword is not an option, `options` and option keywords were both given, or
             ``bypass_modes`` was given (`bypass_eval` sets it).
@@ -288,12 +311,24 @@ def attach(
             options, bypass_modes=(eval_mode,) if bypass_eval else (), check_prompts=check_prompts
         ),
         stages=declared_stages(trainer),
+        roles=STAGES,
     )
+    tool_engine = None
+    if names_tools(policies.stages):
+        if target == ROLLOUT_FUNC:
+            raise TrlAdapterError(
+                "the spec names tool stages, but this trainer generates with a rollout_func, whose tool calls "
+                "are its own: journal them inside it (stepjournal.adapters.journaled_tool), or leave the tool "
+                "stages out of the spec"
+            )
+        # Tool calls are decided by request, in their own sample and step: their own engine, the same journal.
+        tool_engine = ToolEngine(journal, policies, tools=trainer_tools(trainer), options=attrs.evolve(
+            options, bypass_modes=(eval_mode,) if bypass_eval else ()))
     # The run's tokenizer, kept once in the journal: `show --text` and `report` decode with it, with no flag.
     # One rank keeps it: the ranks of one launch share the run, and each would be a session recording it.
     if trainer.accelerator.process_index == 0:
         record_tokenizer(journal, getattr(trainer, "processing_class", None))
-    handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng)
+    handle = TrlRecorder(trainer, engine, target=target, restore_rng=restore_rng, tool_engine=tool_engine)
     handle._install()
     log.info(
         "trl_attached",
@@ -340,5 +375,5 @@ class JournaledRLOOTrainer(JournaledTrainerMixin, RLOOTrainer):
     """`trl.RLOOTrainer` whose generations are journaled (see `JournaledTrainerMixin`)."""
 
 
-# The handle's former name (it is a recorder bound to a trainer, not a journal); kept so old code runs.
+# An alias of the handle (a recorder bound to a trainer, not a journal), for code that names it so.
 TrlJournal = TrlRecorder

@@ -7,7 +7,11 @@ The stages (docs/trl.md):
   a function's ``__name__``); ``reward`` in a spec stands for every reward function not named alone;
 - ``old_log_prob``: the policy model's per-token log-probs, when TRL computes them;
 - ``ref_log_prob``: the reference model's per-token log-probs (``beta > 0``);
-- ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it.
+- ``metrics``: what the trainer logs at each logging step; recorded (``dump``) unless the spec names it,
+  and never replayed: its declared role is record-only (`STAGES`), which the engine enforces;
+- ``tool.<name>``: a `GRPOTrainer`'s ``tools=`` function, or its environment (``tool.<class name>``),
+  and ``tools`` for every one the spec does not name (`stepjournal.adapters.trl._tools`); they take the
+  tool rules (``cache``, ``replay``, ``dump``, ``passthrough``, ``bypass``).
 
 One spec (``"cache"``, a policy object) is generate's policy alone: the downstream
 stages are opt-in, each by naming it in a per-stage spec (``"generate:replay/reward:replay"`` or a
@@ -20,9 +24,12 @@ from typing import Any, Dict, Tuple
 
 from torch import nn
 
-from stepjournal.policies import Dump, StagePolicies, parse_stages
+from stepjournal.events import EVERY_TOOL, tool_stage
+from stepjournal.policies import Dump, StagePolicies, check_stage_roles, parse_stages
+from stepjournal.vocabulary import Stage, StageRole
 
 from ._errors import TrlAdapterError
+from ._tools import trainer_tools
 
 __all__ = [
     "GENERATE",
@@ -30,6 +37,7 @@ __all__ = [
     "OLD_LOG_PROB",
     "REF_LOG_PROB",
     "METRICS",
+    "STAGES",
     "reward_stage",
     "journaled_rewards",
     "declared_stages",
@@ -41,6 +49,14 @@ REWARD = "reward"
 OLD_LOG_PROB = "old_log_prob"
 REF_LOG_PROB = "ref_log_prob"
 METRICS = "metrics"
+# The stages of a TRL step and their roles (``reward`` has a part per reward function: ``reward.<name>``).
+STAGES = (
+    Stage("generate"),
+    Stage("reward", parts=True),
+    Stage("old_log_prob"),
+    Stage("ref_log_prob"),
+    Stage("metrics", StageRole.RECORD_ONLY),
+)
 
 
 def reward_stage(name: str) -> str:
@@ -62,8 +78,11 @@ def journaled_rewards(trainer: Any) -> Dict[int, str]:
 
 
 def declared_stages(trainer: Any) -> Tuple[str, ...]:
-    """Every stage name a per-stage spec may use for `trainer` (``reward`` stands for every reward function)."""
-    return (GENERATE, REWARD, *journaled_rewards(trainer).values(), OLD_LOG_PROB, REF_LOG_PROB, METRICS)
+    """Every stage name a per-stage spec may use for `trainer` (``reward`` stands for every reward function,
+    ``tools`` for every tool stage, present when the trainer has tools)."""
+    tools = tuple(tool_stage(name) for name in trainer_tools(trainer))
+    return (GENERATE, REWARD, *journaled_rewards(trainer).values(), OLD_LOG_PROB, REF_LOG_PROB, METRICS,
+            *((EVERY_TOOL, *tools) if tools else ()))
 
 
 def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
@@ -72,6 +91,7 @@ def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
     Raises:
         SpecError: a per-stage spec names a stage this trainer does not have (with the closest name)
             or a policy that does not parse.
+        StageRoleError: it gives ``metrics`` (record-only) a policy that may replay.
         TrlAdapterError: it names ``old_log_prob`` or ``ref_log_prob`` where the adapter cannot tell
             them apart (a PEFT model with ``beta > 0``: both are forwards of the policy model).
     """
@@ -90,4 +110,6 @@ def stage_policies(trainer: Any, policy: Any) -> StagePolicies:
             "old_log_prob and ref_log_prob out of the per-stage spec"
         )
     policies.setdefault(METRICS, Dump())
-    return StagePolicies(policies, name=parsed.name)
+    chosen = StagePolicies(policies, name=parsed.name)
+    check_stage_roles(chosen, STAGES)
+    return chosen

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from trl.trainer.utils import is_async_callable
 
-from stepjournal import UnsupportedValueError
+from stepjournal.errors import UnsupportedValueError
 from stepjournal.log import get_logger
 from stepjournal.policies import CallHooks, Engine, Outcome
 

@@ -32,7 +32,10 @@ from typing import Any
 
 from ._config import VerlJournalConfig, read_verl_config, verl_fingerprint, verl_run_key
 from ._fingerprint import TOKENIZER_KEYS
-from ._errors import MissingInputError, NoOutcomeError, PickleRefusedError, VerlAdapterError, VerlDumpError, VerlStepError
+from ._errors import (
+    MissingInputError, NoOutcomeError, PickleRefusedError, RecordedToolError, VerlAdapterError, VerlDumpError,
+    VerlStepError,
+)
 
 # verl and the modules its import needs (the `verl` extra).
 _VERL_MODULES = frozenset({"verl", "tensordict", "ray", "cachetools", "fastapi", "uvicorn"})
@@ -50,6 +53,7 @@ try:
     from ._codec import CODEC_NAME, dataproto_diff, decode_dataproto, encode_dataproto, register_dataproto_codec
     from ._calls import feed_index_step, meta_step, validate_mode
     from ._hooks import JournaledRollout, align_batch
+    from ._tool_loop import ToolCallPlace, current_tool_call_place, make_journaled_tool_agent_loop, tool_engine_for
     from ._import import ImportedRecord, ImportReport, SkippedDump, VerlDump, find_verl_dumps, import_verl_dumps
     from .v1._codec import TQ_CODEC_NAME, TQBatch, decode_tq_batch, encode_tq_batch, register_tq_codec, tq_batch_diff
     from .v1._hooks import V1_TRAINER_MODES, V1Journal, attach_v1, is_v1_trainer, remap_tq_batch, v1_trainer_mode
@@ -63,6 +67,11 @@ __all__ = [
     "attach",
     "JournaledRollout",
     "JournaledAgentLoopManager",
+    "JournaledToolAgentLoop",
+    "make_journaled_tool_agent_loop",
+    "tool_engine_for",
+    "ToolCallPlace",
+    "current_tool_call_place",
     "install_fully_async",
     "wrap_generate_sequences",
     "rollout_from_config",
@@ -92,6 +101,7 @@ __all__ = [
     "MissingInputError",
     "NoOutcomeError",
     "PickleRefusedError",
+    "RecordedToolError",
     "VerlDumpError",
     "V1Journal",
     "attach_v1",
@@ -125,4 +135,6 @@ def __getattr__(name: str) -> Any:
     # journaling and dump import do not need.
     if name == "JournaledAgentLoopManager":
         return make_journaled_agent_loop_manager()
+    if name == "JournaledToolAgentLoop":
+        return make_journaled_tool_agent_loop()
     raise AttributeError(f"module 'stepjournal.adapters.verl' has no attribute {name!r}")

@@ -12,9 +12,6 @@ import inspect
 import os
 from typing import Any, Optional
 
-import numpy as np
-import torch
-
 from ._errors import VerlStepError
 
 __all__ = [
@@ -98,7 +95,7 @@ def undecorated(fn: Any) -> Any:
     """
     skip_file = _skip_manager_file()
     func = getattr(fn, "__func__", fn)
-    layers = []
+    layers: list = []
     while func is not None and len(layers) < 32:
         layers.append(func)
         func = getattr(func, "__wrapped__", None)

@@ -26,7 +26,8 @@ import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
 from verl.protocol import DataProto
 
-from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
+from stepjournal.errors import PayloadDecodeError, UnsupportedValueError
+from stepjournal.payloads import CodecRegistry, default_registry
 
 __all__ = ["CODEC_NAME", "encode_dataproto", "decode_dataproto", "dataproto_diff", "register_dataproto_codec", "value_diff"]
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import attrs
 
 from stepjournal.log import get_logger
-from stepjournal import resolve_journal_path
+from stepjournal.base import resolve_journal_path
 from stepjournal.policies import ConfigError, EngineConfig, EngineOptions, StepRanges, load_config
 
 from ._fingerprint import verl_fingerprint, verl_run_key
@@ -57,7 +57,7 @@ _NATIVE_KEYS = {
     "fingerprint": None,
     "compression": "compression",
     "max_size": "max_size",
-    "retention": "retention",  # stepjournal.Retention's arguments, applied while recording
+    "retention": "retention",  # stepjournal.upkeep.Retention's arguments, applied while recording
     "payload_store": "payload_store",  # payloads written as objects under this URL (docs/sharing.md)
     "step_source": None,
     "fingerprint_ignore": None,
@@ -88,7 +88,7 @@ class VerlJournalConfig:
     keys: Tuple[str, ...] = ()
 
     @property
-    def policy(self) -> str:
+    def policy(self) -> Union[str, Dict[str, str]]:
         return self.engine.policy
 
     @property

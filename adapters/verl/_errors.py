@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from stepjournal import StepJournalError
+from stepjournal.errors import StepJournalError
 
 __all__ = ["VerlAdapterError", "VerlStepError", "MissingInputError", "NoOutcomeError", "PickleRefusedError",
-           "VerlDumpError"]
+           "VerlDumpError", "RecordedToolError"]
 
 
 class VerlAdapterError(StepJournalError):
@@ -40,6 +40,14 @@ class PickleRefusedError(VerlAdapterError):
 
 class VerlDumpError(VerlAdapterError):
     """A verl dump folder is not laid out as any verl version writes it, or a dump file is unreadable."""
+
+
+class RecordedToolError(VerlAdapterError):
+    """A journaled verl tool call raised when it was recorded; its replay raises this, with the same message.
+
+    verl shows the model ``Error executing tool '<name>': <message>`` as it did when recording, so a replayed
+    conversation reads the same text, and the tool does not run.
+    """
 
 
 # Tracebacks and reprs name each class by the public module users import it from, not this private one.

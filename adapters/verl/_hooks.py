@@ -27,6 +27,7 @@ from verl.protocol import DataProto
 from stepjournal.log import get_logger
 from stepjournal import Journal
 from stepjournal.policies import CallHooks, Engine, Outcome
+from stepjournal.vocabulary import Action
 
 from ._calls import is_async, prompts_of, run_blocking, validate_mode
 from ._config import VerlJournalConfig
@@ -248,7 +249,7 @@ class JournaledRollout:
                 thread or task, or it has not finished): never a silent "the call ran".
         """
         outcome = outcome if outcome is not None else self._latest()
-        if outcome is None or outcome.action != "replayed" or outcome.source is None:
+        if outcome is None or outcome.action != Action.REPLAYED or outcome.source is None:
             return None
         if outcome.source.event.input is None:
             raise MissingInputError(
@@ -319,7 +320,7 @@ class JournaledRollout:
         from verl.utils.ray_utils import auto_await
 
         entry = auto_await(self.acall)
-        entry.stepjournal = self  # type: ignore[attr-defined]
+        entry.stepjournal = self
         return entry
 
     def uninstall(self) -> None:

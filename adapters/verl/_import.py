@@ -31,7 +31,7 @@ import zstandard
 from verl.protocol import DataProto
 
 from stepjournal.log import get_logger
-from stepjournal import Journal, StepJournalError
+from stepjournal import Journal, errors
 
 from ._fingerprint import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
 from ._errors import PickleRefusedError, VerlDumpError
@@ -403,7 +403,7 @@ def import_verl_dumps(
                     fp.update(_lengths_from(output))
                 fp.update(fingerprint or {})
                 loaded.append((dump, step, 0, output, given, fp))
-            except (OSError, ValueError, StepJournalError, pickle.UnpicklingError, EOFError, AttributeError,
+            except (OSError, ValueError, errors.StepJournalError, pickle.UnpicklingError, EOFError, AttributeError,
                     ImportError, TypeError, KeyError, zlib.error, zstandard.ZstdError) as exc:
                 failed.append(SkippedDump(rel, f"{type(exc).__name__}: {exc}"))
             finally:
@@ -437,7 +437,7 @@ def import_verl_dumps(
                     reason=f"imported from a verl {dump.form} dump",
                     imported_from=f"verl-{dump.form}:{rel}",
                 )
-            except StepJournalError as exc:
+            except errors.StepJournalError as exc:
                 failed.append(SkippedDump(rel, f"{type(exc).__name__}: {exc}"))
                 continue
             imported.append(

@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Tuple
 
 from stepjournal.log import get_logger
 from stepjournal.policies import Engine, Outcome
+from stepjournal.vocabulary import Action
 
 from ._calls import validate_mode
 from .v1._stages import STAGE_METHODS, named_downstream, stage_weights_version
@@ -66,7 +67,7 @@ class LegacyStages:
                 weights_version=stage_weights_version(self.trainer, stage),
             )
             self.outcomes.append(outcome)
-            if outcome.action == "replayed":
+            if outcome.action == Action.REPLAYED:
                 log.info("legacy_stage_replayed", stage=stage, step=outcome.ctx.step, source_step=outcome.source.step)
             return outcome.value
 

@@ -22,6 +22,7 @@ __all__ = [
     "UnsupportedValueError",
     "InvalidKeyError",
     "UnsafePathError",
+    "PayloadStoreError",
     "DiffError",
     "RemoteError",
     "RemoteFormatError",
@@ -45,6 +46,7 @@ __all__ = [
     "PluginError",
     "ConfigError",
     "OptionError",
+    "StageRoleError",
     "ReplayRefusedError",
     "ReplayMissError",
     "ToolCallError",
@@ -105,6 +107,11 @@ class UnsafePathError(JournalError, ValueError):
     """A path from a config would leave the folder it must stay in, or is unsafe to use."""
 
 
+class PayloadStoreError(JournalError, TypeError):
+    """A payload store given to the journal leaves a member of `PayloadStore` undeclared (a method, or a
+    capability such as ``takes_pieces``); subclass `stepjournal.PayloadStoreBase` for the defaults."""
+
+
 class IntegrityError(StepJournalError):
     """Stored bytes do not match their digest or their index; the journal is damaged.
 
@@ -142,7 +149,7 @@ class PayloadDecodeError(IntegrityError):
 class UnknownCodecError(PayloadDecodeError):
     """A payload names a custom codec that is not registered in this process.
 
-    Register it with `stepjournal.register_codec` (or import the adapter that registers it) first.
+    Register it with `stepjournal.payloads.register_codec` (or import the adapter that registers it) first.
     """
 
 
@@ -187,7 +194,19 @@ class CodecPluginError(UnknownCodecError, UnsupportedValueError):
 
 
 class DiffError(StepJournalError, ValueError):
-    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field."""
+    """`diff_journals` cannot compare what it was asked to: no shared step, an unknown run, session or field.
+
+    Attributes:
+        reason: what is wrong, without the argument to give.
+        argument: the keyword argument that settles it (``"run_a"``), or None; the message ends with
+            ``choose one with run_a``, and a caller that spells its arguments otherwise (the command
+            line's ``--run-a``) words it from this field.
+    """
+
+    def __init__(self, reason: str, *, argument: Optional[str] = None) -> None:
+        super().__init__(reason if argument is None else f"{reason}; choose one with {argument}")
+        self.reason = reason
+        self.argument = argument
 
 
 class RemoteError(JournalError):
@@ -330,6 +349,26 @@ class OptionError(ConfigError):
         self.option = option
         self.value = value
         self.allowed = allowed
+
+
+class StageRoleError(ConfigError):
+    """A stage's declared role forbids its policy: a record-only stage given a policy that may replay.
+
+    Attributes:
+        stage: the stage (e.g. ``"metrics"``).
+        role: its `stepjournal.vocabulary.StageRole`, as its adapter declared it.
+        policy: the name of the policy refused (e.g. ``"replay"``).
+    """
+
+    def __init__(self, *, stage: str, role: Any, policy: str) -> None:
+        super().__init__(
+            f"stage {stage!r} is {role.value} (its adapter declares it so): its calls are recorded, never replayed "
+            f"into training, and the policy {policy!r} may replay; use {stage}:dump (record) or {stage}:passthrough "
+            "(journal, store nothing)"
+        )
+        self.stage = stage
+        self.role = role
+        self.policy = policy
 
 
 class ReplayRefusedError(PolicyError):

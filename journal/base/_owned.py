@@ -26,11 +26,12 @@ import secrets
 import stat
 import sys
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple, Union
 
 from ._errors import UnsafePathError
 
-__all__ = ["file_kind", "open_root", "open_folder", "open_file", "make_temp", "names_in", "entries", "kind_at",
+__all__ = ["file_kind", "open_root", "open_folder", "make_folder", "open_file", "make_temp", "names_in", "entries",
+           "kind_at",
            "closing", "owned_folder", "remove", "replace", "sync"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -84,8 +85,7 @@ def open_folder(parent: int, name: str, *, where: str, create: bool = False) -> 
     """
     if create:
         try:
-            _step("os.mkdir", where)
-            os.mkdir(name, 0o700, dir_fd=parent)
+            make_folder(parent, name, where=where)
             sync(parent, where=os.path.dirname(where))
         except FileExistsError:
             pass
@@ -96,6 +96,17 @@ def open_folder(parent: int, name: str, *, where: str, create: bool = False) -> 
         raise _refused(exc, parent, name, where, "a folder") from None
     _check(fd, where, "a folder", stat.S_ISDIR, in_place=False)
     return fd
+
+
+def make_folder(parent: int, name: str, *, where: str) -> None:
+    """Make the folder `name` (owner-only) in the folder `parent` (a descriptor; `where`, its path). Its entry is
+    durable only once `parent` is synced: the caller syncs it, once for several folders it makes.
+
+    Raises:
+        FileExistsError: something is already at `name` (a folder or not: open it to know).
+    """
+    _step("os.mkdir", where)
+    os.mkdir(name, 0o700, dir_fd=parent)
 
 
 @contextmanager
@@ -231,7 +242,7 @@ def _unsafe(where: str, what: str, wanted: str) -> UnsafePathError:
     )
 
 
-def _refused(exc: OSError, folder: int, name: str, where: str, wanted: str) -> OSError:
+def _refused(exc: OSError, folder: int, name: str, where: str, wanted: str) -> Union[OSError, UnsafePathError]:
     """The error an open at an owned path failed with: `UnsafePathError` when the path holds something the
     journal does not use, else `exc` itself."""
     if exc.errno not in _REFUSED:

@@ -220,7 +220,8 @@ def prepare_journal_folder(path: str, folder: str, *, readonly: bool) -> None:
         return
     others = sorted(name for name in entries if name not in JOURNAL_FILES and not _WRITER_LOCK.fullmatch(name))
     if others:
-        shown = ", ".join(repr(name) for name in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        shown = ", ".join(repr(name) for name in others[:5])
+        shown += f" and {len(others) - 5} more" if len(others) > 5 else ""
         inside = os.path.join(path, "stepjournal")
         raise JournalError(
             f"cannot create a journal in {path!r}: the folder holds other files ({shown}) and no journal "

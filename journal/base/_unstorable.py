@@ -65,7 +65,7 @@ def storing_hint(value: object) -> str:
         return f"No codec can store it: {advice}"
     name = type(value).__name__
     hint = (
-        f"To store it, register a codec: stepjournal.register_codec({name}, \"mypackage.{name}\", "
+        f"To store it, register a codec: stepjournal.payloads.register_codec({name}, \"mypackage.{name}\", "
         "encode=..., decode=...)"
     )
     if isinstance(value, (set, frozenset)):

@@ -3,8 +3,8 @@
 An event is stored as a msgpack map ``{"type": <stable tag>, "v": <schema version>, **fields,
 "crc32": <checksum>}``. The checksum is the CRC-32 of the map packed without it: LMDB checks nothing
 of what it stores, and a flipped byte in a timestamp, a reason or a digest would otherwise decode
-into a valid but false event. It detects damage, not tampering. Events written before it existed
-have no ``crc32`` and are read unchecked.
+into a valid but false event. It detects damage, not tampering. An event without a ``crc32`` (the
+format allows none) is read unchecked.
 Unknown tags, newer versions and malformed bodies raise typed errors; older versions are lifted to
 the current one by the functions in `_UPGRADES` before structuring, so old journals stay readable.
 """
@@ -36,7 +36,7 @@ _TAG_TO_TYPE: Dict[str, Tuple[type, int]] = {tag: (cls, ver) for cls, (tag, ver)
 
 
 def _stage_generate(body: Dict[str, Any]) -> Dict[str, Any]:
-    """A v1 call event (written before stages existed) as v2: its call is of the ``"generate"`` stage."""
+    """A v1 call event (it has no stage) as v2: its call is of the ``"generate"`` stage."""
     if "stage" in body:
         raise ValueError("a v1 body has no 'stage' field; this one has, so it was not written by stepjournal")
     return {**body, "stage": "generate"}
@@ -45,7 +45,9 @@ def _stage_generate(body: Dict[str, Any]) -> Dict[str, Any]:
 # (tag, old version) -> function lifting a body dict by one version.
 def _no_renames(body: Dict[str, Any]) -> Dict[str, Any]:
     if "runs" in body:
-        raise ValueError("a v1 events_imported body has no 'runs' field; this one has, so it was not written by stepjournal")
+        raise ValueError(
+            "a v1 events_imported body has no 'runs' field; this one has, so it was not written by stepjournal"
+        )
     return {**body, "runs": {}}
 
 
@@ -266,7 +268,7 @@ def checked_body(raw: bytes) -> Optional[Tuple[type, Dict[str, Any]]]:
         version = body.pop("v")
         if found is None or type(version) is not int or not 1 <= version <= found[1]:
             return None
-        while version < found[1]:  # an older event (a 0.1.0 journal): lifted, then built the same way
+        while version < found[1]:  # an older schema version: lifted, then built the same way
             body = _UPGRADES[(tag, version)](body)
             version += 1
         return found[0], body

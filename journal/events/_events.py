@@ -14,8 +14,9 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
 import attrs
 
-from ..base._errors import InvalidKeyError
-from ._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
+from ._keys import DEFAULT_STAGE, check_key
+from ._schema import (DIGEST, COMPRESSION, DURATION, GEN_INDEX, MODE, NBYTES, RUN, SEQ, SOURCE_RUN, STAGE, STEP,
+                      TEXT, TIME, check_text, event_field, ref_kind, refuse)
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -41,102 +42,17 @@ __all__ = [
 # Values a fingerprint may hold: JSON scalars, so that a journal can be read anywhere.
 FingerprintValue = Union[str, int, float, bool, None]
 
-# -- field validators --------------------------------------------------------------------------------
-# They run whenever an event is built: when a call is recorded (the caller gets `InvalidKeyError`, a
-# ValueError) and when stored bytes are decoded (cattrs builds the event; `decode_event` turns the
-# error into an `EventDecodeError` naming the event's seq). A CRC only proves the bytes are the ones
-# written, not that a sane program wrote them: a step of -1, a NaN time or an index of 2**32 would
-# otherwise reach the index keys, the clock formatting and the JSON printers as raw tracebacks.
-
-# The latest time `datetime` can show (the end of year 9999), and msgpack's integer range.
-MAX_TS = 253402300799.0
+# The validators of the fields that are not a call's (see `_schema` for why every field is checked).
 _MIN_INT, _MAX_INT = -(1 << 63), (1 << 64) - 1
-_MAX_U64 = (1 << 64) - 1
-_MAX_NBYTES = (1 << 63) - 1
-_DIGEST_HEX = 64
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-def _show(value: Any) -> str:
-    try:
-        return repr(value)[:80]
-    except Exception:  # a hostile value may not even have a repr
-        return type(value).__name__
-
-
-def _refuse(name: str, value: Any, expected: str) -> None:
-    raise InvalidKeyError(f"{name}={_show(value)} is not valid: {expected}")
-
-
-def _int_field(low: int, high: int, text: str):
-    def check(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            _refuse(attribute.name, value, f"use an int from {text}")
-
-    return check
-
-
-def _number_field(low: float, high: float, text: str):
-    def check(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if (
-            not isinstance(value, (int, float))
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-            or not low <= value <= high
-        ):
-            _refuse(attribute.name, value, f"use a finite number from {text}")
-
-    return check
-
-
-def _check_text(name: str, value: Any) -> None:
-    if not isinstance(value, str):
-        _refuse(name, value, "use a string")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        _refuse(name, value, "it holds a lone surrogate, not UTF-8 text")
+_refuse = refuse
 
 
 def _text(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    _check_text(attribute.name, value)
-
-
-def _optional_text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None:
-        _text(instance, attribute, value)
+    check_text(attribute.name, value)
 
 
 def _run_key(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     check_key(value, "train")
-
-
-def _mode(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    check_key(instance.run, value)  # validators run once every field is set
-
-
-def _stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    check_key(instance.run, instance.mode, value)
-
-
-def _digest(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or len(value) != _DIGEST_HEX or not _HEX.issuperset(value):
-        _refuse(attribute.name, value, f"use the {_DIGEST_HEX} hex digits of a BLAKE3 digest")
-
-
-def _compression(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value not in (None, "zstd"):
-        _refuse(attribute.name, value, "use None or 'zstd'")
-
-
-def _payload_ref(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, PayloadRef):
-        _refuse(attribute.name, value, "use a PayloadRef")
-
-
-def _optional_payload_ref(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None:
-        _payload_ref(instance, attribute, value)
 
 
 def check_fingerprint(fingerprint: Mapping[str, Any]) -> None:
@@ -148,10 +64,10 @@ def check_fingerprint(fingerprint: Mapping[str, Any]) -> None:
     if not isinstance(fingerprint, Mapping):
         _refuse("fingerprint", fingerprint, "use a dict of names to str, int, float, bool or None")
     for key, value in fingerprint.items():
-        _check_text("fingerprint key", key)
+        check_text("fingerprint key", key)
         where = f"fingerprint value {key[:40]}"
         if isinstance(value, str):
-            _check_text(where, value)
+            check_text(where, value)
         elif isinstance(value, bool) or value is None:
             continue
         elif isinstance(value, int):
@@ -168,13 +84,8 @@ def _fingerprint(_instance: Any, attribute: attrs.Attribute, value: Any) -> None
     check_fingerprint(value)
 
 
-_STEP = _int_field(0, MAX_STEP, "0 to 2**63-1")
-_GEN_INDEX = _int_field(0, MAX_GEN_INDEX, "0 to 2**32-1")
-_SEQ = _int_field(1, _MAX_U64, "1 to 2**64-1")
-_NBYTES = _int_field(0, _MAX_NBYTES, "0 to 2**63-1")
-_PID = _int_field(0, _MAX_NBYTES, "0 to 2**63-1")
-_TS = _number_field(0.0, MAX_TS, f"0 to {MAX_TS:.0f} (a Unix time before the year 10000)")
-_DURATION = _number_field(0.0, float(MAX_TS), "0 up (seconds)")
+_SEQ = SEQ.validator
+_TS = TIME.validator
 
 
 @attrs.frozen
@@ -188,10 +99,10 @@ class PayloadRef:
         compression: ``"zstd"`` or ``None``.
     """
 
-    digest: str = attrs.field(validator=_digest)
-    nbytes: int = attrs.field(validator=_NBYTES)
-    stored_nbytes: int = attrs.field(validator=_NBYTES)
-    compression: Optional[str] = attrs.field(default=None, validator=_compression)
+    digest: str = event_field(DIGEST)
+    nbytes: int = event_field(NBYTES)
+    stored_nbytes: int = event_field(NBYTES)
+    compression: Optional[str] = event_field(COMPRESSION, default=None, optional=True)
 
 
 @attrs.frozen
@@ -203,110 +114,111 @@ class SessionOpened:
     fingerprint: Dict[str, FingerprintValue] = attrs.field(validator=_fingerprint)
     library_version: str = attrs.field(validator=_text)
     host: str = attrs.field(validator=_text)
-    pid: int = attrs.field(validator=_PID)
-    ts: float = attrs.field(validator=_TS)
+    pid: int = event_field(NBYTES)
+    ts: float = event_field(TIME)
+
+
+REF = ref_kind(PayloadRef)
+
+# The call events. Each field is declared once, here, with its kind (limits) and its audit columns
+# (`_schema.event_field`): the fast decoder, the map reader and the audit row derive theirs from these
+# classes. A payload's audit columns are its sizes and digest.
+_OUTPUT = (("nbytes", "nbytes"), ("stored_nbytes", "stored_nbytes"), ("digest", "digest"))
 
 
 @attrs.frozen
-class GenerationRecorded:
+class _Call:
+    """What every call event starts with: who made which call (its fields come first in each one's map)."""
+
+    session: str = event_field(TEXT, audit=True)
+    run: str = event_field(RUN, audit=True)
+    step: int = event_field(STEP, audit=True)
+    gen_index: int = event_field(GEN_INDEX, audit=True)
+    mode: str = event_field(MODE, audit=True)
+
+
+@attrs.frozen
+class GenerationRecorded(_Call):
     """A call ran for real (or was imported); its output is stored unless `output` is None."""
 
-    session: str = attrs.field(validator=_text)
-    run: str = attrs.field(validator=_run_key)
-    step: int = attrs.field(validator=_STEP)
-    gen_index: int = attrs.field(validator=_GEN_INDEX)
-    mode: str = attrs.field(validator=_mode)
-    input_digest: Optional[str] = attrs.field(validator=_optional_text)
-    output: Optional[PayloadRef] = attrs.field(validator=_optional_payload_ref)
-    input: Optional[PayloadRef] = attrs.field(validator=_optional_payload_ref)
-    duration_s: float = attrs.field(validator=_DURATION)
-    policy: str = attrs.field(validator=_text)
-    reason: str = attrs.field(validator=_text)
-    ts: float = attrs.field(validator=_TS)
-    imported_from: Optional[str] = attrs.field(default=None, validator=_optional_text)
-    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
+    input_digest: Optional[str] = event_field(TEXT, optional=True, audit=True)
+    output: Optional[PayloadRef] = event_field(REF, optional=True, audit=_OUTPUT)
+    input: Optional[PayloadRef] = event_field(REF, optional=True)
+    duration_s: float = event_field(DURATION, audit=True)
+    policy: str = event_field(TEXT, audit=True)
+    reason: str = event_field(TEXT, audit=True)
+    ts: float = event_field(TIME, audit=True)
+    imported_from: Optional[str] = event_field(TEXT, default=None, optional=True, audit=True)
+    stage: str = event_field(STAGE, default=DEFAULT_STAGE, audit=True)
 
 
 @attrs.frozen
-class ReplayServed:
+class ReplayServed(_Call):
     """A call was answered from a recorded one (of the same stage) instead of running."""
 
-    session: str = attrs.field(validator=_text)
-    run: str = attrs.field(validator=_run_key)
-    step: int = attrs.field(validator=_STEP)
-    gen_index: int = attrs.field(validator=_GEN_INDEX)
-    mode: str = attrs.field(validator=_mode)
-    input_digest: Optional[str] = attrs.field(validator=_optional_text)
-    source_seq: int = attrs.field(validator=_SEQ)
-    source_run: str = attrs.field(validator=_run_key)
-    source_step: int = attrs.field(validator=_STEP)
-    source_gen_index: int = attrs.field(validator=_GEN_INDEX)
-    output: PayloadRef = attrs.field(validator=_payload_ref)
-    policy: str = attrs.field(validator=_text)
-    reason: str = attrs.field(validator=_text)
-    ts: float = attrs.field(validator=_TS)
-    duration_s: float = attrs.field(default=0.0, validator=_DURATION)
-    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
+    input_digest: Optional[str] = event_field(TEXT, optional=True, audit=True)
+    source_seq: int = event_field(SEQ, audit=True)
+    source_run: str = event_field(SOURCE_RUN, audit=True)
+    source_step: int = event_field(STEP, audit=True)
+    source_gen_index: int = event_field(GEN_INDEX, audit=True)
+    output: PayloadRef = event_field(REF, audit=_OUTPUT)
+    policy: str = event_field(TEXT, audit=True)
+    reason: str = event_field(TEXT, audit=True)
+    ts: float = event_field(TIME, audit=True)
+    duration_s: float = event_field(DURATION, default=0.0, audit=True)
+    stage: str = event_field(STAGE, default=DEFAULT_STAGE, audit=True)
 
 
 @attrs.frozen
-class CallBypassed:
+class CallBypassed(_Call):
     """A call ran without the journal's involvement (e.g. validation); nothing stored."""
 
-    session: str = attrs.field(validator=_text)
-    run: str = attrs.field(validator=_run_key)
-    step: int = attrs.field(validator=_STEP)
-    gen_index: int = attrs.field(validator=_GEN_INDEX)
-    mode: str = attrs.field(validator=_mode)
-    policy: str = attrs.field(validator=_text)
-    reason: str = attrs.field(validator=_text)
-    ts: float = attrs.field(validator=_TS)
-    duration_s: float = attrs.field(default=0.0, validator=_DURATION)
-    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
+    policy: str = event_field(TEXT, audit=True)
+    reason: str = event_field(TEXT, audit=True)
+    ts: float = event_field(TIME, audit=True)
+    duration_s: float = event_field(DURATION, default=0.0, audit=True)
+    stage: str = event_field(STAGE, default=DEFAULT_STAGE, audit=True)
 
 
 @attrs.frozen
-class CallRefused:
+class CallRefused(_Call):
     """A call was refused (replay miss, fingerprint or input mismatch): an error was raised."""
 
-    session: str = attrs.field(validator=_text)
-    run: str = attrs.field(validator=_run_key)
-    step: int = attrs.field(validator=_STEP)
-    gen_index: int = attrs.field(validator=_GEN_INDEX)
-    mode: str = attrs.field(validator=_mode)
-    policy: str = attrs.field(validator=_text)
-    reason: str = attrs.field(validator=_text)
-    ts: float = attrs.field(validator=_TS)
-    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
+    policy: str = event_field(TEXT, audit=True)
+    reason: str = event_field(TEXT, audit=True)
+    ts: float = event_field(TIME, audit=True)
+    stage: str = event_field(STAGE, default=DEFAULT_STAGE, audit=True)
 
 
 def _digests(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, list):
         _refuse(attribute.name, value, "use a list of hex digests")
     for item in value:
-        _digest(_instance, attribute, item)
+        DIGEST.validator(_instance, attribute, item)
 
 
 @attrs.frozen
 class PayloadsReleased:
-    """Retention released the payloads of one recorded generation (see `stepjournal.Retention`).
+    """Retention released the payloads of one recorded generation (see `stepjournal.upkeep.Retention`).
 
     The record's event stays in the log; from here on `lookup` no longer serves it. `released` are
     the digests whose bytes were deleted; `retained` those of the record that a kept record still
     uses (content addressing), left in place.
     """
 
-    run: str = attrs.field(validator=_run_key)
-    step: int = attrs.field(validator=_STEP)
-    gen_index: int = attrs.field(validator=_GEN_INDEX)
-    mode: str = attrs.field(validator=_mode)
-    record_seq: int = attrs.field(validator=_SEQ)
-    released: List[str] = attrs.field(validator=_digests)
-    retained: List[str] = attrs.field(validator=_digests)
-    rule: str = attrs.field(validator=_text)
-    reason: str = attrs.field(validator=_text)
-    ts: float = attrs.field(validator=_TS)
-    stage: str = attrs.field(default=DEFAULT_STAGE, validator=_stage)
+    run: str = event_field(RUN)
+    step: int = event_field(STEP)
+    gen_index: int = event_field(GEN_INDEX)
+    mode: str = event_field(MODE)
+    record_seq: int = event_field(SEQ)
+    # mypy's attrs plugin reads every `event_field(...)` above as a field with a default (it knows only
+    # attrs.field's own `default=`); these fields, like those above, have none.
+    released: List[str] = attrs.field(validator=_digests)  # type: ignore[misc]
+    retained: List[str] = attrs.field(validator=_digests)  # type: ignore[misc]
+    rule: str = event_field(TEXT)
+    reason: str = event_field(TEXT)
+    ts: float = event_field(TIME)
+    stage: str = event_field(STAGE, default=DEFAULT_STAGE)
 
 
 def _renames(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -321,7 +233,7 @@ def _renames(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 class EventsImported:
     """The next ``source_last - source_first + 1`` events were pulled from another journal, unchanged.
 
-    Written by `stepjournal.pull` in the write transaction that appends them: the event right after
+    Written by `stepjournal.sharing.pull` in the write transaction that appends them: the event right after
     this one is event `source_first` of journal `source`, the next one `source_first + 1`, and so on.
     It is their provenance (the audit shows it); the imported events keep their own bytes, so a
     `ReplayServed` among them names its source by the source journal's seq. `runs` names the run keys

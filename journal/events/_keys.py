@@ -3,7 +3,7 @@
 - ``events``: the sequence number, u64 big-endian (so LMDB's byte order is log order).
 - ``gen``: ``run \\0 mode \\0 stage \\0 step(u64 BE) gen_index(u32 BE)`` (layout 2): for one
   (run, mode, stage) the keys sort by step, then by generation index, which is what nearest-step
-  lookups walk. Layout 1 (stepjournal 0.1.0, no stages) had ``run \\0 mode \\0 step gen_index``; a
+  lookups walk. Layout 1 (no stages) has ``run \\0 mode \\0 step gen_index``; a
   writable open rebuilds such an index in the new layout (`META_LAYOUT` says which one is on disk).
 - ``sessions``: the session id, UTF-8 (`session_key`); the value is a `seq_key`.
 - ``steps``: ``run \\0 mode \\0 stage \\0 ordinal(u64 BE)`` (`rank_key`) -> step (u64 BE): the
@@ -44,6 +44,7 @@ __all__ = [
     "META_LAYOUT",
     "LAYOUT_VERSION",
     "DEFAULT_STAGE",
+    "DEFAULT_MODE",
     "check_stage",
     "rank_key",
     "prefix_end",
@@ -73,11 +74,13 @@ META_STEPS_INDEX = b"steps_index"
 META_RUNS_INDEX = b"runs_index"
 # The audit schema of the ``rows`` projection and the seq of the last event it folded in (`_rows_index`).
 META_ROWS_INDEX = b"rows_index"
-# The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (0.1.0, no stage in the key).
+# The layout of the ``gen`` and ``steps`` keys on disk: absent means 1 (no stage in the key).
 META_LAYOUT = b"layout"
 LAYOUT_VERSION = 2
-# The stage of every call journaled before stages existed, and the default of every call.
+# The stage of a call that names none, and of every call a v1 event holds.
 DEFAULT_STAGE = "generate"
+# The mode of a call nobody named another for (the training steps; ``"validate"`` ... are the others).
+DEFAULT_MODE = "train"
 
 
 class GenKey(NamedTuple):
@@ -108,7 +111,7 @@ def session_key(session: str) -> bytes:
 def gen_prefix(run: str, mode: str, stage: str = DEFAULT_STAGE, *, layout: int = LAYOUT_VERSION) -> bytes:
     """The prefix every index key of (run, mode, stage) starts with.
 
-    `layout` 1 (a 0.1.0 index, read as it is by a read-only journal) has no stage: only the
+    `layout` 1 (an index without stages, read as it is by a read-only journal) has no stage: only the
     ``"generate"`` stage exists there.
     """
     if layout == 1:
@@ -132,7 +135,10 @@ def gen_key(run: str, mode: str, step: int, gen_index: int, stage: str = DEFAULT
     return gen_key_at(gen_prefix(run, mode, stage, layout=layout), step, gen_index)
 
 
-def gen_key_at(prefix: bytes, step: int, gen_index: int, _pack=struct.Struct(">QI").pack) -> bytes:
+_STEP_INDEX = struct.Struct(">QI")  # the step in 8 bytes and the call's index in 4
+
+
+def gen_key_at(prefix: bytes, step: int, gen_index: int, _pack=_STEP_INDEX.pack) -> bytes:
     """`gen_key` under a `gen_prefix` already made (a writer of many keys makes each prefix once): the
     step in 8 bytes and the call's index in 4, big-endian, so keys sort as (step, index)."""
     return prefix + _pack(step, gen_index)
@@ -154,7 +160,7 @@ def parse_gen_key(key: bytes) -> Optional[GenKey]:
 
 def check_stage(stage: str) -> None:
     """Refuse a stage name that cannot be part of an index key (empty, NUL, not UTF-8, not a str)."""
-    check_key("default", "train", stage)
+    check_key("default", DEFAULT_MODE, stage)
 
 
 # (run, mode, stage) triples that passed `check_key`: every event decoded checks its key, and a journal

@@ -9,19 +9,23 @@ versioned by `AUDIT_SCHEMA_VERSION` and documented in docs/audit.md.
 
 from __future__ import annotations
 
-from typing import Any, Container, Dict, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Container, Dict, Iterable, List, Optional, Tuple, Union
 
 import attrs
 
 from ._import_map import ImportMap
 from ..events._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event, EventsImported,
-                      GenerationRecorded, PayloadsReleased, ReplayServed, SessionOpened, iso_time)
+                      GenerationRecorded, PayloadRef, PayloadsReleased, SessionOpened, iso_time)
+from ..events._schema import fields_of
 from ._runs_index import RunSummary
 
 __all__ = [
     "AUDIT_FIELDS",
     "ACTIONS",
     "AuditRecord",
+    "CALL_COLUMNS",
+    "Column",
+    "ROW_COLUMNS",
     "CALL_EVENT_TYPES",
     "AUDIT_EVENT_TYPES",
     "RELEASED",
@@ -57,9 +61,117 @@ def session_names(opened: Iterable[str]) -> Dict[str, str]:
     return {session: f"s{n}" for n, session in enumerate(dict.fromkeys(opened), start=1)}
 
 
+# The audit row's own columns (every other column is a call field's, declared in its event class):
+# the row's schema version, the event's seq, the call's action, whether it stored an output, the clock
+# text of its ``ts``, the release of its payloads and where a pulled call came from.
+ROW_COLUMNS: Dict[str, Any] = {
+    "schema_version": int, "seq": int, "action": str, "stored": bool, "time": Optional[str],
+    "released_by": Optional[int], "origin_journal": Optional[str], "origin_seq": Optional[int],
+}
+# The order of the row's keys (a published layout: docs/audit.md). A call field's column not placed here
+# comes after these, in the order the event classes declare them (adding keys keeps the schema version).
+_ORDER = ("schema_version", "seq", "session", "run", "mode", "stage", "step", "gen_index", "action", "stored",
+          "source_run", "source_step", "source_gen_index", "source_seq", "policy", "reason", "nbytes",
+          "stored_nbytes", "digest", "input_digest", "ts", "time", "duration_s", "imported_from", "released_by",
+          "origin_journal", "origin_seq")
+
+
 @attrs.frozen
-class AuditRecord:
-    """One generate call as the audit shows it.
+class Column:
+    """An audit column a call event's field fills.
+
+    Attributes:
+        name: the column (its key in the JSON row).
+        field: the event's field.
+        part: for a payload, which of its fields (``"nbytes"``); None: the field's value itself.
+        default: the value of a stored map that lacks the field (`attrs.NOTHING`: it never does).
+        kind: what the value holds (`_schema.Kind`).
+        hint: the column's type (of the field, or of the payload's part).
+    """
+
+    name: str
+    field: str
+    part: Optional[str]
+    default: Any
+    kind: Any
+    hint: Any
+
+
+def _columns_of(cls: type) -> Tuple[Column, ...]:
+    ref_fields = {f.name: f for f in fields_of(PayloadRef)}
+    columns = []
+    for field in fields_of(cls):
+        for name, part in field.audit:
+            if part is None:
+                columns.append(Column(name, field.name, None, field.default, field.kind, field.hint))
+            else:
+                of = ref_fields[part]
+                columns.append(Column(name, field.name, part, field.default, of.kind, of.hint))
+    return tuple(columns)
+
+
+# Per call event class, the columns its fields fill; a column a class has no field for is None in its rows.
+CALL_COLUMNS: Dict[type, Tuple[Column, ...]] = {cls: _columns_of(cls) for cls in CALL_EVENT_TYPES}
+
+
+def _audit_fields() -> Tuple[str, ...]:
+    named = dict.fromkeys(column.name for columns in CALL_COLUMNS.values() for column in columns)
+    unknown = [name for name in _ORDER if name not in named and name not in ROW_COLUMNS]
+    if unknown:  # a field left its class: drop its column here too, and bump AUDIT_SCHEMA_VERSION
+        raise TypeError(f"audit columns {unknown} are placed in _audit._ORDER but no call event field fills them")
+    return _ORDER + tuple(name for name in named if name not in _ORDER)
+
+
+# The keys of a JSON audit row, in order (also the CSV columns).
+AUDIT_FIELDS: Tuple[str, ...] = _audit_fields()
+
+
+def _record_field(name: str) -> Any:
+    """`AuditRecord`'s field for column `name`: required when every call event holds it, else None by default."""
+    if name in ROW_COLUMNS:
+        kind = ROW_COLUMNS[name]
+        return attrs.field(type=kind) if name in ("seq", "action", "stored") else attrs.field(type=kind, default=None)
+    found = [column for columns in CALL_COLUMNS.values() for column in columns if column.name == name]
+    hint = found[0].hint
+    if len(found) == len(CALL_COLUMNS) and all(c.part is None and c.default is attrs.NOTHING for c in found):
+        return attrs.field(type=hint)
+    defaults = {repr(c.default) for c in found}
+    if len(found) == len(CALL_COLUMNS) and len(defaults) == 1 and found[0].default is not attrs.NOTHING:
+        return attrs.field(type=hint, default=found[0].default)
+    # attrs takes any annotation as `type` (it only stores it); its stub declares a class.
+    return attrs.field(type=Optional[hint], default=None)  # type: ignore[call-overload]
+
+
+def _from_event(cls: Any, seq: int, event: Any) -> Any:
+    """The record of one call event, or of a `PayloadsReleased` (any event but `SessionOpened`)."""
+    if isinstance(event, PayloadsReleased):
+        return cls(
+            seq=seq, session="", run=event.run, step=event.step, gen_index=event.gen_index, mode=event.mode,
+            action=RELEASED, stored=False, policy="retention", reason=f"{event.reason} (rule: {event.rule})",
+            ts=event.ts, source_run=event.run, source_step=event.step, source_gen_index=event.gen_index,
+            source_seq=event.record_seq,
+        )
+    event_type = type(event)
+    values: Dict[str, Any] = {"seq": seq, "action": CALL_ACTIONS[event_type],
+                              # only a recorded call stores its output
+                              "stored": event_type is GenerationRecorded and event.output is not None}
+    for column in CALL_COLUMNS[event_type]:
+        value = getattr(event, column.field)
+        values[column.name] = value if column.part is None or value is None else getattr(value, column.part)
+    return cls(**values)
+
+
+def _to_json(self: Any) -> Dict[str, Any]:
+    """This record as a JSON object of schema `AUDIT_SCHEMA_VERSION` (keys in `AUDIT_FIELDS` order)."""
+    row = {name: getattr(self, name, None) for name in AUDIT_FIELDS}
+    row["schema_version"], row["time"] = AUDIT_SCHEMA_VERSION, iso_time(self.ts)
+    return row
+
+
+_RECORD_DOC = """One call as the audit shows it (a `PayloadsReleased` too, as a row of action ``"released"``).
+
+    Its fields are the audit row's keys (`AUDIT_FIELDS`) but ``schema_version`` and ``time``, derived from
+    the call event classes (each field declared there with its audit column) and the row's own columns.
 
     Attributes:
         seq: the call event's sequence number in the log.
@@ -87,128 +199,21 @@ class AuditRecord:
             journal's id and the call's seq there.
     """
 
-    seq: int
-    session: str
-    run: str
-    step: int
-    gen_index: int
-    mode: str
-    action: str
-    stored: bool
-    policy: str
-    reason: str
-    ts: float
-    duration_s: Optional[float] = None
-    nbytes: Optional[int] = None
-    stored_nbytes: Optional[int] = None
-    digest: Optional[str] = None
-    input_digest: Optional[str] = None
-    source_run: Optional[str] = None
-    source_step: Optional[int] = None
-    source_gen_index: Optional[int] = None
-    source_seq: Optional[int] = None
-    imported_from: Optional[str] = None
-    stage: str = "generate"
-    released_by: Optional[int] = None
-    origin_journal: Optional[str] = None
-    origin_seq: Optional[int] = None
 
-    @classmethod
-    def from_event(cls, seq: int, event: Any) -> "AuditRecord":
-        """The record of one call event, or of a `PayloadsReleased` (any event but `SessionOpened`)."""
-        if isinstance(event, PayloadsReleased):
-            return cls(
-                seq=seq, session="", run=event.run, step=event.step, gen_index=event.gen_index, mode=event.mode,
-                action=RELEASED, stored=False, policy="retention", reason=f"{event.reason} (rule: {event.rule})",
-                ts=event.ts, source_run=event.run, source_step=event.step, source_gen_index=event.gen_index,
-                source_seq=event.record_seq,
-            )
-        action = CALL_ACTIONS[type(event)]
-        common = dict(
-            seq=seq,
-            session=event.session,
-            run=event.run,
-            step=event.step,
-            gen_index=event.gen_index,
-            mode=event.mode,
-            stage=event.stage,
-            action=action,
-            policy=event.policy,
-            reason=event.reason,
-            ts=event.ts,
-            duration_s=getattr(event, "duration_s", None),
-        )
-        if isinstance(event, GenerationRecorded):
-            out = event.output
-            return cls(
-                **common,
-                stored=out is not None,
-                nbytes=out.nbytes if out else None,
-                stored_nbytes=out.stored_nbytes if out else None,
-                digest=out.digest if out else None,
-                input_digest=event.input_digest,
-                imported_from=event.imported_from,
-            )
-        if isinstance(event, ReplayServed):
-            return cls(
-                **common,
-                stored=False,
-                nbytes=event.output.nbytes,
-                stored_nbytes=event.output.stored_nbytes,
-                digest=event.output.digest,
-                input_digest=event.input_digest,
-                source_run=event.source_run,
-                source_step=event.source_step,
-                source_gen_index=event.source_gen_index,
-                source_seq=event.source_seq,
-            )
-        return cls(**common, stored=False)
-
-    def to_json(self) -> Dict[str, Any]:
-        """This record as a JSON object of schema `AUDIT_SCHEMA_VERSION` (keys in `AUDIT_FIELDS`)."""
-        return {  # in `AUDIT_FIELDS` order (tests/unit/test_call_rows.py checks the keys)
-            "schema_version": AUDIT_SCHEMA_VERSION, "seq": self.seq, "session": self.session, "run": self.run,
-            "mode": self.mode, "stage": self.stage, "step": self.step, "gen_index": self.gen_index,
-            "action": self.action, "stored": self.stored, "source_run": self.source_run,
-            "source_step": self.source_step, "source_gen_index": self.source_gen_index,
-            "source_seq": self.source_seq, "policy": self.policy, "reason": self.reason, "nbytes": self.nbytes,
-            "stored_nbytes": self.stored_nbytes, "digest": self.digest, "input_digest": self.input_digest,
-            "ts": self.ts, "time": iso_time(self.ts), "duration_s": self.duration_s,
-            "imported_from": self.imported_from, "released_by": self.released_by,
-            "origin_journal": self.origin_journal, "origin_seq": self.origin_seq,
-        }
+def _record_class() -> Any:
+    names = [name for name in AUDIT_FIELDS if name not in ("schema_version", "time")]
+    fields = {name: _record_field(name) for name in names}
+    ordered = {name: f for name, f in fields.items() if f._default is attrs.NOTHING}  # required ones first
+    ordered.update((name, f) for name, f in fields.items() if f._default is not attrs.NOTHING)
+    return attrs.make_class("AuditRecord", ordered, frozen=True, slots=True, class_body={
+        "__doc__": _RECORD_DOC, "__module__": __name__, "from_event": classmethod(_from_event), "to_json": _to_json})
 
 
-# The keys of a JSON audit row, in order (also the CSV columns).
-AUDIT_FIELDS: Tuple[str, ...] = (
-    "schema_version",
-    "seq",
-    "session",
-    "run",
-    "mode",
-    "stage",
-    "step",
-    "gen_index",
-    "action",
-    "stored",
-    "source_run",
-    "source_step",
-    "source_gen_index",
-    "source_seq",
-    "policy",
-    "reason",
-    "nbytes",
-    "stored_nbytes",
-    "digest",
-    "input_digest",
-    "ts",
-    "time",
-    "duration_s",
-    "imported_from",
-    "released_by",
-    "origin_journal",
-    "origin_seq",
-)
+# Built from the call event classes' fields at import; a type checker sees it as Any.
+if TYPE_CHECKING:
+    AuditRecord = Any
+else:
+    AuditRecord = _record_class()
 
 
 def audit(

@@ -12,25 +12,31 @@ error, so the output is the event path's (`tests/unit/test_call_rows.py` compare
 
 from __future__ import annotations
 
-import math
-from typing import Any, Container, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Container, Dict, FrozenSet, Iterable, Iterator, Optional, Tuple
 
-from ._audit import AUDIT_EVENT_TYPES, RELEASED, AuditRecord, Provenance
+from ._audit import AUDIT_EVENT_TYPES, AUDIT_FIELDS, CALL_COLUMNS, RELEASED, AuditRecord, Provenance
 from ..events._convert import checked_body, event_of
 from ..base._errors import InvalidKeyError
-from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, MAX_TS, CallRefused, EventsImported, GenerationRecorded, PayloadRef,
-                      ReplayServed, iso_time,
-                      field_names)
-from ..events._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP, check_key
+from ..events._events import AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EventsImported, GenerationRecorded, iso_time
+from ..events._keys import check_key
+from ..events._schema import BAD, fields_of
 
 __all__ = ["json_rows", "call_row", "checked_row", "KeyRuleCache", "MARKER_TAG", "releases_of"]
 
-_MAX_U64 = (1 << 64) - 1
-_MAX_NBYTES = (1 << 63) - 1
-_HEX = frozenset("0123456789abcdefABCDEF")
-# Per call class: the fields it has, those without a default (the attrs classes' own lists).
-_CLASS_FIELDS = {cls: field_names(cls) for cls in CALL_ACTIONS}
-_REF_FIELDS, _REF_REQUIRED = field_names(PayloadRef)
+# Per call class: its fields as the map reader checks them ((name, check, optional, default) each), the
+# keys its map may and must hold, and its run keys checked alone (a replay's source run); all derived
+# from the class's declared fields (`_schema.fields_of`).
+_Plan = Tuple[Tuple[Tuple[str, Any, bool, Any], ...], FrozenSet[str], FrozenSet[str], Tuple[str, ...]]
+
+
+def _plan_of(cls: type) -> _Plan:
+    fields = fields_of(cls)
+    return (tuple((f.name, f.kind.check, f.optional, f.default) for f in fields),
+            frozenset(f.name for f in fields), frozenset(f.name for f in fields if f.required),
+            tuple(f.name for f in fields if f.kind.key == "lone_run"))
+
+
+_PLANS: Dict[type, _Plan] = {cls: _plan_of(cls) for cls in CALL_ACTIONS}
 
 
 class KeyRuleCache:
@@ -56,93 +62,40 @@ class KeyRuleCache:
         return True
 
 
-def _int(value: Any, low: int, high: int) -> bool:
-    return type(value) is int and low <= value <= high
-
-
-def _number(value: Any) -> Optional[float]:
-    """`value` as the float a ``0 .. MAX_TS`` field holds (an int becomes a float), or None."""
-    if type(value) is float:
-        return value if math.isfinite(value) and 0.0 <= value <= MAX_TS else None
-    if type(value) is int:
-        return float(value) if 0 <= value <= MAX_TS else None
-    return None
-
-
-def _text(value: Any) -> bool:
-    return type(value) is str  # msgpack's strict UTF-8 never hands back a lone surrogate
-
-
-def _ref(value: Any) -> Optional[Dict[str, Any]]:
-    """A `PayloadRef` map that passes the class's rules, or None."""
-    if type(value) is not dict or not _REF_REQUIRED <= value.keys() or not value.keys() <= _REF_FIELDS:
-        return None
-    digest = value["digest"]
-    if type(digest) is not str or len(digest) != 64 or not _HEX.issuperset(digest):
-        return None
-    if not _int(value["nbytes"], 0, _MAX_NBYTES) or not _int(value["stored_nbytes"], 0, _MAX_NBYTES):
-        return None
-    if value.get("compression") not in (None, "zstd"):
-        return None
-    return value
-
-
 def call_row(seq: int, cls: type, body: Dict[str, Any], keys: KeyRuleCache, *,
              timed: bool = True) -> Optional[Dict[str, Any]]:
     """The JSON row of a call event's map when every field passes its class's rules, else None
     (`timed`: with its ``time``; without, None there, for a reader that needs no clock text)."""
-    if cls not in CALL_ACTIONS:
+    plan = _PLANS.get(cls)
+    if plan is None:
         return None
-    allowed, required = _CLASS_FIELDS[cls]
+    fields, allowed, required, lone_runs = plan
     if not required <= body.keys() or not body.keys() <= allowed:
         return None
-    run, mode, stage = body["run"], body["mode"], body.get("stage", DEFAULT_STAGE)
-    session, policy, reason = body["session"], body["policy"], body["reason"]
-    step, gen_index = body["step"], body["gen_index"]
-    ts = _number(body["ts"])
-    if ts is None or not (_text(session) and _text(policy) and _text(reason) and _text(run) and _text(mode)
-                          and _text(stage)):
+    values: Dict[str, Any] = {}
+    for name, check, optional, default in fields:
+        value = body.get(name, default)
+        if value is None and optional:
+            values[name] = None
+            continue
+        value = check(value)
+        if value is BAD:
+            return None
+        values[name] = value
+    if not keys.ok(values["run"], values["mode"], values["stage"]):
         return None
-    if not _int(step, 0, MAX_STEP) or not _int(gen_index, 0, MAX_GEN_INDEX):
-        return None
-    if not keys.ok(run, mode, stage):
-        return None
-    duration: Optional[float] = None
-    if cls is not CallRefused:
-        duration = _number(body.get("duration_s", 0.0))
-        if duration is None:
+    for name in lone_runs:
+        if not keys.ok(values[name]):
             return None
-    stored, out, input_digest, imported_from = False, None, None, None
-    source: Tuple[Any, ...] = (None, None, None, None)
-    if cls is GenerationRecorded or cls is ReplayServed:
-        input_digest = body["input_digest"]
-        if input_digest is not None and not _text(input_digest):
-            return None
-        out = _ref(body["output"]) if body["output"] is not None or cls is ReplayServed else None
-        if out is None and (cls is ReplayServed or body["output"] is not None):
-            return None
-    if cls is GenerationRecorded:
-        if body["input"] is not None and _ref(body["input"]) is None:
-            return None
-        imported_from = body.get("imported_from")
-        if imported_from is not None and not _text(imported_from):
-            return None
-        stored = out is not None
-    elif cls is ReplayServed:
-        source = (body["source_run"], body["source_step"], body["source_gen_index"], body["source_seq"])
-        if not (_text(source[0]) and keys.ok(source[0]) and _int(source[1], 0, MAX_STEP)
-                and _int(source[2], 0, MAX_GEN_INDEX) and _int(source[3], 1, _MAX_U64)):
-            return None
-    return {
-        "schema_version": AUDIT_SCHEMA_VERSION, "seq": seq, "session": session, "run": run, "mode": mode,
-        "stage": stage, "step": step, "gen_index": gen_index, "action": CALL_ACTIONS[cls], "stored": stored,
-        "source_run": source[0], "source_step": source[1], "source_gen_index": source[2], "source_seq": source[3],
-        "policy": policy, "reason": reason,
-        "nbytes": out["nbytes"] if out else None, "stored_nbytes": out["stored_nbytes"] if out else None,
-        "digest": out["digest"] if out else None, "input_digest": input_digest, "ts": ts, "time": iso_time(ts) if timed else None,
-        "duration_s": duration, "imported_from": imported_from, "released_by": None, "origin_journal": None,
-        "origin_seq": None,
-    }
+    row = dict.fromkeys(AUDIT_FIELDS)
+    for column in CALL_COLUMNS[cls]:
+        value = values[column.field]
+        row[column.name] = value if column.part is None or value is None else value[column.part]
+    ts = values["ts"]
+    row["schema_version"], row["seq"], row["action"] = AUDIT_SCHEMA_VERSION, seq, CALL_ACTIONS[cls]
+    row["stored"] = cls is GenerationRecorded and values["output"] is not None  # only a recorded call stores
+    row["time"] = iso_time(ts) if timed else None
+    return row
 
 
 def _native() -> Any:

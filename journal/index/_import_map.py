@@ -25,7 +25,8 @@ class ImportMap:
     def __init__(self) -> None:
         self._starts: List[int] = []  # local seq of each block's first event, ascending (log order)
         self._blocks: List[Tuple[int, int, str, int]] = []  # (local first, local last, source, source first)
-        self._by_source: Dict[str, List[Tuple[int, int, int]]] = {}  # source -> [(source first, source last, local first)]
+        # source -> [(source first, source last, local first)]
+        self._by_source: Dict[str, List[Tuple[int, int, int]]] = {}
 
     def __len__(self) -> int:
         """How many pulled blocks the map holds (an empty map: nothing here was pulled)."""

@@ -24,119 +24,102 @@ msgspec is imported with this module, which the verbs that need it import when t
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+import operator
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
+import attrs
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
 
-from ._audit import AUDIT_FIELDS
+from ._audit import AUDIT_FIELDS, CALL_COLUMNS
 from ..events._convert import MAX_EVENT_BYTES, checksum_holds
-from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, MAX_TS, CallBypassed, CallRefused, GenerationRecorded,
-                      ReplayServed, iso_time,
-                      field_names)
-from ..events._keys import DEFAULT_STAGE, MAX_GEN_INDEX, MAX_STEP
+from ..events._events import AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, GenerationRecorded, PayloadRef, field_names, iso_time
+from ..events._schema import Field, fields_of
 
 __all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "encode_lines", "as_row",
            "as_dicts"]
 
-_Step = Annotated[int, Meta(ge=0, le=MAX_STEP)]
-_GenIndex = Annotated[int, Meta(ge=0, le=MAX_GEN_INDEX)]
-_Seconds = Annotated[float, Meta(ge=0.0, le=MAX_TS)]  # NaN and infinities fail these bounds
-_Bytes = Annotated[int, Meta(ge=0, le=(1 << 63) - 1)]
 _Checksum = Annotated[int, Meta(ge=0, le=(1 << 32) - 1)]
-_Digest = Annotated[str, Meta(pattern="^[0-9a-fA-F]{64}\\Z")]
+_STRUCT_FIELD = {"v", "crc32"}  # the stored envelope: the version and the checksum (the tag is the struct's)
 
 
-class _Ref(msgspec.Struct, forbid_unknown_fields=True):
-    digest: _Digest
-    nbytes: _Bytes
-    stored_nbytes: _Bytes
-    compression: Union[Literal["zstd"], None, UnsetType] = UNSET
+def _native(field: Field, ref: Any) -> Any:
+    """The msgspec type of an event field: its kind's type and bounds, None-able when the field is, UNSET-able
+    when a stored map may lack it (a reader tells a missing key from a stored default)."""
+    base, bounds = field.kind.native
+    kind = ref if field.kind.native[0] is PayloadRef else (Annotated[base, Meta(**bounds)] if bounds else base)
+    kinds = [kind] + ([type(None)] if field.optional else []) + ([] if field.required else [UnsetType])
+    return Union[tuple(kinds)] if len(kinds) > 1 else kind
 
 
-class _Call(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
-    v: Literal[2]
-    crc32: _Checksum
-    session: str
-    run: str
-    step: _Step
-    gen_index: _GenIndex
-    mode: str
-    policy: str
-    reason: str
-    ts: _Seconds
+def _struct_of(cls: type, ref: Any = None, tag: Optional[str] = None, version: Optional[int] = None) -> Any:
+    """The msgspec struct that decodes `cls`'s stored map, derived from the class's declared fields."""
+    fields = fields_of(cls)
+    spec: List[Any] = [] if tag is None else [("v", Literal[version]), ("crc32", _Checksum)]
+    spec += [(f.name, _native(f, ref)) for f in fields if f.required]
+    spec += [(f.name, _native(f, ref), UNSET) for f in fields if not f.required]
+    options: Dict[str, Any] = {} if tag is None else {"tag": tag, "tag_field": "type"}
+    return msgspec.defstruct(f"_{cls.__name__}", spec, forbid_unknown_fields=True, module=__name__, **options)
 
 
-class _Generated(_Call, tag=EVENT_TYPES[GenerationRecorded][0]):
-    input_digest: Optional[str]
-    output: Optional[_Ref]
-    input: Optional[_Ref]
-    duration_s: _Seconds
-    imported_from: Union[str, None, UnsetType] = UNSET
-    stage: Union[str, UnsetType] = UNSET
-
-
-class _Replayed(_Call, tag=EVENT_TYPES[ReplayServed][0]):
-    input_digest: Optional[str]
-    source_seq: Annotated[int, Meta(ge=1)]  # msgpack holds no int past 2**64 - 1, the rule's top
-    source_run: str
-    source_step: _Step
-    source_gen_index: _GenIndex
-    output: _Ref
-    duration_s: Union[_Seconds, UnsetType] = UNSET
-    stage: Union[str, UnsetType] = UNSET
-
-
-class _Bypassed(_Call, tag=EVENT_TYPES[CallBypassed][0]):
-    duration_s: Union[_Seconds, UnsetType] = UNSET
-    stage: Union[str, UnsetType] = UNSET
-
-
-class _Refused(_Call, tag=EVENT_TYPES[CallRefused][0]):
-    stage: Union[str, UnsetType] = UNSET
-
-
-# The event class each struct decodes (by its tag); `tests/unit/test_event_schema.py` checks that the struct's
-# fields, defaults, types and version are the class's.
-_CLASS_OF_TAG = {tag: cls for cls, (tag, _version) in EVENT_TYPES.items()}
-_EVENT_OF = {struct: _CLASS_OF_TAG[struct.__struct_config__.tag] for struct in (_Generated, _Replayed, _Bypassed, _Refused)}
+_Ref = _struct_of(PayloadRef)
+# The struct of each call event class (by its tag and current version); `tests/unit/test_event_schema.py`
+# checks the derivation against the classes (fields, defaults, types, tag, version).
+_EVENT_OF = {_struct_of(cls, _Ref, *EVENT_TYPES[cls]): cls for cls in CALL_ACTIONS}
+_STRUCT_OF = {cls: struct for struct, cls in _EVENT_OF.items()}
+_Generated = _STRUCT_OF[GenerationRecorded]
 # Keys every map of the class has: its fields without a default, plus type, v and crc32.
 _KEYS = {struct: len(field_names(cls)[1]) + 3 for struct, cls in _EVENT_OF.items()}
+# The fields a stored map may lack, and the stage a call of each class has when its map holds none.
+_OMISSIBLE = {struct: tuple(f.name for f in fields_of(cls) if not f.required) for struct, cls in _EVENT_OF.items()}
+_DEFAULT_STAGE: Dict[Any, str] = {struct: field.default for struct, cls in _EVENT_OF.items()
+                                  for field in fields_of(cls) if field.name == "stage"}
+_LONE_RUNS = {struct: tuple(f.name for f in fields_of(cls) if f.kind.key == "lone_run") for struct, cls in _EVENT_OF.items()}
 _ACTION = {struct: CALL_ACTIONS[cls] for struct, cls in _EVENT_OF.items()}
-_DECODER = msgspec.msgpack.Decoder(Union[_Generated, _Replayed, _Bypassed, _Refused])
+_DECODER = msgspec.msgpack.Decoder(Union[tuple(_EVENT_OF)])  # type: ignore[misc]
 
 
-class Row(msgspec.Struct):
-    """An audit JSON row (keys in `AUDIT_FIELDS` order); ``row[key]`` reads a field as for a dict row."""
+_AT = {name: at for at, name in enumerate(AUDIT_FIELDS)}
 
-    schema_version: int
-    seq: int
-    session: str
-    run: str
-    mode: str
-    stage: str
-    step: int
-    gen_index: int
-    action: str
-    stored: bool
-    source_run: Any
-    source_step: Any
-    source_gen_index: Any
-    source_seq: Any
-    policy: str
-    reason: str
-    nbytes: Any
-    stored_nbytes: Any
-    digest: Any
-    input_digest: Any
-    ts: Any
-    time: Any
-    duration_s: Any
-    imported_from: Any
-    released_by: Any
-    origin_journal: Any
-    origin_seq: Any
 
+def _row_plan(struct: Any) -> Tuple[Any, Tuple[Any, ...], Tuple[Tuple[str, Any, Tuple[None, ...]], ...],
+                                    Tuple[Tuple[int, Any], ...], Tuple[int, ...]]:
+    """How `row_of` reads the row of a struct's event, in `AUDIT_FIELDS` order, mostly in C: the struct's
+    values (`msgspec.structs.astuple`), then each payload's parts, then the values every row of the struct
+    shares (the schema version, the action, None) are one tuple, which one `itemgetter` (`place`) lays out
+    as the row (with the seq, ``stored`` and ``time`` of the event between them). Returns
+    ``(place, shared, parts, defaults, floats)``: `parts` ``(field, attrgetter of its
+    parts, Nones for a payload that is None)``; `defaults` the ``(place, default)`` of a column whose field
+    a stored map may lack; `floats` the places of float columns (a small float is carried as Python's text)."""
+    cls = _EVENT_OF[struct]
+    source = {name: at for at, name in enumerate(struct.__struct_fields__)}
+    columns = CALL_COLUMNS[cls]
+    parts: Dict[str, List[Any]] = {}
+    for column in columns:
+        if column.part is not None:
+            parts.setdefault(column.field, []).append(column)
+    for field, of in parts.items():
+        for column in of:
+            source[f"{field}.{column.part}"] = len(source)
+    # Then the values `row_of` knows per event, and those every row of the struct shares.
+    at_seq, at_stored, at_time = len(source), len(source) + 1, len(source) + 2
+    shared = (AUDIT_SCHEMA_VERSION, CALL_ACTIONS[cls], None)
+    at_version, at_action, at_none = len(source) + 3, len(source) + 4, len(source) + 5
+    taken = {c.name: source[c.field if c.part is None else f"{c.field}.{c.part}"] for c in columns}
+    taken.update(schema_version=at_version, action=at_action, seq=at_seq, stored=at_stored, time=at_time)
+    place = operator.itemgetter(*(taken.get(name, at_none) for name in AUDIT_FIELDS))
+    return (place, shared,
+            tuple((field, operator.attrgetter(*(c.part for c in of)), (None,) * len(of)) for field, of in parts.items()),
+            tuple((_AT[c.name], c.default) for c in columns if c.part is None and c.default is not attrs.NOTHING),
+            tuple(_AT[c.name] for c in columns if c.part is None and c.kind.native[0] is float))
+
+
+_ROW_PLANS = {struct: _row_plan(struct) for struct in _EVENT_OF}
+_astuple = msgspec.structs.astuple
+_FLOATS = tuple(sorted({at for plan in _ROW_PLANS.values() for at in plan[4]}))
+
+
+class _RowMethods(msgspec.Struct):
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
 
@@ -144,7 +127,9 @@ class Row(msgspec.Struct):
         setattr(self, key, value)
 
 
-assert Row.__struct_fields__ == AUDIT_FIELDS
+# An audit JSON row (keys in `AUDIT_FIELDS` order); ``row[key]`` reads a field as for a dict row. Built from
+# `AUDIT_FIELDS` at import; a type checker sees it as Any.
+Row: Any = msgspec.defstruct("Row", [(name, Any) for name in AUDIT_FIELDS], bases=(_RowMethods,), module=__name__)
 
 
 def _float(value: float) -> Any:
@@ -176,9 +161,9 @@ def clock_text(ts: float) -> str:
     return f"{head}.{micros // 1000:03d}Z"
 
 
-def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
-    """``(event, stage, duration_s, imported_from)`` of the call event stored as `raw` when this decoder accepts
-    it exactly (the defaults filled in; duration None for a refusal), else None."""
+def _checked(raw: bytes, keys: Any) -> Any:
+    """``(event, whole)`` of the call event stored as `raw` when this decoder accepts it exactly (a field its map
+    lacks is UNSET; `whole`: it lacks none), else None."""
     if len(raw) > MAX_EVENT_BYTES:
         return None
     try:
@@ -186,33 +171,28 @@ def _checked(raw: bytes, keys: Any) -> Optional[tuple]:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     cls = type(event)
-    present = _KEYS[cls]
-    stage = event.stage
-    if stage is UNSET:
-        stage = DEFAULT_STAGE
-    else:
-        present += 1
-    duration: Any = None
-    imported_from = None
-    if cls is _Generated:
-        duration, imported_from = event.duration_s, event.imported_from
-        if imported_from is UNSET:
-            imported_from = None
-        else:
-            present += 1
-    elif cls is not _Refused:
-        duration = event.duration_s
-        if duration is UNSET:
-            duration = 0.0
-        else:
-            present += 1
-        if cls is _Replayed and (event.source_run,) not in keys.passed and not keys.ok(event.source_run):
+    omissible = _OMISSIBLE[cls]
+    present = _KEYS[cls] + len(omissible)
+    for name in omissible:
+        if getattr(event, name) is UNSET:
+            present -= 1
+    for name in _LONE_RUNS[cls]:
+        value = getattr(event, name)
+        if (value,) not in keys.passed and not keys.ok(value):
             return None
     if not checksum_holds(raw, event.crc32, present - 1, counted=True):  # a key twice is not passed
         return None
-    if (event.run, event.mode, stage) not in keys.passed and not keys.ok(event.run, event.mode, stage):
+    stage = event.stage
+    key = (event.run, event.mode, _DEFAULT_STAGE[cls] if stage is UNSET else stage)
+    if key not in keys.passed and not keys.ok(*key):
         return None
-    return event, stage, duration, imported_from
+    return event, present == _KEYS[cls] + len(omissible)
+
+
+def _call_key(event: Any) -> Tuple[str, str, str]:
+    """(run, mode, stage) of a decoded call event, the stage's default filled in."""
+    stage = event.stage
+    return event.run, event.mode, _DEFAULT_STAGE[type(event)] if stage is UNSET else stage
 
 
 def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True, plain: bool = False) -> Any:
@@ -223,29 +203,25 @@ def row_of(seq: int, raw: bytes, keys: Any, *, timed: bool = True, plain: bool =
     found = _checked(raw, keys)
     if found is None:
         return None
-    event, stage, duration, imported_from = found
-    cls = type(event)
-    source_run = source_step = source_gen_index = source_seq = out = input_digest = None
-    if cls is _Generated:
-        out, input_digest = event.output, event.input_digest
-    elif cls is _Replayed:
-        out, input_digest, source_run = event.output, event.input_digest, event.source_run
-        source_step, source_gen_index, source_seq = event.source_step, event.source_gen_index, event.source_seq
-    if out is None:
-        nbytes = stored_nbytes = digest = None
-    else:
-        nbytes, stored_nbytes, digest = out.nbytes, out.stored_nbytes, out.digest
-    ts = event.ts
+    event, whole = found
+    place, shared, parts, defaults, floats = _ROW_PLANS[type(event)]
+    read = _astuple(event)
+    for field, get, nones in parts:
+        value = getattr(event, field)
+        read += nones if value is None else get(value)
+    stored = type(event) is _Generated and event.output is not None  # only a recorded call stores its output
+    values: Any = place(read + (seq, stored, clock_text(event.ts) if timed else None) + shared)
+    if not whole:
+        values = list(values)
+        for at, default in defaults:
+            if values[at] is UNSET:
+                values[at] = default
     if not plain:
-        if duration is not None and duration and duration < 1e-4:
-            duration = _float(duration)
-        ts = ts if ts >= 1e-4 or not ts else _float(ts)
-    values = (
-        AUDIT_SCHEMA_VERSION, seq, event.session, event.run, event.mode, stage, event.step, event.gen_index,
-        _ACTION[cls], cls is _Generated and out is not None, source_run, source_step, source_gen_index, source_seq,
-        event.policy, event.reason, nbytes, stored_nbytes, digest, input_digest,
-        ts, clock_text(event.ts) if timed else None, duration, imported_from, None, None, None,
-    )
+        for at in floats:
+            value = values[at]
+            if value and value < 1e-4:
+                values = list(values)
+                values[at] = _float(value)
     return dict(zip(AUDIT_FIELDS, values)) if plain else Row(*values)
 
 
@@ -258,8 +234,8 @@ def index_fields_of(raw: bytes, keys: Any) -> Optional[tuple]:
     event = found[0]
     cls = type(event)
     out = event.output if cls is _Generated else None
-    return (event.run, event.mode, found[1], event.step, event.gen_index, _ACTION[cls],
-            None if out is None else out.nbytes)
+    run, mode, stage = _call_key(event)
+    return run, mode, stage, event.step, event.gen_index, _ACTION[cls], None if out is None else out.nbytes
 
 
 def index_fields(row: Any) -> tuple:
@@ -273,7 +249,7 @@ def index_fields(row: Any) -> tuple:
 def as_row(row: Dict[str, Any]) -> Row:
     """A dict row (the event path's) as a `Row`, its small floats carried as Python writes them."""
     values = [row[key] for key in AUDIT_FIELDS]
-    for at in (20, 22):  # ts, duration_s
+    for at in _FLOATS:
         if type(values[at]) is float and not math.isnan(values[at]):
             values[at] = _float(values[at])
     return Row(*values)

@@ -12,14 +12,14 @@
 - ``sessions`` (the sessions index): session id -> seq of its `SessionOpened`, so a session's
   fingerprint is one read, not a scan of the log.
 
-Journals written before an index existed lack its database: opened read-only they fall back (a scan
+A journal may lack an index's database (a library that kept none wrote it): opened read-only they fall back (a scan
 of the log for sessions, a walk of ``gen`` for ranks: time, never memory); opened for writing they
 build it once (``meta`` keys ``sessions_index`` and ``steps_index`` say it was built).
 
-Key layout (``meta`` key ``layout``, see `_keys`): a 0.1.0 journal has layout 1 (no stage in the
-keys). Opened for writing, its indexes are rebuilt in layout 2 in one write transaction
+Key layout (``meta`` key ``layout``, see `_keys`): layout 1 has no stage in the
+keys. Opened for writing, its indexes are rebuilt in layout 2 in one write transaction
 (`upgrade_layout_in`); opened read-only, the layout-1 index is read as it is: its keys are those of
-the ``"generate"`` stage (the only one 0.1.0 knew) and every other stage has no records. A layout
+the ``"generate"`` stage (the only one layout 1 holds) and every other stage has no records. A layout
 newer than this library's is refused (`check_layout`). Nothing is
 kept in memory, so a fresh handle answers its first decision as fast as its thousandth, and what
 another process appended is seen at once.
@@ -83,7 +83,7 @@ class RecordedGeneration:
 
 
 def layout_of(txn: Any, store: Store) -> int:
-    """The key layout of the ``gen`` and ``steps`` indexes as `txn` sees them (absent: 1, a 0.1.0 journal)."""
+    """The key layout of the ``gen`` and ``steps`` indexes as `txn` sees them (absent: 1, no stage in the keys)."""
     raw = txn.get(META_LAYOUT, db=store.db("meta"))
     try:
         return int(bytes(raw)) if raw is not None else 1
@@ -424,7 +424,7 @@ class Projections:
     def upgrade_layout_in(cls, txn: Any, store: Store, *, new: bool) -> bool:
         """Bring the indexes to this library's key layout inside `txn` (a writable open); True if rebuilt.
 
-        A new journal is marked with the current layout; a 0.1.0 journal (layout 1) is reindexed.
+        A new journal is marked with the current layout; a journal of layout 1 is reindexed.
 
         Raises:
             UnsupportedSchemaVersionError: the layout is newer than this library reads.
@@ -479,7 +479,7 @@ class Projections:
 
     @classmethod
     def ensure_sessions_in(cls, txn: Any, store: Store, *, new: bool) -> None:
-        """Build the sessions, rank and runs indexes of a journal written before they existed (once, when
+        """Build the sessions, rank and runs indexes of a journal that lacks them (once, when
         writable; the runs index also folds in what a writer without it appended)."""
         meta = store.db("meta")
         runs_index.catch_up_in(txn, store)

@@ -55,6 +55,7 @@ _RESPONSE_KEYS = ("completion_ids", "response_ids", "responses")
 _PROMPT_KEYS = ("prompt_ids", "prompts")
 _REWARD_KEYS = ("rewards", "token_level_scores", "token_level_rewards", "rm_scores", "reward")
 _LOGPROB_STAGE = "old_log_prob"
+_MODEL_MASK_KEYS = ("tool_mask", "env_mask")  # TRL's: 1 for the model's tokens, 0 for a tool's; verl's is response_mask
 
 
 @attrs.frozen
@@ -71,6 +72,10 @@ class Sample:
         action: ``"generated"`` or ``"replayed"``.
         source_run, source_step, source_gen_index: for a replayed call, the recorded call it served.
         session: the session that made the call shown (its rewards and log-probs are that session's too).
+        turns: a multi-turn response's model-written parts, in order, one per assistant turn: where the output
+            marks the tokens a tool wrote (verl's ``response_mask``, TRL's ``tool_mask`` or ``env_mask``: 1 for
+            the model's tokens, 0 for a tool's), the runs of the model's tokens between them; else empty.
+        turn_texts: `turns` decoded (empty without a tokenizer).
     """
 
     step: int
@@ -87,6 +92,8 @@ class Sample:
     source_step: Optional[int] = None
     source_gen_index: Optional[int] = None
     session: Optional[str] = None
+    turns: Tuple[Tuple[int, ...], ...] = ()
+    turn_texts: Tuple[str, ...] = ()
 
     @property
     def response_length(self) -> int:
@@ -95,6 +102,7 @@ class Sample:
     def to_json(self) -> Dict[str, Any]:
         row = attrs.asdict(self)
         row["prompt_ids"], row["response_ids"] = list(self.prompt_ids), list(self.response_ids)
+        row["turns"], row["turn_texts"] = [list(t) for t in self.turns], list(self.turn_texts)
         row["response_length"] = self.response_length
         # JSON holds no infinity: a reward of ±inf (a crafted or overflowed one) is null, as the report shows it
         row["rewards"] = {k: v if math.isfinite(v) else None for k, v in self.rewards.items()}
@@ -216,6 +224,52 @@ def _masks(output: Any, prompts: Any, responses: Any) -> Tuple[Any, Any]:
         if response_mask is None and hasattr(responses, "shape"):
             response_mask = attention[:, prompts.shape[-1]:]
     return prompt_mask, response_mask
+
+
+def _as_rows(value: Any) -> List[List[int]]:
+    """A per-token value as one list per sample: lists as they are, a jagged tensor row by row, a 2-D one whole."""
+    if isinstance(value, (list, tuple)):
+        return [[int(v) for v in row] for row in value]
+    if _tensor(value):
+        return [row.tolist() for row in value.unbind()] if value.is_nested else value.tolist()
+    return np.asarray(value).tolist()
+
+
+def _turn_rows(output: Any, prompts: Any, responses: Any) -> Optional[List[Tuple[Tuple[int, ...], ...]]]:
+    """Each sample's turns (`Sample.turns`): the runs of the model's tokens of its response, where the output
+    marks a tool's tokens (0 among 1s) in a mask beside the ids; None when it marks none (a single-turn response,
+    or a form without such a mask). A padded batch's padding (``attention_mask`` 0) is no turn's."""
+    mask = _field(output, _MODEL_MASK_KEYS)
+    padded = None
+    if mask is None:
+        mask = _field(output, ("response_mask",))
+        attention = _field(output, ("attention_mask",))
+        if mask is not None and attention is not None and hasattr(prompts, "shape") and not (
+                _tensor(attention) and attention.is_nested):
+            padded = _as_rows(attention[:, prompts.shape[-1]:])
+    if mask is None:
+        return None
+    ids, marks = _as_rows(responses), _as_rows(mask)
+    if len(ids) != len(marks) or any(len(a) != len(b) for a, b in zip(ids, marks)):
+        return None  # not one mark per token: nothing to split by
+    if padded is not None and (len(padded) != len(ids) or any(len(a) != len(b) for a, b in zip(ids, padded))):
+        return None
+    turns, tool_written = [], False
+    for i, (row, marked) in enumerate(zip(ids, marks)):
+        keep = padded[i] if padded is not None else [1] * len(row)
+        runs: List[List[int]] = []
+        inside = False
+        for token, model, real in zip(row, marked, keep):
+            if not real:
+                continue
+            if model and not inside:
+                runs.append([])
+            if model:
+                runs[-1].append(int(token))
+            tool_written = tool_written or not model
+            inside = bool(model)
+        turns.append(tuple(tuple(r) for r in runs))
+    return turns if tool_written else None  # no tool wrote a token anywhere: single-turn responses
 
 
 def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
@@ -368,6 +422,7 @@ def _read(journal: Any, step: int, seq: int, event: Any,
     response_rows = _rows(responses, response_mask, pad)
     prompt_rows = _rows(prompts, prompt_mask, pad) if prompts is not None else [()] * len(response_rows)
     lengths = [len(r) for r in response_rows]
+    turn_rows = _turn_rows(output, prompts, responses)
     rewards: Dict[str, List[float]] = {}
     logprobs: Optional[List[Optional[float]]] = None
     for stage in side_stages:
@@ -398,5 +453,8 @@ def _read(journal: Any, step: int, seq: int, event: Any,
             source_step=event.source_step if replayed else None,
             source_gen_index=event.source_gen_index if replayed else None,
             session=session,
+            turns=turn_rows[i] if turn_rows is not None else (),
+            turn_texts=tuple(_decode(tokenizer, t, step, i) for t in turn_rows[i])
+            if text and turn_rows is not None else (),
         ))
     return out

@@ -91,7 +91,8 @@ class _FrameReader:
         """Check a buffer lies inside the data section after the previous one; return its start."""
         if type(offset) is not int or offset < self.cursor or offset + nbytes > self.data_size:
             raise _bad(
-                f"buffer at offset {short_repr(offset)} of {nbytes} bytes is outside the data section or overlaps another"
+                f"buffer at offset {short_repr(offset)} of {nbytes} bytes is outside the data section "
+                "or overlaps another"
             )
         # Buffers may not overlap, so all allocations together stay within the input's size.
         self.cursor = offset + nbytes
@@ -237,7 +238,7 @@ class _FrameReader:
                     f"payload holds a value of custom codec {short_repr(name)}, which is not registered in this "
                     f"process and no installed codec plugin provides it; import the adapter that registers "
                     f"it, or call "
-                    f"stepjournal.register_codec(<type>, {short_repr(name)}, encode=..., decode=...) first",
+                    f"stepjournal.payloads.register_codec(<type>, {short_repr(name)}, encode=..., decode=...) first",
                     detail=f"unknown codec {short_repr(name)}",
                 )
             inner = self.decode(node[2], depth + 1)

@@ -65,7 +65,7 @@ def _failure(group: str, ep: Any, wanted: str, error: str) -> CodecPluginError:
         f"the codec for {wanted} comes from the codec plugin {ep.name!r} (entry point {ep.value} in group "
         f"{group}, {where}), which failed: {error}. Install what it needs, or reinstall "
         f"{distribution or 'the distribution that declares it'}; or register the codec yourself with "
-        "stepjournal.register_codec before storing or loading such values",
+        "stepjournal.payloads.register_codec before storing or loading such values",
         group=group, entry_point=ep.name, target=ep.value, distribution=distribution, version=version,
         error=error,
     )

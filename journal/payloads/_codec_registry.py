@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -132,7 +133,8 @@ class CodecRegistry:
             named = False
             for base in type_.__mro__[:-1]:  # not `object`
                 name = type_name(base)
-                named = self._run_plugins(TYPE_GROUP, name, name, lambda base=base: base in self._by_type) or named
+                registered = functools.partial(self._by_type.__contains__, base)
+                named = self._run_plugins(TYPE_GROUP, name, name, registered) or named
             if not named:
                 if len(self._no_plugin) >= _NO_PLUGIN_MAX:
                     self._no_plugin.clear()

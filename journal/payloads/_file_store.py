@@ -6,8 +6,10 @@ Each payload is one file, ``FOLDER/<first two hex digits>/<the other 62>``, hold
 The write order keeps the journal's rule that an event never names a payload that is not durable:
 the bytes go to a new file under ``FOLDER/tmp/`` (``writev`` of the buffers given, no joined copy),
 ``fsync``, ``rename`` to the digest's name, ``fsync`` of the folder, and only then does the journal
-commit the event (`commit`). A crash in between leaves at most a file no event names: an orphan in
-``tmp/`` (`partial_files`) or a whole payload nothing references, both of which `verify` reports.
+commit the event (`commit`). The 256 two-digit folders are made, durably, with the first file
+(`_make_folders`), so a record flushes its file and its folder only (docs/reliability.md, "A payload
+file's flushes"). A crash in between leaves at most a file no event names: an orphan in ``tmp/``
+(`partial_files`) or a whole payload nothing references, both of which `verify` reports.
 
 Every path of the folder (the folder itself, ``tmp/``, the two-digit folders, the files) is opened,
 made, listed, renamed and removed through `base/_owned.py`, one folder descriptor at a time from the
@@ -17,13 +19,12 @@ folder above the payload folder: a link, a FIFO or someone else's file at one of
 A file is never changed after its rename: a payload is replaced by renaming a new file over it, and
 removed by unlinking it, neither of which touches a reader's open file. A replay maps the file
 (``mmap``, private and copy-on-write) and hands the mapping to the load, whose tensors are views of
-it: no copy, and a tensor written to changes only its own pages. Before mapping, the file's size is
-checked against the event's (an uncompressed payload is exactly ``nbytes`` long), so a file cut short
-is refused, never mapped; the digest is checked over the mapping before anything is returned.
-The rule for files that change underneath: nothing may truncate or rewrite a file in ``payloads/``
-in place while a process replays from it (a mapped page past a new end raises SIGBUS when touched);
-`verify` reports any such damage afterwards. A zstd frame is decompressed from the mapping into a
-buffer of its own. A full disk is `JournalFullError` from the write, and the partial file is removed.
+it; its size is checked against the event's first (a file cut short is refused, never mapped), the
+digest over the mapping before anything is returned. Nothing may truncate or rewrite a file in
+``payloads/`` in place while a process replays from it (a mapped page past a new end raises SIGBUS
+when touched); `verify` reports any such damage afterwards. A zstd frame is decompressed from the
+mapping into a buffer of its own. A full disk is `JournalFullError` from the write, and the partial
+file is removed.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
 from ..base._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError, UnsafePathError
-from ..base._owned import entries, kind_at, make_temp, names_in, open_file, owned_folder, remove, replace, sync
+from ..base._owned import (entries, kind_at, make_folder, make_temp, names_in, open_file, owned_folder, remove, replace,
+                           sync)
 from ..base._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
+from ._store_protocol import PayloadStoreBase
 from ._payloads import ZSTD_MAGIC, own_nbytes, stored_bound, stored_digest_read, unwrap
 
 __all__ = ["FilePayloadStore", "StagedFile", "TMP_FOLDER", "PAYLOAD_FOLDER", "local_payload_store"]
@@ -57,6 +60,7 @@ _IOV_MAX = 1024
 _READ_CHUNK = 1 << 22
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _FAN = re.compile(r"[0-9a-f]{2}")
+_FAN_NAMES = [f"{n:02x}" for n in range(256)]
 
 
 def local_payload_store(store: Any) -> LmdbPayloadStore:
@@ -65,7 +69,7 @@ def local_payload_store(store: Any) -> LmdbPayloadStore:
     return LmdbPayloadStore(store, files=files)
 
 
-class FilePayloadStore:
+class FilePayloadStore(PayloadStoreBase):
     """Payloads as files under `folder`, one per digest (see the module's doc for the write order).
 
     Args:
@@ -77,6 +81,12 @@ class FilePayloadStore:
         self.folder = os.fspath(folder)
         self.readonly = readonly
         self._staged: Dict[bytes, "StagedFile"] = {}  # digest -> a file written ahead of its `put` (`stage`)
+        self._folders_made = False  # `_make_folders` ran in this object
+
+    # Declared capabilities (`PayloadStore`): a blob's pieces are written as they are; `stage` writes a file
+    # while its bytes are hashed.
+    takes_pieces = True
+    stages_writes = True
 
     def __repr__(self) -> str:
         return f"FilePayloadStore({self.folder!r})"
@@ -163,20 +173,51 @@ class FilePayloadStore:
             raise JournalError(f"the payload folder {self.folder} was opened read-only; open it writable to write")
 
     def _intact(self, digest: bytes, nbytes: int) -> bool:
-        """Whether the file of `digest` is there, a plain file holding the payload (else it is replaced)."""
+        """Whether the file of `digest` is there, a plain file holding the payload (else it is replaced), made
+        durable: another writer may have renamed it there without syncing its folder yet."""
         try:
             f = self._opened(digest)
             if f is None:
                 return False
             with f:
-                return _file_digest(f, digest, nbytes) == digest
+                if _file_digest(f, digest, nbytes) != digest:
+                    return False
+                os.fsync(f.fileno())
+            name = digest.hex()
+            with _folder(self.folder, name[:2]) as fan:
+                sync(fan, where=os.path.dirname(self.path_of(digest)))
+            return True
         except (IntegrityError, UnsafePathError, OSError):
             return False
+
+    def _make_folders(self) -> None:
+        """Make ``tmp/`` and the 256 two-digit folders that are missing, then fsync the payload folder once.
+
+        Why: a new directory entry is durable only once its directory is synced. A two-digit folder made
+        by the first payload of its digest cost a flush of ``payloads/`` on most records of a young journal;
+        made together they cost one, before any file is renamed into them. A folder removed by hand later
+        is made again, durably, by the rename's `owned_folder(create=True)`.
+        """
+        if self._folders_made:
+            return
+        with _folder(self.folder, create=True) as top:
+            # Whatever is at a present name is opened later through `owned_folder`, which refuses a link.
+            present = set(names_in(top, where=self.folder))
+            missing = [name for name in [TMP_FOLDER, *_FAN_NAMES] if name not in present]
+            for name in missing:
+                try:
+                    make_folder(top, name, where=os.path.join(self.folder, name))
+                except FileExistsError:
+                    pass  # made meanwhile by another process, which may not have synced it yet: synced here
+            if missing:
+                sync(top, where=self.folder)
+        self._folders_made = True
 
     def _new_tmp(self) -> Tuple[int, str]:
         """A new file under ``tmp/`` (the folders made if missing), created under a name of its own: its
         descriptor (write-only, for `_write_tmp`) and its path."""
         try:
+            self._make_folders()
             with _folder(self.folder, TMP_FOLDER, create=True) as tmp:
                 fd, name = make_temp(tmp, "", where=os.path.join(self.folder, TMP_FOLDER), mode=0o644)
         except OSError as exc:

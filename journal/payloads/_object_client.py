@@ -23,7 +23,7 @@ import pathlib
 import re
 import urllib.parse
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Iterator, List, Literal, Mapping, Optional, Set, Tuple
 
 from ..base._errors import (IntegrityError, RemoteConflictError, RemoteCredentialsError, RemoteError, RemoteMissingError,
                       RemotePlainHttpError, RemoteRegionError, RemoteUnreachableError)
@@ -221,7 +221,7 @@ class Remote:
 
     def put(self, key: str, data: Any, *, create: bool = False) -> bool:
         """Write one object in one PUT; with `create`, only when absent (returns False when it was there)."""
-        mode = "create" if create else "overwrite"
+        mode: Literal["create", "overwrite"] = "create" if create else "overwrite"
         try:
             self._obstore.put(self._store, key, memoryview(data).cast("B") if not isinstance(data, bytes) else data,
                               mode=mode, use_multipart=False)

@@ -33,7 +33,8 @@ from ..base._errors import IntegrityError, PayloadMissingError
 from ..base._log import get_logger
 from ._object_client import Remote
 from ..base._pages import HANDED_OVER
-from ._payload_store import LmdbPayloadStore, PayloadStore, Release, WriteEvents, check_digest
+from ._payload_store import LmdbPayloadStore
+from ._store_protocol import PayloadStore, PayloadStoreBase, Release, WriteEvents, check_digest, checked_store
 from ._payloads import joined, stored_bound, stored_digest, unwrap
 
 __all__ = ["ObjectPayloadStore", "open_payload_store", "PAYLOADS_PREFIX"]
@@ -54,7 +55,7 @@ def _handed_over(blob: Any, raw: Any) -> Optional[Release]:
     return HANDED_OVER if raw is blob and not memoryview(blob).readonly else None
 
 
-class ObjectPayloadStore:
+class ObjectPayloadStore(PayloadStoreBase):
     """Payloads as content-addressed objects under ``URL/payloads/``, with an optional local cache.
 
     Args:
@@ -235,7 +236,8 @@ def open_payload_store(payload_store: Any, local: LmdbPayloadStore) -> PayloadSt
     """The `PayloadStore` a `Journal` uses for its ``payload_store=`` argument, given its own (`local`).
 
     None: the journal's own store; a URL string: an `ObjectPayloadStore` there, with the journal's
-    own store as its verified cache; anything else: that store, as it is.
+    own store as its verified cache; anything else: that store, as it is, once it declares every member of
+    `PayloadStore` (`PayloadStoreError` names those it lacks).
     """
     if payload_store is None:
         return local
@@ -244,4 +246,4 @@ def open_payload_store(payload_store: Any, local: LmdbPayloadStore) -> PayloadSt
         found = ObjectPayloadStore(url, cache=local)
         log.info("payload_store_opened", url=found.url)
         return found
-    return payload_store
+    return checked_store(payload_store)

@@ -1,4 +1,4 @@
-"""Where payloads live: the `PayloadStore` protocol and its first implementation, `LmdbPayloadStore`.
+"""Where payloads live: `LmdbPayloadStore`, the first implementation of the `PayloadStore` protocol.
 
 A payload store maps a 32-byte digest to the payload's stored bytes (an encoding, or a zstd frame of
 it; see `_payloads`). It knows nothing of events. The journal only ever talks to it through this
@@ -12,7 +12,9 @@ durable. `commit(items, write_events)` is how the journal asks for it:
 - a remote store writes the objects first, then lets the journal commit the event that references
   them (a crash in between leaves an unreferenced object, never a dangling reference).
 
-Every store must pass the shared conformance suite in ``tests/payload_store_conformance.py``.
+The protocol, the capabilities a store declares and their defaults are `_store_protocol`'s (offered here
+too, where the journal's modules import them). Every store passes the conformance suite shipped as
+`stepjournal.testing`.
 """
 
 from __future__ import annotations
@@ -22,22 +24,19 @@ import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Callable, ContextManager, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar, runtime_checkable
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
-from ..base._errors import IntegrityError, JournalFullError, PayloadMissingError, UnsafePathError
+from ..base._errors import IntegrityError, JournalFullError, PayloadMissingError
 from ..base._pages import MappedFile, releaser
 from ._payloads import blob_intact, joined, own_nbytes, stored_digest, stored_size, unwrap
+from ._store_protocol import PayloadStore, PayloadStoreBase, Release, WriteEvents, check_digest, problem
 from ..storage._store import Store
 
-__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest", "check_all", "FILE_FROM"]
+# The protocol's names are offered here too, where the journal's modules import them.
+__all__ = ["PayloadStore", "LmdbPayloadStore", "Release", "WriteEvents", "check_digest", "FILE_FROM"]
 
 T = TypeVar("T")
-# ``release(start, stop)``: the caller is done with these bytes of a view (see _pages).
-Release = Callable[[int, int], None]
-# The journal's event commit: ``write_events(in_txn)`` runs ``in_txn(txn)`` (when given) inside the
-# write transaction that appends the events, then commits.
-WriteEvents = Callable[[Optional[Callable[[Any], None]]], T]
 # Digests per read transaction of `digests()`.
 _DIGEST_BATCH = 4096
 # Payloads stored from this size up go to the journal's payload files when it has them (`FilePayloadStore`);
@@ -49,62 +48,7 @@ _PARALLEL_FROM = 1 << 20
 _CHECKERS = 4
 
 
-@runtime_checkable
-class PayloadStore(Protocol):
-    """Content-addressed storage of payload bytes, keyed by the 32-byte digest of the encoding.
-
-    Stores hold bytes only: they never encode, decode or compress. `get` and `view` unwrap a zstd
-    frame (the digest names the uncompressed encoding). Implementations must be safe to read from
-    several threads and processes at once.
-    """
-
-    def put(self, digest: bytes, blob: Any) -> None:
-        """Store `blob` under `digest`. Idempotent: storing the same digest again is a no-op
-        (a stored copy that no longer matches its digest is replaced)."""
-
-    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
-        """Make `items` durable and call `write_events` so the events referencing them commit after
-        (or with) them; return what `write_events` returns."""
-
-    def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
-        """The encoded payload stored under `digest`, checked against it.
-
-        Raises:
-            PayloadMissingError: nothing is stored under `digest`.
-            IntegrityError: the stored bytes are damaged (they do not match `digest`).
-        """
-
-    def view(self, digest: bytes, *, nbytes: Optional[int] = None) -> ContextManager[Tuple[Any, Optional[Release]]]:
-        """A context manager giving ``(encoded bytes, release or None)``, unchecked and possibly a
-        zero-copy view valid only inside it (the journal's load path checks the digest while decoding).
-        A store that made a writable buffer for this read alone may give ``_pages.HANDED_OVER`` as
-        the release: the load then keeps that buffer, its tensors views of it, instead of copying.
-
-        Raises:
-            PayloadMissingError: nothing is stored under `digest`.
-        """
-
-    def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
-        """Check the payload stored under `digest` against it, in bounded memory (for `verify`).
-
-        Raises:
-            PayloadMissingError: nothing is stored under `digest`.
-            IntegrityError: the stored bytes are damaged, or unwrap to more than `nbytes` allows.
-        """
-
-    def has(self, digest: bytes) -> bool:
-        """True when something is stored under `digest`."""
-
-    def __contains__(self, digest: object) -> bool: ...
-
-    def digests(self) -> Iterator[bytes]:
-        """Every stored digest, in byte order."""
-
-    def delete(self, digest: bytes) -> bool:
-        """Remove what is stored under `digest`; return whether anything was (for retention)."""
-
-
-class LmdbPayloadStore:
+class LmdbPayloadStore(PayloadStoreBase):
     """Payloads in the ``payloads`` database of the journal's own LMDB environment.
 
     Payloads commit in the same write transaction as the events that reference them. An
@@ -132,12 +76,14 @@ class LmdbPayloadStore:
         self._store = store
         self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))
         self._mapped = MappedFile(self._data_file)
-        self.files = files
+        self.files: Optional[Any] = files  # a `FilePayloadStore`
         self._file_from = FILE_FROM if file_from is None else file_from
 
     # `commit`, `put` and `put_in` take a payload's pieces too (a list, `_payloads.prepare_payload`'s
     # ``copy=False``): a file is written from them as they are, a value in LMDB joined first.
     takes_pieces = True
+    # `stage` writes a large payload's file while the journal hashes it.
+    stages_writes = True
 
     def _to_files(self, blob: Any) -> bool:
         return self.files is not None and stored_size(blob) >= self._file_from
@@ -325,8 +271,8 @@ class LmdbPayloadStore:
             def check(at: int) -> Optional[Exception]:
                 digest, nbytes = items[at]
                 if blobs[at] is None and self.files is not None and self.files.has(digest):
-                    return _problem(lambda: self.files.check(digest, nbytes=nbytes, one_thread=side_by_side))
-                return _problem(lambda: self._check_blob(digest, blobs[at], nbytes, one_thread=side_by_side))
+                    return problem(lambda: self.files.check(digest, nbytes=nbytes, one_thread=side_by_side))
+                return problem(lambda: self._check_blob(digest, blobs[at], nbytes, one_thread=side_by_side))
 
             if side_by_side:
                 with ThreadPoolExecutor(workers, thread_name_prefix="stepjournal-check") as pool:
@@ -369,27 +315,3 @@ class LmdbPayloadStore:
             after = batch[-1]
 
 
-def check_digest(digest: object) -> None:
-    """Refuse a payload key that is not a digest (`DIGEST_SIZE` bytes): every store checks the keys it is given."""
-    if not isinstance(digest, bytes) or len(digest) != DIGEST_SIZE:
-        raise IntegrityError(f"payload digest {digest!r} is malformed: a payload key is {DIGEST_SIZE} bytes")
-
-
-def check_all(store: PayloadStore, items: Sequence[Tuple[bytes, Optional[int]]]) -> List[Optional[Exception]]:
-    """`check` of each ``(digest, nbytes)`` of `items` in `store`: per item, None when it is whole, else the
-    `PayloadMissingError`, `IntegrityError` or `UnsafePathError` `check` raises (for `verify`). A store with its own
-    ``check_many`` (one read transaction, checks side by side) does it its way."""
-    own = getattr(store, "check_many", None)
-    if own is not None:
-        return own(items)
-    return [_problem(lambda: store.check(digest, nbytes=nbytes)) for digest, nbytes in items]
-
-
-def _problem(check: Callable[[], None]) -> Optional[Exception]:
-    """What `check` raised when the payload is missing or damaged (or its file is not a plain file of this
-    user: `UnsafePathError`), else None; any other error propagates."""
-    try:
-        check()
-    except (IntegrityError, UnsafePathError) as exc:  # PayloadMissingError is one too
-        return exc
-    return None

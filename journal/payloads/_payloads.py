@@ -231,7 +231,8 @@ def unwrap(blob: Any, digest: str, step: Optional[int], nbytes: Optional[int]) -
 
 
 def stored_digest(
-    blob: Any, digest: str, step: Optional[int], nbytes: Optional[int], release: Optional[Callable[[int, int], None]] = None,
+    blob: Any, digest: str, step: Optional[int], nbytes: Optional[int],
+    release: Optional[Callable[[int, int], None]] = None,
     *, one_thread: bool = False,
 ) -> bytes:
     """The digest of what a stored blob unwraps to, in bounded memory (a zstd frame is streamed);

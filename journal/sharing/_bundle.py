@@ -37,6 +37,7 @@ from ._remote import Released, journal_id, local_payload
 from ._remote_layout import (MANIFEST, check_format, encode_segment, event_in, manifest_bytes, new_head,
                              read_head, read_json, read_segment)
 from ..base._undo import undone_on_failure
+from ..storage._appender import appender_of
 from ..upkeep._verify import VerifyProblem
 
 __all__ = ["BundleReport", "export_bundle", "import_bundle", "verify_bundle"]
@@ -237,7 +238,7 @@ def _write(journal: Journal, writer: _Writer, path: str, runs: Any, modes: Any, 
     pending: Dict[str, List[Tuple[int, bytes]]] = {}
     heads: Dict[str, Dict[str, Any]] = {}
     written: set = set()
-    payloads = journal.local_payloads()
+    payloads = appender_of(journal).local
     events, total = 0, journal.last_seq()
     released = Released(journal)  # read only if a payload is missing
     skipped: Dict[str, set] = {}  # per source: released payloads its next segment names

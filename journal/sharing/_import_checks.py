@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Uni
 import attrs
 
 from ..base._errors import ImportClaimError, ImportConflictError, JournalError
-from ..events._events import EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed, call_refs
+from ..events._events import (EventsImported, GenerationRecorded, PayloadRef, PayloadsReleased, ReplayServed,
+                              call_refs)
 from ..index._import_map import ImportMap
 from ..events._keys import check_key
 
@@ -146,15 +147,15 @@ class IncomingChecks:
                 self._releases.setdefault(source, []).append((name, seq, event))
                 self._released.setdefault(source, set()).update((event.record_seq, d) for d in event.released)
             if isinstance(event, GenerationRecorded) and event.output is not None:
-                self._record(source, seq, rename(event, self._runs))
+                self._record(source, seq, rename(event, self._runs), event.output)
             for ref in call_refs(event):
                 if ref.digest in released:
                     self._claims.setdefault(source, []).append(
                         _Claim(name, seq, ref.digest, isinstance(event, GenerationRecorded)))
 
-    def _record(self, source: str, seq: int, event: GenerationRecorded) -> None:
+    def _record(self, source: str, seq: int, event: GenerationRecorded, output: PayloadRef) -> None:
         key = (event.run, event.mode, event.stage, event.step, event.gen_index)
-        digests = (event.output.digest, event.input_digest)
+        digests = (output.digest, event.input_digest)
         if not self._empty:
             held = self._journal.lookup(event.step, event.gen_index, mode=event.mode, run=event.run, stage=event.stage)
             if held is not None:

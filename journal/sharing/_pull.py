@@ -36,6 +36,7 @@ from ._remotes_config import add_remote, list_remotes, resolve_remote
 from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
 from ..base._undo import undone_on_failure
+from ..storage._appender import appender_of
 from ..storage._store import open_in_this_process
 
 try:
@@ -154,7 +155,8 @@ class _PulledReleases:
 
 
 def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
-                imports: ImportMap, runs: Renames, renamed: Dict[str, str], releases: _PulledReleases) -> Tuple[int, int]:
+                imports: ImportMap, runs: Renames, renamed: Dict[str, str],
+                releases: _PulledReleases) -> Tuple[int, int]:
     events_in = run.events
     if bad:
         steps = sorted({s for found in bad.values() for s in found})
@@ -162,8 +164,8 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
             f"{len(bad)} payload(s) of journal {run.source} in {remote.url} are missing or damaged: "
             f"{', '.join(sorted(bad))}; affected steps {steps}; events {events_in[0][0]}-{events_in[-1][0]} "
             "were not pulled", step=steps[0], detail="remote payload")
-    store = journal.lmdb_store()
-    local = journal.local_payloads()
+    appender = appender_of(journal)
+    store, local = appender.store, appender.local
     marker = EventsImported(source=run.source, origin=remote.url, source_first=events_in[0][0],
                             source_last=events_in[-1][0], ts=time.time(),
                             runs={o: n for o, n in renamed.items() if any(getattr(e, "run", None) == o
@@ -187,9 +189,8 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
         appended = Projections.append_and_project_in(txn, store, events, bodies, imports=imports)
         releases.delete_in(txn, store, local, appended)
 
-    with journal.write_lock:
-        store.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True)
-    releases.committed()
+    appender.write(fn, needed=sum(len(b) for b in bodies) + sum(len(b) for _k, b in items), buffers=True,
+                   after=releases.committed)
     return len(items), sum(len(b) for _k, b in items)
 
 
@@ -352,7 +353,7 @@ def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dic
                  cache: Dict[str, Any]) -> Iterator[PlannedRun]:
     """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
     caller's thread). A payload an earlier run fetches is not fetched again."""
-    local = journal.local_payloads()
+    local = appender_of(journal).local
     scheduled: Set[str] = set()
     for source, segments in wanted:
         total = sum(s.get("count", 0) for s in segments)
@@ -381,7 +382,7 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
     sources, imports, wanted = incoming(remote, journal)
     sizes: Dict[str, int] = {}
     checks, cache = _checked(remote, journal, wanted, imports, runs, keep, sizes)
-    local = journal.local_payloads()
+    local = appender_of(journal).local
     to_fetch = sum(n for d, n in sizes.items() if not local.has(bytes.fromhex(d)))  # the bar's "of"
     renamed = renames_of(runs, checks.seen_runs)
     releases = _PulledReleases()

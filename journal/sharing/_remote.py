@@ -38,6 +38,7 @@ from ..payloads._object_client import Remote
 from ..payloads._payloads import blob_intact
 from ._remote_layout import MAX_HEAD, REMOTE_FORMAT, check_manifest, encode_segment, new_head, parse_head
 from ._remotes_config import resolve_remote
+from ..storage._appender import appender_of
 
 __all__ = ["REMOTE_FORMAT", "PushReport", "push", "journal_id", "Released", "RemotePayloads", "in_parallel",
            "local_payload", "one_ahead", "pushed_head", "segments_to_push", "payloads_of"]
@@ -70,7 +71,7 @@ class PushReport:
 
 def journal_id(journal: Journal) -> str:
     """A journal's id on a remote: a digest of its creation time and its first event (stable, no write)."""
-    store = journal.lmdb_store()
+    store = appender_of(journal).store
     with store.read() as txn:
         created = bytes(txn.get(META_CREATED, db=store.db("meta")) or b"")
     first = next(iter(journal.raw_events()), None)
@@ -163,7 +164,7 @@ class RemotePayloads:
 
 
 def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
-    """(stored bytes, None) of the payload `ref` names in a journal's own store (`Journal.local_payloads`),
+    """(stored bytes, None) of the payload `ref` names in a journal's own store (`Appender.local`),
     checked against its digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
     key = bytes.fromhex(ref.digest)
     blob = payloads.stored(key)
@@ -294,7 +295,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
     on_remote = RemotePayloads(remote)
     known: Set[str] = set()
     sent = {"events": 0, "segments": 0, "payloads": 0, "bytes": 0}
-    own_payloads = journal.local_payloads()
+    own_payloads = appender_of(journal).local
     # All the push moves, for the bar: its payloads at most, less those found not to need sending, and
     # each segment as it goes (`report_progress`'s moved_total).
     planned = {"bytes": payload_bytes_after(journal, head["last_seq"]) if progress is not None else 0}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Collection, Dict, List, Optional, Set, Tuple
 
 import msgpack
 
@@ -128,7 +128,7 @@ def new_head(source: str) -> Dict[str, Any]:
 
 
 def encode_segment(source: str, events: List[Tuple[int, bytes]],
-                   released: Sequence[str] = ()) -> Tuple[str, bytes, Dict[str, Any]]:
+                   released: Collection[str] = ()) -> Tuple[str, bytes, Dict[str, Any]]:
     """(object name, body, head entry) of the segment holding `events` ((seq, stored bytes), in order).
 
     `released`: digests its events name whose payloads retention released before the push, so

@@ -21,6 +21,7 @@ from ._remote import Released, RemotePayloads, journal_id, payloads_of, pushed_h
 from ._remote_layout import MANIFEST, encode_segment
 from ._remotes_config import resolve_remote
 from ..base._secrets import public_url
+from ..storage._appender import appender_of
 
 __all__ = ["RemoteStatus", "remote_status"]
 
@@ -82,7 +83,7 @@ def _to_push(journal: Journal, remote: Optional[Remote]) -> Tuple[int, int, int]
     source = journal_id(journal)
     head = pushed_head(journal, remote, source)[0]
     known: Set[str] = set()
-    local = journal.local_payloads()
+    local = appender_of(journal).local
     released = Released(journal)
     on_remote = RemotePayloads(remote) if remote is not None else None
     events = payloads = nbytes = 0

@@ -303,7 +303,8 @@ class _PageWalk:
         if len(value) < 8 or len(value) % 8:
             raise _Damaged(f"a free-page list on page {pgno} is {len(value)} bytes long")
         numbers = struct.unpack(f"<{len(value) // 8}Q", value)
-        if numbers[0] != len(numbers) - 1 or len(numbers) > 1 and not (2 <= min(numbers[1:]) and max(numbers[1:]) < self.pages):
+        if numbers[0] != len(numbers) - 1 or (
+                len(numbers) > 1 and not (2 <= min(numbers[1:]) and max(numbers[1:]) < self.pages)):
             raise _Damaged(f"a free-page list on page {pgno} names pages outside the file")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Dict, Iterator
+from typing import Any, Dict, Iterator
 
 import lmdb
 
@@ -46,7 +46,7 @@ def creation_lock(folder: str, *, exclusive: bool) -> Iterator[bool]:
 
     Yields:
         True while held; False where the folder cannot be locked (not readable, or a filesystem
-        without `flock` on folders): then nothing waits, as before the lock existed, and an empty
+        without `flock` on folders): then nothing waits, as without the lock, and an empty
         ``data.mdb`` is refused at once.
     """
     if fcntl is None:  # pragma: no cover
@@ -91,7 +91,7 @@ def empty_data_file(path: str) -> IntegrityError:
     )
 
 
-def open_env(path: str, key: str, map_size: int, options: Dict[str, object]) -> lmdb.Environment:
+def open_env(path: str, key: str, map_size: int, options: Dict[str, Any]) -> lmdb.Environment:
     """`lmdb.open(key, ...)`, opened again while another process grows the map (`path` names it in errors).
 
     The path is given as bytes: py-lmdb encodes a str path as strict UTF-8, which a folder name that is not

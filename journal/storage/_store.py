@@ -312,7 +312,7 @@ class Store:
         """A read transaction; with `buffers=True` values are views that die with it."""
         shared = self._env()
         with shared.lock:
-            for attempt in range(3):
+            for _attempt in range(3):
                 try:
                     txn = shared.env.begin(buffers=buffers)
                     break

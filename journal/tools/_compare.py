@@ -361,7 +361,8 @@ class _ValueWalk:
         value_a, value_b = _element(a, position), _element(b, position)
         state = DIFFERING if n_out else WITHIN_TOLERANCE
         n_total = int(np.prod(tuple(a.shape), dtype=np.int64))
-        detail = f"{n_diff} of {n_total} elements differ" + (f", {n_out} beyond tolerance" if n_out else ", all within tolerance")
+        beyond = f", {n_out} beyond tolerance" if n_out else ", all within tolerance"
+        detail = f"{n_diff} of {n_total} elements differ{beyond}"
         self.add(Difference(
             path, state, "values", detail, **meta, n_elements=n_total, n_differing=n_diff, n_outside=n_out,
             max_abs=max_abs, max_rel=max_rel, position=position or None, value_a=value_a, value_b=value_b,

@@ -32,6 +32,7 @@ from ._diff_report import (
     PairDiff,
     compact_steps,
     pair_order,
+    stage_order,
 )
 from ..base._errors import (
     DiffError,
@@ -108,7 +109,7 @@ def _choose(scan: _Scan, path: str, label: str, run: Optional[str],
     if not runs:
         raise DiffError(f"{label} ({path}) holds no recorded calls")
     if len(runs) > 1:
-        raise DiffError(f"{label} ({path}) holds several runs ({', '.join(runs)}); choose one with {arg}")
+        raise DiffError(f"{label} ({path}) holds several runs ({', '.join(runs)})", argument=arg)
     return runs[0], None, None
 
 
@@ -228,7 +229,10 @@ def diff_journals(
     seen: Set[Tuple[str, ...]] = set()
     cache: Dict[Tuple[str, str], Tuple[str, Optional[Comparison], str]] = {}
     pairs: List[PairDiff] = []
-    for key in sorted(set(rec_a) | set(rec_b), key=pair_order):
+    order_a = stage_order((key[2], seq, key[0]) for key, (seq, _) in rec_a.items())
+    order = order_a + tuple(s for s in stage_order((key[2], seq, key[0]) for key, (seq, _) in rec_b.items())
+                            if s not in order_a)
+    for key in sorted(set(rec_a) | set(rec_b), key=lambda key: pair_order(key, order)):
         stage_k, mode_k, step_k, index_k = key
         got_a, got_b = rec_a.get(key), rec_b.get(key)
         seq_a, ev_a = got_a if got_a else (None, None)
@@ -270,6 +274,7 @@ def diff_journals(
         tolerances=tol,
         notes=tuple(notes),
         payloads_loaded=loader.loaded,
+        stage_order=order,
     )
     log.info("journals_diffed", pairs=len(pairs), loaded=loader.loaded, exit_code=report.exit_code)
     return report

@@ -6,17 +6,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import attrs
 
+from ..events._keys import DEFAULT_MODE
 from ._compare import DIFFERING, EQUAL, WITHIN_TOLERANCE, Comparison, json_float
 from ._tolerance import Tolerances
 
 __all__ = [
     "DIFF_SCHEMA_VERSION",
     "PAIR_STATES",
-    "STAGE_ORDER",
     "ONLY_A",
     "ONLY_B",
     "DAMAGED",
@@ -24,6 +24,7 @@ __all__ = [
     "DiffSide",
     "PairDiff",
     "DiffReport",
+    "stage_order",
     "stage_rank",
     "compact_steps",
     "pair_order",
@@ -34,29 +35,42 @@ __all__ = [
 DIFF_SCHEMA_VERSION = 2
 ONLY_A, ONLY_B, DAMAGED, UNREADABLE = "only_a", "only_b", "damaged", "unreadable"
 PAIR_STATES = (EQUAL, WITHIN_TOLERANCE, DIFFERING, ONLY_A, ONLY_B, DAMAGED, UNREADABLE)
-# The order of the stages of one RL step; other stages follow, alphabetically.
-STAGE_ORDER = ("generate", "reward", "old_log_prob", "ref_log_prob", "values", "metrics")
 _AGREE = (EQUAL, WITHIN_TOLERANCE)
 
 Key = Tuple[str, str, int, int]  # stage, mode, step, gen_index: how pairs are keyed
 
 
-def stage_rank(stage: str) -> Tuple[int, str]:
-    """Where a stage sorts within a step: `STAGE_ORDER`, then every other stage alphabetically.
+def stage_order(calls: Iterable[Tuple[int, int, str]]) -> Tuple[str, ...]:
+    """The stages in the order a run journaled them, from its calls' ``(step, seq, stage)``.
 
-    A stage named ``<stage>.<part>`` of a stage in `STAGE_ORDER` (the TRL adapter's ``reward.<name>``,
-    one per reward function) sorts with that stage, after it, alphabetically.
+    The journal knows no adapter's stages: their order within a step is the one the events show. A
+    stage's place is its position in the first step that journaled it (each stage placed by its first
+    call in the step); stages of the same place sort by name.
     """
-    if stage in STAGE_ORDER:
-        return (STAGE_ORDER.index(stage), "")
-    base = stage.split(".", 1)[0]
-    return (STAGE_ORDER.index(base), stage) if base in STAGE_ORDER and "." in stage else (len(STAGE_ORDER), stage)
+    first: Dict[Tuple[int, str], int] = {}
+    for step, seq, stage in calls:
+        if first.get((step, stage), seq) >= seq:
+            first[(step, stage)] = seq
+    by_step: Dict[int, List[Tuple[int, str]]] = {}
+    for (step, stage), seq in first.items():
+        by_step.setdefault(step, []).append((seq, stage))
+    place: Dict[str, int] = {}
+    for step in sorted(by_step):
+        for position, (_, stage) in enumerate(sorted(by_step[step])):
+            place.setdefault(stage, position)
+    return tuple(sorted(place, key=lambda stage: (place[stage], stage)))
 
 
-def pair_order(key: Key) -> Tuple[Any, ...]:
-    """The sort key of a pair: step, stage order, mode (train first), call index."""
+def stage_rank(stage: str, order: Sequence[str]) -> Tuple[int, str]:
+    """Where a stage sorts within a step: its place in `order` (a `stage_order`), then any other
+    stage alphabetically."""
+    return (order.index(stage), "") if stage in order else (len(order), stage)
+
+
+def pair_order(key: Key, order: Sequence[str]) -> Tuple[Any, ...]:
+    """The sort key of a pair: step, stage (by `order`), mode (the default mode first), call index."""
     stage, mode, step, gen_index = key
-    return (step, stage_rank(stage), mode != "train", mode, gen_index)
+    return (step, stage_rank(stage, order), mode != DEFAULT_MODE, mode, gen_index)
 
 
 @attrs.frozen
@@ -157,11 +171,13 @@ class DiffReport:
 
     Attributes:
         a, b: what each side selected.
-        pairs: one `PairDiff` per (stage, mode, step, gen_index), ordered by step, then the stage
-            order of an RL step (`STAGE_ORDER`), then mode (train first) and call index.
+        pairs: one `PairDiff` per (stage, mode, step, gen_index), ordered by step, then
+            `stage_order`, then mode (train first) and call index.
         tolerances: the tolerances applied.
         notes: what the reader should know (schema versions, events left out ...).
         payloads_loaded: how many payloads were decoded (equal digests load none).
+        stage_order: the stages in the order the runs journaled them within a step (`stage_order`:
+            side A's, then any stage only B has).
     """
 
     a: DiffSide
@@ -171,6 +187,11 @@ class DiffReport:
     notes: Tuple[str, ...] = ()
     payloads_loaded: int = 0
     schema_version: int = DIFF_SCHEMA_VERSION
+    stage_order: Tuple[str, ...] = ()
+
+    def stage_rank(self, stage: str) -> Tuple[int, str]:
+        """Where `stage` sorts within a step of this report (`stage_order`, then alphabetically)."""
+        return stage_rank(stage, self.stage_order)
 
     @property
     def first_divergence(self) -> Optional[PairDiff]:
@@ -204,7 +225,8 @@ class DiffReport:
         line = f"{head}; at step {first.step} the first differing stage is {first.stage}{call} ({first.brief()})"
         same_step = [p for p in self.pairs if p.step == first.step]
         agreeing = [
-            st for st in dict.fromkeys(p.stage for p in same_step if stage_rank(p.stage) < stage_rank(first.stage))
+            st for st in dict.fromkeys(p.stage for p in same_step
+                                       if self.stage_rank(p.stage) < self.stage_rank(first.stage))
             if all(p.state in _AGREE for p in same_step if p.stage == st)
         ]
         if agreeing:
@@ -230,12 +252,13 @@ class DiffReport:
             },
             "notes": list(self.notes),
             "payloads_loaded": self.payloads_loaded,
+            "stage_order": list(self.stage_order),
             "pairs": [p.to_json() for p in self.pairs],
         }
 
 
 def _call_text(pair: PairDiff) -> str:
-    parts = ([] if pair.mode == "train" else [pair.mode]) + ([f"call #{pair.gen_index}"] if pair.gen_index else [])
+    parts = ([] if pair.mode == DEFAULT_MODE else [pair.mode]) + ([f"call #{pair.gen_index}"] if pair.gen_index else [])
     return f" [{', '.join(parts)}]" if parts else ""
 
 

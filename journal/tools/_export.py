@@ -304,7 +304,7 @@ def export_payloads(
     mode: str = "train",
     steps: Any = None,
     inputs: bool = False,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[..., None]] = None,  # (done, total) or (done, total, bytes written)
 ) -> Dict[str, Any]:
     """Write the recorded outputs of one run into `folder`: one sub-folder per call, and manifest.json.
 

@@ -211,6 +211,6 @@ def _nan_equal(value: Any) -> Any:
 def _comparable(response: Optional[ToolResponse]) -> Any:
     if response is None:
         return None
-    images = [getattr(image, "tolist", lambda: image)() for image in response.images]
+    images = [image.tolist() if hasattr(image, "tolist") else image for image in response.images]
     return _nan_equal([response.text, response.reward, dict(response.metrics), images])
 

@@ -120,7 +120,8 @@ def _copy(src: str, dest_dir: str, path: str) -> int:
             )
         expected = _entries(env)
         try:
-            env.copy(os.fsencode(dest_dir), compact=True)
+            # py-lmdb takes a bytes path (a folder name that is not UTF-8); its stub says str only.
+            env.copy(os.fsencode(dest_dir), compact=True)  # type: ignore[arg-type]
         except lmdb.Error as exc:
             raise CompactError(f"compacting {path!r} failed ({exc}); nothing was changed") from None
     finally:
@@ -192,7 +193,8 @@ def _copy_payload_files(folder: str, to: str, path: str) -> None:
     if missing:
         raise CompactError(
             f"{len(missing)} payload(s) that records of {path!r} use are missing from it ({missing[0][:16]}…), so "
-            "the copy would lack them; nothing was written: run `stepjournal verify` on it, or copy the folder as it is")
+            "the copy would lack them; nothing was written: run `stepjournal verify` on it, "
+            "or copy the folder as it is")
 
 
 def _live_digests(folder: str) -> set:

@@ -14,6 +14,7 @@ import attrs
 from ..events._events import GenerationRecorded, PayloadsReleased
 from ..base._log import get_logger
 from ..payloads._payload_store import LmdbPayloadStore, PayloadStore
+from ..storage._appender import appender_of
 from ._release import Rules, catch_up_in, delete_released, release_in
 from ._retention import RetentionConflictError, RetentionPlan, RetentionState
 
@@ -41,8 +42,8 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
         RetentionConflictError: two rule sets select one group, or the steps that must stay exceed
             ``max_bytes``; nothing was changed.
     """
-    store = journal.lmdb_store()
-    payloads = journal.payload_store
+    appender = appender_of(journal)
+    store, payloads = appender.store, journal.payload_store
 
     def plan_in(txn: Any) -> Tuple[RetentionPlan, int]:
         """The plan, and the seq of the last event it read."""
@@ -68,9 +69,7 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
             after[0] = appended[-1][0] if appended else after[0]
         return plan
 
-    with journal.write_lock:
-        plan = store.write(fn)
-        delete_released(store, payloads, released, after[0])
+    plan = appender.write(fn, after=lambda: delete_released(store, payloads, released, after[0]))
     log.info("payloads_pruned", path=journal.path, records=len(plan.releases), bytes=plan.released_bytes,
              leftover=len(plan.leftover), rule=plan.rule)
     return plan

@@ -13,7 +13,8 @@ from ..base._errors import IntegrityError, StepJournalError, UnsafePathError
 from ..events._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ..index._import_map import ImportMap
 from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
-from ..payloads._payload_store import PayloadStore, check_all
+from ..payloads._file_store import FilePayloadStore
+from ..payloads._payload_store import PayloadStore
 from ._verify_rows import rows_problems
 
 __all__ = ["VerifyProblem", "verify", "live_digests"]
@@ -74,7 +75,7 @@ def verify(
         payloads: the payload store the events reference.
         progress: called as ``progress(done, total)`` in bytes checked: the events' stored bytes, then
             the payloads'. `total` grows once the log is read (the payloads' sizes are known then).
-        layout: the key layout of the index on disk (1: a 0.1.0 index read as it is, read-only).
+        layout: the key layout of the index on disk (1: an index without stages, read as it is, read-only).
         stored_rows: reads the rows projection as (seq, text) pairs, or None when it does not hold the log
             (`_verify_rows`: compared with the rows the log gives, when no writer appended meanwhile).
     """
@@ -99,8 +100,9 @@ def verify(
         problems += _payload_problems(payloads, fold, progress, done)
         return problems + _left_files(payloads, fold, settled=lambda: last_seq() == checked_up_to)
     except UnsafePathError as exc:  # a folder of payloads/ is not the journal's own: nothing in it is read
-        files = getattr(payloads, "files", None)  # the journal's payload files, the one store that raises it
-        return problems + [VerifyProblem("unsafe_path", files.folder if files is not None else "", (), str(exc))]
+        files = payloads.files  # the journal's payload files, the one store that raises it
+        folder = files.folder if isinstance(files, FilePayloadStore) else ""
+        return problems + [VerifyProblem("unsafe_path", folder, (), str(exc))]
 
 
 def live_digests(bodies: Iterable[Tuple[int, bytes]]) -> set:
@@ -204,7 +206,7 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
     def check(batch: List[Tuple[int, bytes, str]]) -> None:
         nonlocal done
         items = [(key, fold.size_of_digest.get(hexd)) for _, key, hexd in batch]
-        outcomes = check_all(payloads, items)
+        outcomes = payloads.check_many(items)  # one read transaction, side by side, where the store declares so
         for (place, _, hexd), exc in zip(batch, outcomes):
             done += fold.stored_size.get(hexd, 0)
             if exc is None:
@@ -248,8 +250,8 @@ def _payload_problems(payloads: PayloadStore, fold: _LogFold, progress: Optional
 def _left_files(payloads: PayloadStore, fold: _LogFold, settled: Callable[[], bool]) -> List[VerifyProblem]:
     """The journal's payload files no event names, and half-written ones: what a record a crash cut short
     leaves. Judged only when no event was appended meanwhile (a record in flight has its file first)."""
-    files = getattr(payloads, "files", None)
-    if files is None:
+    files = payloads.files
+    if not isinstance(files, FilePayloadStore):  # None, or a store with no half-written files to leave
         return []
     partial = files.partial_files()
     orphans = [d.hex() for d in files.digests() if d.hex() not in fold.steps_of_digest and d.hex() not in fold.released_by]

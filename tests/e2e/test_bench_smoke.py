@@ -24,6 +24,10 @@ GOALS = {
     "record_growing_tuned_malloc_vs_verl_save",
     "record_growing_peak_rss_added_vs_payload",
     "record_growing_tuned_malloc_peak_rss_added_vs_payload",
+    "group_commit_records_per_s_at_64",  # 64 threads recording 1 KiB tool responses (issue 49)
+    "group_commit_p99_at_64",
+    "group_commit_one_caller_vs_one_commit_per_call",
+    "record_isolated_vs_plain_write_fsync",  # each write after os.sync(), with the device flushes a record
     "lookup_ms_per_decision",
     "lookup_speedup_vs_folder_scan",
     "passthrough_overhead_us",

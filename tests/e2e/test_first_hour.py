@@ -68,7 +68,7 @@ def test_a_newcomers_hour_at_80_columns(tmp_path):
     fits(line, shown)
     from stepjournal import Journal
     from stepjournal.adapters import journal_tokenizer
-    from stepjournal.adapters.cli._render import clean  # the CLI's own escaping of control characters
+    from stepjournal.adapters.cli._render import clean  # private: the CLI's own escaping of control characters
 
     with Journal(str(home / "grpo-journal"), readonly=True) as journal:
         tokenizer = journal_tokenizer(journal, "tiny-grpo")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from stepjournal import Journal, clone, push
+from stepjournal import Journal
+from stepjournal.sharing import clone, push
 
 pytestmark = pytest.mark.e2e  # accelerate launches: `make test-fast` leaves it out
 

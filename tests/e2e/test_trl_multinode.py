@@ -26,7 +26,7 @@ from s3_server import client_env, free_port, make_bucket, s3_server  # noqa: F40
 from test_trl_accelerate import BIN, DRIVER, ranks
 
 from stepjournal import Journal
-from stepjournal.sharing._remote import journal_id
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 
 pytestmark = pytest.mark.e2e  # accelerate launches on two machines: `make test-fast` leaves it out
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from stepjournal import GenerationRecorded, ReplayServed
+from stepjournal.events import GenerationRecorded, ReplayServed
 from stepjournal.adapters.verl import attach
 from verl_support import GBS, N, FakeGenerator, make_rows
 from verl_legacy_fit_harness import STEPS, docs_edit, edited_fit, legacy_config, legacy_trainer

@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster
 import sharing_docs
 from s3_server import client_env, make_bucket, s3_server  # noqa: F401  (fixture)
 from stepjournal import Journal, journaled
-from stepjournal.payloads._object_client import Remote
+from stepjournal.payloads._object_client import Remote  # private: the object client under test
 from stepjournal.adapters.verl import dataproto_diff
 from verl_support import answer_token
 from verl_ray_support import RUN_KEY, Rollouter, SeededSampler, reward, rollout_config, shell
@@ -262,7 +262,7 @@ def _local(line: str, cwd: str) -> dict:
 
 
 def _source(path: Path) -> str:
-    from stepjournal.sharing._remote import journal_id
+    from stepjournal.sharing._remote import journal_id  # private: the remote layout
 
     with Journal(str(path), readonly=True) as journal:
         return journal_id(journal)

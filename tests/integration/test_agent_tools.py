@@ -9,12 +9,16 @@ from typing import Any, Dict
 import pytest
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from agent_tools import run_async_phase, run_phase
 from cli_support import run_cli
 from reliability_support import worker_context
-from stepjournal import Journal, tool_call_rows, tool_step_summaries
+from stepjournal import Journal
+from stepjournal.tools import tool_call_rows, tool_step_summaries
 
 
 def _child(queue: Any, phase: str, args: tuple, kwargs: dict) -> None:
@@ -104,6 +108,34 @@ def test_a_generation_changed_at_turn_2_misses_from_there_on_and_cache_records_t
     again = in_new_process("sync", path, "replay", changed_sample=0, shift=True)
     assert again["executions"] == {"calculator": 0, "sandbox": 0}
     assert again["trajectories"] == changed["trajectories"]
+
+
+def test_show_text_and_audit_tools_through_a_shell_name_each_turn_and_the_tool_time_saved(recorded, tmp_path):
+    """The two reading lines as a user types them in bash: `show --text` renders the changed sample's turns, each
+    call with its arguments, response and outcome; `audit --tools` ends with the per-step table whose `saved`
+    column is the tool time the replays saved."""
+    path, _ = recorded
+    in_new_process("sync", path, "cache", changed_sample=0, shift=True)
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}", "J": path}
+    shown = subprocess.run(["bash", "-c", 'stepjournal show "$J" 1 --text --sample 0'], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr
+    last = shown.stdout[shown.stdout.index("session 2 of 2"):].splitlines()
+    assert last[1:8] == ["  turn 0", '    calculator({"expression":"0+1"})  replayed', "      → 1",
+                         '    sandbox.create({"instance":"i0"})  replayed', "      → created i0",
+                         "  turn 1", '    sandbox.execute({"code":"x = 1","instance":"i0"})  replayed']
+    assert '    sandbox.execute({"code":"print(x * 3)","instance":"i0"})  miss' in last
+    audit = subprocess.run(["bash", "-c", 'stepjournal audit "$J" --tools --steps 1'], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert audit.returncode == 0, audit.stderr
+    table = audit.stdout.splitlines()
+    assert table[table.index("per step") + 1].split() == ["step", "calls", "replayed", "misses", "refused",
+                                                          "tool", "time", "saved"]
+    step, calls, replayed, misses, refused, tool_time, saved = table[table.index("per step") + 3].split()
+    assert (step, calls, replayed, misses, refused) == ("1", "42", "21", "21", "0")
+    with Journal(path, readonly=True) as journal:
+        (summary,) = tool_step_summaries(tool_call_rows(journal, steps={1}, payloads=False))
+    assert saved == f"{summary.saved_s:.2f}s" and summary.saved_s > 0
 
 
 def test_under_replay_the_changed_call_is_refused_naming_its_request_and_nothing_runs(recorded):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lmdb_raw import items, put_raw
-from stepjournal import Journal, Retention, prune
+from stepjournal import Journal
+from stepjournal.upkeep import Retention, prune
 
 BIN = Path(sys.executable).parent
 

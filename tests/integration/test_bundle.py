@@ -14,9 +14,11 @@ import zipfile
 import pytest
 import torch
 
-from stepjournal import (IntegrityError, Journal, JournalError, RemoteFormatError, Retention, export_bundle,
-                         import_bundle, journaled, prune, verify_bundle)
-from stepjournal.sharing._remote import journal_id
+from stepjournal import Journal, journaled
+from stepjournal.errors import IntegrityError, JournalError, RemoteFormatError
+from stepjournal.sharing import export_bundle, import_bundle, verify_bundle
+from stepjournal.upkeep import Retention, prune
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 from stepjournal.adapters.cli import main as cli
 
 BIN = os.path.dirname(sys.executable)
@@ -249,3 +251,16 @@ def test_a_journal_pruned_by_retention_bundles_its_events_and_the_import_serves_
     name = next(n for n in entries(tmp_path / "all.bundle") if n.startswith("payloads/"))
     rewrite(tmp_path / "all.bundle", {name: None})
     assert [p.kind for p in verify_bundle(tmp_path / "all.bundle")[1]] == ["missing_payload"]
+
+
+def test_prune_of_a_run_reads_an_imported_journal_whose_log_holds_an_import_event(tmp_path, capsys):
+    """An import writes an `EventsImported`, which names no run: `prune --run` reads the runs of the sessions."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    record(a)
+    export_bundle(str(a), tmp_path / "one.bundle")
+    import_bundle(tmp_path / "one.bundle", str(b))
+    with Journal(str(b), readonly=True) as journal:
+        (run,) = {opened.run for _, opened in journal.sessions()}
+    assert cli(["prune", str(b), "--run", run, "--keep-last", "1", "--dry-run"]) == 0
+    assert cli(["prune", str(b), "--run", "nosuch", "--keep-last", "1", "--dry-run"]) == 1
+    assert "no run 'nosuch' in" in capsys.readouterr().err

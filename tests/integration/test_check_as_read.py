@@ -14,8 +14,9 @@ import re
 
 import pytest
 
-from stepjournal import IntegrityError, Journal
-from stepjournal.storage._lmdb_check import check_data_file
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 import lmdb_pages as pages
 from test_hostile_files import _cli, journal  # noqa: F401 - `journal`: a fresh copy of this module's template

@@ -21,8 +21,9 @@ from safetensors import safe_open
 
 import attrs
 
-from stepjournal import Journal, journaled, register_codec
-from stepjournal.index._audit import AUDIT_FIELDS
+from stepjournal import Journal, journaled
+from stepjournal.payloads import register_codec
+from stepjournal.tools import AUDIT_FIELDS
 from stepjournal.policies import ReplayMissError
 
 from lmdb_raw import flip_byte, items, put_raw
@@ -440,7 +441,7 @@ def test_bad_arguments_are_one_line_usage_errors(demo, tmp_path):
 
 # -- docs ------------------------------------------------------------------------------------------------
 def test_docs_cover_every_command_and_every_json_key():
-    from stepjournal.adapters.cli._app import build_parser
+    from stepjournal.adapters.cli._app import build_parser  # private: a CLI helper under test
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
     (commands,) = [a for a in build_parser()._actions if a.dest == "command"]
@@ -477,7 +478,8 @@ def test_help_imports_no_verb_and_no_table_tensor_or_plotting_code_beyond_the_jo
 
 
 def test_export_payloads_is_the_python_api_of_the_export_verb(engine, tmp_path):
-    from stepjournal import EXPORT_FORMAT_VERSION, ExportError, OpaqueReader, OpaqueValue, export_payloads
+    from stepjournal.tools import EXPORT_FORMAT_VERSION, OpaqueReader, OpaqueValue, export_payloads
+    from stepjournal.errors import ExportError
     from stepjournal.policies import StepRanges
 
     seen = []

@@ -10,8 +10,8 @@ import shlex
 
 import pytest
 
-from stepjournal.adapters.cli import _app
-from stepjournal.adapters.cli._examples import EXAMPLES
+from stepjournal.adapters.cli import _app  # private: a CLI helper under test
+from stepjournal.adapters.cli._examples import EXAMPLES  # private: a CLI helper under test
 from cli_support import run_cli
 from doc_lines import command_lines, run_line
 

@@ -81,7 +81,9 @@ def test_show_renders_a_lone_surrogate_and_an_int_of_twenty_thousand_digits(host
 
 
 def test_render_helpers_escape_controls_and_keep_json_exact():
-    from stepjournal.adapters.cli._render import clean, int_text, json_text, short_time
+    from stepjournal.adapters.cli._render import (  # private: a CLI helper under test
+        clean, int_text, json_text, short_time,
+    )
 
     assert clean("a\x1b[2Jb\x07\x9b\u202e\udc80") == "a\\x1b[2Jb\\x07\\x9b\\u202e\\udc80"
     assert clean("plain text, ünïcode ✓") == "plain text, ünïcode ✓"

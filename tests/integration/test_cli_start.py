@@ -108,7 +108,9 @@ def test_verify_of_a_journal_under_thousands_of_pages_imports_no_numpy(tmp_path)
     import lmdb
 
     from stepjournal import Journal
-    from stepjournal.storage._lmdb_check import _SCREEN_FROM, _SCREEN_IMPORTS_NUMPY_FROM
+    from stepjournal.storage._lmdb_check import (  # private: the LMDB file checks under test
+        _SCREEN_FROM, _SCREEN_IMPORTS_NUMPY_FROM,
+    )
 
     path = str(tmp_path / "j")
     with Journal(path, run="r", sync=False) as journal:

@@ -7,7 +7,6 @@ interpreter reads at its start gets a fresh one.
 from __future__ import annotations
 
 import os
-import pty
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ import torch
 from stepjournal import Journal
 
 from cli_support import FRESH_ENV, forked_commands, run_cli, start_cli
+from terminal import on_a_terminal
 
 
 @pytest.fixture(autouse=True)
@@ -99,20 +99,8 @@ def test_a_command_whose_interpreter_would_start_otherwise_gets_a_fresh_one(jour
 
 def _on_a_terminal(args: list[str], env: dict) -> tuple[bytes, int]:
     """What ``stepjournal ARGS`` writes with a pseudo-terminal as its stdin, stdout and stderr, and its status."""
-    leader, follower = pty.openpty()
-    proc = start_cli(*args, stdin=follower, stdout=follower, stderr=follower, env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 1 << 16)  # blocks until the command writes or its last descriptor closes
-        except OSError:  # EIO: every holder of the follower has closed it
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    return b"".join(chunks), proc.wait(120)
+    status, raw = on_a_terminal(lambda i, o, e: start_cli(*args, stdin=i, stdout=o, stderr=e, env=env), timeout=120)
+    return raw, status
 
 
 def test_a_command_on_a_terminal_writes_the_same_bytes_forked_or_fresh(journal, monkeypatch):

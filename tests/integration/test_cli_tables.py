@@ -9,16 +9,10 @@ never decides a line's width.
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
-import pty
 import re
-import select
 import shutil
-import struct
-import termios
-import time
 from pathlib import Path
 
 import pytest
@@ -26,11 +20,11 @@ import torch
 
 from stepjournal import Journal
 from cli_support import run_cli, start_cli
+from terminal import on_a_terminal, shown, terminal_env
 
 SETTINGS = {"cache_implementation": "static", "model": "Qwen/Qwen2.5-0.5B-Instruct", "batch": 8, "attn": "sdpa"}
 RECORDED = "dump: step {} is in steps 1-20, generate and store the output for the replay"
 REPEATED = "repeat: step {} -> recorded step {} of 5 in steps 1-5"
-ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 @pytest.fixture(scope="module")
@@ -58,48 +52,18 @@ def folder(tmp_path_factory) -> Path:
 
 
 def in_terminal(folder: Path, columns: int, *args: str, pipe: bool = False) -> str:
-    """``stepjournal ARGS`` in `folder`, on a pseudo-terminal `columns` wide (no COLUMNS, PAGER=cat), its lines
-    without colours. With `pipe`, stdout is a pipe and only stdin and stderr are the terminal
+    """``stepjournal ARGS`` in `folder`, on a pseudo-terminal `columns` wide (`terminal.on_a_terminal`), its lines
+    as the terminal shows them. With `pipe`, stdout is a pipe and only stdin and stderr are the terminal
     (``stepjournal runs j | head``)."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    os.set_blocking(leader, False)
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env.update(TERM="xterm", PAGER="cat")
-    out_r, out_w = os.pipe() if pipe else (None, follower)
     cwd = os.getcwd()
     os.chdir(folder)  # start_cli runs the command in this process's folder
     try:
-        proc = start_cli(*args, stdin=follower, stdout=out_w, stderr=follower, env=env)
+        status, raw = on_a_terminal(lambda i, o, e: start_cli(*args, stdin=i, stdout=o, stderr=e, env=terminal_env()),
+                                    columns=columns, pipe=pipe, timeout=120)
     finally:
         os.chdir(cwd)
-    os.close(follower)
-    if pipe:
-        os.close(out_w)
-    chunks, source = [], out_r if pipe else leader
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([source], [], [], 0.2)
-        if ready:
-            try:
-                data = os.read(source, 65536)
-            except OSError:  # the terminal's other side closed: the program ended
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None and not pipe:
-            break
-    proc.wait(timeout=30)
-    os.close(leader)
-    if pipe:
-        os.close(out_r)
-    # A terminal shows no trailing spaces (the padding of a table's last column): they are left out here, and
-    # so are the lines of a progress bar (on stderr, redrawn after each carriage return).
-    text = ESCAPES.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
-    shown = "\n".join(line.rstrip(" ") for line in text.split("\n") if "\r" not in line)
-    assert proc.returncode in (0, 1), (args, shown)
-    return shown
+    assert status in (0, 1), (args, shown(raw))
+    return shown(raw)
 
 
 def rows_of(lines: list[str]) -> list[str]:

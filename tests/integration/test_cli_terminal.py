@@ -11,19 +11,18 @@ import io
 import json
 import os
 import shutil
-import pty
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from stepjournal import DIFF_SCHEMA_VERSION, Journal
-from stepjournal.index._audit import AUDIT_FIELDS
+from stepjournal import Journal
+from stepjournal.tools import DIFF_SCHEMA_VERSION
+from stepjournal.tools import AUDIT_FIELDS
 from cli_support import CLI, run_cli, start_cli
+from terminal import on_a_terminal
 
 SCRIPT = Path(sys.executable).with_name("stepjournal")
 
@@ -181,31 +180,13 @@ def test_audit_rows_stream_the_first_screen_before_the_whole_journal_is_read(tmp
 
 # -- a pager on a terminal, never in a pipe -------------------------------------------------------------
 def run_in_pty(argv: list[str], env: dict) -> str:
-    """Run the installed script (``argv[0]``) with a pseudo-terminal as stdin/stdout/stderr; return everything
-    it wrote. The command is forked from the prepared interpreter where `run_cli` would fork it (`start_cli`)."""
+    """Run the installed script (``argv[0]``) with a pseudo-terminal as stdin/stdout/stderr (`terminal.on_a_terminal`);
+    return everything it wrote. The command is forked from the prepared interpreter where `run_cli` would fork it
+    (`start_cli`)."""
     assert argv[0] == str(SCRIPT), argv
-    leader, follower = pty.openpty()
-    os.set_blocking(leader, False)
-    proc = start_cli(*argv[1:], stdin=follower, stdout=follower, stderr=follower, env=env)
-    os.close(follower)
-    chunks = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([leader], [], [], 0.2)
-        if ready:
-            try:
-                data = os.read(leader, 65536)
-            except OSError:  # the follower side closed: the program ended
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
-    proc.wait(timeout=30)
-    os.close(leader)
-    assert proc.returncode == 0, b"".join(chunks)
-    return b"".join(chunks).decode("utf-8", "replace")
+    status, raw = on_a_terminal(lambda i, o, e: start_cli(*argv[1:], stdin=i, stdout=o, stderr=e, env=env), timeout=120)
+    assert status == 0, raw
+    return raw.decode("utf-8", "replace")
 
 
 def test_audit_on_a_terminal_goes_through_the_pager_and_never_with_no_pager(journal, tmp_path):
@@ -283,7 +264,7 @@ def test_sharing_verbs_show_events_bytes_rate_and_time_left_on_a_terminal_only(j
     import json
     import re
 
-    from stepjournal.adapters.cli._render import human_size
+    from stepjournal.adapters.cli._render import human_size  # private: a CLI helper under test
 
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm", "PAGER": "cat"}
     remote, bundle = f"file://{tmp_path / 'remote'}", str(tmp_path / "j.sjb")

@@ -17,9 +17,11 @@ import torch
 
 from kill_points import start_script
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import Journal, JournalError, clone, list_remotes, push
+from stepjournal import Journal
+from stepjournal.errors import JournalError
+from stepjournal.sharing import clone, list_remotes, push
 from stepjournal.adapters.cli import main
-from stepjournal.events._events import EventsImported
+from stepjournal.events._events import EventsImported  # private: event classes and maps, below the face
 
 STEPS = 12  # + the session: 13 events
 SEGMENT = 2  # events a segment holds: one pulled run (and one progress point) each
@@ -27,7 +29,7 @@ SEGMENT = 2  # events a segment holds: one pulled run (and one progress point) e
 KILLED = """
 import sys
 from kill_points import Lockstep
-from stepjournal import clone
+from stepjournal.sharing import clone
 clone(sys.argv[1], sys.argv[2], progress=Lockstep.inherited().progress)
 """
 
@@ -112,7 +114,8 @@ def test_a_clone_interrupted_by_ctrl_c_says_pull_resumes_it_and_pull_in_gits_ord
 
 
 def test_pull_takes_its_two_words_in_either_order_and_refuses_an_ambiguous_pair(tmp_path, capsys, monkeypatch):
-    from stepjournal import RemoteConfigError, add_remote, pull_words
+    from stepjournal.errors import RemoteConfigError
+    from stepjournal.sharing import add_remote, pull_words
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     recorded(tmp_path / "a")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stepjournal import CodecRegistry
+from stepjournal.payloads import CodecRegistry
 
 pytest.importorskip("verl.protocol")
 
@@ -71,7 +71,8 @@ def run(tmp_path: Path, body: str, *, extra_path: Path | None = None) -> dict:
 def test_dataprotos_are_recorded_and_replayed_bit_identical_by_processes_that_import_only_stepjournal(tmp_path):
     path = str(tmp_path / "journal")
     recorded = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         assert "stepjournal.adapters.verl" not in sys.modules
         with stepjournal.Journal({path!r}) as journal:
             rollout = stepjournal.journaled(make, journal, "cache")
@@ -87,7 +88,8 @@ def test_dataprotos_are_recorded_and_replayed_bit_identical_by_processes_that_im
     assert recorded["warnings"] == [] and recorded["steps"] == [1, 2, 3]
 
     replayed = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         assert "stepjournal.adapters.verl" not in sys.modules
         def must_not_run(step):
             raise AssertionError("replay generated")
@@ -111,12 +113,13 @@ def test_dataprotos_are_recorded_and_replayed_bit_identical_by_processes_that_im
 def test_a_subclass_loads_its_bases_codec_plugin_and_is_refused_naming_that_codec(tmp_path):
     # A subclass is not stored as its base (it would come back as a DataProto); the message says so.
     out = run(tmp_path, """
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         class MyBatch(DataProto):
             pass
         try:
-            stepjournal.encode_payload(MyBatch(batch=make(1).batch))
-        except stepjournal.UnsupportedValueError as exc:
+            stepjournal.payloads.encode_payload(MyBatch(batch=make(1).batch))
+        except stepjournal.errors.UnsupportedValueError as exc:
             message = str(exc)
         print(json.dumps({"message": message, "loaded": "stepjournal.adapters.verl" in sys.modules}))
     """)
@@ -127,12 +130,13 @@ def test_a_subclass_loads_its_bases_codec_plugin_and_is_refused_naming_that_code
 
 def test_a_registry_without_autoload_loads_no_plugin(tmp_path):
     out = run(tmp_path, """
-        import stepjournal
-        registry = stepjournal.CodecRegistry(autoload=False)
+        import stepjournal.errors
+        import stepjournal.payloads
+        registry = stepjournal.payloads.CodecRegistry(autoload=False)
         try:
-            stepjournal.encode_payload(make(1), registry=registry)
+            stepjournal.payloads.encode_payload(make(1), registry=registry)
             refused = False
-        except stepjournal.UnsupportedValueError as exc:
+        except stepjournal.errors.UnsupportedValueError as exc:
             refused = "cannot store verl.protocol.DataProto" in str(exc)
         print(json.dumps({"refused": refused, "loaded": "stepjournal.adapters.verl" in sys.modules}))
     """)
@@ -142,7 +146,8 @@ def test_a_registry_without_autoload_loads_no_plugin(tmp_path):
 def test_a_type_nobody_registered_still_warns_output_not_stored(tmp_path):
     path = str(tmp_path / "journal")
     out = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         class Sample:
             pass
         with stepjournal.Journal({path!r}) as journal:
@@ -183,7 +188,8 @@ def test_a_broken_codec_plugin_is_named_on_record_and_on_load_every_time(tmp_pat
     _install_broken_plugins(site)
     path = str(tmp_path / "journal")
     out = run(tmp_path, f"""
-        import stepjournal
+        import stepjournal.errors
+        import stepjournal.payloads
         from brokenplug import Other, Thing
         with stepjournal.Journal({path!r}) as journal:
             rollout = stepjournal.journaled(lambda step: Thing(), journal, "cache")
@@ -192,19 +198,19 @@ def test_a_broken_codec_plugin_is_named_on_record_and_on_load_every_time(tmp_pat
         errors = []
         for value in (Thing(), Thing(), Other()):
             try:
-                stepjournal.encode_payload(value)
-            except stepjournal.CodecPluginError as exc:
+                stepjournal.payloads.encode_payload(value)
+            except stepjournal.errors.CodecPluginError as exc:
                 errors.append({{"message": str(exc), "entry_point": exc.entry_point, "group": exc.group,
                                "target": exc.target, "distribution": exc.distribution,
-                               "unsupported": isinstance(exc, stepjournal.UnsupportedValueError)}})
+                               "unsupported": isinstance(exc, stepjournal.errors.UnsupportedValueError)}})
         # A payload of the plugin's codec name, written through a registry of its own.
-        own = stepjournal.CodecRegistry(autoload=False)
+        own = stepjournal.payloads.CodecRegistry(autoload=False)
         own.register(Thing, "brokenplug.Thing", encode=lambda t: {{}}, decode=lambda d: Thing())
         try:
-            stepjournal.decode_payload(stepjournal.encode_payload(Thing(), registry=own))
-        except stepjournal.CodecPluginError as exc:
+            stepjournal.payloads.decode_payload(stepjournal.payloads.encode_payload(Thing(), registry=own))
+        except stepjournal.errors.CodecPluginError as exc:
             errors.append({{"message": str(exc), "entry_point": exc.entry_point, "group": exc.group,
-                           "unknown_codec": isinstance(exc, stepjournal.UnknownCodecError)}})
+                           "unknown_codec": isinstance(exc, stepjournal.errors.UnknownCodecError)}})
         print(json.dumps({{"warnings": warnings.events, "errors": errors}}))
     """, extra_path=site)
     not_stored = [e for e in out["warnings"] if e["event"] == "output_not_stored"]

@@ -14,23 +14,21 @@ import pytest
 import torch
 
 from lmdb_raw import flip_byte, items, put_raw
-from stepjournal import (
+from stepjournal import Journal, diff_journals, journaled
+from stepjournal.tools import (
     DIFF_SCHEMA_VERSION,
-    CodecRegistry,
-    DiffError,
     DiffReport,
     DiffSide,
-    Journal,
     PairDiff,
     Tolerance,
     Tolerances,
     compare_values,
-    diff_journals,
-    journaled,
 )
-from stepjournal.tools._diff_report import STAGE_ORDER, stage_rank
-from stepjournal.adapters.cli._diff_plot import render_diff
-from stepjournal.events._keys import seq_key
+from stepjournal.errors import DiffError
+from stepjournal.payloads import CodecRegistry
+from stepjournal.tools import stage_order
+from stepjournal.adapters.cli._diff_plot import render_diff  # private: a CLI helper under test
+from stepjournal.events._keys import seq_key  # private: the key layout itself
 from cli_support import run_cli
 
 
@@ -158,8 +156,10 @@ def test_two_runs_of_one_journal_are_chosen_with_run_a_and_run_b(jpath):
             journal.record(1, batch(1))
             journal.record(2, batch(2, lp_shift=shift))
     with Journal(jpath, readonly=True) as journal:
-        with pytest.raises(DiffError, match="several runs .*choose one with run_a"):
+        with pytest.raises(DiffError, match="several runs .*choose one with run_a") as refused:
             diff_journals(journal, journal)
+        # The argument is a typed field: the command line words it as its flag, parsing nothing.
+        assert refused.value.argument == "run_a" and refused.value.reason.endswith("holds several runs (base, new)")
         report = diff_journals(journal, journal, run_a="base", run_b="new")
     assert [p.state for p in report.pairs] == ["equal", "differing"]
     diff = report.pairs[1].comparison.first
@@ -221,7 +221,7 @@ def test_the_summary_names_the_first_differing_stage_and_the_equal_ones_before_i
         ]
     )
     side = DiffSide("j", "default", None, 5, {})
-    report = DiffReport(side, side, pairs, Tolerances())
+    report = DiffReport(side, side, pairs, Tolerances(), stage_order=("generate", "reward", "metrics"))
     assert report.summary == (
         "runs agree through step 6; at step 7 the first differing stage is reward (sample 12: 0.0 vs 1.0); "
         "generate is equal; 2 of 5 pairs differ"
@@ -233,7 +233,7 @@ def test_the_summary_names_the_first_differing_stage_and_the_equal_ones_before_i
 
 
 def test_the_plot_of_10_000_steps_bins_them_into_a_picture_of_readable_size(tmp_path):
-    from stepjournal.adapters.cli._diff_plot import MAX_COLUMNS
+    from stepjournal.adapters.cli._diff_plot import MAX_COLUMNS  # private: a CLI helper under test
 
     reward_b = torch.zeros(16)
     reward_b[12] = 1.0
@@ -258,9 +258,24 @@ def test_the_plot_of_10_000_steps_bins_them_into_a_picture_of_readable_size(tmp_
     assert "steps 7751-7800, worst at step 7777 reward: differing; sample 12: 0.0 vs 1.0" in text
 
 
-def test_stages_sort_in_the_order_of_an_rl_step():
-    stages = ["values", "zeta", "metrics", "reward", "alpha", "generate", "ref_log_prob", "old_log_prob"]
-    assert sorted(stages, key=stage_rank) == [*STAGE_ORDER[:3], "ref_log_prob", "values", "metrics", "alpha", "zeta"]
+def test_stages_sort_in_the_order_the_run_journaled_them_within_a_step():
+    """The journal knows no adapter's stage: the events' order in the first step holding a stage places it."""
+    calls = [(1, 1, "generate"), (1, 2, "zeta"), (1, 3, "alpha"), (1, 4, "metrics"), (1, 5, "zeta"),
+             (2, 6, "generate"), (2, 7, "values"), (2, 8, "zeta"), (0, 0, "generate")]
+    # step 0 places generate; step 1 zeta (1), alpha (2), metrics (3); step 2 values (1, with zeta: by name)
+    assert stage_order(calls) == ("generate", "values", "zeta", "alpha", "metrics")
+
+
+def test_a_diff_orders_its_pairs_by_the_stages_the_run_journaled_first(jpath):
+    with Journal(jpath, run="r") as journal:
+        for step in (1, 2):
+            for stage in ("generate", "zeta", "alpha"):
+                journal.record(step, {"x": step}, stage=stage, input_digest=None if stage == "generate" else "d")
+    with Journal(jpath, readonly=True) as journal:
+        report = diff_journals(journal, journal, run_a="r", run_b="r")
+    assert report.stage_order == ("generate", "zeta", "alpha")
+    assert [p.stage for p in report.pairs][:3] == ["generate", "zeta", "alpha"]
+    assert report.to_json()["stage_order"] == ["generate", "zeta", "alpha"]
 
 
 # -- damage and unreadable payloads -----------------------------------------------------------------

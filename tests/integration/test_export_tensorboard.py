@@ -21,7 +21,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from stepjournal import Journal
-from stepjournal.adapters.cli._export_tensorboard import session_folder
+from stepjournal.adapters.cli._export_tensorboard import session_folder  # private: a CLI helper under test
 from cli_support import run_cli
 from doc_lines import command_lines, run_line
 from kill_points import start_script

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import (GenerationRecorded, IntegrityError, Journal, RemoteError, StepJournalError, clone,
-                         export_bundle, import_bundle, pull, push)
-from stepjournal.sharing._remote import journal_id
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, RemoteError, StepJournalError
+from stepjournal.events import GenerationRecorded
+from stepjournal.sharing import clone, export_bundle, import_bundle, pull, push
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 
 BIN = os.path.dirname(sys.executable)
 

@@ -46,7 +46,8 @@ def _vm_size() -> int:
 
 
 def _scenario(name: str, path: str, out: str) -> None:
-    from stepjournal import IntegrityError, Journal, StepJournalError
+    from stepjournal import Journal
+    from stepjournal.errors import IntegrityError, StepJournalError
 
     result: dict = {}
     journal = Journal(path, run="bomb")
@@ -112,7 +113,7 @@ def test_a_frame_claiming_more_than_its_event_declares_is_refused_by_load_and_ve
 
 @pytest.mark.parametrize("claimed", [SIXTY_GIB, ONE_TIB], ids=["60GiB", "1TiB"])
 def test_an_orphan_frame_claiming_more_than_the_orphan_cap_is_one_verify_problem(tmp_path, claimed):
-    from stepjournal.payloads._payloads import MAX_ORPHAN_NBYTES
+    from stepjournal.payloads._payloads import MAX_ORPHAN_NBYTES  # private: the payload pipeline's limits
 
     path, _ = _journal(tmp_path)
     put_raw(path, "payloads", b"\x07" * 32, lying_frame(claimed))
@@ -139,8 +140,8 @@ def test_a_real_bomb_under_an_events_digest_is_refused_before_decompressing(tmp_
 
 
 def test_a_frame_that_decompresses_past_what_it_claims_is_an_integrity_error():
-    from stepjournal import IntegrityError
-    from stepjournal.payloads._payloads import unwrap
+    from stepjournal.errors import IntegrityError
+    from stepjournal.payloads._payloads import unwrap  # private: the payload pipeline's limits
 
     bomb = real_bomb(1 << 27)
     assert bomb[4] == 0x80, "the test needs a 4-byte size field after a window descriptor"

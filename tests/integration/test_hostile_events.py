@@ -17,8 +17,9 @@ import zlib
 import msgpack
 import pytest
 
-from stepjournal import EventDecodeError, InvalidKeyError, Journal
-from stepjournal.events._convert import decode_event
+from stepjournal import Journal
+from stepjournal.errors import EventDecodeError, InvalidKeyError
+from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
 from lmdb_raw import items, put_raw
 from cli_support import run_cli as _cli
@@ -132,7 +133,7 @@ _COMPILES_NOTHING = """
 import sys
 import msgpack
 from stepjournal.events._convert import decode_event
-from stepjournal import EventDecodeError
+from stepjournal.errors import EventDecodeError
 ran = []
 sys.addaudithook(lambda event, args: ran.append(event) if event in ("compile", "exec") else None)
 body = {"type": "generation_recorded", "v": 1, "session": "s", "run": "r", "step": 3, "gen_index": 0,

@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 
 from stepjournal import Journal
-from stepjournal.tools._export import _Flattener
+from stepjournal.tools._export import _Flattener  # private: the exporter's internals
 from cli_support import run_cli as _cli
 
 HUGE = 7 ** 23_666  # 20 000 decimal digits (more than the 4 300 Python writes)

@@ -19,8 +19,9 @@ import sys
 import pytest
 import torch
 
-from stepjournal import IntegrityError, Journal, UnsafePathError
-from stepjournal.storage._lmdb_check import check_data_file
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, UnsafePathError
+from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 import lmdb_pages as pages
 from cli_support import run_cli as _cli

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stepjournal import InvalidKeyError, Journal
-from stepjournal.events._keys import MAX_KEY_BYTES
+from stepjournal import Journal
+from stepjournal.errors import InvalidKeyError
+from stepjournal.events._keys import MAX_KEY_BYTES  # private: the key layout itself
 
 # The bytes a run key may take with the default mode "train" and stage "generate": 511 - 12 - 3 - 5 - 8.
 LARGEST = MAX_KEY_BYTES - 12 - 3 - len("train") - len("generate")

@@ -13,7 +13,8 @@ import resource
 
 import torch
 
-from stepjournal import Journal, JournalFullError
+from stepjournal import Journal
+from stepjournal.errors import JournalFullError
 
 MAP = 64 << 20
 PAYLOAD_ELEMENTS = 512 << 10 >> 3  # 512 KiB of int64: under FILE_FROM, so each one goes into the map

@@ -19,10 +19,13 @@ import textwrap
 import pytest
 import torch
 
-from stepjournal import CompactError, Journal, UnsafePathError, add_remote, compact, list_remotes
-from stepjournal.base._paths import writer_lock_name
-from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal import Journal
+from stepjournal.errors import CompactError, UnsafePathError
+from stepjournal.sharing import add_remote, list_remotes
+from stepjournal.upkeep import compact
+from stepjournal.base._paths import writer_lock_name  # private: the lock file's name
+from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER  # private: the file store's layout
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 from cli_support import run_cli
 from folder_shapes import snapshot
@@ -43,7 +46,8 @@ def journal(tmp_path) -> str:
 
 def payload_file(path: str) -> str:
     root = os.path.join(path, PAYLOAD_FOLDER)
-    (fan,) = [name for name in os.listdir(root) if name != TMP_FOLDER]
+    # All 256 two-digit folders are made with the first file: the one file is in one of them.
+    (fan,) = [name for name in os.listdir(root) if name != TMP_FOLDER and os.listdir(os.path.join(root, name))]
     (name,) = os.listdir(os.path.join(root, fan))
     return os.path.join(root, fan, name)
 
@@ -113,7 +117,8 @@ def test_a_fifo_at_a_payload_file_is_reported_by_verify_and_refused_by_compact_t
     assert done.returncode == 1 and "Traceback" not in done.stderr and "unsafe_path" in done.stdout, done
     read = textwrap.dedent("""
         import sys
-        from stepjournal import Journal, StepJournalError
+        from stepjournal import Journal
+        from stepjournal.errors import StepJournalError
         with Journal(sys.argv[1], run="r", readonly=True) as journal:
             try:
                 journal.load_output(journal.lookup(1))
@@ -133,7 +138,8 @@ def test_a_fifo_at_remotes_json_is_refused_with_one_line_without_hanging(journal
 
 RECORD = textwrap.dedent("""
     import sys, torch
-    from stepjournal import Journal, StepJournalError
+    from stepjournal import Journal
+    from stepjournal.errors import StepJournalError
     try:
         with Journal(sys.argv[1], run="r") as journal:
             journal.record(3, {"ids": torch.arange(4)})

@@ -180,7 +180,7 @@ TEN_TO_30, DIGITS_5000 = "1" + "0" * 30, "9" * 5000
 def numeric_arguments() -> list:
     """(verb, option or positional name, what it takes) for every argument of every verb that reads a number:
     an int type, a float type, step ranges or a size. Read from the parser, so a new one is in the table."""
-    from stepjournal.adapters.cli import _app
+    from stepjournal.adapters.cli import _app  # private: a CLI helper under test
 
     found = []
     for verb, parser in sorted(_app.build_parser()._subparsers._group_actions[0].choices.items()):
@@ -278,7 +278,7 @@ def test_a_remote_name_the_journal_and_you_both_define_is_refused_naming_both_ur
     """The journal came with ``origin`` (its default) naming a folder of its sender's choosing; you name
     ``origin`` another place. Push, pull and status by that name, or by the default, refuse in one line naming
     both URLs, and nothing is written at either; when both name the same URL, it is used."""
-    from stepjournal import add_remote
+    from stepjournal.sharing import add_remote
 
     path, theirs, yours = str(tmp_path / "received"), tmp_path / "theirs", tmp_path / "yours"
     with Journal(path, run="exp") as journal:

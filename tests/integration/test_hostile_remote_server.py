@@ -21,10 +21,12 @@ from typing import Callable, Iterator, List
 import pytest
 import torch
 
-from payload_store_conformance import payload
+from stepjournal.testing import payload_of as payload
 from s3_server import client_env
-from stepjournal import IntegrityError, Journal, ObjectPayloadStore, RemoteError
-from stepjournal.payloads._object_client import Remote
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, RemoteError
+from stepjournal.payloads import ObjectPayloadStore
+from stepjournal.payloads._object_client import Remote  # private: the object client under test
 
 HEAD = b"Last-Modified: Tue, 01 Dec 2026 00:00:00 GMT\r\nETag: \"e\"\r\nConnection: close\r\n"
 PIECE = b"x" * (1 << 20)

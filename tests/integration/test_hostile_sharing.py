@@ -21,8 +21,10 @@ from reliability_support import report
 from sharing_fuzz import _relist, build_seed, read_objects
 from sharing_fuzz_run import measure_child, zip_bytes
 
-from stepjournal import CallBypassed, IntegrityError, StepJournalError, import_bundle, pull, verify_bundle
-from stepjournal.events._convert import encode_event
+from stepjournal.errors import IntegrityError, StepJournalError
+from stepjournal.events import CallBypassed
+from stepjournal.sharing import import_bundle, pull, verify_bundle
+from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
 from cli_support import run_cli as cli
 
 MIB = 1 << 20

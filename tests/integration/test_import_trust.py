@@ -16,12 +16,14 @@ import msgpack
 import pytest
 import torch
 
-from stepjournal import (EventsImported, GenerationRecorded, ImportClaimError, ImportConflictError, Journal,
-                         PayloadsReleased, Retention, clone, compact, export_bundle, import_bundle, journaled, prune,
-                         pull, push, verify_bundle)
-from stepjournal.events._convert import encode_event
-from stepjournal.base._digest import digest_bytes
-from stepjournal.sharing._remote import journal_id
+from stepjournal import Journal, journaled
+from stepjournal.errors import ImportClaimError, ImportConflictError
+from stepjournal.events import EventsImported, GenerationRecorded, PayloadsReleased
+from stepjournal.sharing import clone, export_bundle, import_bundle, pull, push, verify_bundle
+from stepjournal.upkeep import Retention, compact, prune
+from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 from stepjournal.policies import ReplayMissError
 
 BIN = os.path.dirname(sys.executable)

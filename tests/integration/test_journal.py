@@ -12,21 +12,18 @@ import msgpack
 import pytest
 import torch
 
-from stepjournal import (
-    CallBypassed,
+from stepjournal import Journal
+from stepjournal.errors import (
     EventDecodeError,
-    GenerationRecorded,
     IntegrityError,
     InvalidKeyError,
-    Journal,
     JournalClosedError,
-    ObjectPayloadStore,
-    ReplayServed,
-    SessionOpened,
     UnknownEventTypeError,
     UnsupportedSchemaVersionError,
 )
-from stepjournal.events._convert import decode_event, encode_event
+from stepjournal.events import CallBypassed, GenerationRecorded, ReplayServed, SessionOpened
+from stepjournal.payloads import ObjectPayloadStore
+from stepjournal.events._convert import decode_event, encode_event  # private: raw event bytes, as stored
 
 from kill_points import Lockstep, nth_after, start_process
 from lmdb_raw import flip_byte, items, put_raw

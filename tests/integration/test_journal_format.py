@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from stepjournal import JOURNAL_FORMAT, IntegrityError, Journal, JournalFormatError, __version__
+from stepjournal import Journal, __version__
+from stepjournal.base import JOURNAL_FORMAT
+from stepjournal.errors import IntegrityError, JournalFormatError
 from cli_support import run_cli as cli
 from lmdb_raw import delete_raw, drop_db, items, put_raw, tables
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 
 import lmdb
 import pytest
 import torch
 
 from journal_workers import record_steps
-from stepjournal import IntegrityError, Journal, JournalError
-from stepjournal.index._projections import SESSIONS_FLAG
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError, JournalError
+from stepjournal.index._projections import SESSIONS_FLAG  # private: the projections' internals
 from reliability_support import worker_context
 
 
@@ -133,7 +133,7 @@ def test_a_digest_only_preparation_cannot_be_stored(jpath):
 
 
 def test_journal_audit_reads_the_same_records_as_the_audit_of_its_events(jpath):
-    from stepjournal.index._audit import audit
+    from stepjournal.index._audit import audit  # private: the audit's internals
 
     with Journal(jpath) as journal:
         rec = journal.record(1, "a")

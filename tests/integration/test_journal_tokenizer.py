@@ -18,7 +18,7 @@ import pytest
 from stepjournal import Journal
 from stepjournal.adapters import (TOKENIZER_STAGE, TokenizerDocumentError, journal_tokenizer, journaled,
                                   record_tokenizer)
-from stepjournal.adapters import _tokenizer
+from stepjournal.adapters import _tokenizer  # private: the adapters' shared helper under test
 from cli_support import run_cli
 from trl_tiny import PROMPTS, grpo_args, length_reward, prompts_dataset, tiny_model, tiny_tokenizer
 
@@ -212,8 +212,8 @@ def _payloads():
 def test_show_reads_a_plain_payload_as_the_codec_describes_and_decodes_it(tmp_path, index):
     import numpy as np
 
-    from stepjournal import describe_payload
-    from stepjournal.adapters.cli._show_light import light_payload
+    from stepjournal.payloads import describe_payload
+    from stepjournal.adapters.cli._show_light import light_payload  # private: a CLI helper under test
 
     value = _payloads()[index]
     with Journal(str(tmp_path / "j")) as journal:
@@ -245,7 +245,7 @@ def test_show_reads_a_plain_payload_as_the_codec_describes_and_decodes_it(tmp_pa
 def test_light_reading_leaves_what_numpy_cannot_show_to_the_codec(tmp_path):
     import torch
 
-    from stepjournal.adapters.cli._show_light import light_payload
+    from stepjournal.adapters.cli._show_light import light_payload  # private: a CLI helper under test
 
     with Journal(str(tmp_path / "j")) as journal:
         for value in ({"x": torch.ones(2, dtype=torch.bfloat16)}, {(1, 2): 3}):
@@ -277,7 +277,7 @@ def test_the_kept_tokenizer_is_no_step_a_diff_or_a_report_counts(tmp_path, token
     """A second session of the run keeps no second copy; diffing it with the first (or with a journal that kept
     none) still says the runs agree, and the report's steps are the calls' steps only."""
     from stepjournal import diff_journals
-    from stepjournal.tools._diff import RUN_STAGES
+    from stepjournal.tools._diff import RUN_STAGES  # private: the diff's internals
 
     assert TOKENIZER_STAGE in RUN_STAGES
     path, bare = str(tmp_path / "j"), str(tmp_path / "bare")

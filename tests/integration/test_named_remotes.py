@@ -12,8 +12,9 @@ import torch
 
 from doc_lines import command_lines, matches, prompted_lines, run_line
 from s3_server import client_env, s3_env, s3_server  # noqa: F401  (fixtures)
-from stepjournal import (Journal, RemoteConfigError, RemoteUrlSecretError, add_remote, clone, list_remotes, pull, push,
-                         remote_status, remove_remote)
+from stepjournal import Journal
+from stepjournal.errors import RemoteConfigError, RemoteUrlSecretError
+from stepjournal.sharing import add_remote, clone, list_remotes, pull, push, remote_status, remove_remote
 
 DOC_LINES = command_lines("docs/sharing.md", section="Named remotes and status")
 SHARING = Path(__file__).resolve().parents[2] / "docs" / "sharing.md"
@@ -80,7 +81,7 @@ def test_status_sends_writes_and_creates_nothing(tmp_path, s3_env):
     assert remote_status(str(tmp_path / "a"), str(folder)).to_push_events == 2  # a folder a push would create
     assert not folder.exists()
     assert remote_status(str(tmp_path / "a"), s3_env + "/x").to_push_payloads == 1
-    from stepjournal.payloads._object_client import Remote
+    from stepjournal.payloads._object_client import Remote  # private: the object client under test
 
     assert Remote(s3_env).keys("") == []
 
@@ -158,7 +159,7 @@ def test_a_plain_relative_path_is_a_remote_for_push_pull_clone_and_status(tmp_pa
 
 # -- your own remotes (--global) ---------------------------------------------------------------------
 def test_your_own_remotes_are_seen_by_every_journal_and_by_clone_and_are_never_a_default(tmp_path, monkeypatch):
-    from stepjournal import resolve_clone_source, user_config_folder
+    from stepjournal.sharing import resolve_clone_source, user_config_folder
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     team, other = tmp_path / "team-remote", tmp_path / "other-remote"

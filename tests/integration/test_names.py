@@ -48,21 +48,21 @@ def test_every_error_prints_under_stepjournal_errors_and_is_found_there():
         cls = getattr(stepjournal.errors, name)
         assert cls.__module__ == "stepjournal.errors", cls
         assert getattr(importlib.import_module(cls.__module__), cls.__qualname__) is cls
-    assert stepjournal.policies.SpecError is stepjournal.errors.SpecError  # the old paths still work
-    assert stepjournal.JournalError is stepjournal.errors.JournalError
+    assert stepjournal.policies.SpecError is stepjournal.errors.SpecError  # the policies' own still work
+    assert not hasattr(stepjournal, "JournalError")  # the top level offers what users call, not the errors
     assert repr(stepjournal.errors.SpecError("x")) == "SpecError('x')"
 
 
 def test_every_error_class_of_the_journal_and_the_policies_is_in_stepjournal_errors():
-    import stepjournal.upkeep._compact  # noqa: F401  (modules whose errors were defined apart before)
-    import stepjournal.tools._export  # noqa: F401
+    import stepjournal.upkeep._compact  # noqa: F401  # private: its errors were defined apart before
+    import stepjournal.tools._export  # noqa: F401  # private: the exporter's internals
 
     def every(cls):
         for sub in cls.__subclasses__():
             yield sub
             yield from every(sub)
 
-    found = {cls for cls in every(stepjournal.StepJournalError)
+    found = {cls for cls in every(stepjournal.errors.StepJournalError)
              if not cls.__module__.startswith("stepjournal.adapters") and not cls.__name__.startswith("_")}
     assert found - {getattr(stepjournal.errors, n) for n in stepjournal.errors.__all__} == set()
 
@@ -107,8 +107,8 @@ def test_the_adapters_errors_print_under_the_adapters_public_modules():
     import stepjournal.adapters.trl as trl
     import stepjournal.adapters.verl as verl
 
-    from stepjournal.adapters.trl import _errors as trl_errors
-    from stepjournal.adapters.verl import _errors as verl_errors
+    from stepjournal.adapters.trl import _errors as trl_errors  # private: a TRL adapter internal under test
+    from stepjournal.adapters.verl import _errors as verl_errors  # private: a verl adapter internal under test
 
     for public, private in ((verl, verl_errors), (trl, trl_errors)):
         for name in private.__all__:

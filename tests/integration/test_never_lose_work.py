@@ -22,7 +22,9 @@ import threading
 import pytest
 import torch
 
-from stepjournal import CodecRegistry, Journal, JournalError, UnsupportedValueError, encode_payload
+from stepjournal import Journal
+from stepjournal.errors import JournalError, UnsupportedValueError
+from stepjournal.payloads import CodecRegistry, encode_payload
 from stepjournal.policies import Engine, ReplayMissError
 
 import never_lose_work_workers as workers
@@ -219,7 +221,8 @@ def _python(code: str) -> str:
 
 OPEN_AND_SAY = """
     import sys
-    from stepjournal import Journal, JournalError
+    from stepjournal import Journal
+    from stepjournal.errors import JournalError
     for path, readonly in [(p.split("=")[0], p.endswith("=ro")) for p in sys.argv[1:]]:
         try:
             with Journal(path, readonly=readonly) as journal:
@@ -270,7 +273,8 @@ def test_a_full_disk_gives_journal_full_error_instead_of_killing_the_process(tmp
 
 DROP_THEN_OPEN = """
     import os, sys, tempfile
-    from stepjournal import Journal, JournalError
+    from stepjournal import Journal
+    from stepjournal.errors import JournalError
     with tempfile.TemporaryDirectory() as scratch:  # load every module opening and refusing need, while still root
         Journal(os.path.join(scratch, "warm")).close()
         try:

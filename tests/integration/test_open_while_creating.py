@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from stepjournal import IntegrityError, Journal
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
 from journal_workers import open_new_journals
 from cli_support import run_cli as cli
 from kill_points import start_script
@@ -43,7 +44,8 @@ with Journal(sys.argv[1], run="creator") as journal:
 SECOND = """
 import sys
 from kill_points import Lockstep
-from stepjournal import Journal, StepJournalError
+from stepjournal import Journal
+from stepjournal.errors import StepJournalError
 
 lockstep, said = Lockstep.inherited(), []
 

@@ -15,7 +15,8 @@ import lmdb
 import pytest
 import torch
 
-from stepjournal import Journal, JournalError
+from stepjournal import Journal
+from stepjournal.errors import JournalError
 from reliability_support import worker_context
 
 RESIZED = "mdb_txn_begin: MDB_MAP_RESIZED: Database contents grew beyond environment mapsize"  # LMDB's words

@@ -103,18 +103,38 @@ def test_every_public_name_is_documented_in_docs():
     import stepjournal.adapters
     import stepjournal.adapters.trl
     import stepjournal.adapters.verl
+    import stepjournal.base
     import stepjournal.errors
+    import stepjournal.events
+    import stepjournal.index
     import stepjournal.log
+    import stepjournal.payloads
     import stepjournal.policies
+    import stepjournal.policies.testing
+    import stepjournal.sharing
+    import stepjournal.testing
+    import stepjournal.tools
+    import stepjournal.upkeep
+    import stepjournal.vocabulary
 
     docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
     missing = [
         f"{module.__name__}.{name}"
         for module in (
             stepjournal,
+            stepjournal.base,
+            stepjournal.events,
+            stepjournal.index,
+            stepjournal.payloads,
+            stepjournal.sharing,
+            stepjournal.upkeep,
             stepjournal.errors,
             stepjournal.log,
+            stepjournal.testing,
+            stepjournal.vocabulary,
+            stepjournal.tools,
             stepjournal.policies,
+            stepjournal.policies.testing,
             stepjournal.adapters,
             stepjournal.adapters.verl,
             stepjournal.adapters.trl,

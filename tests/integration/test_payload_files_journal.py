@@ -14,12 +14,16 @@ import lmdb
 import pytest
 import torch
 
-from stepjournal import (IntegrityError, Journal, Retention, clone, compact, export_bundle, import_bundle, prune,
-                         push)
-from stepjournal import encode_payload
-from stepjournal.base._digest import digest_bytes
-from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.sharing import clone, export_bundle, import_bundle, push
+from stepjournal.upkeep import Retention, compact, prune
+from stepjournal.payloads import encode_payload
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
+from stepjournal.payloads._file_store import (  # private: the file store's layout
+    PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore,
+)
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 BIG = FILE_FROM // 8 + 4096  # int64: just over FILE_FROM encoded
 
@@ -65,7 +69,7 @@ def test_a_large_payload_is_a_file_a_small_one_rides_in_lmdb_and_both_replay_fro
 
 
 def test_the_size_cap_counts_payload_files_and_a_record_past_it_is_journal_full_error(tmp_path):
-    from stepjournal import JournalFullError
+    from stepjournal.errors import JournalFullError
 
     path = tmp_path / "j"
     cap = 4 * FILE_FROM

@@ -19,14 +19,20 @@ from journal_workers import REFUSED, SMALL_FILE_FROM, VERBS, content, run_verb, 
 from kill_points import start_process
 from lmdb_raw import flip_byte
 from reliability_support import worker_context
-from stepjournal import (CompactError, Journal, JournalError, Retention, compact, export_bundle, list_remotes, prune, push)
-from stepjournal.events._events import EventsImported, GenerationRecorded
-from stepjournal.events._keys import seq_key
+from stepjournal import Journal
+from stepjournal.errors import CompactError, JournalError
+from stepjournal.sharing import export_bundle, list_remotes, push
+from stepjournal.upkeep import Retention, compact, prune
+from stepjournal.events._events import (  # private: event classes and maps, below the face
+    EventsImported, GenerationRecorded,
+)
+from stepjournal.events._keys import seq_key  # private: the key layout itself
+from stepjournal.storage._appender import appender_of  # private: the journal's own payload files and store (the internal seam)
 
 
 def _small_files(patch: pytest.MonkeyPatch) -> None:
     """Payloads of `SMALL_FILE_FROM` bytes and more are files in this process's journals, until `patch` is undone."""
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     patch.setattr(payload_store, "FILE_FROM", SMALL_FILE_FROM)
 
@@ -272,7 +278,7 @@ def test_a_fork_child_leaves_its_parents_staged_file_alone(tmp_path, monkeypatch
     path = str(tmp_path / "journal")
     with Journal(path) as journal:
         held = [journal.prepare(content("X"), copy=False)]
-        files = journal.local_payloads().files
+        files = appender_of(journal).local.files
         _staged_written(journal, held[0])  # before the fork
         child = mp.get_context("fork").Process(target=_fork_child_drops, args=(held,))
         child.start()
@@ -289,7 +295,7 @@ def test_the_size_cap_does_not_count_the_records_own_staged_file(tmp_path, monke
     value = content("X")
     with Journal(path) as journal:
         size = journal.prepare(value).ref.stored_nbytes
-        used = journal.lmdb_store().used_bytes()
+        used = appender_of(journal).store.used_bytes()
     # Room for the payload once and the event's pages, not for the payload twice.
     with Journal(path, max_size=used + size + (size // 2)) as journal:
         prepared = journal.prepare(value, copy=False)  # as `record` does: its file staged in tmp/
@@ -307,7 +313,7 @@ def test_a_size_that_is_not_one_is_refused_in_one_line(tmp_path, name, size):
 
 def _staged_written(journal: Journal, prepared) -> None:
     """Wait until the file staged for `prepared` is written whole (its thread is done)."""
-    journal.local_payloads().files._staged[prepared.key]._thread.join()
+    appender_of(journal).local.files._staged[prepared.key]._thread.join()
 
 
 # -- compact --to ------------------------------------------------------------------------------------
@@ -332,14 +338,14 @@ def _recorded_as_files(path: str, names: str) -> List[Tuple[bytes, str]]:
     with Journal(path) as journal:
         for step, name in enumerate(names, start=1):
             journal.record(step, content(name))
-        files = journal.local_payloads().files
+        files = appender_of(journal).local.files
         return [(digest, files.path_of(digest)) for digest in sorted(files.digests())]
 
 
 def _whole_copy_holds(path: str, files: int) -> None:
     with Journal(path, readonly=True) as journal:
         assert journal.verify() == []
-        assert len(list(journal.local_payloads().files.digests())) == files
+        assert len(list(appender_of(journal).local.files.digests())) == files
 
 
 def test_compact_to_copies_every_payload_file_the_events_name(tmp_path, monkeypatch):

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from payload_store_conformance import PayloadStoreConformance, payload
-from stepjournal import IntegrityError, JournalError, PayloadMissingError, decode_payload, encode_payload
-from stepjournal.base._digest import digest_bytes
-from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore
+from stepjournal.testing import PayloadStoreConformance
+from stepjournal.testing import payload_of as payload
+from stepjournal.errors import IntegrityError, JournalError, PayloadMissingError
+from stepjournal.payloads import decode_payload, encode_payload
+from stepjournal.base._digest import digest_bytes  # private: digests as the store computes them
+from stepjournal.payloads._file_store import TMP_FOLDER, FilePayloadStore  # private: the file store's layout
 
 
 class TestFilePayloadStore(PayloadStoreConformance):
@@ -30,15 +32,6 @@ class TestFilePayloadStore(PayloadStoreConformance):
         data[-1] ^= 0xFF
         with open(path, "wb") as f:
             f.write(data)
-
-    def event_writer(self, store, fail):
-        def write_events(in_txn):
-            assert in_txn is None  # files are durable before the event commits: nothing rides in its transaction
-            if fail:
-                raise RuntimeError("event commit failed")
-            return [1]
-
-        return write_events
 
 
 def test_a_payload_is_one_file_named_by_its_digest_and_nothing_is_left_in_tmp(tmp_path):
@@ -62,7 +55,7 @@ def test_the_buffers_given_are_written_one_after_another_without_joining_them(tm
 
 
 def test_a_read_hands_the_load_a_private_mapping_of_the_file_so_tensors_are_views_of_it(tmp_path):
-    from stepjournal.base._pages import HANDED_OVER
+    from stepjournal.base._pages import HANDED_OVER  # private: page release under test
 
     store = FilePayloadStore(str(tmp_path / "payloads"))
     digest, raw = payload({"ids": torch.arange(300_000)})
@@ -119,7 +112,7 @@ def test_a_readonly_store_reads_and_refuses_every_write(tmp_path):
 KILLED_WRITER = """
     import os, signal, stat, sys
     import torch
-    from stepjournal import encode_payload
+    from stepjournal.payloads import encode_payload
     from stepjournal.base._digest import digest_bytes
     from stepjournal.payloads._file_store import FilePayloadStore
     import stepjournal.payloads._file_store as files
@@ -167,7 +160,8 @@ def test_a_writer_killed_between_the_file_and_its_event_leaves_an_orphan_never_a
 FILL_THEN_WRITE = """
     import os, sys
     import torch
-    from stepjournal import JournalFullError, encode_payload
+    from stepjournal.errors import JournalFullError
+    from stepjournal.payloads import encode_payload
     from stepjournal.base._digest import digest_bytes
     from stepjournal.payloads._file_store import FilePayloadStore
 

@@ -6,8 +6,10 @@ import lmdb
 import pytest
 import torch
 
-from payload_store_conformance import PayloadStoreConformance, payload
-from stepjournal import Journal, LmdbPayloadStore
+from stepjournal.testing import PayloadStoreConformance
+from stepjournal.testing import payload_of as payload
+from stepjournal import Journal
+from stepjournal.payloads import LmdbPayloadStore
 
 
 class TestLmdbPayloadStore(PayloadStoreConformance):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from stepjournal import Journal, clone, pull, push
+from stepjournal import Journal
+from stepjournal.sharing import clone, pull, push
 
 
 def recorded(path, steps, scale=1):

@@ -12,14 +12,19 @@ import pytest
 import torch
 
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import (GenerationRecorded, IntegrityError, Journal, JournalError, ObjectPayloadStore,
-                         RemoteConflictError, RemoteError, RemoteFormatError, ReplayServed, Retention, clone, compact,
-                         journaled, prune, pull, push)
-from stepjournal.sharing import _pull as pull_module, _remote as remote_module
-from stepjournal.events._events import EventsImported
-from stepjournal.payloads._object_client import Remote
-from stepjournal.sharing._remote import Released, journal_id
-from stepjournal.events._events import call_refs
+from stepjournal import Journal, journaled
+from stepjournal.errors import IntegrityError, JournalError, RemoteConflictError, RemoteError, RemoteFormatError
+from stepjournal.events import GenerationRecorded, ReplayServed
+from stepjournal.payloads import ObjectPayloadStore
+from stepjournal.sharing import clone, pull, push
+from stepjournal.upkeep import Retention, compact, prune
+from stepjournal.sharing import (  # private: the sharing internals under test
+    _pull as pull_module, _remote as remote_module,
+)
+from stepjournal.events._events import EventsImported  # private: event classes and maps, below the face
+from stepjournal.payloads._object_client import Remote  # private: the object client under test
+from stepjournal.sharing._remote import Released, journal_id  # private: the remote layout
+from stepjournal.events._events import call_refs  # private: event classes and maps, below the face
 from stepjournal.adapters.cli import main as cli
 
 
@@ -161,7 +166,7 @@ def test_a_push_of_many_payloads_lists_a_remote_that_holds_few_once_instead_of_a
 
 
 def test_a_push_looks_up_each_payload_on_a_remote_that_holds_many_or_cannot_be_listed(tmp_path, monkeypatch):
-    import stepjournal.sharing._remote as remote_module
+    import stepjournal.sharing._remote as remote_module  # private: the remote layout
 
     remote = (tmp_path / "remote").as_uri()
     record_steps(tmp_path / "a", [1, 2])
@@ -377,7 +382,7 @@ def test_push_and_clone_in_a_fresh_process_never_import_torch(tmp_path):
     remote = (tmp_path / "remote").as_uri()
     script = textwrap.dedent(f"""
         import sys
-        from stepjournal import clone, push
+        from stepjournal.sharing import clone, push
         from stepjournal.adapters.cli import main
         assert main(["push", {str(tmp_path / "a")!r}, {remote!r}]) == 0
         print(clone({remote!r}, {str(tmp_path / "b")!r}).payloads_fetched, "torch" in sys.modules)

@@ -17,10 +17,11 @@ import torch
 
 from kill_points import kill_plan, start_script
 from s3_server import s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import Journal, clone, pull, push
-from stepjournal.events._events import EventsImported
-from stepjournal.payloads._object_client import Remote
-from stepjournal.sharing._remote import journal_id
+from stepjournal import Journal
+from stepjournal.sharing import clone, pull, push
+from stepjournal.events._events import EventsImported  # private: event classes and maps, below the face
+from stepjournal.payloads._object_client import Remote  # private: the object client under test
+from stepjournal.sharing._remote import journal_id  # private: the remote layout
 
 STEPS = 150  # + the session: 151 events
 SEGMENT = 2  # events a segment holds: a push's progress points, and a pull's (one run a segment)
@@ -28,7 +29,7 @@ SEGMENT = 2  # events a segment holds: a push's progress points, and a pull's (o
 CHILD = """
 import sys
 from kill_points import Lockstep
-from stepjournal import pull, push
+from stepjournal.sharing import pull, push
 lockstep = Lockstep.inherited()
 if sys.argv[1] == "push":
     push(sys.argv[2], sys.argv[3], segment_events=int(sys.argv[4]), progress=lockstep.progress)

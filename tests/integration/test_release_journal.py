@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, SessionOpened
+from stepjournal import Journal
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed, SessionOpened
 from stepjournal.adapters import journaled
 from cli_support import run_cli
 
@@ -80,10 +81,10 @@ def test_the_release_journal_replays_and_takes_new_large_records_as_payload_file
     """A journal from before payload files: its records replay from LMDB, a new large one is a file."""
     import os
 
-    from stepjournal.payloads._file_store import PAYLOAD_FOLDER
+    from stepjournal.payloads._file_store import PAYLOAD_FOLDER  # private: the file store's layout
 
     assert not os.path.exists(os.path.join(release, PAYLOAD_FOLDER))
-    from stepjournal.payloads._payload_store import FILE_FROM
+    from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
     large = {"ids": torch.arange(FILE_FROM // 8 + 1)}
     with Journal(release, run="exp") as journal:

@@ -15,7 +15,8 @@ from collections import Counter
 import pytest
 import torch
 
-from stepjournal import GenerationRecorded, Journal, SessionOpened
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded, SessionOpened
 
 from reliability_support import report, worker_context
 from reliability_workers import concurrent_payload, concurrent_writer, snapshot_reader
@@ -132,7 +133,7 @@ def test_opening_a_journal_another_process_grew_meanwhile_adopts_the_new_map_siz
 
     import lmdb
 
-    from stepjournal.storage._lmdb_check import check_env_structure
+    from stepjournal.storage._lmdb_check import check_env_structure  # private: the LMDB file checks under test
 
     path = str(tmp_path / "journal")
     Journal(path, map_size=64 * 1024).close()

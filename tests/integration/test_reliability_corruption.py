@@ -16,17 +16,10 @@ import stat
 
 import pytest
 
-from stepjournal import (
-    CallRefused,
-    CallBypassed,
-    EventDecodeError,
-    GenerationRecorded,
-    IntegrityError,
-    Journal,
-    ReplayServed,
-    SessionOpened,
-)
-from stepjournal.events._convert import decode_event, encode_event
+from stepjournal import Journal
+from stepjournal.errors import EventDecodeError, IntegrityError
+from stepjournal.events import CallRefused, CallBypassed, GenerationRecorded, ReplayServed, SessionOpened
+from stepjournal.events._convert import decode_event, encode_event  # private: raw event bytes, as stored
 from stepjournal.adapters import journaled
 
 from cli_support import run_cli

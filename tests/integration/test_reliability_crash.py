@@ -21,7 +21,9 @@ import threading
 import pytest
 import torch
 
-from stepjournal import GenerationRecorded, Journal, compact
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded
+from stepjournal.upkeep import compact
 
 from kill_points import start_process
 from reliability_support import expected_output, report, same_output, worker_context

@@ -17,7 +17,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from stepjournal import GenerationRecorded, Journal, JournalError
+from stepjournal import Journal
+from stepjournal.errors import JournalError
+from stepjournal.events import GenerationRecorded
 
 from reliability_support import report
 

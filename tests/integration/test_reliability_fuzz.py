@@ -82,7 +82,8 @@ def test_a_payload_cannot_name_code_to_run(tmp_path):
 
     import msgpack
 
-    from stepjournal import PayloadDecodeError, UnknownCodecError, decode_payload
+    from stepjournal.errors import PayloadDecodeError, UnknownCodecError
+    from stepjournal.payloads import decode_payload
 
     def framed(header_obj) -> bytes:
         header = msgpack.packb(header_obj, use_bin_type=True)
@@ -112,8 +113,8 @@ def test_an_event_with_bytes_keys_is_refused_with_a_typed_error():
     """Found by atheris: cattrs' error report failed on a bytes field name and let TypeError out."""
     import msgpack
 
-    from stepjournal import EventDecodeError
-    from stepjournal.events._convert import decode_event
+    from stepjournal.errors import EventDecodeError
+    from stepjournal.events._convert import decode_event  # private: raw event bytes, as stored
 
     fields = {"type": "call_bypassed", "v": 1, "session": "s", "run": "r", "step": 6, "gen_index": 0,
               "mode": "validate", "policy": "bypass", "reason": "val", "ts": [5.0]}

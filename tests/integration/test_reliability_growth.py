@@ -18,8 +18,9 @@ import time
 import pytest
 import torch
 
-from stepjournal import Journal, JournalFullError
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal import Journal
+from stepjournal.errors import JournalFullError
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 from log_capture import captured_events
 from reliability_support import report, worker_context

@@ -15,9 +15,10 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch
 
-from stepjournal import Journal, UnsafePathError, resolve_journal_path
+from stepjournal import Journal
+from stepjournal.base import resolve_journal_path
+from stepjournal.errors import UnsafePathError
 
 from log_capture import captured_events
 from reliability_support import report, worker_context

@@ -12,8 +12,10 @@ import torch
 
 from region_server import BUCKET_REGION, region_server  # noqa: F401
 from s3_server import free_port, make_bucket, s3_env, s3_server, start_moto, subprocess_env  # noqa: F401
-from stepjournal import (Journal, RemoteCredentialsError, RemoteError, RemoteMissingError, RemotePlainHttpError,
-                         RemoteRegionError, RemoteUnreachableError, clone, pull, push, remote_status)
+from stepjournal import Journal
+from stepjournal.errors import (RemoteCredentialsError, RemoteError, RemoteMissingError, RemotePlainHttpError,
+                                RemoteRegionError, RemoteUnreachableError)
+from stepjournal.sharing import clone, pull, push, remote_status
 
 BIN = os.path.dirname(sys.executable)
 VERBS = ["push {a} {url}", "pull {url} {a}", "clone {url} {b}", "status {a} {url}"]

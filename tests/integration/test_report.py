@@ -125,7 +125,7 @@ def test_a_replayed_step_names_its_source_step(report, browser):
 def test_past_the_text_budget_every_embedded_text_is_cut_to_its_share(report, tokenizer_dir, monkeypatch):  # noqa: F811
     from transformers import AutoTokenizer
 
-    from stepjournal.adapters.cli import _report
+    from stepjournal.adapters.cli import _report  # private: a CLI helper under test
 
     path, _ = report
     monkeypatch.setattr(_report, "TEXT_BUDGET", 2 * SAMPLES * STEPS * 10)  # 10 characters a text
@@ -252,3 +252,54 @@ def test_hostile_metric_names_and_numbers_draw_as_text_and_charts_without_errors
     assert tab.inner_text("#samples p.metrics") == (f"metrics: {HOSTILE} 2 · total_flos 100000000000000000000 · "
                                                     "wide -1e+308 · huge - · nan -")
     assert problems == [] and dialogs == []
+
+
+@pytest.fixture(scope="module")
+def tools_report(tmp_path_factory):
+    """The agent loop of tests/agent_tools.py, recorded with `cache`, then run again with sample 0 changed at turn
+    2 (its later calls miss); the report of each session."""
+    from agent_tools import run_phase
+
+    folder = tmp_path_factory.mktemp("tools-report")
+    path = str(folder / "agents")
+    run_phase(path, "cache")
+    run_phase(path, "cache", changed_sample=0, shift=True)
+    pages = {}
+    for name in ("s1", "s2"):
+        pages[name] = folder / f"{name}.html"
+        done = run_cli("report", path, "-o", str(pages[name]), "--no-text", "--session", name)
+        assert done.returncode == 0, done.stderr
+    return path, pages
+
+
+def test_the_report_counts_each_steps_tool_calls_as_audit_tools_does(tools_report, browser):
+    path, pages = tools_report
+    from stepjournal.tools import tool_call_rows, tool_step_summaries
+
+    with Journal(path, readonly=True) as journal:
+        rows = tool_call_rows(journal, payloads=False)
+    sessions = list(dict.fromkeys(row.session for row in rows))
+    for k, name in enumerate(("s1", "s2")):
+        summaries = tool_step_summaries([row for row in rows if row.session == sessions[k]])
+        tab, problems = open_report(browser, pages[name])
+        assert "tool calls per step: calls, replayed, misses" in tab.locator("#charts figcaption").all_inner_texts()
+        assert tab.locator("#steps th").all_inner_texts()[-1] == "tool calls"
+        for s in summaries:
+            row = tab.locator(f'tr.step[data-step="{s.step}"] td.tools')
+            assert row.inner_text() == f"{s.calls} ({s.replayed} replayed, {s.misses} misses)"
+            tab.click(f'tr.step[data-step="{s.step}"]')
+            line = tab.inner_text("#samples p.tools")
+            assert line.startswith(f"tool calls: {s.calls} · replayed {s.replayed} · misses {s.misses} "
+                                   f"(refused {s.refused}) · tool time {s.tool_s:.3f} s · saved {s.saved_s:.3f} s")
+        assert problems == []
+    # The recording ran every call; the changed run replayed all but the changed sample's last three.
+    assert [tab.locator(f'tr.step[data-step="{step}"] td.tools').inner_text() for step in (1, 2)] == [
+        "21 (18 replayed, 3 misses)"] * 2
+
+
+def test_a_run_without_tool_calls_has_no_tool_column_or_chart(report, browser):
+    _, page = report
+    tab, problems = open_report(browser, page)
+    assert tab.locator("#steps th").all_inner_texts()[-1] == "samples"
+    assert not any("tool calls" in caption for caption in tab.locator("#charts figcaption").all_inner_texts())
+    assert problems == []

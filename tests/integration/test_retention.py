@@ -9,20 +9,10 @@ import sys
 import pytest
 import torch
 
-from stepjournal import (
-    CompactError,
-    Journal,
-    JournalBusyError,
-    JournalFullError,
-    PayloadsReleased,
-    Retention,
-    RetentionConflictError,
-    RetentionError,
-    compact,
-    find_release,
-    plan_retention,
-    prune,
-)
+from stepjournal import Journal
+from stepjournal.errors import CompactError, JournalBusyError, JournalFullError, RetentionConflictError, RetentionError
+from stepjournal.events import PayloadsReleased
+from stepjournal.upkeep import Retention, compact, find_release, plan_retention, prune
 from stepjournal.adapters.cli import main
 from stepjournal.policies import Engine, ReplayMissError, StepRanges
 
@@ -367,7 +357,7 @@ def test_a_compaction_the_disk_cuts_short_fails_and_leaves_the_journal_intact(jp
     code = (
         "import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))\n"
-        "from stepjournal import compact, StepJournalError\n"
+        "from stepjournal.errors import StepJournalError\nfrom stepjournal.upkeep import compact\n"
         f"try:\n    compact({jpath!r}, to={str(tmp_path / 'small')!r})\n"
         "except StepJournalError as exc:\n    print(type(exc).__name__, exc)\n    sys.exit(3)\n"
         f"try:\n    compact({jpath!r})\n"
@@ -388,7 +378,7 @@ def test_compact_refuses_a_target_without_the_room_it_needs(jpath):
     # there only if it is larger, so the check is made against a size the target cannot hold.
     with Journal(jpath) as journal:
         journal.record(3, {"x": torch.zeros(1 << 16)})
-    from stepjournal.upkeep import _compact
+    from stepjournal.upkeep import _compact  # private: the compaction's internals
 
     with pytest.raises(JournalFullError, match="needs up to .* free bytes"):
         _compact._MARGIN, saved = 1 << 62, _compact._MARGIN

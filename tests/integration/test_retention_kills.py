@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from kill_points import kill_plan, start_script
-from stepjournal import Journal, PayloadsReleased, Retention, compact, prune
+from stepjournal import Journal
+from stepjournal.events import PayloadsReleased
+from stepjournal.upkeep import Retention, compact, prune
 
 STEPS = 300
 RULES = dict(keep_last=20, pin={1, 2})
@@ -26,7 +28,8 @@ KEPT = [1, 2, *range(STEPS - 19, STEPS + 1)]
 _PRUNE = f"""
 import sys
 from kill_points import Lockstep
-from stepjournal import Journal, Retention, prune
+from stepjournal import Journal
+from stepjournal.upkeep import Retention, prune
 lockstep = Lockstep.inherited()
 journal = Journal(sys.argv[1], session=False)
 with lockstep.lmdb_writes():
@@ -35,7 +38,7 @@ with lockstep.lmdb_writes():
 _COMPACT = """
 import sys
 from kill_points import Lockstep
-from stepjournal import compact
+from stepjournal.upkeep import compact
 watch = Lockstep.inherited().filesystem(sys.argv[1])
 watch(True)
 compact(sys.argv[1])

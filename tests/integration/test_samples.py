@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepjournal import Journal, JournalError, Sample
-from stepjournal.index._samples import samples_of_steps
+from stepjournal import Journal, Sample
+from stepjournal.errors import JournalError
+from stepjournal.tools import samples_of_steps
 from cli_support import run_cli
 from doc_lines import command_lines, run_line
 
@@ -114,9 +115,11 @@ def test_show_text_prints_prompt_response_and_reward_with_the_runs_own_tokenizer
 
 
 def test_the_tokenizer_keys_are_read_without_importing_a_framework_and_are_the_ones_the_adapters_write(tmp_path):
-    from stepjournal.adapters._tokenizer_keys import TOKENIZER_KEY, VERL_TOKENIZER_KEYS
+    from stepjournal.adapters._tokenizer_keys import (  # private: the adapters' shared helper under test
+        TOKENIZER_KEY, VERL_TOKENIZER_KEYS,
+    )
     from stepjournal.adapters.verl import TOKENIZER_KEYS
-    from stepjournal.adapters.verl._fingerprint import GENERATION_KEYS
+    from stepjournal.adapters.verl._fingerprint import GENERATION_KEYS  # private: a verl adapter internal under test
 
     assert TOKENIZER_KEYS == VERL_TOKENIZER_KEYS and set(VERL_TOKENIZER_KEYS) <= set(GENERATION_KEYS)
     assert GENERATION_KEYS[VERL_TOKENIZER_KEYS[0]] == "actor_rollout_ref.model.tokenizer_path"  # verl's first choice
@@ -198,7 +201,9 @@ def test_verl_v1_batches_jagged_rows_are_read_through_the_tq_batch_codec(tmp_pat
     from transformers import AutoTokenizer
 
     from stepjournal.adapters.verl import TOKENIZER_KEYS
-    from stepjournal.adapters.verl.v1._codec import TQBatch, register_tq_codec
+    from stepjournal.adapters.verl.v1._codec import (  # private: a verl adapter internal under test
+        TQBatch, register_tq_codec,
+    )
 
     register_tq_codec()
     jagged = lambda rows: torch.nested.nested_tensor([torch.tensor(r) for r in rows], layout=torch.jagged)  # noqa: E731

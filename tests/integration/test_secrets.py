@@ -18,7 +18,10 @@ from log_capture import captured_events
 from redirect_server import PASSWORD as REDIRECT_PASSWORD
 from redirect_server import redirect_server  # noqa: F401  (fixture)
 from s3_server import free_port, s3_env, s3_server, subprocess_env  # noqa: F401  (fixtures)
-from stepjournal import EventsImported, Journal, RemoteError, clone, pull, push, redact
+from stepjournal import Journal
+from stepjournal.errors import RemoteError
+from stepjournal.events import EventsImported
+from stepjournal.sharing import clone, pull, push, redact
 
 BIN = os.path.dirname(sys.executable)
 PASSWORD = "pAsSwOrD-71c3e0-never-shown"

@@ -19,17 +19,13 @@ import msgpack
 import pytest
 import torch
 
-from stepjournal import (
-    CallBypassed,
-    CallRefused,
-    GenerationRecorded,
-    Journal,
-    ReplayServed,
-    UnsupportedSchemaVersionError,
-    journaled,
+from stepjournal import Journal, journaled
+from stepjournal.errors import UnsupportedSchemaVersionError
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed
+from stepjournal.events._convert import _decode_fast, decode_event, encode_event  # private: raw event bytes, as stored
+from stepjournal.events._keys import (  # private: the key layout itself
+    LAYOUT_VERSION, META_LAYOUT, gen_key, parse_gen_key, seq_key,
 )
-from stepjournal.events._convert import _decode_fast, decode_event, encode_event
-from stepjournal.events._keys import LAYOUT_VERSION, META_LAYOUT, gen_key, parse_gen_key, seq_key
 from stepjournal.policies import (
     ConfigError,
     Engine,
@@ -426,7 +422,7 @@ def test_the_cli_filters_lists_and_shows_stages(tmp_path):
 
 
 def test_the_timeline_draws_one_lane_per_stage(tmp_path):
-    from stepjournal.adapters.cli._timeline_layout import build_timeline
+    from stepjournal.adapters.cli._timeline_layout import build_timeline  # private: a CLI helper under test
 
     with Journal(str(tmp_path / "j")) as journal:
         journal.record(1, [1])

@@ -15,9 +15,12 @@ from matplotlib.collections import PolyCollection
 from matplotlib.patches import FancyArrowPatch
 from rich.console import Console
 
-from stepjournal import AuditRecord, Journal, journaled
-from stepjournal.adapters.cli import _timeline
-from stepjournal.adapters.cli._timeline import COLOURS, MAX_ARROWS, build_timeline, render_image
+from stepjournal import Journal, journaled
+from stepjournal.index import AuditRecord
+from stepjournal.adapters.cli import _timeline  # private: a CLI helper under test
+from stepjournal.adapters.cli._timeline import (  # private: a CLI helper under test
+    COLOURS, MAX_ARROWS, build_timeline, render_image,
+)
 from stepjournal.policies import ReplayMissError, StepRanges
 
 from cli_support import ok
@@ -163,7 +166,7 @@ def test_sessions_keep_their_numbers_under_a_step_filter(journal, records, tmp_p
 def test_sessions_are_named_in_the_order_they_opened_as_runs_and_audit_name_them(records):
     """Two sessions of a multi-node run can open in one order and make their first calls in the other:
     the timeline names them by opening, as `session_names` (runs, audit, diff) does."""
-    from stepjournal import session_names
+    from stepjournal.index import session_names
 
     called = list(dict.fromkeys(r.session for r in records))
     opened = called[::-1]  # the session that called first opened last
@@ -222,9 +225,9 @@ def test_the_source_panel_plots_a_sawtooth_for_repeat(tmp_path):
 
 
 def test_the_verb_reads_the_calls_the_audit_gives_with_released_records_marked(journal, tmp_path):
-    from stepjournal import Retention, prune
-    from stepjournal.adapters.cli._render import clean
-    from stepjournal.adapters.cli._timeline_layout import record_of
+    from stepjournal.upkeep import Retention, prune
+    from stepjournal.adapters.cli._render import clean  # private: a CLI helper under test
+    from stepjournal.adapters.cli._timeline_layout import record_of  # private: a CLI helper under test
 
     path = str(tmp_path / "pruned")
     with Journal(path, run="exp\x1b[31m") as j:

@@ -8,7 +8,9 @@ import json
 import pytest
 
 from cli_support import run_cli
-from stepjournal import Journal, ToolResponse, first_tool_difference, tool_call_rows
+from stepjournal import Journal
+from stepjournal.tools import first_tool_difference, tool_call_rows
+from stepjournal.events import ToolResponse
 from stepjournal.adapters import journaled_tool
 
 

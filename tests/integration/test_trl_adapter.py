@@ -27,7 +27,9 @@ from trl_tiny import grpo_args as common_args
 
 from stepjournal import Journal
 from stepjournal.policies import FingerprintMismatchError, InputMismatchError
-from stepjournal.adapters.trl._codec import capture_rng_state, restore_rng_state
+from stepjournal.adapters.trl._codec import (  # private: a TRL adapter internal under test
+    capture_rng_state, restore_rng_state,
+)
 from stepjournal.adapters.cli import main as cli_main
 from stepjournal.adapters.trl import (
     PAYLOAD_FORMAT,

@@ -20,7 +20,8 @@ from datasets import Dataset
 from trl import GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from stepjournal import Journal
-from stepjournal.policies import SpecError, StageInputMismatchError
+from stepjournal.policies import SpecError, StageInputMismatchError, StageRoleError
+from stepjournal.vocabulary import StageRole
 from stepjournal.adapters.trl import attach
 
 from test_trl_adapter import GENERATION_STEPS, PROMPTS, STEPS, common_args, forbid_generation, grpo, logged, losses, tiny_model
@@ -245,6 +246,20 @@ def test_a_per_stage_spec_naming_an_unknown_stage_is_refused_with_the_closest_na
         assert "_get_per_token_logps_and_entropies" not in vars(trainer) and "log" not in vars(trainer)
 
 
+def test_a_metrics_policy_that_may_replay_is_refused_as_verl_refuses_it(tokenizer, model_dir, tmp_path):  # noqa: F811
+    """TRL declares ``metrics`` record-only, as verl does; the engine enforces the typed role for both."""
+    trainer = grpo_beta(tokenizer, model_dir, tmp_path / "out", make_reward("length"))
+    with Journal(tmp_path / "journal") as journal:
+        for spec in ("generate:cache/metrics:replay", {"generate": "cache", "metrics": "dump@1-2;repeat"}):
+            with pytest.raises(StageRoleError) as refused:
+                attach(trainer, journal, spec)
+            assert (refused.value.stage, refused.value.role) == ("metrics", StageRole.RECORD_ONLY)
+        assert getattr(trainer, "_stepjournal", None) is None and journal.last_seq() == 0
+        handle = attach(trainer, journal, "generate:cache/metrics:passthrough")
+        assert handle.stages[-1] == "metrics"
+        handle.detach()
+
+
 # -- RLOO, an async reward function and its logged metrics ---------------------------------------------------------
 def make_async_judge():
     """An async reward function (a judge, say) that logs a metric of its own and counts its calls."""
@@ -289,7 +304,7 @@ def test_rloo_replays_an_async_reward_and_its_logged_metric_bit_for_bit(tokenize
 def test_the_weights_version_is_the_policys_global_step_and_the_reference_models_last_sync(
     tokenizer, model_dir, tmp_path  # noqa: F811
 ):
-    from stepjournal.adapters.trl._stages import weights_version
+    from stepjournal.adapters.trl._stages import weights_version  # private: a TRL adapter internal under test
 
     fixed = grpo_beta(tokenizer, model_dir, tmp_path / "a", make_reward("length"))
     synced = grpo_beta(tokenizer, model_dir, tmp_path / "b", make_reward("length"),

@@ -21,7 +21,8 @@ from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.utils.skip import SkipManager
 
-from stepjournal import CallBypassed, GenerationRecorded, Journal, ReplayServed
+from stepjournal import Journal
+from stepjournal.events import CallBypassed, GenerationRecorded, ReplayServed
 from stepjournal.adapters.verl import (
     JournaledRollout,
     MissingInputError,
@@ -40,6 +41,7 @@ from verl_support import (
     N,
     FakeGenerator,
     MiniPPOTrainer,
+    fresh_skip_manager,  # noqa: F401  (an autouse fixture)
     make_output,
     make_rows,
     record_until_killed,
@@ -47,15 +49,6 @@ from verl_support import (
 )
 from cli_support import run_cli
 from reliability_support import worker_context
-
-
-@pytest.fixture(autouse=True)
-def _reset_skip_manager():
-    """verl's SkipManager keeps its state on the class; give every test a clean one."""
-    yield
-    SkipManager.config = None
-    SkipManager.step = -1
-    SkipManager.skip_instances = {}
 
 
 def _journal(tmp) -> Journal:

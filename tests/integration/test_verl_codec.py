@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.protocol import DataProto
 
-from stepjournal import CodecRegistry, Journal, PayloadDecodeError, UnknownCodecError, UnsupportedValueError, decode_payload, encode_payload
+from stepjournal import Journal
+from stepjournal.errors import PayloadDecodeError, UnknownCodecError, UnsupportedValueError
+from stepjournal.payloads import CodecRegistry, decode_payload, encode_payload
 from stepjournal.adapters.verl import dataproto_diff, decode_dataproto
 from stepjournal.policies import Engine, parse
 

@@ -230,7 +230,7 @@ def test_verls_own_config_dataclasses_are_read_too():
 
 def test_a_stepjournal_link_planted_in_a_shared_dump_dir_is_refused(tmp_path):
     """verl's dump_dir may be shared; a `stepjournal` symlink in it must not redirect the journal."""
-    from stepjournal import UnsafePathError
+    from stepjournal.errors import UnsafePathError
     from stepjournal.adapters.verl import read_verl_config
 
     elsewhere = tmp_path / "elsewhere"

@@ -130,7 +130,7 @@ def test_a_config_with_no_skip_form_says_there_is_nothing_to_move(tmp_path):
                                    "*?[x]", "{a,b}", "#x", " lead", "%^=x"])
 def test_a_printed_value_reaches_hydra_unchanged_through_the_shell(value, shell, tmp_path):
     """As pasted into bash or zsh; `1e3` is a word Hydra reads as the float 1000.0 unless quoted."""
-    from stepjournal.adapters.cli._verl_config import override_line
+    from stepjournal.adapters.cli._verl_config import override_line  # private: a CLI helper under test
 
     line = "python " + override_line([("+stepjournal", "verl"), ("stepjournal.policy", value)])
     argv = shell_argv(tmp_path, line, shell=shell)
@@ -233,7 +233,7 @@ def test_a_key_added_past_the_check_is_refused_by_the_reader_with_the_key_meant(
 def test_the_structured_section_declares_exactly_the_keys_the_reader_reads():
     from hydra_plugins.stepjournal_verl import StepJournalSection, keys
 
-    from stepjournal.adapters.verl._config import _NATIVE_KEYS
+    from stepjournal.adapters.verl._config import _NATIVE_KEYS  # private: a verl adapter internal under test
 
     assert sorted(keys()) == sorted(_NATIVE_KEYS)
     assert StepJournalSection().enable is True

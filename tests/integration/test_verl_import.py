@@ -24,18 +24,10 @@ from stepjournal.adapters.verl import (
     rollout_from_config,
 )
 
-from verl_support import GBS, N, FakeGenerator, make_rows, verl_config
+from verl_support import GBS, N, FakeGenerator, fresh_skip_manager, make_rows, verl_config  # noqa: F401 (autouse)
 from cli_support import run_cli
 
 RUN, FOLDER = "exp_proj", "GBS4_N2_in6_out5"
-
-
-@pytest.fixture(autouse=True)
-def _reset_skip_manager():
-    yield
-    SkipManager.config = None
-    SkipManager.step = -1
-    SkipManager.skip_instances = {}
 
 
 def gen_batch(step: int, offset: int = 0) -> DataProto:

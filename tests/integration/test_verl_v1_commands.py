@@ -9,9 +9,7 @@ line above the block says.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,7 +53,9 @@ def test_a_documented_verl_command_line_composes_and_configures_stepjournal(expe
     if "path" in wanted:
         assert found.path == wanted["path"]
     if "stages" in wanted:
-        from stepjournal.adapters.verl.v1._stages import check_verl_stages
+        from stepjournal.adapters.verl.v1._stages import (  # private: a verl adapter internal under test
+            check_verl_stages,
+        )
 
         assert check_verl_stages(found.policy).stages == tuple(wanted["stages"].split(","))
     if "step_source" in wanted:

@@ -130,6 +130,60 @@ def private_attribute_reach_ins(root: Path) -> Set[str]:
     return found
 
 
+def _room(module: str) -> str:
+    """The room (journal, policies, adapters) a module belongs to: the package of its layer."""
+    return max((p for p in LAYER if module == p or module.startswith(p + ".")), key=LAYER.__getitem__)
+
+
+def _private_path(module: str) -> bool:
+    """Whether a module's path below ``stepjournal`` has a private segment (``stepjournal.events._keys``)."""
+    return any(_private(part) for part in module.split(".")[1:])
+
+
+def private_module_reach_ins(root: Path) -> Set[str]:
+    """``importer -> module``: each import, by a module outside journal/, of a private module of another
+    room (``from stepjournal.events._keys import check_stage`` reaches in, though `check_stage` is public).
+
+    A room's own private modules are its own: the CLI imports ``stepjournal.adapters._tokenizer``, verl's
+    adapter its ``v1._hooks``. Inside journal/, the table of docs/architecture.md says who imports what.
+    """
+    modules = module_map(root)
+    found: Set[str] = set()
+    for module, path in modules.items():
+        if _layer(module) == 0:
+            continue
+        for target in imports_of(module, path, modules):
+            if _room(target) != _room(module) and _private_path(target):
+                found.add(f"{module} -> {target}")
+    return found
+
+
+# A test that imports a private module says why on the import statement: ``# private: <why>``.
+PRIVATE_MARKER = re.compile(r"#\s*private:\s*\S")
+
+
+def unexplained_private_imports(folder: Path) -> List[str]:
+    """``file:line``: each import of a private stepjournal module (a path segment below ``stepjournal``
+    starting with ``_``) under `folder` whose statement carries no ``# private: <why>`` comment."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            if not any(name.split(".")[0] == "stepjournal" and _private_path(name) for name in names):
+                continue
+            statement = lines[node.lineno - 1 : node.end_lineno]
+            if not any(PRIVATE_MARKER.search(line) for line in statement):
+                found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno}")
+    return found
+
+
 def _layer(module: str) -> int:
     return max(level for package, level in LAYER.items() if module == package or module.startswith(package + "."))
 
@@ -176,8 +230,126 @@ def test_no_module_imports_a_private_name_of_another():
     assert sorted(private_reach_ins(ROOT)) == []
 
 
+def test_outside_the_journal_code_imports_only_public_modules_of_another_room():
+    """Policies and adapters use `stepjournal.vocabulary`, `stepjournal.tools`, `stepjournal.errors` ..., never
+    a module whose path has a private segment (`stepjournal.events._keys`), whatever the name imported."""
+    assert sorted(private_module_reach_ins(ROOT)) == []
+
+
+def test_the_module_path_checker_finds_a_planted_private_module_import_from_policies_and_adapters(tmp_path):
+    root = _tree(tmp_path, {
+        "journal/events/_keys.py": "DEFAULT_STAGE = 'generate'\ndef check_stage(s):\n    pass\n",
+        "journal/vocabulary.py": "from .events._keys import DEFAULT_STAGE, check_stage\n",
+        "policies/_engine.py": "from stepjournal.events._keys import check_stage\nfrom stepjournal.vocabulary import DEFAULT_STAGE\n",
+        "adapters/cli/_diff.py": "def f():\n    import stepjournal.events._keys\n",
+        "adapters/verl/_hooks.py": "from stepjournal.policies import _engine\nfrom .._raw import x\n",
+        "adapters/_raw.py": "",
+        "journal/index/_audit.py": "from ..events._keys import DEFAULT_STAGE\n",
+    })
+    assert sorted(private_module_reach_ins(root)) == [
+        "stepjournal.adapters.cli._diff -> stepjournal.events._keys",
+        "stepjournal.adapters.verl._hooks -> stepjournal.policies._engine",
+        "stepjournal.policies._engine -> stepjournal.events._keys",
+    ]
+
+
+def test_each_test_that_imports_a_private_module_says_why():
+    assert unexplained_private_imports(ROOT / "tests") == []
+
+
+def test_the_marker_checker_finds_an_import_of_a_private_module_that_does_not_say_why(tmp_path):
+    (tmp_path / "test_a.py").write_text(
+        "from stepjournal.events._keys import seq_key\n"
+        "from stepjournal.storage import _store  # private: the store's own limits\n"
+        "from stepjournal.tools import json_rows\n"
+        "from stepjournal.payloads._codec import (  # private: the codec's parts\n    a,\n)\n"
+        "def f():\n    import stepjournal.index._audit  # why not\n"
+    )
+    assert unexplained_private_imports(tmp_path) == ["test_a.py:1", "test_a.py:8"]
+
+
+# -- the journal knows no adapter's stage ----------------------------------------------------------------
+# Where an adapter's stage name may appear in journal/'s code, each with its reason: (file under journal/, name).
+STAGE_NAME_EXCEPTIONS = {
+    ("events/_tool_calls.py", "reward"): "a tool response's field (text, reward, metrics, images), not the stage",
+    ("events/_tool_calls.py", "metrics"): "a tool response's field (text, reward, metrics, images), not the stage",
+    ("tools/_compare.py", "values"): "a kind of difference (the values differ), not the stage",
+    ("index/_samples.py", "reward"): (
+        "the samples view reads the rewards TRL's and verl's reward stages record; a reader each adapter "
+        "registers would move this to the adapters (issue 50, not done yet)"
+    ),
+    ("index/_samples.py", "old_log_prob"): "the samples view reads the log-probs of that stage (as for reward)",
+}
+
+
+def declared_stage_names(root: Path) -> Set[str]:
+    """The names of the stages the adapters declare: the first argument (or ``name=``) of each
+    ``Stage(...)`` call with a string under adapters/."""
+    names: Set[str] = set()
+    for path in sorted((root / "adapters").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Stage"):
+                continue
+            args = list(node.args[:1]) + [k.value for k in node.keywords if k.arg == "name"]
+            names.update(a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    return names
+
+
+def stage_names_in_journal(root: Path, names: Set[str], exceptions=STAGE_NAME_EXCEPTIONS) -> List[str]:
+    """``file:line name``: each string in journal/'s code (docstrings aside) that is one of `names`, or
+    ``<name>.<part>`` of one, unless listed in `exceptions`; the journal's own default stage is its word."""
+    found = []
+    journal = root / "journal"
+    for path in sorted(journal.rglob("*.py")):
+        rel = path.relative_to(journal).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docstrings:
+                continue
+            name = next((n for n in sorted(names) if node.value == n or node.value.startswith(n + ".")), None)
+            if name is not None and (rel, name) not in exceptions:
+                found.append(f"{rel}:{node.lineno} {node.value}")
+    return found
+
+
+def test_the_journal_names_no_stage_an_adapter_declares():
+    """The adapters declare their stages (`stepjournal.vocabulary.Stage`); the journal orders and reads them
+    from the events, so no adapter's stage name is written in journal/ (but the listed exceptions)."""
+    names = declared_stage_names(ROOT) - {"generate"}  # the journal's default stage (`DEFAULT_STAGE`)
+    assert {"reward", "old_log_prob", "ref_log_prob", "values", "metrics"} <= names
+    assert stage_names_in_journal(ROOT, names) == []
+
+
+def test_each_stage_name_exception_is_still_a_string_of_its_file():
+    """An exception that no longer happens is removed from the list, so the list stays honest."""
+    names = {name for _, name in STAGE_NAME_EXCEPTIONS}
+    found = stage_names_in_journal(ROOT, names, exceptions={})
+    for file, name in STAGE_NAME_EXCEPTIONS:
+        assert any(f.startswith(file + ":") and f.split(" ", 1)[1].split(".")[0] == name for f in found), (file, name)
+
+
+def test_the_stage_name_checker_finds_a_planted_adapter_stage_name_in_the_journal(tmp_path):
+    root = _tree(tmp_path, {
+        "adapters/verl/_stages.py": "STAGES = (Stage('generate'), Stage('reward'), Stage(name='old_log_prob'),\n"
+                                    "          Stage('metrics', StageRole.RECORD_ONLY))\n",
+        "journal/tools/_diff_report.py": '"""Stages sort as ``"reward"`` says."""\n'
+                                         "STAGE_ORDER = ('generate', 'reward', 'old_log_prob')\n"
+                                         "def f(stage):\n    return stage.startswith('reward.')\n",
+        "journal/index/_audit.py": "ACTIONS = ('generated', 'replayed')\n",
+    })
+    names = declared_stage_names(root)
+    assert names == {"generate", "reward", "old_log_prob", "metrics"}
+    assert stage_names_in_journal(root, names - {"generate"}, exceptions={}) == [
+        "tools/_diff_report.py:2 reward", "tools/_diff_report.py:2 old_log_prob", "tools/_diff_report.py:4 reward.",
+    ]
+
+
 def test_no_module_reads_the_private_attributes_of_another_modules_classes():
-    """`Journal`'s store, lock and log are reached through its seam (`lmdb_store`, `write_lock`, `raw_event`),
+    """`Journal`'s store, lock and log are reached through its seam (`appender_of`, `raw_events`),
     not through `journal._live()`; the same holds for every class of the project."""
     assert sorted(private_attribute_reach_ins(ROOT)) == []
 
@@ -239,11 +411,16 @@ def journal_table_problems(root: Path, doc: str) -> List[str]:
     journal = root / "journal"
     files_of = {str(p.relative_to(journal).with_suffix("")): (dotted, p) for dotted, p in modules.items()
                 if journal in p.parents}
-    # A group folder's __init__.py holds its docstring only: no row, and no import.
+    # A group folder's __init__.py is its public face (base/_face.py): no row, and it names modules of its own
+    # group or a lower one only.
     for file, (dotted, path) in sorted(files_of.items()):
-        if file.endswith("/__init__") and imports_of(dotted, path, modules):
-            problems.append(f"{file}.py imports {sorted(imports_of(dotted, path, modules))}; "
-                            "a group's __init__.py holds its docstring only")
+        if not file.endswith("/__init__"):
+            continue
+        group = file.partition("/")[0]
+        for target in sorted(imports_of(dotted, path, modules)):
+            below = target.split(".")[1] if target.count(".") > 1 else "facade"
+            if below not in JOURNAL_GROUPS or JOURNAL_GROUPS.index(below) > JOURNAL_GROUPS.index(group):
+                problems.append(f"{file}.py imports {target}; a group's face names its group's modules or lower ones")
     ours = {file.rpartition("/")[2]: entry for file, entry in files_of.items() if not file.endswith("/__init__")}
     found = {file for file in files_of if not file.endswith("/__init__")}
     listed = {file for _, files, _ in rows for file in files}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,6 @@ def test_the_file_threshold_bench_records_into_lmdb_and_into_files_and_reports_e
     # Two records of each size in each journal (one warm-up, one timed): four files in one, none in the other.
     files = [n for d, _, names in os.walk(tmp_path / "file" / "payloads") for n in names]
     assert len(files) == 4 and not os.path.exists(tmp_path / "lmdb" / "payloads")
-    import stepjournal.payloads._payload_store as payload_store
+    import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 
     assert payload_store.FILE_FROM == FILE_FROM  # put back for every journal after it

@@ -12,12 +12,14 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from stepjournal import Journal, Retention, prune, pull, push
-from stepjournal.index._audit import AUDIT_FIELDS, call_records, AUDIT_EVENT_TYPES
-from stepjournal.index._call_rows import json_rows
-from stepjournal.storage._eventlog import EventLog
-from stepjournal.adapters.cli._audit import _print_json_rows
-from stepjournal.adapters.cli._render import print_json
+from stepjournal import Journal
+from stepjournal.sharing import pull, push
+from stepjournal.upkeep import Retention, prune
+from stepjournal.index._audit import AUDIT_FIELDS, call_records, AUDIT_EVENT_TYPES  # private: the audit's internals
+from stepjournal.tools import json_rows
+from stepjournal.storage._eventlog import EventLog  # private: the event log below the journal
+from stepjournal.adapters.cli._audit import _print_json_rows  # private: a CLI helper under test
+from stepjournal.adapters.cli._render import print_json  # private: a CLI helper under test
 from stepjournal.policies import StepRanges
 
 DATA = Path(__file__).parent.parent / "data"
@@ -216,7 +218,7 @@ FILTERS = [
 
 def as_dicts(rows):
     """Native rows as dicts (a small float given back as the float it carries as text)."""
-    from stepjournal.index._native_rows import Row, as_dicts as row_dicts
+    from stepjournal.index._native_rows import Row, as_dicts as row_dicts  # private: the fast decoder under test
 
     return [row_dicts([row])[0] if isinstance(row, Row) else row for row in rows]
 
@@ -311,8 +313,8 @@ def test_the_release_journal_gives_the_event_paths_rows(tmp_path):
 
 
 def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
-    from stepjournal import InvalidKeyError
-    from stepjournal.events._keys import check_key
+    from stepjournal.errors import InvalidKeyError
+    from stepjournal.vocabulary import check_key
 
     check_key("remembered", "train", "generate")
     check_key("remembered", "train", "generate")  # from the cache
@@ -325,8 +327,8 @@ def test_the_key_rule_remembers_only_what_passed_and_only_for_exact_strings():
 @pytest.mark.parametrize("name", sorted(HOSTILE) + sorted(RAW))
 def test_reindex_projects_an_odd_event_as_the_event_path_would_or_raises_its_error(journal_path, tmp_path, name,
                                                                                     monkeypatch):
-    import stepjournal.index._call_rows as call_rows
-    import stepjournal.index._native_rows as native_rows
+    import stepjournal.index._call_rows as call_rows  # private: the row decoder under test
+    import stepjournal.index._native_rows as native_rows  # private: the fast decoder under test
 
     path = tmp_path / "j"
     shutil.copytree(journal_path, path)

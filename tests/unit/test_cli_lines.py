@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import pathlib
 
-from stepjournal.adapters.cli._render import make_console, print_line
+from stepjournal.adapters.cli._render import make_console, print_line  # private: a CLI helper under test
 
 CLI = pathlib.Path(__file__).resolve().parents[2] / "adapters" / "cli"
 

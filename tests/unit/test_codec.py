@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stepjournal.payloads._codec import (
+from stepjournal.payloads._codec import (  # private: the codec's internals
     MAX_DEPTH,
     PAYLOAD_MAGIC,
     CodecRegistry,
@@ -27,8 +27,8 @@ from stepjournal.payloads._codec import (
     encode_payload,
     register_codec,
 )
-from stepjournal.base._errors import PayloadDecodeError, UnknownCodecError, UnsupportedValueError
-from stepjournal.base._pages import owned_buffer
+from stepjournal.errors import PayloadDecodeError, UnknownCodecError, UnsupportedValueError
+from stepjournal.base._pages import owned_buffer  # private: page release under test
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -364,7 +364,7 @@ def test_unsupported_value_error_names_its_path_and_register_codec():
     message = str(info.value)
     assert "non_tensor_batch.reward_model[3]" in message
     assert "object" in message
-    assert "stepjournal.register_codec(" in message
+    assert "stepjournal.payloads.register_codec(" in message
 
 
 def test_unsupported_value_in_object_array_names_its_index():

@@ -6,8 +6,10 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepjournal import CallBypassed, GenerationRecorded, PayloadRef, ReplayServed
-from stepjournal.events._convert import _decode_fast, converter, decode_event, encode_event
+from stepjournal.events import CallBypassed, GenerationRecorded, PayloadRef, ReplayServed
+from stepjournal.events._convert import (  # private: raw event bytes, as stored
+    _decode_fast, converter, decode_event, encode_event,
+)
 
 ref = st.builds(
     PayloadRef,

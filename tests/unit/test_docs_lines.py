@@ -36,6 +36,7 @@ RUNNERS = {
     "test_verl_v1_stages": "verl.md's diff of two V1 replays",
     "test_verl_v1_e2e": "verl.md's import-verl line on the V1 trainer's own dumps",
     "test_trl_env": "trl.md's no-edit lines (STEPJOURNAL=... python -m stepjournal.adapters.trl), through bash",
+    "test_trl_tools": "agents.md's TRL tool lines (record, replay, live, changed, audit), through bash",
     "test_verl_config_cli": "verl.md's verl-config line, through bash, its printed overrides through verl's Hydra",
 }
 

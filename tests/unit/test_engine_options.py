@@ -10,9 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from stepjournal import CallBypassed, CallRefused, GenerationRecorded, Journal, ReplayServed, SessionOpened, journaled
-from stepjournal.events._convert import converter
-from stepjournal.events._keys import seq_key
+from stepjournal import Journal, journaled
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed, SessionOpened
+from stepjournal.events._convert import converter  # private: raw event bytes, as stored
+from stepjournal.events._keys import seq_key  # private: the key layout itself
 from stepjournal.policies import (
     CallHooks,
     ConfigError,

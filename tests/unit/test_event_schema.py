@@ -1,9 +1,9 @@
 """The event schema is written once: the attrs classes of `_events.py`, with their tags and versions.
 
-The fast readers decode call events without building them. `_call_rows` takes its field lists from the
-classes (`field_names`); `_native_rows` declares msgspec structs, whose types and ranges msgspec checks
-in C from the declaration, so they are compared here with the classes (fields, which have defaults,
-types, tag, version) and a drift fails. The action each call event is named by is written once
+The fast readers decode call events without building them. `_call_rows` takes its checks from the
+classes' declared fields (`_schema.fields_of`); `_native_rows` derives msgspec structs from them, whose
+types and ranges msgspec checks in C, so the derivation is compared here with the classes (fields, which
+have defaults, types, tag, version) and a drift fails. The action each call event is named by is written once
 (`CALL_ACTIONS`); the source of the project is read for any other map of a call event to its action.
 Each check is also run on a planted drift, so a checker that stopped seeing one fails here too.
 """
@@ -19,9 +19,12 @@ import attrs
 import msgspec.inspect as mi
 import pytest
 
-from stepjournal.index import _native_rows
-from stepjournal.index._audit import ACTIONS
-from stepjournal.events._events import CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef
+from stepjournal.index import _native_rows  # private: the fast decoder under test
+from stepjournal.tools import ACTIONS
+from stepjournal.events._events import (  # private: event classes and maps, below the face
+    CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef, ReplayServed,
+)
+from stepjournal.events._schema import TEXT, event_field, fields_of  # private: the one schema under test
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("journal", "policies", "adapters")
@@ -88,16 +91,20 @@ def test_there_is_a_native_struct_for_every_call_event_and_no_other():
     assert sorted(c.__name__ for c in _native_rows._EVENT_OF.values()) == sorted(c.__name__ for c in CALL_ACTIONS)
 
 
+_REFUSED = _native_rows._STRUCT_OF[CallRefused]
+_REPLAYED = _native_rows._STRUCT_OF[ReplayServed]
+
+
 @attrs.frozen
 class _GeneratedWithANewField(GenerationRecorded):
+    extra: str = event_field(TEXT, default="")
+
+
+class _RefusedWithANewField(_REFUSED, tag="call_refused"):
     extra: int = 0
 
 
-class _RefusedWithANewField(_native_rows._Refused, tag="call_refused"):
-    extra: int = 0
-
-
-class _RefusedWithAnOptionalReason(_native_rows._Refused, tag="call_refused"):
+class _RefusedWithAnOptionalReason(_REFUSED, tag="call_refused"):
     reason: Optional[str]
 
 
@@ -105,9 +112,9 @@ class _RefusedWithAnOptionalReason(_native_rows._Refused, tag="call_refused"):
     (_native_rows._Generated, _GeneratedWithANewField, EVENT_TYPES[GenerationRecorded], "field extra is in the class"),
     (_RefusedWithANewField, CallRefused, EVENT_TYPES[CallRefused], "field extra is in the struct"),
     (_RefusedWithAnOptionalReason, CallRefused, EVENT_TYPES[CallRefused], "field reason: ['str'] in the class"),
-    (_native_rows._Refused, CallRefused, ("call_refused", 3), "the class's is 3"),
-    (_native_rows._Refused, CallRefused, ("call_refused_v2", 2), "the class's is 'call_refused_v2'"),
-    (_native_rows._Replayed, GenerationRecorded, EVENT_TYPES[GenerationRecorded], "field source_seq is in the struct"),
+    (_REFUSED, CallRefused, ("call_refused", 3), "the class's is 3"),
+    (_REFUSED, CallRefused, ("call_refused_v2", 2), "the class's is 'call_refused_v2'"),
+    (_REPLAYED, GenerationRecorded, EVENT_TYPES[GenerationRecorded], "field source_seq is in the struct"),
 ], ids=["class-field", "struct-field", "type", "version", "tag", "other-class"])
 def test_the_schema_check_reports_a_planted_drift(struct, cls, tag_version, drift):
     assert any(drift in line for line in schema_drift(struct, cls, tag_version))
@@ -115,12 +122,20 @@ def test_the_schema_check_reports_a_planted_drift(struct, cls, tag_version, drif
 
 def test_the_readers_derived_lists_follow_a_field_added_to_an_event_class(monkeypatch):
     """What `_call_rows` accepts and what `_native_rows` counts come from the class, not from a copy."""
-    from stepjournal.events import _events
+    from stepjournal.events import _events  # private: event classes and maps, below the face
 
     before = _events.field_names(GenerationRecorded)
     allowed, required = _events.field_names(_GeneratedWithANewField)
     assert allowed == before[0] | {"extra"} and required == before[1]
+    assert [f.name for f in fields_of(_GeneratedWithANewField)][-1] == "extra"
     assert _native_rows._KEYS[_native_rows._Generated] == len(before[1]) + len(STRUCT_ONLY) + 1  # + the tag
+
+
+@pytest.mark.parametrize("cls", [PayloadRef, *CALL_ACTIONS], ids=lambda c: c.__name__)
+def test_each_fields_optional_flag_agrees_with_its_annotation(cls):
+    """`event_field(..., optional=True)` and ``Optional[...]`` say the same (None passes the validator)."""
+    for field in fields_of(cls):
+        assert (type(None) in typing.get_args(field.hint)) == field.optional, field.name
 
 
 def action_maps(source: str) -> List[int]:

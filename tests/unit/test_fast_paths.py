@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from stepjournal import IntegrityError, Journal, decode_payload, encode_payload
-from stepjournal.payloads._codec import encode_payload_array
-from stepjournal.payloads._codec_encode import _encode
-from stepjournal.base._digest import digest_hex
-from stepjournal.base._pages import ReleaseBehind, releaser
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.payloads import decode_payload, encode_payload
+from stepjournal.payloads._codec import encode_payload_array  # private: the codec's internals
+from stepjournal.payloads._codec_encode import _encode  # private: the encoder's internals
+from stepjournal.tools import digest_hex
+from stepjournal.base._pages import ReleaseBehind, releaser  # private: page release under test
 
 from lmdb_raw import flip_payload_byte
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from stepjournal.adapters.cli._render import FittedColumns
+from stepjournal.adapters.cli._render import FittedColumns  # private: a CLI helper under test
 
 COLUMNS = (("step", "right", 12), ("call", "left", 16), ("action", "left", 9), ("policy", "left", 16),
            ("reason", "left", None))

@@ -16,8 +16,9 @@ import sys
 import pytest
 import torch
 
-from stepjournal import IntegrityError, Journal
-from stepjournal.storage._lmdb_check import check_data_file
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
+from stepjournal.storage._lmdb_check import check_data_file  # private: the LMDB file checks under test
 
 
 def _outcome(path: str, screen: bool):
@@ -134,7 +135,7 @@ def test_an_empty_leaf_below_a_branch_is_refused_by_the_screen_and_the_walk_alik
 
 
 def test_a_process_without_numpy_walks_trees_the_import_would_not_pay_for(monkeypatch):
-    from stepjournal.storage import _lmdb_check
+    from stepjournal.storage import _lmdb_check  # private: the LMDB file checks under test
 
     assert _lmdb_check._screens(_lmdb_check._SCREEN_FROM)  # numpy is loaded here (torch is)
     assert not _lmdb_check._screens(_lmdb_check._SCREEN_FROM - 1)

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-import stepjournal.payloads._file_store as file_store
-from stepjournal import Journal, encode_payload
-from stepjournal.payloads._codec import encode_payload_parts
-from stepjournal.base._digest import digest_bytes, digest_pieces
-from stepjournal.payloads._payload_store import FILE_FROM
+import stepjournal.payloads._file_store as file_store  # private: the file store's layout
+from stepjournal import Journal
+from stepjournal.payloads import encode_payload
+from stepjournal.payloads._codec import encode_payload_parts  # private: the codec's internals
+from stepjournal.base._digest import digest_bytes, digest_pieces  # private: digests as the store computes them
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 
 N = FILE_FROM // 8 + 1024  # int64 elements: a payload file
 

@@ -13,7 +13,7 @@ import os
 import lmdb
 
 from stepjournal import Journal
-from stepjournal.index._projections import Projections
+from stepjournal.index._projections import Projections  # private: the projections' internals
 
 
 def test_reindex_of_a_journal_whose_map_is_full_rebuilds_once(tmp_path, monkeypatch):

@@ -15,12 +15,13 @@ import pytest
 from test_call_rows import append_raw, call, journal_path, packed  # noqa: F401 (journal_path: a fixture)
 
 from lmdb_raw import delete_raw, items, put_raw
-from stepjournal import EventDecodeError, IntegrityError, Journal
-from stepjournal.adapters.cli._audit import _print_json_rows, _print_laid_out
-from stepjournal.adapters.cli._render import print_json
-from stepjournal.events._keys import META_ROWS_INDEX, seq_key
-from stepjournal.index._call_rows import json_rows, releases_of
-from stepjournal.index._rows_index import ROWS_FORMAT
+from stepjournal import Journal
+from stepjournal.errors import EventDecodeError, IntegrityError
+from stepjournal.adapters.cli._audit import _print_json_rows, _print_laid_out  # private: a CLI helper under test
+from stepjournal.adapters.cli._render import print_json  # private: a CLI helper under test
+from stepjournal.events._keys import META_ROWS_INDEX, seq_key  # private: the key layout itself
+from stepjournal.tools import json_rows, releases_of
+from stepjournal.index._rows_index import ROWS_FORMAT  # private: the rows projection's format
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -71,7 +72,7 @@ def test_the_rows_every_kind_of_append_kept_print_what_the_log_gives(journal_pat
 
 
 def test_a_release_rewrites_its_records_row_and_a_later_release_replaces_it(copy):
-    from stepjournal import Retention, prune
+    from stepjournal.upkeep import Retention, prune
 
     with Journal(copy, run="exp") as journal:
         before = stored_text(journal)
@@ -168,8 +169,8 @@ def test_a_pull_by_a_library_without_the_rows_is_folded_in_by_the_next_append_wi
                                                                                                     monkeypatch):
     """The catch-up runs inside an append's transaction (whose values are views) and reads the markers of
     the pulls before the rows' end: a pulled replay names its record by the seq it has here."""
-    import stepjournal.index._rows_index as rows_index
-    from stepjournal import pull, push
+    import stepjournal.index._rows_index as rows_index  # private: the rows projection's format
+    from stepjournal.sharing import pull, push
 
     remote, source, target = (tmp_path / "remote").resolve().as_uri(), str(tmp_path / "src"), str(tmp_path / "t")
     with Journal(source, run="other", sync=False) as other:

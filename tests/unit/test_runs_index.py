@@ -16,11 +16,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepjournal import Journal, Retention, SessionOpened, compact, prune, pull, push, summarize_runs
-from stepjournal.storage._eventlog import EventLog
-from stepjournal.events._convert import encode_event
-from stepjournal.events._events import CallBypassed
-from stepjournal.index._projections import Projections
+from stepjournal import Journal
+from stepjournal.events import SessionOpened
+from stepjournal.index import summarize_runs
+from stepjournal.sharing import pull, push
+from stepjournal.upkeep import Retention, compact, prune
+from stepjournal.storage._eventlog import EventLog  # private: the event log below the journal
+from stepjournal.events._convert import encode_event  # private: raw event bytes, as stored
+from stepjournal.events._events import CallBypassed  # private: event classes and maps, below the face
+from stepjournal.index._projections import Projections  # private: the projections' internals
 
 from kill_points import nth_after, start_script
 

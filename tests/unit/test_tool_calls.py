@@ -10,23 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepjournal import (
-    MAX_CALL,
-    MAX_SAMPLE,
-    MAX_TURN,
-    Journal,
-    RecordedGeneration,
-    ToolCallError,
-    ToolCallKey,
-    ToolRequest,
-    ToolResponse,
-    canonical_arguments,
-    first_tool_difference,
-    tool_call_rows,
-    tool_of_stage,
-    tool_stage,
-    tool_step_summaries,
-)
+from stepjournal import Journal
+from stepjournal.tools import first_tool_difference, tool_call_rows, tool_step_summaries
+from stepjournal.errors import ToolCallError
+from stepjournal.events import (MAX_CALL, MAX_SAMPLE, MAX_TURN, ToolCallKey, ToolRequest, ToolResponse,
+                                canonical_arguments, tool_of_stage, tool_stage)
+from stepjournal.index import RecordedGeneration
 from stepjournal.adapters import current_tool_turn, journaled_tool, tool_turn
 from stepjournal.policies import (
     RecordedToolCall,
@@ -499,7 +488,7 @@ def test_a_sync_miss_catches_up_an_environments_async_calls_too(tmp_path):
 
 @pytest.mark.parametrize("policy", ["cache", "replay"])
 def test_a_step_that_is_not_an_int_is_refused_naming_it(journal, policy):
-    from stepjournal import InvalidKeyError
+    from stepjournal.errors import InvalidKeyError
 
     tool = journaled_tool(Counted(), journal, "add", policy)
     with pytest.raises(InvalidKeyError, match="step 1.5 is not valid"):
@@ -517,7 +506,7 @@ def test_an_environments_tool_wrapped_with_a_journal_instead_of_a_shared_engine_
 def test_the_first_tool_difference_keeps_modes_apart():
     """A train call and a validate call at the same step and key are two calls, not one call's older and newer
     answer (which was the later of the two in each side's log)."""
-    from stepjournal import ToolCallRow
+    from stepjournal.tools import ToolCallRow
 
     def row(mode, text):
         return ToolCallRow(seq=0, session="s", run="r", step=1, mode=mode, stage="tool.search", tool="search",

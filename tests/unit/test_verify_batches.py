@@ -7,7 +7,8 @@ import lmdb
 import numpy as np
 import torch
 
-from stepjournal import IntegrityError, Journal
+from stepjournal import Journal
+from stepjournal.errors import IntegrityError
 
 
 def _damage(path: str, digests: list) -> None:

@@ -12,11 +12,11 @@ import threading
 import pytest
 import torch
 
-import stepjournal.payloads._payload_store as payload_store
+import stepjournal.payloads._payload_store as payload_store  # private: the store's internals
 from stepjournal import Journal
 
-import stepjournal.payloads._file_store as file_store
-from stepjournal.payloads._payload_store import FILE_FROM
+import stepjournal.payloads._file_store as file_store  # private: the file store's layout
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the store's internals
 from lmdb_raw import flip_payload_byte
 
 

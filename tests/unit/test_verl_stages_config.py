@@ -11,8 +11,11 @@ import pytest
 import torch
 
 from stepjournal.adapters.verl import read_verl_config
-from stepjournal.adapters.verl.v1._stages import VERL_STAGES, check_verl_stages, loggable_metrics
-from stepjournal.policies import ConfigError, StagePolicies
+from stepjournal.adapters.verl.v1._stages import (  # private: a verl adapter internal under test
+    VERL_STAGES, check_verl_stages, loggable_metrics,
+)
+from stepjournal.policies import ConfigError, StagePolicies, StageRoleError
+from stepjournal.vocabulary import StageRole
 
 from verl_support import compose
 
@@ -42,8 +45,12 @@ def test_a_stage_verl_does_not_journal_is_refused_with_the_closest_name():
 
 @pytest.mark.parametrize("spec", ["metrics:cache", "metrics:replay", "metrics:dump@1-3;repeat"])
 def test_a_metrics_policy_that_could_replay_is_refused(spec):
-    with pytest.raises(ConfigError, match="metrics are recorded, never replayed"):
+    """verl declares ``metrics`` record-only (a typed role); the policies' check enforces it, reading no name."""
+    with pytest.raises(StageRoleError, match="calls are recorded, never replayed") as refused:
         check_verl_stages(f"generate:cache/{spec}")
+    assert isinstance(refused.value, ConfigError)
+    assert (refused.value.stage, refused.value.role, refused.value.policy) == (
+        "metrics", StageRole.RECORD_ONLY, spec.split(":", 1)[1])
 
 
 def test_metrics_may_be_named_to_record_or_store_nothing_and_one_spec_stays_valid():

@@ -23,13 +23,14 @@ field order is kept; per-row values come back as plain dicts, lists and scalars 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import attrs
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from stepjournal import CodecRegistry, PayloadDecodeError, UnsupportedValueError, default_registry
+from stepjournal.errors import PayloadDecodeError, UnsupportedValueError
+from stepjournal.payloads import CodecRegistry, default_registry
 
 from .._codec import value_diff as _codec_value_diff  # one exact comparison for both codecs
 
@@ -37,6 +38,10 @@ __all__ = ["TQBatch", "TQ_CODEC_NAME", "encode_tq_batch", "decode_tq_batch", "tq
 
 TQ_CODEC_NAME = "verl.TQBatch"
 _SCHEMA = 1
+
+
+def _key_tuple(keys: Iterable[str]) -> Tuple[str, ...]:
+    return tuple(keys)
 
 
 @attrs.frozen(eq=False)
@@ -52,7 +57,7 @@ class TQBatch:
     """
 
     fields: TensorDict
-    keys: Tuple[str, ...] = attrs.field(converter=tuple)
+    keys: Tuple[str, ...] = attrs.field(converter=_key_tuple)
     tags: Tuple[Dict[str, Any], ...] = attrs.field(converter=lambda tags: tuple(dict(t) for t in tags))
     partition_id: Optional[str] = "train"
 

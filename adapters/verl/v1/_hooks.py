@@ -27,13 +27,14 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from stepjournal.log import get_logger
 from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, Outcome, ServeRecorded, open_engine
+from stepjournal.vocabulary import Action
 
 from ..._tokenizer import record_tokenizer
 from .._config import VerlJournalConfig, read_verl_config
 from .._errors import VerlAdapterError
 from .._calls import undecorated as _undecorated
 from ._codec import TQBatch
-from ._stages import V1Stages, check_verl_stages
+from ._stages import STAGES, V1Stages, check_verl_stages
 
 __all__ = [
     "V1Journal",
@@ -163,7 +164,8 @@ class V1Journal:
         self.outcomes: List[Outcome] = []
         # Metrics are recorded in every session: by the spec's own entry when it names the stage, else by `dump`.
         named = getattr(engine.policy, "stages", ())
-        metrics_engine = engine if "metrics" in named else Engine(engine.journal, "dump", options=engine.options)
+        metrics_engine = engine if "metrics" in named else Engine(engine.journal, "dump", options=engine.options,
+                                                                  roles=STAGES)
         self.stages = V1Stages(trainer, engine, metrics_engine)
         self.held = 0
         self.closed = False
@@ -264,7 +266,7 @@ class V1Journal:
         outcome = self.engine.call(step, sample_now, mode="train")
         self._samples[step] += 1
         self.outcomes.append(outcome)
-        if outcome.action != "replayed":
+        if outcome.action != Action.REPLAYED:
             return sampled["result"]
         recorded = outcome.value
         if not isinstance(recorded, TQBatch):

@@ -26,8 +26,10 @@ import numbers
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from stepjournal.events import EVERY_TOOL, TOOL_STAGE_PREFIX
 from stepjournal.log import get_logger
-from stepjournal.policies import ConfigError, Engine, Outcome, SpecError, StagePolicies, parse_stages
+from stepjournal.policies import ConfigError, Engine, Outcome, SpecError, StagePolicies, check_stage_roles, parse_stages
+from stepjournal.vocabulary import Action, Stage, StageRole, stage_names
 
 from .._nodes import select
 from ._codec import TQBatch
@@ -35,6 +37,7 @@ from ._codec import TQBatch
 __all__ = [
     "V1Stages",
     "VERL_STAGES",
+    "STAGES",
     "DOWNSTREAM_STAGES",
     "STAGE_READS",
     "STAGE_WRITES",
@@ -47,8 +50,18 @@ __all__ = [
 
 log = get_logger(__name__)
 
-DOWNSTREAM_STAGES = ("reward", "old_log_prob", "ref_log_prob", "values")
-VERL_STAGES = ("generate",) + DOWNSTREAM_STAGES + ("metrics",)
+# The stages of a verl step, in the order the trainer runs them, each with its role: metrics describe
+# the step and are recorded, never replayed into training (the engine enforces it).
+STAGES = (
+    Stage("generate"),
+    Stage("reward"),
+    Stage("old_log_prob"),
+    Stage("ref_log_prob"),
+    Stage("values"),
+    Stage("metrics", StageRole.RECORD_ONLY),
+)
+VERL_STAGES = stage_names(STAGES)
+DOWNSTREAM_STAGES = VERL_STAGES[1:-1]
 STAGE_METHODS = {
     "reward": "_compute_reward_colocate",
     "old_log_prob": "_compute_old_log_prob",
@@ -74,28 +87,26 @@ STAGE_WRITES = {
 }
 # Metrics that measure time or speed differ in every run: not recorded.
 _UNSTABLE_METRICS = re.compile(r"^(timing_s|timing_per_token_ms|perf)/")
-_RECORD_ONLY = ("dump", "passthrough")
 
 
 def check_verl_stages(policy: Any) -> Any:
-    """The policy of a verl journal, its stage names checked (`VERL_STAGES`); ``metrics`` may not replay.
+    """The policy of a verl journal, its stage names checked (`VERL_STAGES`) and their roles (`STAGES`:
+    ``metrics`` may not replay).
 
     Raises:
-        ConfigError: a per-stage spec names a stage verl does not journal (with the closest name), or
-            gives ``metrics`` a policy other than ``dump`` / ``passthrough``.
+        ConfigError: a per-stage spec names a stage verl does not journal (with the closest name; tool stages
+            ``tool.<name>`` and ``tools`` are taken).
+        StageRoleError: a ConfigError: it gives ``metrics`` a policy that may replay.
     """
     try:
-        parsed = parse_stages(policy, stages=VERL_STAGES)
+        # Tool stages (``tool.<name>``, ``tools``) are the agent loop's (JournaledToolAgentLoop): verl's tools are
+        # named in its tool configs, which the trainer does not read, so any tool name is taken here.
+        named = parse_stages(policy)
+        tools = tuple(s for s in getattr(named, "stages", ()) if s == EVERY_TOOL or s.startswith(TOOL_STAGE_PREFIX))
+        parsed = parse_stages(policy, stages=VERL_STAGES + tools)
     except SpecError as exc:
         raise ConfigError(f"stepjournal.policy: {exc}") from None
-    metrics = parsed.for_stage("metrics") if isinstance(parsed, StagePolicies) else None
-    if metrics is not None:
-        clauses = [re.match(r"\s*([A-Za-z_][\w.\-]*)", part) for part in metrics.name.split(";")]
-        if not all(c is not None and c.group(1) in _RECORD_ONLY for c in clauses):
-            raise ConfigError(
-                f"stepjournal.policy gives stage 'metrics' the policy {metrics.name!r}: metrics are recorded, never "
-                "replayed into training; use metrics:dump (the default) or metrics:passthrough (journal, store nothing)"
-            )
+    check_stage_roles(parsed, STAGES)
     return parsed
 
 
@@ -236,7 +247,7 @@ class V1Stages:
             weights_version=stage_weights_version(self.trainer, stage),
         )
         self.outcomes.append(outcome)
-        if outcome.action != "replayed":
+        if outcome.action != Action.REPLAYED:
             return ran["result"]
         recorded = outcome.value
         put = tq.kv_batch_put(keys=keys, partition_id=partition, fields=recorded["fields"].fields)
