@@ -109,7 +109,7 @@ class UnsafePathError(JournalError, ValueError):
 
 class PayloadStoreError(JournalError, TypeError):
     """A payload store given to the journal leaves a member of `PayloadStore` undeclared (a method, or a
-    capability such as ``takes_pieces``); subclass `stepjournal.PayloadStoreBase` for the defaults."""
+    capability such as ``takes_pieces``); subclass `stepjournal.payloads.PayloadStoreBase` for the defaults."""
 
 
 class IntegrityError(StepJournalError):

@@ -165,7 +165,7 @@ def checked_store(store: Any) -> PayloadStore:
     if missing:
         raise PayloadStoreError(
             f"payload store {store!r} does not declare {', '.join(missing)}: subclass "
-            "stepjournal.PayloadStoreBase for the defaults of the capabilities, and write the required methods "
+            "stepjournal.payloads.PayloadStoreBase for the defaults of the capabilities, and write the required methods "
             "(docs/journal.md, \"Writing a payload store\")")
     return store
 

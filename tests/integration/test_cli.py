@@ -511,7 +511,7 @@ def test_export_without_safetensors_names_the_extra(engine, tmp_path):
         "        if name.split('.')[0] == 'safetensors':\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "from stepjournal import export_payloads\n"
+        "from stepjournal.tools import export_payloads\n"
         "try:\n"
         f"    export_payloads({engine!r}, {str(tmp_path / 'out')!r}, run='adapters')\n"
         "except ImportError as exc:\n"

@@ -17,7 +17,7 @@ import pytest
 from stepjournal.adapters.verl import VerlDumpError, import_verl_dumps
 from stepjournal.adapters.verl._import import _open_inside  # private: a verl adapter internal under test
 
-from test_verl_import import FOLDER, RUN, Marker, _reset_skip_manager, skip_manager_dumps  # noqa: F401
+from test_verl_import import FOLDER, RUN, Marker, fresh_skip_manager, skip_manager_dumps  # noqa: F401
 from cli_support import run_cli
 
 

@@ -13,8 +13,8 @@ import torch
 from kill_points import start_script
 from stepjournal import Journal
 from stepjournal.upkeep import compact
-from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER
-from stepjournal.payloads._payload_store import FILE_FROM
+from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER  # private: the folder layout under test
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the file threshold
 
 BIG = FILE_FROM // 8 + 4096  # int64: just over FILE_FROM encoded
 FANS = sorted(f"{n:02x}" for n in range(256))

@@ -89,7 +89,7 @@ class _Undeclared:
 
 def test_a_journal_refuses_a_store_that_leaves_capabilities_undeclared_naming_them(tmp_path):
     with pytest.raises(PayloadStoreError, match=r"does not declare check_many, lmdb_bytes, stage, files, "
-                       r"stages_writes, takes_pieces: subclass stepjournal.PayloadStoreBase"):
+                       r"stages_writes, takes_pieces: subclass stepjournal.payloads.PayloadStoreBase"):
         Journal(str(tmp_path / "j"), payload_store=_Undeclared())
 
 
@@ -109,7 +109,7 @@ def test_the_suite_imports_without_pytest(tmp_path):
 
     code = ("import sys; sys.modules['pytest'] = None; sys.modules['_pytest'] = None\n"
             "import stepjournal.testing\n"
-            "assert stepjournal.PayloadStoreBase\n")
+            "assert stepjournal.payloads.PayloadStoreBase\n")
     done = subprocess.run([sys.executable, "-P", "-c", f"import stepjournal\n{code}"], capture_output=True, text=True,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr

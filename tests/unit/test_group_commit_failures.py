@@ -9,7 +9,10 @@ import threading
 from typing import Any, Dict, List
 
 from group_commit_support import GroupGate
-from stepjournal import GenerationRecorded, Journal, JournalClosedError, ObjectPayloadStore
+from stepjournal import Journal
+from stepjournal.errors import JournalClosedError
+from stepjournal.events import GenerationRecorded
+from stepjournal.payloads import ObjectPayloadStore
 
 RESPONSE = {"text": "x" * 256}
 
@@ -86,7 +89,7 @@ def test_a_journal_closed_while_a_group_waits_fails_the_waiting_callers_alone_an
 
 def test_a_group_size_of_zero_or_less_still_commits_a_record_at_a_time(tmp_path):
     """`max_group` (the appender's attribute) 0 or negative would take empty groups forever."""
-    from stepjournal.storage._appender import appender_of  # the group size (internal seam)
+    from stepjournal.storage._appender import appender_of  # private: the group size (internal seam)
 
     for max_group in (0, -1):
         path = str(tmp_path / f"j{max_group}")

@@ -22,9 +22,11 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 
-from stepjournal import GenerationRecorded, Journal, JournalError
-from stepjournal.storage import _appender
-from stepjournal.storage._appender import appender_of  # the group commit's observation point (internal seam)
+from stepjournal import Journal
+from stepjournal.errors import JournalError
+from stepjournal.events import GenerationRecorded
+from stepjournal.storage import _appender  # private: the lines of the appender swept
+from stepjournal.storage._appender import appender_of  # private: the group commit's observation point (internal seam)
 
 RESPONSE = {"text": "x" * 256}
 FOLLOWERS = 3

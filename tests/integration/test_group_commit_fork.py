@@ -9,7 +9,8 @@ import threading
 from typing import Any, Dict
 
 from group_commit_support import GroupGate
-from stepjournal import GenerationRecorded, Journal
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded
 
 RESPONSE = {"text": "x" * 256}
 
