@@ -165,8 +165,8 @@ def checked_store(store: Any) -> PayloadStore:
     if missing:
         raise PayloadStoreError(
             f"payload store {store!r} does not declare {', '.join(missing)}: subclass "
-            "stepjournal.payloads.PayloadStoreBase for the defaults of the capabilities, and write the required methods "
-            "(docs/journal.md, \"Writing a payload store\")")
+            "stepjournal.payloads.PayloadStoreBase for the defaults of the capabilities, and write the required "
+            "methods (docs/journal.md, \"Writing a payload store\")")
     return store
 
 
