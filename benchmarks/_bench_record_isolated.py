@@ -30,7 +30,6 @@ Run it alone with ``python -m benchmarks._bench_record_isolated [--steps N] [--q
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -38,12 +37,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ._measure import quiet_logs
+from ._measure import quiet_logs, steps_bench_main
 from ._report import _goal
 from ._workload import Workload, make_batch, tensor_items, tensor_nbytes, to_dataproto
 
@@ -208,22 +206,8 @@ def _run(workdir: Path, *, steps: int, quick: bool, progress: Callable[[str], No
 
 
 def main(argv: Any = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks._bench_record_isolated", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=8, help="steps to record (default 8)")
-    p.add_argument("--quick", action="store_true", help="the quick workload's small batch")
-    p.add_argument("--child", metavar="WORKDIR", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.child:
-        print(json.dumps(_child(Path(args.child), args.steps, args.quick)))
-        return 0
-    workdir = Path(tempfile.mkdtemp(prefix="stepjournal-bench-record-isolated-"))
-    try:
-        report = _run(workdir / "run", steps=args.steps, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps({k: v for k, v in report.items() if k != "wall_s"}, indent=2))
-    return 0
-
+    return steps_bench_main(argv, module="_bench_record_isolated", doc=__doc__, child=_child, run=_run,
+                            hidden=("wall_s",))
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = ["Timings", "timed", "summarize", "machine_facts", "load_average", "quiet_logs", "disk_bytes", "settle",
            "stamped", "report_from_temp_dir", "evict_from_page_cache", "cli_command"]
@@ -239,4 +239,32 @@ def report_from_temp_dir(prefix: str, run: Callable[[Path], Dict[str, Any]]) -> 
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(report, indent=2))
+    return 0
+
+
+def steps_bench_main(argv: Any, *, module: str, doc: str, child: Callable[..., Any], run: Callable[..., Any],
+                     hidden: Tuple[str, ...]) -> int:
+    """The command line of a benchmark that records `--steps` batches in a child process (`--child WORKDIR`,
+    hidden): the parent runs `run` in a temporary folder and prints its report as JSON, less the `hidden` keys."""
+    import argparse
+    import json
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.splitlines()[0])
+    p.add_argument("--steps", type=int, default=8, help="steps to record (default 8)")
+    p.add_argument("--quick", action="store_true", help="the quick workload's small batch")
+    p.add_argument("--child", metavar="WORKDIR", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(Path(args.child), args.steps, args.quick)))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix=f"stepjournal-bench-{module.lstrip('_').replace('_', '-')}-"))
+    try:
+        report = run(workdir / "run", steps=args.steps, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps({k: v for k, v in report.items() if k not in hidden}, indent=2))
     return 0
