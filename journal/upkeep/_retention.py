@@ -338,9 +338,12 @@ class RetentionState:
     def leftover_plan(self) -> RetentionPlan:
         """A plan that releases nothing: only the digests earlier releases named that no live record uses."""
         leftover = tuple(sorted(d for d in self.released if d not in self.users))
-        return RetentionPlan(releases=(), leftover=leftover, kept_steps={}, released_bytes=0, rule="none (leftovers only)")
+        return RetentionPlan(releases=(), leftover=leftover, kept_steps={}, released_bytes=0,
+                             rule="none (leftovers only)")
 
-    def plan(self, rules: Union[Retention, Sequence[Retention]], *, groups: Optional[Iterable[Group]] = None) -> RetentionPlan:
+    def plan(
+        self, rules: Union[Retention, Sequence[Retention]], *, groups: Optional[Iterable[Group]] = None
+    ) -> RetentionPlan:
         """What `rules` release now (see `plan_retention`); `groups` limits the groups looked at."""
         sets = (rules,) if isinstance(rules, Retention) else tuple(rules)
         if not sets or not all(isinstance(r, Retention) for r in sets):
