@@ -137,8 +137,8 @@ class _BundleReader:
         if info is None:
             return None
         if info.file_size > limit:
-            raise IntegrityError(f"object {self.url}/{key} is {info.file_size} bytes, more than the {limit} it may hold; "
-                                 "not read", detail="oversized object")
+            raise IntegrityError(f"object {self.url}/{key} is {info.file_size} bytes, more than the {limit} it may "
+                                 "hold; not read", detail="oversized object")
         try:
             with self._zip.open(info) as entry:
                 data = entry.read(limit + 1)
@@ -374,9 +374,10 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
                             continue  # released by retention before the bundle was written
                         if ref.digest not in checked:
                             checked[ref.digest] = _payload_problem(objects, ref)
-                        if checked[ref.digest] is not None:
-                            kind = "missing_payload" if checked[ref.digest] == "missing" else "payload"
-                            problems.append(VerifyProblem(kind, ref.digest, (event.step,), checked[ref.digest]))
+                        wrong = checked[ref.digest]
+                        if wrong is not None:
+                            kind = "missing_payload" if wrong == "missing" else "payload"
+                            problems.append(VerifyProblem(kind, ref.digest, (event.step,), wrong))
         try:
             claims.finish(lambda source, seq: _bundled_record(reader, source, seq))
         except ImportClaimError as exc:
@@ -410,7 +411,8 @@ def _merged(problems: List[VerifyProblem]) -> List[VerifyProblem]:
     """One problem per payload, with every step that names it."""
     out: Dict[Tuple[str, str], VerifyProblem] = {}
     for p in problems:
-        seen = out.get((p.kind, p.where))
-        out[(p.kind, p.where)] = p if seen is None else attrs.evolve(seen, steps=tuple(sorted(set(seen.steps + p.steps))))
+        key = (p.kind, p.where)
+        seen = out.get(key)
+        out[key] = p if seen is None else attrs.evolve(seen, steps=tuple(sorted(set(seen.steps + p.steps))))
     return list(out.values())
 
