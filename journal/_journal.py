@@ -512,7 +512,8 @@ class Journal:
 
     def sessions(self, *, run: Optional[str] = None) -> List[Tuple[int, SessionOpened]]:
         """Every `SessionOpened` event (optionally of one run), in order."""
-        return list(self.events(run=run, types=[SessionOpened]))
+        return [(seq, event) for seq, event in self.events(run=run, types=[SessionOpened])
+                if isinstance(event, SessionOpened)]  # all of them: the narrowing is for the type
 
     def session_fingerprint(self, session: str) -> Dict[str, Any]:
         """The fingerprint recorded when `session` opened (one read of the sessions index).
@@ -619,7 +620,17 @@ class Journal:
         with store.read() as txn:
             fold = RunsFold.read_in(txn, store) or RunsFold()
         fold.add_all(self.events(since=fold.last))
-        return summaries(fold, self.event, stage)
+        return summaries(fold, self._session_at, stage)
+
+    def _session_at(self, seq: int) -> SessionOpened:
+        """The `SessionOpened` at `seq`, which the runs index names as a session."""
+        event = self.event(seq)
+        if not isinstance(event, SessionOpened):
+            raise IntegrityError(
+                f"the runs index of {self.path} names seq {seq} as a session, but it holds a "
+                f"{type(event).__name__}: the index is damaged; rebuild it with `stepjournal reindex`",
+                detail="runs index")
+        return event
 
     # -- payloads --------------------------------------------------------------------------------
     def load(self, ref: PayloadRef, *, step: Optional[int] = None) -> Any:
