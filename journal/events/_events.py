@@ -1,9 +1,9 @@
 """The event types of the journal: frozen attrs classes, the single source of truth.
 
-Every journaled call (of the ``"generate"`` stage or of another stage: ``"reward"`` ...) leaves exactly one call event (`GenerationRecorded`, `ReplayServed`,
-`CallBypassed` or `CallRefused`); a process that opens a journal for writing leaves one
-`SessionOpened`. Everything else the journal knows (which steps are recorded, the nearest recorded
-step, resume positions) is a projection of these events.
+Every journaled call (of the ``"generate"`` stage or of another stage: ``"reward"`` ...) leaves exactly one
+call event (`GenerationRecorded`, `ReplayServed`, `CallBypassed` or `CallRefused`); a process that opens a
+journal for writing leaves one `SessionOpened`. Everything else the journal knows (which steps are recorded,
+the nearest recorded step, resume positions) is a projection of these events.
 """
 
 from __future__ import annotations
@@ -253,7 +253,9 @@ class EventsImported:
             _refuse("source_last", self.source_last, f"use a seq from source_first ({self.source_first}) up")
 
 
-Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased, EventsImported]
+Event = Union[
+    SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased, EventsImported
+]
 
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
@@ -296,7 +298,8 @@ def call_refs(event: Any) -> List[PayloadRef]:
     return []
 
 
-# Bump when a key of an audit row (`AuditRecord.to_json`) or a `RunSummary.to_json` changes meaning or disappears; adding keys keeps the version.
+# Bump when a key of an audit row (`AuditRecord.to_json`) or a `RunSummary.to_json` changes meaning or disappears;
+# adding keys keeps the version.
 AUDIT_SCHEMA_VERSION = 1
 
 
