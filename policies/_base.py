@@ -254,10 +254,12 @@ class Policy(Protocol):
     """A pure decision about one generate call: no I/O, no clocks, no globals.
 
     Attributes:
-        name: how the audit names it (e.g. ``"cache"``, ``"dump@1-5"``).
+        name: how the audit names it (e.g. ``"cache"``, ``"dump@1-5"``); read only, so a property serves too.
     """
 
-    name: str
+    @property
+    def name(self) -> str:  # pragma: no cover - protocol
+        ...
 
     def decide(self, ctx: CallContext, view: JournalView) -> Decision:  # pragma: no cover - protocol
         ...

@@ -137,7 +137,8 @@ def match_tool_call(facts: ToolCallFacts, request_digest: Optional[str],
                           "never served from it")
         history = sample_history(recorded)
         if facts.ordinal >= len(history):
-            return None, f"the recording of this sample has {len(history)} call(s) of this tool; this is call #{facts.ordinal}"
+            return None, (f"the recording of this sample has {len(history)} call(s) of this tool; "
+                          f"this is call #{facts.ordinal}")
         found = history[facts.ordinal]
         if found.request_digest != request_digest:
             return None, f"call #{facts.ordinal} of the recording ({found.key}) made another request"
