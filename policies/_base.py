@@ -257,7 +257,9 @@ class Policy(Protocol):
         name: how the audit names it (e.g. ``"cache"``, ``"dump@1-5"``).
     """
 
-    name: str
+    @property
+    def name(self) -> str:  # read-only: a frozen policy (a `StagePolicies`, an attrs class) is one too
+        ...
 
     def decide(self, ctx: CallContext, view: JournalView) -> Decision:  # pragma: no cover - protocol
         ...
