@@ -258,7 +258,7 @@ class Policy(Protocol):
     """
 
     @property
-    def name(self) -> str:  # pragma: no cover - protocol
+    def name(self) -> str:  # read-only: a frozen policy (a `StagePolicies`, an attrs class) is one too
         ...
 
     def decide(self, ctx: CallContext, view: JournalView) -> Decision:  # pragma: no cover - protocol

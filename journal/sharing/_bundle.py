@@ -19,7 +19,7 @@ import re
 import stat
 import struct
 import zipfile
-from typing import Any, Collection, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Container, Dict, Iterator, List, Optional, Tuple
 
 import attrs
 
@@ -162,7 +162,7 @@ class _BundleReader:
 
 
 def _selected(event: Any, runs: Optional[Collection[str]], modes: Optional[Collection[str]],
-              stages: Optional[Collection[str]], steps: Optional[Collection[int]]) -> bool:
+              stages: Optional[Collection[str]], steps: Optional[Container[int]]) -> bool:
     if isinstance(event, EventsImported):
         return False  # provenance is carried by the ids events are bundled under
     if runs is not None and getattr(event, "run", None) not in runs:
@@ -193,7 +193,7 @@ def _origins(journal: Journal) -> Iterator[Tuple[str, int, bytes, Any]]:
 
 def export_bundle(journal: Any, path: Any, *, runs: Optional[Collection[str]] = None,
                   modes: Optional[Collection[str]] = None, stages: Optional[Collection[str]] = None,
-                  steps: Optional[Collection[int]] = None, progress: Progress = None) -> BundleReport:
+                  steps: Optional[Container[int]] = None, progress: Progress = None) -> BundleReport:
     """Write a selection of `journal` (a path or an open `Journal`) to the new bundle file `path`.
 
     Args:
