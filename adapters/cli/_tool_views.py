@@ -96,8 +96,8 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
 def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``stepjournal show JOURNAL STEP --text --sample S``: the sample as its turns, each session apart: the
     assistant's text of each turn (where the step's generate call marks the tokens tools wrote, as verl's
-    ToolAgentLoop batches do), then each tool call of the turn with its arguments, its response and whether
-    it was recorded, replayed or a miss."""
+    ToolAgentLoop batches do, or where each turn is a generate call of its own, as in TRL's tool loop), then each
+    tool call of the turn with its arguments, its response and whether it was recorded, replayed or a miss."""
     with open_readonly(args.journal, check="as-read") as journal:
         rows = tool_call_rows(journal, run=args.run, steps=[args.step], sample=args.sample)
         rows = [row for row in rows if row.mode == args.mode]
