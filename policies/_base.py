@@ -163,7 +163,8 @@ class JournalView:
     def not_stored(self, step: int, gen_index: int = 0) -> Optional[str]:
         """When the call was generated but its output not stored (the codec refused it, or the policy
         stores nothing), so `lookup` has nothing to serve: which event and why, in words; else None.
-        Reads the log: for a refusal's message, not a decision."""
+        Reads the log: for a refusal's message, not a decision. The why is the event's `not_stored`
+        field; an event written before that field existed has it None and is quoted by its reason."""
         if self.scope is not None and step not in self.scope:
             return None
         found: Optional[Tuple[int, GenerationRecorded]] = None
@@ -173,10 +174,9 @@ class JournalView:
         if found is None:
             return None
         seq, event = found
-        marker = "generated, not stored: "
-        why = (event.reason.split(marker, 1)[1] if marker in event.reason
-               else f"its policy stored nothing ({event.reason})")
-        return f"it was generated (event #{seq}) but not stored: {why}"
+        if event.not_stored is None:  # written before the field existed: its reason ends with the why
+            return f"it was generated (event #{seq}) but not stored; its reason: {event.reason}"
+        return f"it was generated (event #{seq}) but not stored: {event.not_stored}"
 
     def recorded_steps(self) -> List[int]:
         """Every recorded step, ascending (a copy: prefer the methods below on long runs)."""

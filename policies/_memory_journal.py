@@ -53,12 +53,15 @@ class MemoryJournal:
         return seq
 
     def record(self, step: int, gen_index: int = 0, *, mode: str = "train", stage: str = _DEFAULT_STAGE,
-               run: Optional[str] = None, stored: bool = True, reason: str = "recorded") -> RecordedGeneration:
-        """Append the `GenerationRecorded` of one call (with a stored output unless `stored` is False)."""
+               run: Optional[str] = None, stored: bool = True, reason: str = "recorded",
+               not_stored: Optional[str] = None) -> RecordedGeneration:
+        """Append the `GenerationRecorded` of one call (with a stored output unless `stored` is False; why
+        not in `not_stored`)."""
         output = PayloadRef(digest=f"{len(self._log) + 1:064x}", nbytes=1, stored_nbytes=1) if stored else None
         event = GenerationRecorded(
             session="memory", run=run or self.run, step=step, gen_index=gen_index, mode=mode, input_digest=None,
-            output=output, input=None, duration_s=0.0, policy="manual", reason=reason, ts=0.0, stage=stage)
+            output=output, input=None, duration_s=0.0, policy="manual", reason=reason, ts=0.0, stage=stage,
+            not_stored=not_stored)
         return RecordedGeneration(self.append(event), event)
 
     def release(self, record: RecordedGeneration, *, rule: str = "keep_last=1") -> int:

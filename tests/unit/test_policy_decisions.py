@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import random
+import zlib
 
 import attrs
+import msgpack
 import pytest
 
 from stepjournal.policies import (
@@ -21,6 +23,8 @@ from stepjournal.policies import (
     ServeRecorded,
     parse,
 )
+from stepjournal.events import GenerationRecorded
+from stepjournal.events._convert import decode_event, encode_event  # private: the stored bytes of an old event
 from stepjournal.policies.testing import MemoryJournal, PolicyConformance, memory_view
 from stepjournal.testing import run_conformance
 
@@ -140,11 +144,37 @@ def test_replay_of_a_released_record_says_which_release_took_it():
     assert "its record (event #1) was pruned by event #2" in decision.reason and "rule: keep_last=1" in decision.reason
 
 
-def test_replay_of_a_call_generated_but_not_stored_says_why():
+def test_replay_of_a_call_generated_but_not_stored_says_why_from_the_events_field():
+    """The why is the event's `not_stored` field; the reason is words for people and is not parsed."""
     journal = MemoryJournal()
-    journal.record(7, stored=False, reason="cache: generate and store; generated, not stored: a lambda")
+    journal.record(7, stored=False, reason="cache: generate and store", not_stored="output: a lambda")
     decision = Replay().decide(ctx(7), memory_view(journal))
-    assert isinstance(decision, RefuseCall) and "generated (event #1) but not stored: a lambda" in decision.reason
+    assert isinstance(decision, RefuseCall)
+    assert "generated (event #1) but not stored: output: a lambda" in decision.reason
+
+
+def test_a_reason_that_looks_like_the_old_marker_is_not_read_as_the_why():
+    journal = MemoryJournal()
+    journal.record(7, stored=False, reason="mine; generated, not stored: fake", not_stored="output: a lambda")
+    decision = Replay().decide(ctx(7), memory_view(journal))
+    assert "but not stored: output: a lambda" in decision.reason and "not stored: fake;" not in decision.reason
+
+
+def test_an_event_written_before_not_stored_existed_is_read_by_its_whole_reason():
+    """An event stored without the `not_stored` key (journals before it) decodes with it None; the view then
+    quotes its reason, which in those journals ends with the why (docs/journal.md)."""
+    written = GenerationRecorded(
+        session="s", run="default", step=7, gen_index=0, mode="train", input_digest=None, output=None, input=None,
+        duration_s=0.0, policy="cache", reason="cache: miss; generated, not stored: output: a lambda", ts=0.0)
+    body = msgpack.unpackb(encode_event(written))
+    del body["not_stored"], body["crc32"]  # as the engine wrote it before the field, sealed again
+    body["crc32"] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
+    old = decode_event(msgpack.packb(body, use_bin_type=True))
+    assert old.not_stored is None
+    decision = Replay().decide(ctx(7), memory_view(MemoryJournal([old])))
+    assert isinstance(decision, RefuseCall)
+    assert ("generated (event #1) but not stored; its reason: cache: miss; generated, not stored: output: a lambda"
+            in decision.reason)
 
 
 def test_a_view_of_one_mode_does_not_serve_anothers_records():
