@@ -282,8 +282,9 @@ class Engine(ReplayChecks):
 
         An output (or input) that cannot be stored is not an error here: the generator's work is
         not thrown away. The call is journaled as generated, not stored, with why in its event's
-        `not_stored` field and, in words, its reason (the audit shows both, and `lookup` and a replay treat the step as not recorded), a warning is
-        logged, and the outcome carries the output (``outcome.source.event.output`` is None).
+        `not_stored` field and, in words, its reason (the audit shows both, and `lookup` and a replay
+        treat the step as not recorded), a warning is logged, and the outcome carries the output
+        (``outcome.source.event.output`` is None).
         """
         ctx, decision = call.ctx, call.decision
         if call.outcome is not None:

@@ -21,10 +21,13 @@ from stepjournal.policies import (
     Repeat,
     Replay,
     ServeRecorded,
+    TOOL_RULES,
+    ToolPolicy,
     parse,
 )
 from stepjournal.events import GenerationRecorded
 from stepjournal.events._convert import decode_event, encode_event  # private: the stored bytes of an old event
+from stepjournal.errors import SpecError
 from stepjournal.policies.testing import MemoryJournal, PolicyConformance, memory_view
 from stepjournal.testing import run_conformance
 
@@ -96,13 +99,24 @@ class _OtherMode:
         return ServeRecorded(journal.record(1, mode="validate"), reason="another mode's record")
 
 
+@attrs.frozen
+class _Untyped:
+    """A policy whose option is checked by attrs' own validator (a bare ValueError)."""
+
+    how: str = attrs.field(default="x", validator=attrs.validators.in_(("x", "y")))
+    name: str = "untyped"
+
+    def decide(self, ctx, view):
+        return GenerateCall(reason="untyped: generate")
+
+
 @pytest.mark.parametrize("make, bad, failing", [
     (_Reads, (), "test_deciding_writes_nothing_and_does_no_io"),
     (_Dice, (), "test_the_same_context_and_view_give_the_same_decision"),
     (_Words, (), "test_every_decision_is_one_of_the_declared_types_with_a_reason"),
     (_OtherMode, (), "test_a_served_record_is_one_the_view_serves_for_the_calls_mode_and_stage"),
-    # attrs' own validator: a ValueError, not a StepJournalError (the spec parser's SpecError is the typed one)
-    (Replay, (lambda: Replay(on_missing="bogus"),), "test_a_bad_config_is_refused_with_a_typed_error"),
+    # attrs' own validator: a ValueError, not a StepJournalError
+    (_Untyped, (lambda: _Untyped(how="bogus"),), "test_a_bad_config_is_refused_with_a_typed_error"),
 ], ids=["io", "random", "not-a-decision", "other-mode", "untyped-error"])
 def test_the_suite_fails_a_policy_that_breaks_one_promise_in_that_promises_test(make, bad, failing):
     with pytest.raises(AssertionError) as caught:
@@ -182,3 +196,17 @@ def test_a_view_of_one_mode_does_not_serve_anothers_records():
     journal.record(2, mode="validate")
     assert isinstance(Replay(on_missing="generate").decide(ctx(2), memory_view(journal)), GenerateCall)
     assert Replay().decide(ctx(2, mode="validate"), memory_view(journal, mode="validate")).source.step == 2
+
+
+def test_an_unknown_on_missing_is_a_spec_error_naming_the_value_and_the_allowed_ones():
+    with pytest.raises(SpecError) as info:
+        Replay(on_missing="bogus")
+    assert (info.value.option, info.value.value, info.value.allowed) == ("on_missing", "bogus", ("error", "generate"))
+    assert str(info.value) == "Replay(on_missing='bogus') is not valid: use 'error' or 'generate'"
+
+
+def test_an_unknown_tool_rule_is_a_spec_error_naming_the_value_and_the_allowed_ones():
+    with pytest.raises(SpecError) as info:
+        ToolPolicy(rule="bogus", facts=None)
+    assert (info.value.option, info.value.value, info.value.allowed) == ("rule", "bogus", TOOL_RULES)
+    assert "ToolPolicy(rule='bogus') is not valid: use 'cache', 'replay'," in str(info.value)
