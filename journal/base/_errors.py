@@ -98,9 +98,10 @@ class JournalError(StepJournalError):
 
     @staticmethod
     def shown(value: Any) -> str:
-        """A value as a message shows it: its repr, clipped to 40 characters (a hostile value may be huge)."""
+        """A value as a message shows it: its repr, clipped to 300 characters (a hostile value may be huge;
+        a path to give instead must show whole)."""
         text = repr(value)
-        return text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+        return text if len(text) <= 300 else f"{text[:300]}... ({len(text)} characters)"
 
 
 class JournalClosedError(JournalError):
