@@ -284,6 +284,7 @@ class Journal:
         reason: str = "recorded",
         imported_from: Optional[str] = None,
         stage: str = DEFAULT_STAGE,
+        not_stored: Optional[str] = None,
     ) -> RecordedGeneration:
         """Record one generate call that ran: its output (and input) payloads and the event, atomically.
 
@@ -299,6 +300,8 @@ class Journal:
             policy, reason: which policy decided to generate and why (for the audit).
             imported_from: where an imported record came from (e.g. ``"verl:/dumps/genstep_000003"``).
             stage: which stage of the step the call belongs to (``"generate"``, ``"reward"`` ...).
+            not_stored: why a part of the call (its output, its input) was left out, in words; the
+                event's `not_stored` field, which `JournalView.not_stored` reads.
 
         Returns:
             The recorded generation (its sequence number and event).
@@ -327,6 +330,7 @@ class Journal:
             reason=reason,
             ts=time.time(),
             imported_from=imported_from,
+            not_stored=not_stored,
         )
         (seq,) = self._append([event], payloads)
         log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)

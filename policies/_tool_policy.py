@@ -20,7 +20,7 @@ import attrs
 from stepjournal.events import SERVING_RULES, ToolCallKey, ToolRequest
 from stepjournal.index import RecordedGeneration
 
-from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
+from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded, one_of
 from ._builtin import Bypass, Cache, Dump, Passthrough, Replay
 from ._errors import SpecError, ToolReplayMissError
 
@@ -163,7 +163,7 @@ class ToolPolicy:
         facts: the call's `ToolCallFacts`.
     """
 
-    rule: str = attrs.field(validator=attrs.validators.in_(TOOL_RULES))
+    rule: str = attrs.field(validator=one_of(TOOL_RULES))
     facts: ToolCallFacts
 
     @property

@@ -149,6 +149,9 @@ class GenerationRecorded(_Call):
     reason: str = event_field(TEXT, audit=True)
     ts: float = event_field(TIME, audit=True)
     imported_from: Optional[str] = event_field(TEXT, default=None, optional=True, audit=True)
+    # Why a part of the call was left out (the output, the input), in words, for code to read without
+    # parsing `reason`; None when nothing was, and in events written before the field existed.
+    not_stored: Optional[str] = event_field(TEXT, default=None, optional=True, audit=True)
     stage: str = event_field(STAGE, default=DEFAULT_STAGE, audit=True)
 
 
