@@ -114,7 +114,7 @@ class FilePayloadStore(PayloadStoreBase):
             return
         self._write(path, buffers)
 
-    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents[T]) -> T:
         for digest, blob in items:
             self.put(digest, blob)
         return write_events(None)
@@ -260,7 +260,7 @@ class FilePayloadStore(PayloadStoreBase):
             _remove_quietly(tmp)
             raise self._full(exc, nbytes) from None
 
-    def _full(self, exc: OSError, nbytes: int) -> OSError:
+    def _full(self, exc: OSError, nbytes: int) -> Exception:
         """`JournalFullError` for a full disk, else `exc` itself."""
         if exc.errno in _FULL:
             return JournalFullError(
