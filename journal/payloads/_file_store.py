@@ -256,6 +256,9 @@ class FilePayloadStore(PayloadStoreBase):
             with _folder(self.folder, TMP_FOLDER) as folder, _folder(self.folder, fan, create=True) as into:
                 replace(folder, os.path.basename(tmp), into, os.path.basename(path), source=tmp, where=path)
                 sync(into, where=os.path.dirname(path))
+        except UnsafePathError:  # a link, a FIFO or a file at the two-digit folder's name: the record is refused
+            _remove_quietly(tmp)
+            raise
         except OSError as exc:
             _remove_quietly(tmp)
             raise self._full(exc, nbytes) from None
