@@ -70,3 +70,25 @@ def test_a_record_after_a_writer_killed_before_it_synced_the_folders_syncs_them_
         calls.clear()
         digest = journal.record(2, big(2)).event.output.digest
         assert calls == ["file", digest[:2]]  # once a handle: later records flush their file and folder only
+
+
+def test_a_second_process_recording_while_the_first_makes_the_folders_keeps_both_records(tmp_path, monkeypatch):
+    """The first writer stopped halfway through the 256 mkdirs (observed: before ``payloads/80``); a second
+    process records a large step meanwhile (it makes the rest and syncs them), then the first goes on. Both
+    records are acknowledged, read back and verify clean, and each process synced the folders."""
+    path = tmp_path / "j"
+    child = start_script(textwrap.dedent(FIRST_RECORD), str(path), str(BIG))
+    while child.next_point() != "os.mkdir payloads/80":
+        child.go()
+    with Journal(path) as journal:
+        calls = _fsyncs(monkeypatch)
+        journal.record(2, big(2))
+        assert PAYLOAD_FOLDER in calls and "j" in calls
+    child.go()
+    seen = child.finish()
+    assert "acknowledged 1" in seen and "os.fsync payloads" in seen
+    with Journal(path, readonly=True) as journal:
+        assert journal.recorded_steps() == [1, 2] and journal.verify() == []
+        assert torch.equal(journal.load_output(journal.lookup(2))["ids"], big(2)["ids"])
+        assert torch.equal(journal.load_output(journal.lookup(1))["ids"], torch.arange(BIG) + 1)
+    assert sorted(os.listdir(path / PAYLOAD_FOLDER)) == sorted(["tmp", *(f"{n:02x}" for n in range(256))])
