@@ -202,7 +202,7 @@ def _check_key(run: str, mode: str, stage: str) -> None:
         raise InvalidKeyError(
             f"run key and mode take {used} bytes encoded as UTF-8; together they may take at most "
             f"{MAX_KEY_BYTES - _STEP_AND_INDEX - 3 - stage_bytes} with stage {stage[:40]!r} (LMDB keys are at "
-            f"most {MAX_KEY_BYTES} bytes): use a shorter run key (run={run[:40]!r}…)"
+            f"most {MAX_KEY_BYTES} bytes): use a shorter run key or mode (run={run[:40]!r}…, mode {mode[:40]!r}…)"
         )
 
 
