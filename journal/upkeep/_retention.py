@@ -72,8 +72,8 @@ def parse_size(text: Union[str, int]) -> int:
         except ValueError:
             number = -1.0
         if unit not in _UNITS or not digits or number != number or number < 0:
-            raise RetentionError(("max_bytes", text),
-                                 " is not a size: use a byte count like 4096, 512M or 10G", option="max_bytes", value=text)
+            raise RetentionError(("max_bytes", text), " is not a size: use a byte count like 4096, 512M or 10G",
+                                 option="max_bytes", value=text)
         scaled = number * _UNITS[unit]  # 1e400 and a 5 000-digit count are infinite as floats
         value = int(scaled) if scaled <= _LARGEST_SIZE else _LARGEST_SIZE + 1
     if value > _LARGEST_SIZE:
