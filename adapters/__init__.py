@@ -1,9 +1,9 @@
 """Adapters: connect stepjournal to raw training loops, verl and TRL.
 
-`journaled` wraps any rollout function, `journaled_tool` any tool of an agent loop; `record_tokenizer` keeps the run's tokenizer in the journal, so that
-``show --text``, ``diff --text`` and ``report`` decode its token ids with no flag (`journal_tokenizer` reads it
-back, as data). The verl and TRL adapters live in `stepjournal.adapters.verl` and `stepjournal.adapters.trl`
-and need the `verl` / `trl` extras.
+`journaled` wraps any rollout function, `journaled_tool` any tool of an agent loop; `record_tokenizer` keeps
+the run's tokenizer in the journal, so that ``show --text``, ``diff --text`` and ``report`` decode its token
+ids with no flag (`journal_tokenizer` reads it back, as data). The verl and TRL adapters live in
+`stepjournal.adapters.verl` and `stepjournal.adapters.trl` and need the `verl` / `trl` extras.
 """
 
 __all__ = ["journaled", "default_input_of", "record_tokenizer", "journal_tokenizer", "StoredTokenizer",

@@ -284,6 +284,7 @@ class Journal:
         reason: str = "recorded",
         imported_from: Optional[str] = None,
         stage: str = DEFAULT_STAGE,
+        not_stored: Optional[str] = None,
     ) -> RecordedGeneration:
         """Record one generate call that ran: its output (and input) payloads and the event, atomically.
 
@@ -299,6 +300,8 @@ class Journal:
             policy, reason: which policy decided to generate and why (for the audit).
             imported_from: where an imported record came from (e.g. ``"verl:/dumps/genstep_000003"``).
             stage: which stage of the step the call belongs to (``"generate"``, ``"reward"`` ...).
+            not_stored: why a part of the call (its output, its input) was left out, in words; the
+                event's `not_stored` field, which `JournalView.not_stored` reads.
 
         Returns:
             The recorded generation (its sequence number and event).
@@ -327,6 +330,7 @@ class Journal:
             reason=reason,
             ts=time.time(),
             imported_from=imported_from,
+            not_stored=not_stored,
         )
         (seq,) = self._append([event], payloads)
         log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
@@ -512,7 +516,8 @@ class Journal:
 
     def sessions(self, *, run: Optional[str] = None) -> List[Tuple[int, SessionOpened]]:
         """Every `SessionOpened` event (optionally of one run), in order."""
-        return list(self.events(run=run, types=[SessionOpened]))
+        return [(seq, event) for seq, event in self.events(run=run, types=[SessionOpened])
+                if isinstance(event, SessionOpened)]  # all of them: the narrowing is for the type
 
     def session_fingerprint(self, session: str) -> Dict[str, Any]:
         """The fingerprint recorded when `session` opened (one read of the sessions index).
@@ -619,7 +624,17 @@ class Journal:
         with store.read() as txn:
             fold = RunsFold.read_in(txn, store) or RunsFold()
         fold.add_all(self.events(since=fold.last))
-        return summaries(fold, self.event, stage)
+        return summaries(fold, self._session_at, stage)
+
+    def _session_at(self, seq: int) -> SessionOpened:
+        """The `SessionOpened` at `seq`, which the runs index names as a session."""
+        event = self.event(seq)
+        if not isinstance(event, SessionOpened):
+            raise IntegrityError(
+                f"the runs index of {self.path} names seq {seq} as a session, but it holds a "
+                f"{type(event).__name__}: the index is damaged; rebuild it with `stepjournal reindex`",
+                detail="runs index")
+        return event
 
     # -- payloads --------------------------------------------------------------------------------
     def load(self, ref: PayloadRef, *, step: Optional[int] = None) -> Any:

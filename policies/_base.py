@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import bisect
-from typing import List, Optional, Protocol, Tuple, Union, runtime_checkable
+from typing import (
+    Any, Callable, List, Optional, Protocol, Sequence, Tuple, TypedDict, TypeGuard, Union, runtime_checkable,
+)
 
 import attrs
 
 from stepjournal import Journal
+from stepjournal.errors import SpecError
 from stepjournal.events import GenerationRecorded
 from stepjournal.index import RecordedGeneration
 from stepjournal.upkeep import find_release
@@ -87,6 +90,14 @@ class BypassCall:
 Decision = Union[GenerateCall, ServeRecorded, RefuseCall, BypassCall]
 
 
+class _Where(TypedDict):
+    """The keyword arguments that name a view's (run, mode, stage) in the journal's queries."""
+
+    mode: str
+    run: str
+    stage: str
+
+
 class JournalView:
     """A read-only view of one (run, mode, stage) of a journal: all a policy may look at.
 
@@ -109,7 +120,7 @@ class JournalView:
         self.run = run or journal.run
         self.mode = mode
         self.stage = stage
-        self._where = {"mode": mode, "run": self.run, "stage": stage}
+        self._where: _Where = {"mode": mode, "run": self.run, "stage": stage}
         self.scope: Optional[StepRanges] = None  # None: every recorded step is visible
         self._visible_steps: Optional[List[int]] = None
 
@@ -163,20 +174,21 @@ class JournalView:
     def not_stored(self, step: int, gen_index: int = 0) -> Optional[str]:
         """When the call was generated but its output not stored (the codec refused it, or the policy
         stores nothing), so `lookup` has nothing to serve: which event and why, in words; else None.
-        Reads the log: for a refusal's message, not a decision."""
+        Reads the log: for a refusal's message, not a decision. The why is the event's `not_stored`
+        field; an event written before that field existed has it None and is quoted by its reason."""
         if self.scope is not None and step not in self.scope:
             return None
         found: Optional[Tuple[int, GenerationRecorded]] = None
         for seq, event in self._journal.events(run=self.run, steps={step}, types=[GenerationRecorded]):
-            if (event.mode, event.gen_index, event.stage) == (self.mode, gen_index, self.stage):
+            if isinstance(event, GenerationRecorded) and (event.mode, event.gen_index, event.stage) == (
+                    self.mode, gen_index, self.stage):
                 found = (seq, event) if event.output is None else None
         if found is None:
             return None
         seq, event = found
-        marker = "generated, not stored: "
-        why = (event.reason.split(marker, 1)[1] if marker in event.reason
-               else f"its policy stored nothing ({event.reason})")
-        return f"it was generated (event #{seq}) but not stored: {why}"
+        if event.not_stored is None:  # written before the field existed: its reason ends with the why
+            return f"it was generated (event #{seq}) but not stored; its reason: {event.reason}"
+        return f"it was generated (event #{seq}) but not stored: {event.not_stored}"
 
     def recorded_steps(self) -> List[int]:
         """Every recorded step, ascending (a copy: prefer the methods below on long runs)."""
@@ -254,16 +266,30 @@ class Policy(Protocol):
     """A pure decision about one generate call: no I/O, no clocks, no globals.
 
     Attributes:
-        name: how the audit names it (e.g. ``"cache"``, ``"dump@1-5"``).
+        name: how the audit names it (e.g. ``"cache"``, ``"dump@1-5"``); read only, so a property serves too.
     """
 
-    name: str
+    @property
+    def name(self) -> str:  # read-only: a frozen policy (a `StagePolicies`, an attrs class) is one too
+        ...
 
     def decide(self, ctx: CallContext, view: JournalView) -> Decision:  # pragma: no cover - protocol
         ...
 
 
-def is_policy(obj: object) -> bool:
+def one_of(allowed: Sequence[Any]) -> Callable[[Any, "attrs.Attribute[Any]", Any], None]:
+    """An attrs validator of a policy's option that takes only `allowed`: any other value is a `SpecError`
+    naming the policy, the option, the value and the values it takes."""
+    choices = tuple(allowed)
+
+    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+        if value not in choices:
+            raise SpecError.not_one_of(type(instance).__name__, attribute.name, value, choices)
+
+    return check
+
+
+def is_policy(obj: object) -> TypeGuard[Policy]:
     """True when `obj` has a string `name` and a callable `decide`."""
     return isinstance(getattr(obj, "name", None), str) and callable(getattr(obj, "decide", None))
 

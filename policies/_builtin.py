@@ -21,7 +21,7 @@ from typing import Literal, Optional
 
 import attrs
 
-from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
+from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded, one_of
 
 __all__ = [
     "Dump",
@@ -66,7 +66,7 @@ class Replay:
     """
 
     on_missing: Literal["error", "generate"] = attrs.field(
-        default="error", validator=attrs.validators.in_(("error", "generate"))
+        default="error", validator=one_of(("error", "generate"))
     )
     name: str = attrs.field(default="replay", init=False)
 

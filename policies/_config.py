@@ -157,7 +157,9 @@ def load_config(source: Any) -> EngineConfig:
     # The policy (a spec string or a per-stage mapping) is checked by its own validator, not by cattrs.
     policy = data.pop("policy", "passthrough")
     try:
-        return attrs.evolve(structure(data, EngineConfig), options=options, policy=policy)
+        # mypy's attrs plugin takes evolve's keywords from EngineConfig's own __init__, not seeing that its
+        # **keywords pass every field on to attrs' one.
+        return attrs.evolve(structure(data, EngineConfig), options=options, policy=policy)  # type: ignore[call-arg]
     except (ConfigError, PluginError):
         raise
     except cattrs.BaseValidationError as exc:

@@ -281,9 +281,10 @@ class Engine(ReplayChecks):
         """Journal a call whose generator ran: record (and store) its output, or mark it bypassed.
 
         An output (or input) that cannot be stored is not an error here: the generator's work is
-        not thrown away. The call is journaled as generated, not stored, with why in its reason (the
-        audit shows it, and `lookup` and a replay treat the step as not recorded), a warning is
-        logged, and the outcome carries the output (``outcome.source.event.output`` is None).
+        not thrown away. The call is journaled as generated, not stored, with why in its event's
+        `not_stored` field and, in words, its reason (the audit shows both, and `lookup` and a replay
+        treat the step as not recorded), a warning is logged, and the outcome carries the output
+        (``outcome.source.event.output`` is None).
         """
         ctx, decision = call.ctx, call.decision
         if call.outcome is not None:
@@ -295,8 +296,12 @@ class Engine(ReplayChecks):
             )
             return Outcome(value=output, action=Action.BYPASSED, ctx=ctx, source=None, seq=seq)
         assert isinstance(decision, GenerateCall)
-        stored_output, stored_input, not_stored = self._prepared(ctx, output, input, decision.store)
-        reason = decision.reason if not not_stored else f"{decision.reason}; generated, not stored: {not_stored}"
+        stored_output, stored_input, left_out = self._prepared(ctx, output, input, decision.store)
+        # Why is data (the event's `not_stored`, which a view reads); the reason repeats it for people.
+        not_stored = left_out or None
+        if not decision.store:
+            not_stored = f"its policy stored nothing ({decision.reason})" + (f"; {left_out}" if left_out else "")
+        reason = decision.reason if not left_out else f"{decision.reason}; generated, not stored: {left_out}"
         recorded = self.journal.record(
             ctx.step,
             stored_output,
@@ -310,6 +315,7 @@ class Engine(ReplayChecks):
             policy=call.policy,
             reason=reason,
             stage=ctx.stage,
+            not_stored=not_stored,
         )
         log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stage=ctx.stage, stored=stored_output is not None,
                  policy=call.policy)

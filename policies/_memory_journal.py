@@ -9,10 +9,19 @@ stored record of a key; a release takes its record out).
 from __future__ import annotations
 
 import bisect
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from stepjournal import DEFAULT_RUN
-from stepjournal.events import GenerationRecorded, PayloadRef, PayloadsReleased
+from stepjournal.events import (
+    CallBypassed,
+    CallRefused,
+    EventsImported,
+    GenerationRecorded,
+    PayloadRef,
+    PayloadsReleased,
+    ReplayServed,
+    SessionOpened,
+)
 from stepjournal.index import RecordedGeneration
 
 from ._base import CallContext, JournalView
@@ -22,6 +31,19 @@ __all__ = ["MemoryJournal", "memory_view"]
 _DEFAULT_STAGE: str = CallContext(run=DEFAULT_RUN, step=0).stage
 # (run, mode, stage) -> (step, gen_index) -> seq of the record `lookup` serves
 _Served = Dict[Tuple[str, str, str], Dict[Tuple[int, int], int]]
+# The events a log holds; those of one step of a run (a call, a release); those of a run.
+Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased,
+              EventsImported]
+_OF_A_STEP = (GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased)
+_OF_A_RUN = (SessionOpened, *_OF_A_STEP)  # an import names no run
+
+
+def _run_of(event: Event) -> Optional[str]:
+    return event.run if isinstance(event, _OF_A_RUN) else None
+
+
+def _step_of(event: Event) -> Optional[int]:
+    return event.step if isinstance(event, _OF_A_STEP) else None
 
 
 class MemoryJournal:
@@ -32,15 +54,15 @@ class MemoryJournal:
         run: the run key a view reads by default.
     """
 
-    def __init__(self, events: Iterable[Any] = (), *, run: str = DEFAULT_RUN) -> None:
+    def __init__(self, events: Iterable[Event] = (), *, run: str = DEFAULT_RUN) -> None:
         self.run = run
-        self._log: List[Tuple[int, Any]] = []
+        self._log: List[Tuple[int, Event]] = []
         self._served: _Served = {}
         for event in events:
             self.append(event)
 
     # -- building --------------------------------------------------------------------------------
-    def append(self, event: Any) -> int:
+    def append(self, event: Event) -> int:
         """Add `event` to the log and fold it in; return its seq (1 for the first)."""
         seq = len(self._log) + 1
         self._log.append((seq, event))
@@ -53,12 +75,15 @@ class MemoryJournal:
         return seq
 
     def record(self, step: int, gen_index: int = 0, *, mode: str = "train", stage: str = _DEFAULT_STAGE,
-               run: Optional[str] = None, stored: bool = True, reason: str = "recorded") -> RecordedGeneration:
-        """Append the `GenerationRecorded` of one call (with a stored output unless `stored` is False)."""
+               run: Optional[str] = None, stored: bool = True, reason: str = "recorded",
+               not_stored: Optional[str] = None) -> RecordedGeneration:
+        """Append the `GenerationRecorded` of one call (with a stored output unless `stored` is False; why
+        not in `not_stored`)."""
         output = PayloadRef(digest=f"{len(self._log) + 1:064x}", nbytes=1, stored_nbytes=1) if stored else None
         event = GenerationRecorded(
             session="memory", run=run or self.run, step=step, gen_index=gen_index, mode=mode, input_digest=None,
-            output=output, input=None, duration_s=0.0, policy="manual", reason=reason, ts=0.0, stage=stage)
+            output=output, input=None, duration_s=0.0, policy="manual", reason=reason, ts=0.0, stage=stage,
+            not_stored=not_stored)
         return RecordedGeneration(self.append(event), event)
 
     def release(self, record: RecordedGeneration, *, rule: str = "keep_last=1") -> int:
@@ -71,26 +96,30 @@ class MemoryJournal:
 
     # -- what a view reads -----------------------------------------------------------------------
     def events(self, *, run: Optional[str] = None, steps: Optional[Iterable[int]] = None,
-               types: Optional[Sequence[type]] = None) -> Iterator[Tuple[int, Any]]:
+               types: Optional[Sequence[type]] = None) -> Iterator[Tuple[int, Event]]:
         """(seq, event) of the log, oldest first, of `run`, `steps` and `types` when given."""
         wanted = set(steps) if steps is not None else None
         for seq, event in self._log:
-            if run is not None and getattr(event, "run", None) != run:
+            if run is not None and _run_of(event) != run:
                 continue
-            if wanted is not None and getattr(event, "step", None) not in wanted:
+            if wanted is not None and _step_of(event) not in wanted:
                 continue
             if types is not None and not isinstance(event, tuple(types)):
                 continue
             yield seq, event
 
-    def as_read_here(self, seq: int, event: Any) -> Any:
+    def as_read_here(self, seq: int, event: Event) -> Event:
         """The event as this journal names things (a memory journal pulls nothing: as it is)."""
         return event
 
     def lookup(self, step: int, gen_index: int = 0, *, mode: str = "train", run: Optional[str] = None,
                stage: str = _DEFAULT_STAGE) -> Optional[RecordedGeneration]:
         seq = self._keys(run, mode, stage).get((step, gen_index))
-        return None if seq is None else RecordedGeneration(seq, self._log[seq - 1][1])
+        if seq is None:
+            return None
+        event = self._log[seq - 1][1]
+        assert isinstance(event, GenerationRecorded)  # only a record's seq is kept
+        return RecordedGeneration(seq, event)
 
     def recorded_steps(self, *, mode: str = "train", run: Optional[str] = None, start: int = 0,
                        stop: Optional[int] = None, stage: str = _DEFAULT_STAGE) -> List[int]:

@@ -152,7 +152,7 @@ def parse(spec: str) -> Any:
         clauses.append((ranges, policy, text.strip()))
     for message in _unreachable(clauses):
         warn(f"{message} (in policy spec {spec!r})", SpecWarning)  # at the user's line, not the library's
-    if len(clauses) == 1 and match.group("ranges") is None:
+    if len(clauses) == 1 and ranges_text is None:  # the one clause has no @ranges
         return clauses[0][1]
     return Schedule(tuple(clauses), name=";".join(label for _, _, label in clauses))
 
@@ -226,7 +226,7 @@ def _check_arguments(name: str, origin: str, factory: Any, args: Dict[str, Any],
 
 def _type_hints(factory: Any) -> Dict[str, Any]:
     """The resolved annotations of a factory's parameters (attrs classes: of their fields)."""
-    targets = (factory.__init__, factory) if isinstance(factory, type) else (factory,)
+    targets = (factory.__init__, factory) if inspect.isclass(factory) else (factory,)
     hints: Dict[str, Any] = {}
     for target in reversed(targets):  # the __init__'s own annotations win over the class's
         try:

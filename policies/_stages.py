@@ -100,7 +100,8 @@ def _one(stage: str, spec: Any) -> Any:
     if is_policy(spec):
         return spec
     if not isinstance(spec, str) or not spec.strip():
-        raise SpecError(f"stage {stage!r}: the policy must be a spec string such as 'cache' (or a policy), got {spec!r}")
+        raise SpecError(f"stage {stage!r}: the policy must be a spec string such as 'cache' (or a policy), "
+                        f"got {spec!r}")
     try:
         return parse(spec)
     except SpecError as exc:

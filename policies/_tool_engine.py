@@ -18,7 +18,7 @@ import contextlib
 import inspect
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import attrs
 
@@ -65,8 +65,17 @@ class _Sample:
     in_flight: int = 0  # a stateful sample's calls under way
 
 
+_Key = TypeVar("_Key", bound=Tuple[Any, ...])
+
+
 def _same(value: Any) -> Any:
     return value
+
+
+def _drop_step(table: Dict[_Key, Any], step: int) -> None:
+    """Delete the entries of `step` (the third item of each key) from `table`."""
+    for key in [key for key in table if key[2] == step]:
+        del table[key]
 
 
 async def _in_a_thread(work: Callable[[], Any]) -> Any:
@@ -163,9 +172,8 @@ class ToolEngine:
     def forget_step(self, step: int) -> None:
         """Drop what this engine keeps about `step`'s samples (call it once a step's rollouts are done)."""
         with self._lock:
-            for table in (self._turn_calls, self._samples):
-                for key in [key for key in table if key[2] == step]:
-                    del table[key]
+            _drop_step(self._turn_calls, step)
+            _drop_step(self._samples, step)
 
     # -- one call ----------------------------------------------------------------------------------
     def call(self, tool: str, arguments: Any, run_tool: Callable[[], Any], *, step: int, sample: int,
@@ -254,8 +262,8 @@ class ToolEngine:
                run_blocking: Optional[Callable[[Callable[[], Any]], Awaitable[Any]]] = None):
         stage = tool_stage(environment if environment is not None else tool)
         if self.tools is not None and (environment if environment is not None else tool) not in self.tools:
-            raise ToolCallError(f"tool {tool!r} (stage {stage!r}) is not one of this engine's tools {list(self.tools)}: "
-                                "name it in ToolEngine(tools=...)")
+            raise ToolCallError(f"tool {tool!r} (stage {stage!r}) is not one of this engine's tools "
+                                f"{list(self.tools)}: name it in ToolEngine(tools=...)")
         request = ToolRequest.of(tool, arguments)
         with self._lock:
             turn_key = (mode, sample, step, turn)

@@ -20,7 +20,7 @@ import attrs
 from stepjournal.events import SERVING_RULES, ToolCallKey, ToolRequest
 from stepjournal.index import RecordedGeneration
 
-from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded
+from ._base import BypassCall, CallContext, Decision, GenerateCall, JournalView, RefuseCall, ServeRecorded, one_of
 from ._builtin import Bypass, Cache, Dump, Passthrough, Replay
 from ._errors import SpecError, ToolReplayMissError
 
@@ -137,7 +137,8 @@ def match_tool_call(facts: ToolCallFacts, request_digest: Optional[str],
                           "never served from it")
         history = sample_history(recorded)
         if facts.ordinal >= len(history):
-            return None, f"the recording of this sample has {len(history)} call(s) of this tool; this is call #{facts.ordinal}"
+            return None, (f"the recording of this sample has {len(history)} call(s) of this tool; "
+                          f"this is call #{facts.ordinal}")
         found = history[facts.ordinal]
         if found.request_digest != request_digest:
             return None, f"call #{facts.ordinal} of the recording ({found.key}) made another request"
@@ -162,7 +163,7 @@ class ToolPolicy:
         facts: the call's `ToolCallFacts`.
     """
 
-    rule: str = attrs.field(validator=attrs.validators.in_(TOOL_RULES))
+    rule: str = attrs.field(validator=one_of(TOOL_RULES))
     facts: ToolCallFacts
 
     @property

@@ -7,7 +7,9 @@ answer. The parent answers until the point it chose (with a seeded RNG, over all
 has: `kill_plan`), then SIGKILLs the child there: while it waits, so the kill lands exactly at that
 point; or right after answering ("released"), so it lands on the way to the next point (inside an
 LMDB commit, an fsync, an upload) and at the latest there. Either way the child is alive when killed
-and how far it got is known from what it said, however fast or loaded the machine is.
+and how far it got is known from what it said, however fast or loaded the machine is. Ctrl-C lands
+at a point the same way: the parent answers it with `Child.interrupt`, and the child sends itself SIGINT
+there.
 
 Nothing is replaced: the child runs the real operation on real LMDB, files and S3 server; the points
 are observed through a callback, `sys.setprofile` (LMDB's calls are C calls) and `sys.addaudithook`.
@@ -28,6 +30,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 FD_ENV = "STEPJOURNAL_TEST_LOCKSTEP_FD"
 TESTS = os.path.dirname(os.path.abspath(__file__))
+# A bound on each wait for the child (its next point, its end), so that a hung child fails the test instead of
+# hanging the suite. It is no measure of the work: a fresh interpreter importing torch beside a full `make test`
+# and two CPU burners on two cores takes minutes to reach its first point, so the bound is far above that.
+HANG_S = 1800
+INTERRUPT = "SIGINT"  # the parent's answer that interrupts the child at its point (`Child.interrupt`)
 _LMDB_WRITES = frozenset({"put", "putmulti", "delete", "replace", "pop", "drop"})
 _LMDB_ENDS = frozenset({"commit", "__exit__"})
 _FILE_STEPS = frozenset({"open", "os.fsync", "os.rename", "os.mkdir", "os.rmdir", "os.remove", "os.chmod",
@@ -50,7 +57,9 @@ class Lockstep:
     def point(self, label: str) -> None:
         with self._one_at_a_time:
             self._conn.send(label)
-            self._conn.recv()  # the parent answers, or kills this process while it waits here
+            answer = self._conn.recv()  # the parent answers, or kills this process while it waits here
+            if answer == INTERRUPT:  # Ctrl-C at this point, sent to the process as a terminal sends it: Python's
+                os.kill(os.getpid(), signal.SIGINT)  # handler raises KeyboardInterrupt in the main thread, here
 
     def progress(self, what: str, done: int, total: int) -> None:
         """A `progress=` callback (push, pull): a point ``"<what> <done>/<total>"`` after each piece."""
@@ -141,7 +150,7 @@ class Child:
         self.conn, self.pid, self._wait = conn, pid, wait
         self.seen: List[str] = []
 
-    def next_point(self, timeout: float = 120) -> Optional[str]:
+    def next_point(self, timeout: float = HANG_S) -> Optional[str]:
         """The point the child now waits at (it waits until `go`); None when it ended instead."""
         try:
             if not self.conn.poll(timeout):
@@ -154,6 +163,13 @@ class Child:
 
     def go(self) -> None:
         self.conn.send(None)
+
+    def interrupt(self) -> None:
+        """Ctrl-C at the point the child waits at: it sends itself SIGINT there (`Lockstep.point`), so Python
+        raises KeyboardInterrupt in its main thread at that point when the point is the main thread's, else
+        wherever the main thread is while the point's thread goes on. A SIGINT sent from here lands where the
+        kernel delivers it and Python next looks, which a loaded machine may put after the child went on."""
+        self.conn.send(INTERRUPT)
 
     def run_to(self, stop: Callable[[str], bool], *, release: bool = False) -> List[str]:
         """Let the child go on to the first point `stop` accepts and SIGKILL it there (or, `release`d,
@@ -173,7 +189,7 @@ class Child:
                 self.go()
         finally:  # and when the test fails: a child left running would go on writing
             os.kill(self.pid, signal.SIGKILL)
-        code = self._wait(60)
+        code = self._wait(HANG_S)
         assert code == -signal.SIGKILL, f"the child was not alive to be killed (exit status {code})"
         while True:  # what it said before the signal landed (a released child may reach its next point)
             try:
@@ -195,7 +211,7 @@ class Child:
 
         return self.run_to(nth, release=release)
 
-    def finish(self, timeout: float = 300, *, exits: Tuple[int, ...] = (0,)) -> List[str]:
+    def finish(self, timeout: float = HANG_S, *, exits: Tuple[int, ...] = (0,)) -> List[str]:
         """Answer every point until the child ends; return them all. Raises when its exit status is not
         one of `exits`."""
         try:

@@ -209,6 +209,41 @@ def trainer(kind: str, out: Path, change: Optional[Tuple[int, int]] = None) -> S
 
 
 
+# What the docs' train_tools.py is: a TRL script that imports nothing of stepjournal.
+SCRIPT = "import sys\n\nfrom trl_tool_runs import main\n\nsys.exit(main(sys.argv[1]))\n"
+CHANGE = "0,2"  # the stand-in writes another request at turn 2 of sample 2, at step 0
+
+
+def phase_env(kind: str, change: bool = False) -> Dict[str, Any]:
+    """The environment a phase runs in (None removes a name): offline, this folder importable, the setup's kind."""
+    return {"PYTHONPATH": str(Path(__file__).resolve().parent), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "STEPJOURNAL_RUN": None, "TRL_EXPERIMENTAL_SILENCE": "1", "TOOL_KIND": kind,
+            "TOOL_CHANGE": CHANGE if change else None}
+
+
+def run_phase(line: str, folder: Path, kind: str, *, change: bool = False) -> Dict[str, Any]:
+    """One docs line through bash in `folder` (holding `SCRIPT` as train_tools.py), in a new process: what the
+    script wrote to its output folder, the line's last word."""
+    import json
+
+    from doc_lines import run_line
+
+    done = run_line(line, folder, env=phase_env(kind, change))
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = line.split()[-1]
+    return json.loads((folder / out / "result.json").read_text())
+
+
+def copy_recording(recorded: Path, folder: Path) -> Path:
+    """A folder holding the script and a copy of the journal recorded in `recorded` (each phase its own)."""
+    import shutil
+
+    folder.mkdir()
+    (folder / "train_tools.py").write_text(SCRIPT)
+    shutil.copytree(recorded / "runs", folder / "runs")
+    return folder
+
+
 def main(out: str) -> int:
     """Train the setup ``TOOL_KIND`` names (``tools`` or ``env``), its stand-in changed where ``TOOL_CHANGE=STEP,SAMPLE``
     says; write what it did to OUT/result.json: each rollout batch, the logged values (floats as exact hex), the

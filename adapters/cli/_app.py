@@ -10,8 +10,9 @@ arguments, 1 for failures.
 This module holds the parser and `main`; each verb is a module of this package (`VERBS` names them)
 holding its own arguments (``add_arguments``) and ``run``, imported only when its verb runs (the
 parser of ``stepjournal --help`` imports none; ``_examples`` holds the examples that end each verb's
-help), so ``stepjournal --help`` loads no table, tensor or plotting code of its own. Like other Unix tools it stops quietly when the reader of its
-output goes away (``stepjournal audit J --csv | head -1``): no message, exit status 141.
+help), so ``stepjournal --help`` loads no table, tensor or plotting code of its own. Like other Unix tools it
+stops quietly when the reader of its output goes away (``stepjournal audit J --csv | head -1``): no message,
+exit status 141.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ VERBS: Dict[str, Tuple[str, str]] = {
     "prune": ("prune", "release the payloads of steps retention rules do not keep; events stay (writes)"),
     "compact": ("compact", "write a compacted copy and swap it in, so freed space returns to the disk (writes)"),
     "import-verl": ("import_verl", "import verl RolloutSkip / SkipManager dumps into a journal (writes)"),
-    "verl-config": ("verl_config", "print the quoted overrides and YAML that move a verl config's rollout skip to stepjournal"),
+    "verl-config": ("verl_config",
+                    "print the quoted overrides and YAML that move a verl config's rollout skip to stepjournal"),
     "push": ("push", "send what the journal recorded since its last push to a remote"),
     "pull": ("pull", "bring the events and payloads pushed to a remote into the journal (writes)"),
     "clone": ("clone", "create the journal from everything pushed to URL; it names URL origin (writes)"),

@@ -70,8 +70,16 @@ def complete(parser_of: Any) -> None:
     """Answer the completion the script asked for (``_ARGCOMPLETE`` set) and exit; `parser_of()` builds the
     whole parser (every verb's arguments)."""
     import argcomplete
+    from argcomplete.completers import BaseCompleter
 
-    argcomplete.autocomplete(parser_of(), default_completer=_values, always_complete_options=False)
+    class JournalValues(BaseCompleter):
+        """`_values` in the shape argcomplete declares its completers (imported here: only a Tab needs it)."""
+
+        def __call__(self, *, prefix: str, action: argparse.Action, parser: argparse.ArgumentParser,
+                     parsed_args: argparse.Namespace) -> List[str]:
+            return _values(prefix, action, parser, parsed_args)
+
+    argcomplete.autocomplete(parser_of(), default_completer=JournalValues(), always_complete_options=False)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -203,10 +203,9 @@ def _value_texts(a: Optional[str], b: Optional[str]) -> Tuple[Optional[str], Opt
     """Two differing values (the comparison's texts) as the report shows them: floats at ``%.4g``, the second
     followed by their relative difference ``|a-b| / max(|a|,|b|)``, so that two values alike in four digits
     still show how far apart they are. Other values (ints, token ids, strings, shapes) as they are."""
-    numbers = [_float_of(text) for text in (a, b)]
-    if numbers[0] is None or numbers[1] is None:
+    x, y = _float_of(a), _float_of(b)
+    if x is None or y is None:
         return a, b
-    x, y = numbers
     scale = max(abs(x), abs(y))
     rel = abs(x - y) / scale if scale and math.isfinite(scale) else None
     return number_text(x), number_text(y) + ("" if rel is None else f" (rel {rel:.2g})")

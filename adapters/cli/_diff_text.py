@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from rich.console import Console
 
 from stepjournal import Journal
+from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed
 from stepjournal.tools import DiffReport
 from stepjournal.errors import StepJournalError
 
@@ -75,8 +76,8 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
     for path, side, label in ((path_a, report.a, "seq_a"), (path_b, report.b, "seq_b")):
         with Journal(path, readonly=True) as journal:
             tokenizers.append(load_tokenizer(journal, side.run, tokenizer_path, notes.append))
-            found.append(_side_samples(journal, side, first, [getattr(p, label) for p in (first, compared) if p is not None],
-                                       tokenizers[-1]))
+            seqs = [getattr(p, label) for p in (first, compared) if p is not None]
+            found.append(_side_samples(journal, side, first, seqs, tokenizers[-1]))
     for a, b in zip(*found):
         offset = _first_token(a.response_ids, b.response_ids)
         if offset is not None or a.rewards != b.rewards or a.prompt_ids != b.prompt_ids:
@@ -88,6 +89,13 @@ def first_differing_sample(report: DiffReport, path_a: str, path_b: str,
     return None
 
 
+def _call_session(journal: Journal, seq: int) -> str:
+    """The session of the call event at `seq` (a record the diff compared: always a call)."""
+    event = journal.event(seq)
+    assert isinstance(event, (GenerationRecorded, ReplayServed, CallBypassed, CallRefused))
+    return event.session
+
+
 def _side_samples(journal: Journal, side: Any, first: Any, seqs: Sequence[Optional[int]], tokenizer: Any) -> List[Any]:
     """The samples at the first divergence of one side: of its session, or of the session of the first of
     `seqs` (the records compared) whose session made a generate call there."""
@@ -96,7 +104,7 @@ def _side_samples(journal: Journal, side: Any, first: Any, seqs: Sequence[Option
 
     if side.session is not None:
         return read(side.session)
-    sessions = list(dict.fromkeys(journal.event(seq).session for seq in seqs if seq is not None))
+    sessions = list(dict.fromkeys(_call_session(journal, seq) for seq in seqs if seq is not None))
     for session in sessions[:-1]:
         try:
             return read(session)
@@ -124,8 +132,8 @@ def print_text(found: Optional[Dict[str, Any]], out: Console) -> None:
     a, b = found["a"], found["b"]
     for stage in dict.fromkeys([*a["rewards"], *b["rewards"]]):
         table.add_row(cell(stage), _number(a["rewards"].get(stage)), _number(b["rewards"].get(stage)))
-    table.add_row("prompt", *(cell(side["prompt"]) if side["prompt"] is not None else f"ids {inline(side['prompt_ids'])}"
-                              for side in (a, b)))
+    table.add_row("prompt", *(cell(side["prompt"]) if side["prompt"] is not None
+                              else f"ids {inline(side['prompt_ids'])}" for side in (a, b)))
     table.add_row("response", _marked(a["marked"]), _marked(b["marked"]))
     out.print(table)
 

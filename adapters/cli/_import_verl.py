@@ -1,4 +1,7 @@
-"""``stepjournal import-verl``: verl's RolloutSkip / SkipManager / V1 skip.rollout_tq dumps into a journal (docs/verl.md)."""
+"""``stepjournal import-verl``: verl's RolloutSkip / SkipManager / V1 skip.rollout_tq dumps into a journal.
+
+docs/verl.md, "Importing verl's dumps".
+"""
 
 from __future__ import annotations
 
@@ -30,14 +33,15 @@ def _run_config(path: Optional[str]) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal import-verl``."""
-    p.description = ("Import verl RolloutSkip (v1, v2), SkipManager and V1 skip.rollout_tq dump folders into a journal, "
-                     "keeping their steps; records are marked as imported. The dumps are Python pickles: nothing is "
-                     "loaded without --trust-pickle.")
+    p.description = ("Import verl RolloutSkip (v1, v2), SkipManager and V1 skip.rollout_tq dump folders into a "
+                     "journal, keeping their steps; records are marked as imported. The dumps are Python pickles: "
+                     "nothing is loaded without --trust-pickle.")
     p.add_argument("dump_dir", metavar="DUMP_DIR", help="verl's skip dump_dir, or a folder below it")
     p.add_argument("--into", dest="journal", required=True, metavar="JOURNAL",
                    help="the journal folder to write into (created when missing)")
     p.add_argument("--trust-pickle", action="store_true",
-                   help="load the dumps although they are pickles (only for dumps you made, in a folder only you write)")
+                   help="load the dumps although they are pickles "
+                        "(only for dumps you made, in a folder only you write)")
     p.add_argument("--config", metavar="YAML", default=None,
                    help="the verl config of the run that wrote the dumps (e.g. its .hydra/config.yaml): its model, "
                    "sampling settings and train files join the records' fingerprint")
@@ -73,9 +77,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         table.add_row(cell(row.run), str(row.step), str(row.gen_index), row.form,
                       "yes" if row.stored_input else "no", cell(row.source))
     out.print(table)
-    for row in report.skipped:
-        err.print(f"[yellow]skipped[/] {cell(row.source)}: {cell(row.reason)}")
-    for row in report.failed:
-        err.print(f"[red]failed[/] {cell(row.source)}: {cell(row.reason)}")
+    for skipped in report.skipped:
+        err.print(f"[yellow]skipped[/] {cell(skipped.source)}: {cell(skipped.reason)}")
+    for failed in report.failed:
+        err.print(f"[red]failed[/] {cell(failed.source)}: {cell(failed.reason)}")
     out.print(f"{len(report.imported)} imported, {len(report.skipped)} skipped, {len(report.failed)} failed")
     return 0 if report.ok else 1

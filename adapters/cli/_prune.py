@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-from typing import Optional
+from typing import Any, List, Optional
 
 from rich.console import Console
 
 from stepjournal import Journal
-from stepjournal.errors import StepJournalError
+from stepjournal.errors import RetentionError, StepJournalError
 from stepjournal.events import AUDIT_SCHEMA_VERSION
 from stepjournal.upkeep import Retention, prune
 from stepjournal.policies import StepRanges
@@ -45,43 +44,51 @@ def rules_from_args(args: argparse.Namespace) -> Optional[Retention]:
             keep_last=args.keep_last, pin=pin, keep_replayed=not args.no_keep_replayed,
             max_bytes=args.max_bytes, run=args.run, mode=args.mode, stage=args.stage, allow_release_all=args.all,
         )
-    except StepJournalError as exc:
-        raise UsageError(cli_words(str(exc))) from None
+    except RetentionError as exc:
+        raise UsageError(cli_words(exc, args)) from None
 
 
-_FLAG_WORDS = (  # a retention message's Python words -> the flags of this command
-    (re.compile(r"\bno keep_replayed\b"), "--no-keep-replayed"),
-    (re.compile(r" ?\bkeep_replayed\b"), ""),  # the default: no flag to name
-    (re.compile(r"\ballow_release_all=True, "), ""),
-    (re.compile(r"\b(keep_last|max_bytes)\b(=?)"), lambda m: f"--{m[1].replace('_', '-')}{' ' if m[2] else ''}"),
-    (re.compile(r"(?<!-)\bpin\b(?= |,)"), "--pin"),
-)
+# The arguments of `Retention` as this command's flags (a flag that takes no value drops the value shown).
+_FLAGS = {"keep_last": "--keep-last", "max_bytes": "--max-bytes", "pin": "--pin", "allow_release_all": "--all",
+          "run": "--run", "mode": "--mode", "stage": "--stage"}
+_SWITCHES = frozenset({"--all"})
 
 
-def cli_words(message: str) -> str:
-    """A retention message (written for Python: ``keep_last=2``) in this command's words (``--keep-last 2``)."""
-    for pattern, words in _FLAG_WORDS:
-        message = pattern.sub(words, message)
-    return message
+def _flag_words(name: str, value: Any) -> str:
+    flag = _FLAGS.get(name, name)
+    return flag if value is None or flag in _SWITCHES else f"{flag} {RetentionError.shown(value)}"
+
+
+def cli_words(exc: RetentionError, args: argparse.Namespace) -> str:
+    """A retention error in this command's words (``--keep-last 2``), from its typed parts (`RetentionError.words`):
+    the Python words of its message (``keep_last=2``) are never rewritten."""
+    text = exc.words(_flag_words)
+    return text if exc.rule is None else f"retention {' '.join(_flags(args))} {text}"
+
+
+def _flags(args: argparse.Namespace) -> List[str]:
+    """The rule's flags as the command line gave them."""
+    flags = [f"{flag} {cell(value)}" for flag, value in (
+        ("--keep-last", args.keep_last), ("--max-bytes", args.max_bytes), ("--pin", args.pin), ("--run", args.run),
+        ("--mode", args.mode), ("--stage", args.stage)) if value is not None]
+    return flags + [flag for flag, on in (("--no-keep-replayed", args.no_keep_replayed), ("--all", args.all)) if on]
 
 
 def _rule_words(args: argparse.Namespace, rules: Optional[Retention]) -> str:
     """The rule as the command line gave it (its flags), not as Python spells it."""
     if rules is None:
         return "with no rule (only the bytes earlier releases left stored)"
-    flags = [f"{flag} {cell(value)}" for flag, value in (
-        ("--keep-last", args.keep_last), ("--max-bytes", args.max_bytes), ("--pin", args.pin), ("--run", args.run),
-        ("--mode", args.mode), ("--stage", args.stage)) if value is not None]
-    flags += [flag for flag, on in (("--no-keep-replayed", args.no_keep_replayed), ("--all", args.all)) if on]
-    return "under " + " ".join(flags)
+    return "under " + " ".join(_flags(args))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal prune``."""
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
-    p.add_argument("--keep-last", type=nonneg_int, metavar="N", help="keep the N largest recorded steps of each run and mode")
+    p.add_argument("--keep-last", type=nonneg_int, metavar="N",
+                   help="keep the N largest recorded steps of each run and mode")
     p.add_argument("--pin", metavar="RANGES", help="always keep these steps, e.g. '1-5,100'")
-    p.add_argument("--max-bytes", metavar="SIZE", help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
+    p.add_argument("--max-bytes", metavar="SIZE",
+                   help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
     p.add_argument("--run", help="only this run key (default: every run)")
     p.add_argument("--mode", help="only this mode (default: every mode)")
     p.add_argument("--stage", help="only this stage (default: every stage, each kept on its own)")
@@ -102,11 +109,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             raise Failure(f"no run {clean(args.run)!r} in {clean(args.journal)!r}; `stepjournal runs` lists its runs")
         try:
             plan = prune(journal, rules, dry_run=args.dry_run)
+        except RetentionError as exc:
+            raise Failure(cli_words(exc, args)) from None
         except StepJournalError as exc:
-            raise Failure(cli_words(str(exc))) from None
+            raise Failure(str(exc)) from None
     if args.json:
         print_json({
-            "schema_version": AUDIT_SCHEMA_VERSION, "dry_run": args.dry_run, "rule": plan.rule, "released_bytes": plan.released_bytes,
+            "schema_version": AUDIT_SCHEMA_VERSION, "dry_run": args.dry_run, "rule": plan.rule,
+            "released_bytes": plan.released_bytes,
             "leftover": list(plan.leftover),
             "kept_steps": [{"run": g[0], "mode": g[1], "stage": g[2], "steps": n}
                            for g, n in sorted(plan.kept_steps.items())],

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from stepjournal.sharing import redact
-from stepjournal.errors import DiffError
+from stepjournal.errors import DiffError, JournalError
 from stepjournal.tools import JSON_RAW, SURROGATE, iso_time  # the audit rows' escapes, one definition
 from stepjournal.vocabulary import ACTION_COLOURS
 
@@ -203,13 +203,19 @@ def one_line(message: object) -> str:
     return clean(redact(" ".join(line.strip() for line in str(message).splitlines() if line.strip())))
 
 
-# A library message's Python words (written for a caller of the API) -> this program's words. Left for the
-# messages of `Journal` that carry no typed field yet; an error that names its argument in a field (`DiffError`)
-# is worded from the field.
-_CLI_WORDS = (
-    (re.compile(r"\bJournal\((['\"])(.*?)\1\)"), r"\2"),
-    (re.compile(r"with readonly=True to read it"), "with a command that only reads (runs, audit, show, verify, diff)"),
-)
+# The library's arguments as this program names them (a message names the ones it is about in its
+# typed parts, `JournalError.words`): a path is the folder itself, a read is a reading command.
+_ARGUMENT_WORDS = {
+    "path": lambda value: str(value),
+    "readonly": lambda value: "a command that only reads (runs, audit, show, verify, diff)",
+}
+
+
+def _argument_words(name: str, value: Any) -> str:
+    worded = _ARGUMENT_WORDS.get(name)
+    if worded is not None:
+        return worded(value)
+    return flag_of(name) if value is None or value is True else f"{flag_of(name)} {JournalError.shown(value)}"
 
 
 def flag_of(argument: str) -> str:
@@ -218,14 +224,14 @@ def flag_of(argument: str) -> str:
 
 
 def error_line(exc: object) -> str:
-    """An error as the command line prints it: `one_line`, in the command line's words (``--run-a``, not
-    ``run_a``, from the error's typed `argument`; a folder, not ``Journal('folder')``)."""
+    """An error as the command line prints it: `one_line`, in the command line's words, from the error's
+    typed fields (``--run-a`` from a `DiffError`'s `argument`; a folder, not ``path='folder'``, and a reading
+    command, not ``readonly=True``, from a `JournalError`'s `parts`)."""
     if isinstance(exc, DiffError) and exc.argument is not None:
         exc = f"{exc.reason}; choose one with {flag_of(exc.argument)}"
-    text = one_line(exc)
-    for pattern, words in _CLI_WORDS:
-        text = pattern.sub(words, text)
-    return text
+    elif isinstance(exc, JournalError):
+        exc = exc.start + exc.words(_argument_words)
+    return one_line(exc)
 
 
 def json_text(value: Any) -> str:

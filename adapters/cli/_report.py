@@ -3,9 +3,10 @@
 What it holds: per train step, the generate call's action (generated, replayed and from which step,
 released), the reward mean and spread and the mean response length of its samples, each stage's
 duration, the ``metrics`` stage's numbers (TRL's loss and reward, verl's actor values) and the step's tool
-calls (calls, replays, misses, tool time run and saved), of every session or of one (``--session``); and the first ``--samples N`` samples of each step, their text cut
-at ``--chars`` characters, and shorter when the texts would pass `TEXT_BUDGET` bytes in all (so 10 000 steps of 500 samples stay a
-file a browser opens: the summaries cover every sample, the texts the first few of each step).
+calls (calls, replays, misses, tool time run and saved), of every session or of one (``--session``); and the
+first ``--samples N`` samples of each step, their text cut at ``--chars`` characters, and shorter when the
+texts would pass `TEXT_BUDGET` bytes in all (so 10 000 steps of 500 samples stay a file a browser opens: the
+summaries cover every sample, the texts the first few of each step).
 The charts are inline SVG drawn here; the table, a step's samples and the text search are a few lines of
 script over the embedded data. Nothing is fetched: no CDN, no network.
 """
@@ -182,7 +183,8 @@ def _entry(step: int, rows: List[Any], names: Dict[str, str]) -> Dict[str, Any]:
         if r.stage == "generate" and r.gen_index == 0 and r.action != "released" and r.session != session:
             others[r.session] = {"session": names.get(r.session, r.session[:8]), "action": r.action,
                                  "source_step": r.source_step}
-    return {"step": step, "action": shown.action if shown else None, "source_step": shown.source_step if shown else None,
+    return {"step": step, "action": shown.action if shown else None,
+            "source_step": shown.source_step if shown else None,
             "session": names.get(session, session) if session else None, "others": list(others.values()),
             "released": any(r.action == "released" and r.stage == "generate" for r in rows), "durations": durations,
             "calls": actions, "shown_session": session, "tools": None,

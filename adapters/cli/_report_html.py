@@ -85,7 +85,8 @@ def _reward_chart(steps: List[Dict[str, Any]]) -> str:
     band = [(i, u, lo) for i, (u, lo) in enumerate(zip(upper, lower)) if u is not None]
     body = ""
     if band:
-        points = [_xy(i, n, u, low, high) for i, u, _ in band] + [_xy(i, n, lo, low, high) for i, _, lo in reversed(band)]
+        points = ([_xy(i, n, u, low, high) for i, u, _ in band]
+                  + [_xy(i, n, lo, low, high) for i, _, lo in reversed(band)])
         body += f'<polygon class="band" fill="#1f77b4" fill-opacity="0.18" points="{" ".join(points)}"/>'
     body += _line(means, low, high, "#1f77b4")
     return _frame("reward: mean of each step's samples, and its spread (± one standard deviation)",
@@ -153,7 +154,8 @@ figure{margin:0 0 1em} figcaption{font-weight:600;margin-bottom:.2em} .tick{font
 table{border-collapse:collapse;width:100%} td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
 tr.step{cursor:pointer} tr.step:hover{background:#f3f6fb} .replayed{color:#1f77b4} .released{color:#9467bd}
 #samples pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;margin:2px 0 10px}
-#samples pre.prompt::before{content:"prompt  ";color:#888} #samples pre.response::before{content:"response  ";color:#888}
+#samples pre.prompt::before{content:"prompt  ";color:#888}
+#samples pre.response::before{content:"response  ";color:#888}
 #metrics h2{margin:.3em 0}
 #pager button{margin-right:4px} #search{width:50%;padding:4px} .hit{cursor:pointer;color:#1f5fbf}
 """
@@ -161,9 +163,13 @@ tr.step{cursor:pointer} tr.step:hover{background:#f3f6fb} .replayed{color:#1f77b
 _SCRIPT = """
 const data = JSON.parse(document.getElementById('data').textContent);
 const PAGE = 100; let page = 0;
-const el = (tag, text, cls) => { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; };
+const el = (tag, text, cls) => {
+  const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls;
+  return e;
+};
 const call = s => s.action === 'replayed' ? `replayed from step ${s.source_step}` : (s.action || '-');
-const later = s => s.others.length ? ` (${s.session}) · ` + s.others.map(o => `${o.session}: ${call(o)}`).join(' · ') : '';
+const later = s => s.others.length
+  ? ` (${s.session}) · ` + s.others.map(o => `${o.session}: ${call(o)}`).join(' · ') : '';
 const served = s => (s.released ? 'released' : call(s)) + later(s);
 const num = v => v === null || v === undefined ? '-' : Number(v).toFixed(3);
 const tools = t => t === null ? '-' : `${t.calls} (${t.replayed} replayed, ${t.misses} misses)`;
@@ -180,15 +186,18 @@ function drawTable() {
     `steps ${page * PAGE + 1}-${Math.min((page + 1) * PAGE, data.steps.length)} of ${data.steps.length}`;
 }
 function showStep(step) {
-  const s = data.steps.find(x => x.step === step); const box = document.getElementById('samples'); box.replaceChildren();
+  const s = data.steps.find(x => x.step === step);
+  const box = document.getElementById('samples'); box.replaceChildren();
   box.append(el('h3', `step ${s.step}: ${served(s)} · ${s.count} samples (${s.samples.length} shown)`));
   const logged = Object.entries(s.metrics).map(([k, v]) => `${k} ${v === null ? '-' : Number(v.toPrecision(4))}`);
   if (logged.length) box.append(el('p', 'metrics: ' + logged.join(' · '), 'metrics'));
-  if (s.tools) box.append(el('p', `tool calls: ${s.tools.calls} · replayed ${s.tools.replayed} · misses ${s.tools.misses}` +
-    ` (refused ${s.tools.refused}) · tool time ${num(s.tools.tool_s)} s · saved ${num(s.tools.saved_s)} s`, 'tools'));
+  if (s.tools) box.append(el('p', `tool calls: ${s.tools.calls} · replayed ${s.tools.replayed}` +
+    ` · misses ${s.tools.misses} (refused ${s.tools.refused})` +
+    ` · tool time ${num(s.tools.tool_s)} s · saved ${num(s.tools.saved_s)} s`, 'tools'));
   for (const x of s.samples) {
     const rewards = Object.entries(x.rewards).map(([k, v]) => `${k} ${v}`).join(' · ');
-    const head = el('div', `sample ${x.index} · ${x.length} tokens${x.truncated ? ' (truncated)' : ''}${rewards ? ' · ' + rewards : ''}`);
+    const head = el('div', `sample ${x.index} · ${x.length} tokens${x.truncated ? ' (truncated)' : ''}` +
+      `${rewards ? ' · ' + rewards : ''}`);
     head.className = 'sample'; head.dataset.sample = x.index;
     box.append(head, el('pre', x.prompt === null ? '(no tokenizer)' : x.prompt, 'prompt'),
                el('pre', x.response === null ? '(no tokenizer)' : x.response, 'response'));
@@ -207,7 +216,9 @@ function search(query) {
   out.prepend(el('div', n ? `${n} matching samples${n === 200 ? ' (first 200)' : ''}` : 'no sample matches'));
 }
 document.getElementById('prev').addEventListener('click', () => { if (page > 0) { page--; drawTable(); } });
-document.getElementById('next').addEventListener('click', () => { if ((page + 1) * PAGE < data.steps.length) { page++; drawTable(); } });
+document.getElementById('next').addEventListener('click', () => {
+  if ((page + 1) * PAGE < data.steps.length) { page++; drawTable(); }
+});
 document.getElementById('search').addEventListener('input', e => search(e.target.value));
 drawTable();
 """
@@ -228,9 +239,11 @@ def render(data: Dict[str, Any], *, title: str) -> str:
         f"<p>{len(steps)} train steps; up to {data['per_step']} samples a step, text cut at {data['chars']} characters."
         " Click a step to read its samples.</p>",
         f'<section id="charts">{charts}</section>',
-        f'<section id="metrics"><h2>metrics</h2>{_metric_charts(steps, data["metrics"])}</section>' if data["metrics"] else "",
+        (f'<section id="metrics"><h2>metrics</h2>{_metric_charts(steps, data["metrics"])}</section>'
+         if data["metrics"] else ""),
         '<p><input id="search" type="search" placeholder="search prompts and responses"></p><div id="hits"></div>',
-        '<div id="pager"><button id="prev">previous</button><button id="next">next</button> <span id="where"></span></div>',
+        '<div id="pager"><button id="prev">previous</button><button id="next">next</button> '
+        '<span id="where"></span></div>',
         '<table id="steps"><thead><tr><th>step</th><th>generate</th><th>reward mean</th><th>spread</th>'
         f"<th>response length</th><th>samples</th>{'<th>tool calls</th>' if data['tools'] else ''}</tr></thead>"
         "<tbody></tbody></table>",

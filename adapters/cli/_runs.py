@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--wide", action="store_true",
-                     help="every column, each cell whole (lines overflow the terminal: less -S); the default view fits it")
+                     help="every column, each cell whole (lines overflow the terminal: less -S); "
+                          "the default view fits it")
     fmt.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     p.add_argument("--stage", help="count only the calls of this stage (generate, reward ...)")
 
@@ -106,8 +107,8 @@ def _steps(summary: Any) -> str:
 
 
 def _runs(width: int, summaries: List[Any]) -> Any:
-    rows = [[clean(s.run), str(len(s.sessions)), str(s.calls), str(s.counts[Action.GENERATED]), str(s.counts[Action.REPLAYED]),
-             _steps(s), human_size(s.stored_bytes)] for s in summaries]
+    rows = [[clean(s.run), str(len(s.sessions)), str(s.calls), str(s.counts[Action.GENERATED]),
+             str(s.counts[Action.REPLAYED]), _steps(s), human_size(s.stored_bytes)] for s in summaries]
     layout = FittedColumns(width, _RUNS, whole=[name for name, _, _ in _RUNS[1:]])  # the counts are never cut
     layout.measure(rows)
     table = layout.table()

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.tree import Tree
 
 from stepjournal import Journal
-from stepjournal.events import AUDIT_SCHEMA_VERSION, GenerationRecorded, PayloadRef, PayloadsReleased, ReplayServed
+from stepjournal.events import (AUDIT_SCHEMA_VERSION, CallBypassed, CallRefused, GenerationRecorded, PayloadRef,
+                                PayloadsReleased, ReplayServed)
 from stepjournal.index import AuditRecord
 from stepjournal.policies import StepRanges
 from stepjournal.vocabulary import DEFAULT_MODE, Action
@@ -29,6 +30,9 @@ __all__ = ["add_arguments", "run"]
 
 _PREVIEW_VALUES = 6
 
+# The events a step filter yields: one per call, and the releases of calls' payloads.
+_STEP_EVENTS = (GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased)
+
 
 def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
                stage: str = "generate") -> Tuple[int, Any]:
@@ -38,7 +42,7 @@ def _find_call(journal: Journal, run: str, mode: str, step: int, index: int,
         return recorded.seq, recorded.event
     latest = None
     for seq, event in journal.events(run=run, steps={step}, stage=stage):
-        if (event.mode, event.gen_index) == (mode, index):
+        if isinstance(event, _STEP_EVENTS) and (event.mode, event.gen_index) == (mode, index):
             latest = (seq, event)
     if latest is None:
         where = clean(mode) if stage == "generate" else f"{clean(mode)}, stage {clean(stage)}"
@@ -222,11 +226,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         record = AuditRecord.from_event(seq, event)
         what = "input" if args.input else "output"
         if isinstance(event, PayloadsReleased):
-            event = journal.as_read_here(seq, event)  # a pulled release names its record by the seq here
+            released = journal.as_read_here(seq, event)  # a pulled release names its record by the seq here
+            assert isinstance(released, PayloadsReleased)  # as_read_here keeps the event's type
             raise Failure(
                 f"step {args.step} call #{args.index} of run {clean(run)!r} ({clean(args.mode)}) was recorded "
-                f"(event #{event.record_seq}); its payloads were pruned by event #{seq} at {short_time(event.ts)} UTC: "
-                f"{clean(event.reason)} (rule: {clean(event.rule)})"
+                f"(event #{released.record_seq}); its payloads were pruned by event #{seq} at "
+                f"{short_time(released.ts)} UTC: {clean(released.reason)} (rule: {clean(released.rule)})"
             )
         if ref is None and record.action == Action.GENERATED and not record.stored and not args.input:
             raise Failure(

@@ -41,7 +41,8 @@ def _named(fingerprints: Sequence[Any], keys: Sequence[str]) -> Optional[str]:
     """The tokenizer the latest of `fingerprints` to name one names, under the first of `keys` it holds."""
     path = None
     for fingerprint in fingerprints:
-        path = next((fingerprint[k] for k in keys if isinstance(fingerprint.get(k), str) and fingerprint[k]), None) or path
+        named = (fingerprint[k] for k in keys if isinstance(fingerprint.get(k), str) and fingerprint[k])
+        path = next(named, None) or path
     return path
 
 
@@ -134,7 +135,8 @@ def _print_samples(out: Console, args: argparse.Namespace, run_key: str, found: 
     first = found[0] if found else None
     served = "generated"
     if first is not None and first.action == Action.REPLAYED:
-        served = f"replayed from step {first.source_step} call #{first.source_gen_index} of run {cell(first.source_run)}"
+        served = (f"replayed from step {first.source_step} call #{first.source_gen_index} "
+                  f"of run {cell(first.source_run)}")
     out.print(f"[bold]run {cell(run_key)} · {cell(args.mode)} · step {args.step} · call #{args.index}[/] · "
               f"{served} · {len(found)} samples")
     for s in found:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import html
 import math
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple, Union, cast
 
 from ._render import clean
-from ._timeline_layout import COLOURS, MAX_ARROWS, Timeline
+from ._timeline_layout import COLOURS, MAX_ARROWS, Band, Segment, Timeline
 
 __all__ = ["LINK_COLOUR", "render", "render_html", "render_image"]
 
@@ -94,19 +94,23 @@ def render_image(timeline: Timeline, out: str) -> Any:
 
     min_half = 1.25 * max(ncols, 1) / (fig.get_figwidth() * fig.dpi * 0.8)
 
-    def boxes(items, top: float, bottom: float) -> "np.ndarray":
+    def boxes(items: Sequence[Union[Segment, Band]], top: float, bottom: float) -> Sequence[np.ndarray]:
         spans = np.array([(i.start, i.end, i.lane) for i in items], dtype=float).reshape(-1, 3)
         # A bar is at least ~2.5 px wide, so a single call among 100 000 steps stays visible.
         half = np.maximum((spans[:, 1] - spans[:, 0] + 0.9) / 2, min_half)
         middle, y = (spans[:, 0] + spans[:, 1]) / 2, spans[:, 2]
         x0, x1 = middle - half, middle + half
-        return np.stack([np.stack([x0, y + top]), np.stack([x1, y + top]), np.stack([x1, y + bottom]),
-                         np.stack([x0, y + bottom])]).transpose(2, 0, 1)
+        corners = np.stack([np.stack([x0, y + top]), np.stack([x1, y + top]), np.stack([x1, y + bottom]),
+                            np.stack([x0, y + bottom])]).transpose(2, 0, 1)
+        # One 3-D array, which PolyCollection takes whole (its fast path for many boxes); matplotlib's stubs
+        # name only a sequence of (4, 2) arrays, which is what the array is row by row.
+        return cast("Sequence[np.ndarray]", corners)
 
     # Narrow bars are drawn last: widened to stay visible, they must not vanish under a wide neighbour.
     segments = sorted(timeline.segments, key=lambda s: s.start - s.end)
     bands = timeline.bands
-    tint_of, parity = [], {}
+    tint_of: List[str] = []
+    parity: Dict[int, int] = {}
     for b in bands:
         parity[b.lane] = 1 - parity.get(b.lane, 1)
         tint_of.append(_BAND_TINTS[parity[b.lane]])
@@ -120,9 +124,9 @@ def render_image(timeline: Timeline, out: str) -> Any:
         ax.text(x, lane - 0.36, clean(text), fontsize=7, va="center", ha=align, color="#333", clip_on=True)
     if timeline.arrows:
         for link in timeline.links:
-            a, b = link.source, link.to
-            bend = 0.3 if b.column != a.column else 0.12  # a same-step replay: nearly straight
-            ax.add_patch(FancyArrowPatch((a.column, a.lane + 0.08), (b.column, b.lane + 0.08),
+            source, to = link.source, link.to
+            bend = 0.3 if to.column != source.column else 0.12  # a same-step replay: nearly straight
+            ax.add_patch(FancyArrowPatch((source.column, source.lane + 0.08), (to.column, to.lane + 0.08),
                                          connectionstyle=f"arc3,rad={bend}", arrowstyle="-|>", mutation_scale=9,
                                          color=LINK_COLOUR, linewidth=1.0, alpha=0.75, shrinkA=5, shrinkB=4,
                                          zorder=3))
@@ -195,9 +199,8 @@ def render_html(timeline: Timeline, out: str) -> None:
     for lane, label in enumerate(timeline.lanes):
         parts.append(f'<text x="{left - 8}" y="{cy(lane) + 4}" text-anchor="end">{_markup(label)}</text>')
     for column in _tick_columns(ncols):
-        parts.append(
-            f'<text x="{cx(column):.1f}" y="{height - bottom + 16}" text-anchor="middle">{timeline.steps[column]}</text>'
-        )
+        parts.append(f'<text x="{cx(column):.1f}" y="{height - bottom + 16}" text-anchor="middle">'
+                     f"{timeline.steps[column]}</text>")
     parts.append(f'<text x="{left}" y="{height - 6}">step</text>')
     inset = min(2.0, pitch * 0.1)
     for b in timeline.bands:
@@ -217,8 +220,8 @@ def render_html(timeline: Timeline, out: str) -> None:
             f"<title>{_markup(s.describe())}</title></rect>"
         )
     for link in timeline.links if timeline.arrows else ():
-        a, b = link.source, link.to
-        x0, y0, x1, y1 = cx(a.column), cy(a.lane), cx(b.column), cy(b.lane)
+        source, to = link.source, link.to
+        x0, y0, x1, y1 = cx(source.column), cy(source.lane), cx(to.column), cy(to.lane)
         # Bend each link sideways from its straight line, so links between the same lanes stay apart.
         mx, my = (x0 + x1) / 2, (y0 + y1) / 2
         dx, dy = x1 - x0, y1 - y0
@@ -230,10 +233,11 @@ def render_html(timeline: Timeline, out: str) -> None:
         x1, y1 = _toward(x1, y1, qx, qy, size / 2 + 2)
         # The arrowhead is drawn, not a marker: markers' orientation differs between SVG renderers.
         ux, uy = _toward(0, 0, x1 - qx, y1 - qy, 1.0)
-        head = [(x1, y1), (x1 - 7 * ux - 3.5 * uy, y1 - 7 * uy + 3.5 * ux), (x1 - 7 * ux + 3.5 * uy, y1 - 7 * uy - 3.5 * ux)]
+        head = [(x1, y1), (x1 - 7 * ux - 3.5 * uy, y1 - 7 * uy + 3.5 * ux),
+                (x1 - 7 * ux + 3.5 * uy, y1 - 7 * uy - 3.5 * ux)]
         parts.append(
             f'<g class="link" fill="none" stroke="{LINK_COLOUR}" stroke-opacity="0.75" stroke-width="1.2">'
-            f"<title>{_markup(b.describe())}</title>"
+            f"<title>{_markup(to.describe())}</title>"
             f'<path d="M{x0:.1f},{y0:.1f} Q{qx:.1f},{qy:.1f} {x1 - 5 * ux:.1f},{y1 - 5 * uy:.1f}"/>'
             f'<polygon points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in head)}" fill="{LINK_COLOUR}" stroke="none"/>'
             "</g>"
@@ -254,7 +258,8 @@ def render_html(timeline: Timeline, out: str) -> None:
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 .key {{ margin-right: 1.2em; white-space: nowrap; }}
-.swatch {{ display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.35em; vertical-align: -0.1em; border-radius: 2px; }}
+.swatch {{ display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.35em; vertical-align: -0.1em;
+           border-radius: 2px; }}
 .scroll {{ overflow-x: auto; margin-top: 1em; }}
 </style>
 </head>

@@ -225,19 +225,24 @@ class Timeline:
         for row, column, kind in zip(self.cell_rows, self.cell_columns, self.cell_kinds):
             action = row["action"]
             if action == Action.GENERATED:
-                xs.append(column), ys.append(row["step"]), kinds.append(kind)
+                served_step = row["step"]
             elif action == Action.REPLAYED:
-                xs.append(column), ys.append(row["source_step"]), kinds.append(kind)
+                served_step = row["source_step"]
+            else:
+                continue
+            xs.append(column)
+            ys.append(served_step)
+            kinds.append(kind)
         return xs, ys, kinds
 
 
 def _merge(rows: Sequence[Row], lanes: Sequence[int], columns: Sequence[int],
            kinds: Sequence[str]) -> Tuple[List[Segment], List[Band]]:
     """Segments and bands of cells sorted by (lane, column), in one pass (no object per merged call)."""
-    segments: List[Segment] = []
+    segments: List[List[Any]] = []  # as `seg`, closed
     bands: List[Band] = []
-    seg: Optional[list] = None  # [lane, start, end, kind, policy, first, last] of the open segment
-    band: Optional[list] = None  # [lane, start, end, policy]
+    seg: Optional[List[Any]] = None  # [lane, start, end, kind, policy, first, last] of the open segment
+    band: Optional[List[Any]] = None  # [lane, start, end, policy]
     for r, lane, column, kind in zip(rows, lanes, columns, kinds):
         policy = r["policy"]
         if seg is not None and seg[0] == lane and seg[2] + 1 == column and seg[3] == kind and seg[4] == policy:
@@ -253,10 +258,11 @@ def _merge(rows: Sequence[Row], lanes: Sequence[int], columns: Sequence[int],
             if band is not None:
                 bands.append(Band(*band))
             band = [lane, column, column, policy]
-    if seg is not None:
+    if seg is not None and band is not None:  # both open from the first cell on
         segments.append(seg)
         bands.append(Band(*band))
-    return [Segment(*s[:5], record_of(s[5]), record_of(s[6])) for s in segments], bands
+    return [Segment(lane, start, end, kind, policy, record_of(first), record_of(last))
+            for lane, start, end, kind, policy, first, last in segments], bands
 
 
 def build_timeline(
@@ -334,9 +340,10 @@ def build_timeline_rows(
         if source_of is None:
             source_of = {x["seq"]: x for x in rows}
         source = source_of.get(source_seq)
-        key = (session_no[source["session"]], source["run"]) if source is not None else (0, r["source_run"] or r["run"])
-        hidden_steps.setdefault(key, []).append(r["source_step"])
-        hidden_count[key] = hidden_count.get(key, 0) + 1
+        hidden_key: Tuple[int, str] = ((session_no[source["session"]], source["run"]) if source is not None
+                                       else (0, r["source_run"] or r["run"]))
+        hidden_steps.setdefault(hidden_key, []).append(r["source_step"])
+        hidden_count[hidden_key] = hidden_count.get(hidden_key, 0) + 1
     hidden = tuple(
         HiddenSource(session, run_, str(StepRanges.from_steps(sorted(set(hidden_steps[(session, run_)])))),
                      hidden_count[(session, run_)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from rich.console import Console
 
@@ -19,6 +19,8 @@ __all__ = ["run_audit", "run_show", "run_diff", "row_json"]
 
 _CALLS = (("step", "right", 6), ("call", "left", 12), ("tool", "left", 16), ("outcome", "left", 9),
           ("time", "right", 7), ("saved", "right", 7), ("arguments", "left", None))
+# A sample's assistant texts, one per turn, and each turn's generate call event (empty: one call holds them all).
+_Said = Tuple[List[str], List[int]]
 _SUMMARY = ("step", "calls", "replayed", "misses", "refused", "tool time", "saved")
 
 
@@ -94,8 +96,8 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
 def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``stepjournal show JOURNAL STEP --text --sample S``: the sample as its turns, each session apart: the
     assistant's text of each turn (where the step's generate call marks the tokens tools wrote, as verl's
-    ToolAgentLoop batches do), then each tool call of the turn with its arguments, its response and whether
-    it was recorded, replayed or a miss."""
+    ToolAgentLoop batches do, or where each turn is a generate call of its own, as in TRL's tool loop), then each
+    tool call of the turn with its arguments, its response and whether it was recorded, replayed or a miss."""
     with open_readonly(args.journal, check="as-read") as journal:
         rows = tool_call_rows(journal, run=args.run, steps=[args.step], sample=args.sample)
         rows = [row for row in rows if row.mode == args.mode]
@@ -105,7 +107,7 @@ def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         if not rows:  # the sample's assistant text alone, from the step's latest generate call (if it has one)
             said = _assistant_turns(journal, choose_run(journal, args.run), args, [None], err, check_range=True)
             print_line(out, f"step {args.step} sample {args.sample}: no tool calls in {cell(args.journal)}")
-            for number, text in enumerate(said.get(None, [])):
+            for number, text in enumerate(said.get(None, ([], []))[0]):
                 out.print(f"  turn {number}", highlight=False)
                 _print_assistant(out, text)
             return 0
@@ -117,34 +119,72 @@ def run_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     for number, session in enumerate(sessions, 1):
         out.print(f"[bold]step {args.step} sample {args.sample}[/] · session {number} of {len(sessions)} "
                   f"({cell(session[:8])})", highlight=False)
-        turns = said.get(session, [])
-        turn: Optional[int] = None
-        shown = set()
-        for row in (r for r in rows if r.session == session):
-            if row.key.turn != turn:
-                turn = row.key.turn
-                out.print(f"  turn {turn}", highlight=False)
-                if turn not in shown and turn < len(turns):
-                    _print_assistant(out, turns[turn])
-                shown.add(turn)
-            arguments = row.request.arguments if row.request is not None else "-"
-            source = f" from {row.source_key}" if row.source_key is not None and row.source_key != row.key else ""
-            out.print(f"    {cell(row.tool)}({cell(arguments)})  [dim]{row.outcome}{source}[/]", highlight=False)
-            if row.response is not None:
-                for line in row.response.text.splitlines() or [""]:
-                    out.print(f"      → {cell(line)}", highlight=False)
-        for later in range(len(turns)):  # the turns that called no tool: the final answer among them
-            if later not in shown:
-                out.print(f"  turn {later}", highlight=False)
-                _print_assistant(out, turns[later])
+        turns, events = said.get(session, ([], []))
+        mine = [r for r in rows if r.session == session]
+        if events:
+            _print_in_log_order(out, mine, turns, events)
+        else:
+            _print_by_turn(out, mine, turns)
     return 0
 
 
+def _print_by_turn(out: Console, rows: Sequence[ToolCallRow], turns: Sequence[str]) -> None:
+    """The turns of one generate call's response (verl's): assistant turn N above the calls keyed turn N."""
+    turn: Optional[int] = None
+    shown = set()
+    for row in rows:
+        if row.key.turn != turn:
+            turn = row.key.turn
+            out.print(f"  turn {turn}", highlight=False)
+            if turn not in shown and turn < len(turns):
+                _print_assistant(out, turns[turn])
+            shown.add(turn)
+        _print_call(out, row)
+    for later in range(len(turns)):  # the turns that called no tool: the final answer among them
+        if later not in shown:
+            out.print(f"  turn {later}", highlight=False)
+            _print_assistant(out, turns[later])
+
+
+def _print_in_log_order(out: Console, rows: Sequence[ToolCallRow], turns: Sequence[str],
+                        events: Sequence[int]) -> None:
+    """The turns of a tool loop that journals each turn's generation as a call of its own (TRL's): each assistant
+    text above the calls journaled after its generate call and before the next, under their key's turn."""
+    pending: List[str] = []
+    texts = sorted(zip(events, turns))
+    turn: Optional[int] = None
+    for row in rows:
+        while texts and texts[0][0] < row.seq:
+            pending.append(texts.pop(0)[1])
+        if row.key.turn != turn or pending:
+            turn = row.key.turn
+            out.print(f"  turn {turn}", highlight=False)
+        for text in pending:
+            _print_assistant(out, text)
+        pending = []
+        _print_call(out, row)
+    pending += [text for _, text in texts]
+    if pending:  # the last answer, after which the sample called no tool
+        out.print("  no tool call", highlight=False)
+        for text in pending:
+            _print_assistant(out, text)
+
+
+def _print_call(out: Console, row: ToolCallRow) -> None:
+    arguments = row.request.arguments if row.request is not None else "-"
+    source = f" from {row.source_key}" if row.source_key is not None and row.source_key != row.key else ""
+    out.print(f"    {cell(row.tool)}({cell(arguments)})  [dim]{row.outcome}{source}[/]", highlight=False)
+    if row.response is not None:
+        for line in row.response.text.splitlines() or [""]:
+            out.print(f"      → {cell(line)}", highlight=False)
+
+
 def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions: Sequence[Optional[str]],
-                     err: Console, check_range: bool = False) -> Dict[Optional[str], List[str]]:
-    """Per session, the sample's assistant text of each turn (`Sample.turn_texts`, or its token ids without a
-    tokenizer), from the step's generate call of that session (None: its latest); nothing for a session without
-    one, or whose generate call does not mark the tokens tools wrote.
+                     err: Console, check_range: bool = False) -> Dict[Optional[str], _Said]:
+    """Per session, the sample's assistant text of each turn (`Sample.turns` decoded, or its token ids without a
+    tokenizer) and, where each turn is a generate call of its own, each turn's call event (`Sample.turn_events`),
+    from the step's generate call of that session (None: its latest); nothing for a session without one, or whose
+    generate calls do not tell the sample's turns apart.
 
     Raises:
         UsageError: `check_range` and a generate call of the step has no sample ``args.sample``.
@@ -155,7 +195,7 @@ def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions:
     from ._show_text import load_tokenizer, note_to
 
     tokenizer, loaded = None, False
-    said: Dict[Optional[str], List[str]] = {}
+    said: Dict[Optional[str], _Said] = {}
     for session in sessions:
         try:
             found = journal.samples(args.step, run=run, mode=args.mode, session=session, decoded=0)
@@ -169,13 +209,13 @@ def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions:
         if not loaded:
             tokenizer, loaded = load_tokenizer(journal, run, args.tokenizer, note_to(err)), True
         sample: Sample = found[args.sample]
-        said[session] = [tokenizer.decode(list(ids), skip_special_tokens=True) if tokenizer is not None
-                         else " ".join(map(str, ids)) for ids in sample.turns]
+        said[session] = ([tokenizer.decode(list(ids), skip_special_tokens=True) if tokenizer is not None
+                          else " ".join(map(str, ids)) for ids in sample.turns], list(sample.turn_events))
     return said
 
 
 def _print_assistant(out: Console, text: str) -> None:
-    for line in text.splitlines() or [""]:
+    for line in text.strip("\n").splitlines() or [""]:  # a turn's own lines, less the newlines around its tokens
         out.print(f"    assistant: {cell(line)}", highlight=False)
 
 

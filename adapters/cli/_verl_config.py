@@ -182,8 +182,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     def say(text: str) -> None:
         print_line(out, text, markup=False, emoji=False)
 
-    say(f"# {_comment(args.config)}: {found.form} -> stepjournal policy {found.policy}, journal {_comment(found.path)}, "
-        f"run {_comment(found.run)}")
+    say(f"# {_comment(args.config)}: {found.form} -> stepjournal policy {found.policy}, "
+        f"journal {_comment(found.path)}, run {_comment(found.run)}")
     say("# add these overrides to the verl command line (quoted for the shell; +stepjournal=verl checks the keys):")
     say(override_line(overrides))
     if found.form == "stepjournal":
@@ -191,7 +191,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             "in its defaults list")
     if yaml:
         say("")
-        say("# or put this in the YAML (and `- stepjournal: verl` before `_self_` in its defaults list, for checked keys):")
+        say("# or put this in the YAML (and `- stepjournal: verl` before `_self_` in its defaults list, "
+            "for checked keys):")
         say(_yaml_text(yaml))
     return 0
 

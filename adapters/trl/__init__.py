@@ -1,11 +1,13 @@
-"""Record and replay the generations of TRL's `GRPOTrainer` and `RLOOTrainer` (the ``trl`` extra: ``pip install -e '.[trl]'`` in a clone).
+"""Record and replay the generations of TRL's `GRPOTrainer` and `RLOOTrainer`.
+
+It needs the ``trl`` extra (``pip install -e '.[trl]'`` in a clone).
 
 `attach(trainer, journal, policy)` intercepts the trainer's ``_generate_single_turn`` (or its
 ``rollout_func``) and returns a `TrlRecorder` handle (`TrlJournal` is its former name, kept as an
 alias); `JournaledTrainerMixin`, `JournaledGRPOTrainer` and `JournaledRLOOTrainer` do the same from
 the constructor; ``python -m stepjournal.adapters.trl SCRIPT`` with ``STEPJOURNAL=PATH[:POLICY]`` in the
-environment (`install_env_attach`, `journal_from_env`) journals a script nobody edits. What each call is keyed by and what is stored: `stepjournal.adapters.trl._hooks`
-and docs/trl.md.
+environment (`install_env_attach`, `journal_from_env`) journals a script nobody edits. What each call is
+keyed by and what is stored: `stepjournal.adapters.trl._hooks` and docs/trl.md.
 
 The package has the inner shape of every adapter (docs/adapters.md): ``_config`` (the TRL surface it
 was written against, modes, the trainer fingerprint), ``_codec`` (the stored payload and the
@@ -26,7 +28,8 @@ from ._errors import RecordedToolError, TrlAdapterError, TrlSignatureError
 _MISSING_TRL: Any = None
 try:
     from ._config import trainer_fingerprint
-    from ._hooks import JournaledGRPOTrainer, JournaledRLOOTrainer, JournaledTrainerMixin, TrlJournal, TrlRecorder, attach
+    from ._hooks import (JournaledGRPOTrainer, JournaledRLOOTrainer, JournaledTrainerMixin, TrlJournal, TrlRecorder,
+                         attach)
     from ._env import EnvJournal, install_env_attach, journal_from_env
 except ModuleNotFoundError as exc:
     if exc.name is None or exc.name.split(".")[0] not in ("trl", "transformers", "accelerate", "datasets"):

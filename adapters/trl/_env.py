@@ -1,4 +1,6 @@
-"""Journal a TRL run without editing its script: ``STEPJOURNAL=PATH[:POLICY] python -m stepjournal.adapters.trl SCRIPT``.
+"""Journal a TRL run without editing its script.
+
+``STEPJOURNAL=PATH[:POLICY] python -m stepjournal.adapters.trl SCRIPT``.
 
 The runner wraps ``train()`` of TRL's `GRPOTrainer` and `RLOOTrainer` (and so of their subclasses),
 then runs the script (or ``-m MODULE``, TRL's own ``trl.scripts.grpo --config ...`` too) as Python

@@ -200,7 +200,8 @@ class TrlRecorder:
         return prepared, prepared.digest
 
     def _payload(self, result: Any, rng: Dict[str, Any]) -> Dict[str, Any]:
-        return pack_output(self.target, result, rng, pairs=self._family is GRPOTrainer, trainer_name=self._family.__name__)
+        return pack_output(self.target, result, rng, pairs=self._family is GRPOTrainer,
+                           trainer_name=self._family.__name__)
 
     def _serve(self, outcome: Outcome) -> Any:
         payload = outcome.value
@@ -297,7 +298,8 @@ def attach(
         )
     target = ROLLOUT_FUNC if getattr(trainer, ROLLOUT_FUNC, None) is not None else SINGLE_TURN
     check_drift(trainer, family, target)
-    if "bypass_modes" in option_keywords or (options is not None and options.bypass_modes != EngineOptions().bypass_modes):
+    default_bypass = EngineOptions().bypass_modes
+    if "bypass_modes" in option_keywords or (options is not None and options.bypass_modes != default_bypass):
         raise TypeError("attach() sets bypass_modes from bypass_eval: pass bypass_eval=True or False instead")
     options = EngineOptions.from_keywords(options, option_keywords, where="attach")
     if check_prompts not in ("same_step", "off"):

@@ -144,7 +144,8 @@ class StageHooks:
             )
 
     # -- one stage call --------------------------------------------------------------------------------
-    def _hooks(self, prepare: Callable[[], Tuple[Any, Optional[str]]], side_effects: Callable[[Any], None]) -> CallHooks:
+    def _hooks(self, prepare: Callable[[], Tuple[Any, Optional[str]]],
+               side_effects: Callable[[Any], None]) -> CallHooks:
         return CallHooks(prepare_input=prepare, from_stored=lambda outcome: self._serve(outcome, side_effects))
 
     def _serve(self, outcome: Outcome, side_effects: Callable[[Any], None]) -> Any:
@@ -249,7 +250,8 @@ class StageHooks:
         return scoring
 
     def _logps_wrapper(self, original: Any) -> Any:
-        def logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: Any, *args: Any, **kwargs: Any) -> Any:
+        def logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: Any, *args: Any,
+                  **kwargs: Any) -> Any:
             trainer = self.trainer
             stage = None
             if self._scoring:

@@ -9,7 +9,7 @@ rollouter, whose step is the feed index in ``sample_{epoch}_{index}`` uids.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Type, Union
 
 from verl.protocol import DataProto
 
@@ -22,6 +22,11 @@ from ._nodes import select
 from ._errors import VerlAdapterError, VerlStepError
 from ._calls import feed_index_step, meta_step, undecorated
 from ._hooks import JournaledRollout
+
+if TYPE_CHECKING:
+    from verl.experimental.agent_loop import AgentLoopManager
+
+    from .v1._hooks import V1Journal
 
 __all__ = [
     "attach",
@@ -86,7 +91,8 @@ def rollout_from_config(
     )
 
 
-def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **overrides: Any) -> JournaledRollout:
+def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None,
+           **overrides: Any) -> Union[JournaledRollout, V1Journal]:
     """Journal a verl trainer's rollouts: wrap its rollout entry point, steps from ``trainer.global_steps``.
 
     Call it before ``trainer.fit()``. For verl's V1 ``PPOTrainer`` (after ``trainer.init()``) it
@@ -102,7 +108,8 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
         overrides: native ``stepjournal`` keys (``policy=``, ``path=``, ``fingerprint=`` ...).
 
     Returns:
-        The installed `JournaledRollout` (its ``matching_batch`` gives the batch that matches a replay).
+        The installed `JournaledRollout` (its ``matching_batch`` gives the batch that matches a replay), or
+        the `V1Journal` of a V1 trainer.
 
     Raises:
         ConfigError: the config enables no form (and no ``policy=`` was given), or enables two.
@@ -113,7 +120,8 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
         return attach_v1(trainer, config=config, **overrides)
     config = config if config is not None else getattr(trainer, "config", None)
     if target is None:
-        target = "async_rollout_manager" if getattr(trainer, "async_rollout_manager", None) is not None else "actor_rollout_wg"
+        manager = getattr(trainer, "async_rollout_manager", None)
+        target = "async_rollout_manager" if manager is not None else "actor_rollout_wg"
     obj = getattr(trainer, target, None)
     if obj is None:
         raise VerlAdapterError(
@@ -121,7 +129,8 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
             "trainer.v1.trainer_mode) and the legacy RayPPOTrainer; call attach(trainer) after "
             "trainer.init_workers() (legacy) or trainer.init() (V1), or pass target= for your own trainer"
         )
-    cfg = config if isinstance(config, VerlJournalConfig) else read_verl_config(config if config is not None else {}, **overrides)
+    cfg = (config if isinstance(config, VerlJournalConfig)
+           else read_verl_config(config if config is not None else {}, **overrides))
     if cfg is None:
         raise ConfigError(
             "the verl config enables neither a stepjournal section nor a rollout-skip form: add "
@@ -133,11 +142,12 @@ def attach(trainer: Any, *, config: Any = None, target: Optional[str] = None, **
 
     check_verl_stages(cfg.policy)  # before the journal opens: a refused spec leaves no session behind
     rollout = rollout_from_config(cfg, obj.generate_sequences, trainer=trainer)
-    assert rollout is not None  # a read config enables a form
+    # A read config enables a form, and its rollout journals: an engine and its journal.
+    assert rollout is not None and rollout.engine is not None and rollout.journal is not None
     record_tokenizer(rollout.journal, getattr(trainer, "tokenizer", None))  # `show --text` decodes with it
     rollout.install(obj, "generate_sequences")
     rollout.stages = LegacyStages(trainer, rollout.engine).install()
-    log.info("verl_attached", target=target, policy=rollout.config.policy, journal=rollout.journal.path)
+    log.info("verl_attached", target=target, policy=cfg.policy, journal=rollout.journal.path)
     return rollout
 
 
@@ -158,11 +168,10 @@ def wrap_generate_sequences(
     """
     generate = getattr(obj, attr)
     if engine is not None:
-        rollout = JournaledRollout(undecorated(generate), engine, step_of=step_of, rollout_n=rollout_n)
-    else:
-        rollout = rollout_from_config(config if config is not None else {}, generate, step_of=step_of, **overrides)
-        if rollout is None:
-            raise ConfigError("the config enables no stepjournal or rollout-skip form; pass policy=... or engine=...")
+        return JournaledRollout(undecorated(generate), engine, step_of=step_of, rollout_n=rollout_n).install(obj, attr)
+    rollout = rollout_from_config(config if config is not None else {}, generate, step_of=step_of, **overrides)
+    if rollout is None:
+        raise ConfigError("the config enables no stepjournal or rollout-skip form; pass policy=... or engine=...")
     return rollout.install(obj, attr)
 
 
@@ -172,7 +181,7 @@ _MANAGER_CLASS: Any = None
 _MANAGER_LOCK = threading.Lock()
 
 
-def make_journaled_agent_loop_manager() -> type:
+def make_journaled_agent_loop_manager() -> Type[AgentLoopManager]:
     """Build (once) `JournaledAgentLoopManager`, a subclass of verl's ``AgentLoopManager``.
 
     Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=
@@ -188,7 +197,10 @@ def make_journaled_agent_loop_manager() -> type:
         from verl.utils.ray_utils import auto_await
 
         class JournaledAgentLoopManager(AgentLoopManager):
-            """verl's AgentLoopManager with journaled ``generate_sequences`` (see `make_journaled_agent_loop_manager`)."""
+            """verl's AgentLoopManager with journaled ``generate_sequences``.
+
+            See `make_journaled_agent_loop_manager`.
+            """
 
             @classmethod
             def create(cls, *args: Any, **kwargs: Any) -> Any:
@@ -202,13 +214,14 @@ def make_journaled_agent_loop_manager() -> type:
 
             def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
                 super().__init__(config, *args, **kwargs)
-                self.stepjournal = rollout_from_config(config, self._stepjournal_generate)
-                if self.stepjournal is None:
+                journaled = rollout_from_config(config, self._stepjournal_generate)
+                if journaled is None:
                     log.warning(
                         "journaled_manager_disabled",
                         reason="the config enables no stepjournal section or rollout-skip form",
                     )
-                    self.stepjournal = JournaledRollout(super().generate_sequences, None, step_of=meta_step)
+                    journaled = JournaledRollout(super().generate_sequences, None, step_of=meta_step)
+                self.stepjournal = journaled
 
             async def _stepjournal_generate(self, prompts: DataProto) -> DataProto:
                 return await undecorated(AgentLoopManager.generate_sequences)(self, prompts)
@@ -235,7 +248,8 @@ def _other_run_key(rollout: JournaledRollout, exc: ReplayMissError) -> ReplayMis
     journal = rollout.journal
     if journal is None or journal.recorded_steps(run=journal.run):
         return exc
-    others = [s.run for s in journal.run_summaries(stage="generate") if s.run != journal.run and s.stages.get("generate")]
+    others = [s.run for s in journal.run_summaries(stage="generate")
+              if s.run != journal.run and s.stages.get("generate")]
     if not others:
         return exc
     return ReplayMissError(
@@ -247,7 +261,7 @@ def _other_run_key(rollout: JournaledRollout, exc: ReplayMissError) -> ReplayMis
     )
 
 
-def install_fully_async(manager_cls: Optional[type] = None) -> type:
+def install_fully_async(manager_cls: Optional[Type[Any]] = None) -> Type[Any]:
     """Journal the fully-async rollouter's ``generate_sequences_single`` in this process.
 
     Each manager reads its own ``config`` on first use; the step is the feed index from the
@@ -265,9 +279,11 @@ def install_fully_async(manager_cls: Optional[type] = None) -> type:
         from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncAgentLoopManager
 
         manager_cls = FullyAsyncAgentLoopManager
-    if getattr(manager_cls, "_stepjournal_installed", False):
-        return manager_cls
-    raw = undecorated(manager_cls.generate_sequences_single)
+    # verl's class or the caller's, patched by name: its attributes are what this function sets.
+    patched: Type[Any] = manager_cls
+    if getattr(patched, "_stepjournal_installed", False):
+        return patched
+    raw = undecorated(patched.generate_sequences_single)
     lock = threading.Lock()
 
     def rollout_of(manager: Any) -> JournaledRollout:
@@ -295,11 +311,11 @@ def install_fully_async(manager_cls: Optional[type] = None) -> type:
         except ReplayMissError as exc:
             raise _other_run_key(rollout, exc) from exc
 
-    generate_sequences_single.__qualname__ = f"{manager_cls.__qualname__}.generate_sequences_single"
+    generate_sequences_single.__qualname__ = f"{patched.__qualname__}.generate_sequences_single"
     generate_sequences_single.__wrapped__ = raw  # type: ignore[attr-defined]
-    manager_cls.generate_sequences_single = generate_sequences_single
-    manager_cls._stepjournal_installed = True
-    manager_cls.stepjournal = property(rollout_of)
-    log.info("fully_async_installed", manager=manager_cls.__qualname__)
-    return manager_cls
+    patched.generate_sequences_single = generate_sequences_single
+    patched._stepjournal_installed = True
+    patched.stepjournal = property(rollout_of)
+    log.info("fully_async_installed", manager=patched.__qualname__)
+    return patched
 

@@ -29,7 +29,8 @@ from verl.protocol import DataProto
 from stepjournal.errors import PayloadDecodeError, UnsupportedValueError
 from stepjournal.payloads import CodecRegistry, default_registry
 
-__all__ = ["CODEC_NAME", "encode_dataproto", "decode_dataproto", "dataproto_diff", "register_dataproto_codec", "value_diff"]
+__all__ = ["CODEC_NAME", "encode_dataproto", "decode_dataproto", "dataproto_diff", "register_dataproto_codec",
+           "value_diff"]
 
 CODEC_NAME = "verl.DataProto"
 _SCHEMA = 1
@@ -55,7 +56,8 @@ def _encode_td(td: TensorDictBase, where: str) -> Dict[str, Any]:
         elif isinstance(value, torch.Tensor):
             if value.is_nested:
                 layout = "jagged" if value.layout == torch.jagged else "strided"
-                fields[key] = {"kind": "nested", "layout": layout, "components": [t.contiguous() for t in value.unbind()]}
+                fields[key] = {"kind": "nested", "layout": layout,
+                               "components": [t.contiguous() for t in value.unbind()]}
             elif type(value) is not torch.Tensor:
                 fields[key] = value.as_subclass(torch.Tensor)
             else:
@@ -113,7 +115,8 @@ def decode_dataproto(node: Any) -> DataProto:
     if not isinstance(node, dict) or node.get("v") != _SCHEMA:
         version = node.get("v") if isinstance(node, dict) else None
         raise PayloadDecodeError(
-            f"verl.DataProto payload has schema {version!r}; this stepjournal reads schema {_SCHEMA}: upgrade stepjournal"
+            f"verl.DataProto payload has schema {version!r}; this stepjournal reads schema {_SCHEMA}: "
+            "upgrade stepjournal"
         )
     batch = _decode_td(node["batch"], "batch") if node["batch"] is not None else None
     return DataProto(batch=batch, non_tensor_batch=node["non_tensor_batch"], meta_info=node["meta_info"])
@@ -228,7 +231,8 @@ def dataproto_diff(a: DataProto, b: DataProto, *, where: str = "") -> List[str]:
     out: List[str] = []
     prefix = f"{where}." if where else ""
     if (a.batch is None) != (b.batch is None):
-        out.append(f"{prefix}batch: {'None' if a.batch is None else 'TensorDict'} vs {'None' if b.batch is None else 'TensorDict'}")
+        kinds = ["None" if side.batch is None else "TensorDict" for side in (a, b)]
+        out.append(f"{prefix}batch: {kinds[0]} vs {kinds[1]}")
     elif a.batch is not None:
         _td_diff(a.batch, b.batch, f"{prefix}batch", out)
     value_diff(dict(a.non_tensor_batch or {}), dict(b.non_tensor_batch or {}), f"{prefix}non_tensor_batch", out)

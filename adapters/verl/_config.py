@@ -174,11 +174,14 @@ def _form_v2(skip: Any) -> Tuple[str, str, str, Tuple[str, ...]]:
             f"{prefix}.post_dump_action",
             ("repeat", "repeat_last", "rollout", "rollout_with_dump"),
         )
-        after = {"repeat": "repeat", "repeat_last": "repeat_last", "rollout": "passthrough", "rollout_with_dump": "dump"}[action]
+        after = {"repeat": "repeat", "repeat_last": "repeat_last", "rollout": "passthrough",
+                 "rollout_with_dump": "dump"}[action]
         if steps == 0 and action in ("repeat", "repeat_last"):
-            raise ConfigError(f"{prefix}.dump_step=0 needs post_dump_action rollout or rollout_with_dump (as verl asserted)")
+            raise ConfigError(f"{prefix}.dump_step=0 needs post_dump_action rollout or rollout_with_dump "
+                              "(as verl asserted)")
         spec = after if steps == 0 else f"cache@1-{steps};{after}" if steps > 1 else f"cache@1;{after}"
-        return spec, path, "rollout_skip_v2_pre", (f"{prefix}.dump_step", f"{prefix}.post_dump_action", f"{prefix}.dump_dir")
+        read_from = (f"{prefix}.dump_step", f"{prefix}.post_dump_action", f"{prefix}.dump_dir")
+        return spec, path, "rollout_skip_v2_pre", read_from
     steps = _int(data.get("max_dump_step", 1), f"{prefix}.max_dump_step")
     action = _choice(data.get("action", "repeat"), f"{prefix}.action", ("cache", "repeat", "repeat_last"))
     if steps == 0:
@@ -263,7 +266,8 @@ def _native(section: Any, overrides: Mapping[str, Any]) -> Tuple[Dict[str, Any],
     if "policy" not in data:
         raise ConfigError("stepjournal.policy is missing: give a policy spec such as 'cache' or 'dump@1-5;repeat'")
     if data.get("path") is not None and data.get("dump_dir") is not None:
-        raise ConfigError("stepjournal.path and stepjournal.dump_dir are both set: the journal is path, or dump_dir/stepjournal; keep one")
+        raise ConfigError("stepjournal.path and stepjournal.dump_dir are both set: the journal is path, or "
+                          "dump_dir/stepjournal; keep one")
     if data.get("path") is not None:
         path = os.path.abspath(os.path.expanduser(_str(data["path"], "stepjournal.path")))
     else:

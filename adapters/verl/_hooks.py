@@ -18,7 +18,7 @@ import contextvars
 import inspect
 import itertools
 import threading
-from typing import Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ from stepjournal.vocabulary import Action
 from ._calls import is_async, prompts_of, run_blocking, validate_mode
 from ._config import VerlJournalConfig
 from ._errors import MissingInputError, NoOutcomeError, VerlAdapterError, VerlStepError
+
+if TYPE_CHECKING:
+    from ._legacy_stages import LegacyStages
 
 __all__ = ["JournaledRollout", "align_batch", "journaled_by"]
 
@@ -92,7 +95,10 @@ class JournaledRollout:
     Attributes:
         engine, journal: the engine and its journal (None when not journaling).
         calls: how many calls it handled.
+        stages: the legacy trainer's stage hooks, set by `attach` (a rollout wrapped otherwise has none).
     """
+
+    stages: LegacyStages
 
     def __init__(
         self,
@@ -184,8 +190,17 @@ class JournaledRollout:
         hooks = CallHooks(prepare_input=lambda: self._prepare(prompts), run_blocking=asyncio.to_thread)
         return self._step(prompts), self.mode_of(prompts), hooks
 
+    def _journaling(self) -> Journal:
+        """The journal the calls go to; a rollout without an engine has none to read or write."""
+        if self.journal is None:
+            raise VerlAdapterError(
+                "this JournaledRollout journals nothing (it was built without an engine), so it has no recorded "
+                "batch: build it with an engine (or a config that enables stepjournal)"
+            )
+        return self.journal
+
     def _prepare(self, prompts: Any) -> Tuple[Any, Optional[str]]:
-        prepared = self.journal.prepare(prompts) if self.store_input else None
+        prepared = self._journaling().prepare(prompts) if self.store_input else None
         return prepared, self._digest(prompts, prepared)
 
     def _step(self, prompts: Any) -> int:
@@ -199,7 +214,7 @@ class JournaledRollout:
     def _digest(self, prompts: Any, prepared: Any) -> Optional[str]:
         non_tensor = getattr(prompts, "non_tensor_batch", None)
         if not isinstance(prompts, DataProto) or non_tensor is None:
-            return prepared.digest if prepared is not None else self.journal.prepare(prompts).digest
+            return prepared.digest if prepared is not None else self._journaling().prepare(prompts).digest
         ignored = [key for key in self.digest_ignore if key in non_tensor]
         if not ignored and prepared is not None:
             return prepared.digest
@@ -208,7 +223,7 @@ class JournaledRollout:
             non_tensor_batch={k: v for k, v in non_tensor.items() if k not in ignored},
             meta_info=prompts.meta_info,
         )
-        return self.journal.prepare(view).digest
+        return self._journaling().prepare(view).digest
 
     # -- what the trainer asks afterwards ----------------------------------------------------------------
     @property
@@ -258,9 +273,10 @@ class JournaledRollout:
                 "none); rewards cannot be matched to its prompts. Record with store_input=True, or pass "
                 "missing='keep' to matching_batch to use the current batch anyway"
             )
-        return self.journal.load_input(outcome.source)
+        return self._journaling().load_input(outcome.source)
 
-    def matching_batch(self, batch: DataProto, outcome: Optional[Outcome] = None, *, missing: str = "error") -> DataProto:
+    def matching_batch(self, batch: DataProto, outcome: Optional[Outcome] = None, *,
+                       missing: str = "error") -> DataProto:
         """The trainer's batch made to match the responses just returned (v2's batch replacement).
 
         When the call was replayed, every field of `batch` that the recorded input also holds

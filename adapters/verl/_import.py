@@ -2,13 +2,15 @@
 
 Layouts read (``run`` is verl's ``{experiment_name}_{project_name}`` folder):
 
-| form                     | where                                                        | step, index                       | input |
-|--------------------------|--------------------------------------------------------------|-----------------------------------|-------|
-| ``skip_manager``         | ``run/GBS{g}_N{n}_in{p}_out{r}/{step}/gen_batch.dp`` + meta.json | folder name, 0                 | none  |
-| ``rollout_skip_v2``      | ``run/GBS.../genstep_{NNNNNN}/{gen_batch,new_batch}.dp`` + meta.json | meta global_steps, order of gen_steps | new_batch |
-| ``rollout_skip_v2_pre``  | ``run/GBS.../genstep_{NNNNNN}.pkl`` (dict of compressed pickles) | NNNNNN, 0                     | new_batch |
-| ``rollout_skip_v1``      | ``{run}_GBS{g}__N{n}`` (one pickled DataProto)                | 1, 0                              | none  |
-| ``rollout_tq`` (V1)      | ``run/GBS.../{step}/{inner}/tq_batch.pt`` + meta.json (torch.save) | step folder, inner folder     | none  |
+- ``skip_manager``: ``run/GBS{g}_N{n}_in{p}_out{r}/{step}/gen_batch.dp`` + meta.json. Step: the folder
+  name; index 0; input: none.
+- ``rollout_skip_v2``: ``run/GBS.../genstep_{NNNNNN}/{gen_batch,new_batch}.dp`` + meta.json. Step: meta's
+  global_steps; index: the order of the gen steps; input: new_batch.
+- ``rollout_skip_v2_pre``: ``run/GBS.../genstep_{NNNNNN}.pkl`` (a dict of compressed pickles). Step:
+  NNNNNN; index 0; input: new_batch.
+- ``rollout_skip_v1``: ``{run}_GBS{g}__N{n}`` (one pickled DataProto). Step 1; index 0; input: none.
+- ``rollout_tq`` (V1): ``run/GBS.../{step}/{inner}/tq_batch.pt`` + meta.json (torch.save). Step: the step
+  folder; index: the inner folder; input: none.
 
 Every dump file is a Python pickle: loading one runs whatever code it names. Nothing is read until the
 caller passes ``trust_pickle=True``; only the file listing is looked at before that. SkipManager and v2
@@ -35,6 +37,7 @@ from stepjournal import Journal, errors
 
 from ._fingerprint import config_fingerprint_extras, fingerprint_from_dump_folder, v1_file_identity
 from ._errors import PickleRefusedError, VerlDumpError
+from .v1._codec import TQBatch
 from .v1._import import is_v1_dump_folder, load_tq_dump
 
 __all__ = ["import_verl_dumps", "ImportReport", "ImportedRecord", "SkippedDump", "find_verl_dumps", "VerlDump"]
@@ -360,7 +363,7 @@ def import_verl_dumps(
     skipped = list(skipped)
     journals: Dict[Tuple[str, Tuple[Tuple[str, Any], ...]], Journal] = {}
     gen_counts: Dict[Tuple[str, Tuple[Tuple[str, Any], ...], int], int] = {}
-    loaded: List[Tuple[VerlDump, int, int, DataProto, Optional[DataProto], Dict[str, Any]]] = []
+    loaded: List[Tuple[VerlDump, int, int, Union[DataProto, TQBatch], Optional[DataProto], Dict[str, Any]]] = []
     total = len(dumps)
 
     try:
@@ -368,20 +371,23 @@ def import_verl_dumps(
         # follows their order.
         for done, dump in enumerate(dumps, 1):
             rel = os.path.relpath(dump.path, root)
+            output: Union[DataProto, TQBatch]  # a V1 dump holds a TQBatch, every other form a DataProto
+            given: Optional[DataProto]
             try:
                 if dump.form == "rollout_tq":
                     meta = _read_meta(root, dump.path)
                     if meta is None:
                         skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
                         continue
-                    output, given, step = load_tq_dump(dump.path, open_file=lambda p: _open_inside(root, p)), None, dump.order
+                    output = load_tq_dump(dump.path, open_file=lambda p: _open_inside(root, p))
+                    given, step = None, dump.order
                 elif dump.form in ("skip_manager", "rollout_skip_v2"):
                     meta = _read_meta(root, dump.path)
                     if meta is None:
                         skipped.append(SkippedDump(rel, "meta.json is missing: the dump was interrupted"))
                         continue
                     output = _load_dataproto(root, os.path.join(dump.path, "gen_batch.dp"))
-                    given: Optional[DataProto] = None
+                    given = None
                     if dump.form == "rollout_skip_v2":
                         step = meta.get("global_steps", dump.order)
                         new_batch = os.path.join(dump.path, "new_batch.dp")
@@ -399,7 +405,7 @@ def import_verl_dumps(
                 if not isinstance(step, int) or isinstance(step, bool) or step < 0:
                     raise VerlDumpError(f"step {step!r} in {rel} is not an int >= 0")
                 fp = dict(dump.fingerprint)
-                if dump.form == "rollout_skip_v1":
+                if dump.form == "rollout_skip_v1" and isinstance(output, DataProto):  # a v1 dump is a DataProto
                     fp.update(_lengths_from(output))
                 fp.update(fingerprint or {})
                 loaded.append((dump, step, 0, output, given, fp))
@@ -428,15 +434,9 @@ def import_verl_dumps(
                 skipped.append(SkippedDump(rel, f"{why} (step {step} index {gen_index}, event #{existing.seq})"))
                 continue
             try:
-                recorded = target.record(
-                    step,
-                    output,
-                    gen_index=gen_index,
-                    input=given,
-                    policy="import-verl",
-                    reason=f"imported from a verl {dump.form} dump",
-                    imported_from=f"verl-{dump.form}:{rel}",
-                )
+                recorded = target.record(step, output, gen_index=gen_index, input=given, policy="import-verl",
+                                         reason=f"imported from a verl {dump.form} dump",
+                                         imported_from=f"verl-{dump.form}:{rel}")
             except errors.StepJournalError as exc:
                 failed.append(SkippedDump(rel, f"{type(exc).__name__}: {exc}"))
                 continue

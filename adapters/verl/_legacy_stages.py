@@ -63,12 +63,15 @@ class LegacyStages:
             reads = [name for name in LEGACY_STAGE_READS[stage] if name in batch.batch.keys()]
             outcome = self.engine.call(
                 self.trainer.global_steps, lambda: original(batch, *args, **kwargs), stage=stage,
-                mode=validate_mode(batch), input=batch.select(batch_keys=reads, non_tensor_batch_keys=[], meta_info_keys=[]),
+                mode=validate_mode(batch),
+                input=batch.select(batch_keys=reads, non_tensor_batch_keys=[], meta_info_keys=[]),
                 weights_version=stage_weights_version(self.trainer, stage),
             )
             self.outcomes.append(outcome)
             if outcome.action == Action.REPLAYED:
-                log.info("legacy_stage_replayed", stage=stage, step=outcome.ctx.step, source_step=outcome.source.step)
+                source = outcome.source
+                assert source is not None  # a replay names the record it served
+                log.info("legacy_stage_replayed", stage=stage, step=outcome.ctx.step, source_step=source.step)
             return outcome.value
 
         stage_call.__wrapped__ = original  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 __all__ = [
     "StepJournalError",
@@ -64,8 +64,44 @@ class StepJournalError(Exception):
     """Base class of every error stepjournal raises on purpose."""
 
 
+# A part of an error's message: text, or an argument it names as ``(name, value)`` (value None: the name alone).
+MessagePart = Union[str, Tuple[str, Any]]
+
+
+def _python_words(name: str, value: Any) -> str:
+    """An argument as a Python caller writes it: ``keep_last`` or ``max_bytes='10X'``."""
+    return name if value is None else f"{name}={JournalError.shown(value)}"
+
+
 class JournalError(StepJournalError):
-    """The journal cannot do what was asked (bad state, bad arguments, storage trouble)."""
+    """The journal cannot do what was asked (bad state, bad arguments, storage trouble).
+
+    Its message is kept as data, so a caller that names the library's arguments otherwise (the command
+    line's ``--max-bytes``, a reading command for ``readonly=True``) words it from the parts, never by
+    rewriting the text.
+
+    Attributes:
+        parts: the message: text, and the arguments it names (of the call that failed, or of the one to
+            make instead) as ``(name, value)`` pairs; the message spells them as Python does
+            (``readonly=True``, ``max_bytes='10X'``; a value of None: the name alone).
+        start: text the message starts with, before the parts (names no argument; usually empty).
+    """
+
+    def __init__(self, *parts: MessagePart, start: str = "") -> None:
+        self.parts: Tuple[MessagePart, ...] = parts
+        self.start = start
+        super().__init__(start + self.words(_python_words))
+
+    def words(self, argument: Callable[[str, Any], str]) -> str:
+        """The message (after any start it was given), each argument spelled by ``argument(name, value)``."""
+        return "".join(part if isinstance(part, str) else argument(*part) for part in self.parts)
+
+    @staticmethod
+    def shown(value: Any) -> str:
+        """A value as a message shows it: its repr, clipped to 300 characters (a hostile value may be huge;
+        a path to give instead must show whole)."""
+        text = repr(value)
+        return text if len(text) <= 300 else f"{text[:300]}... ({len(text)} characters)"
 
 
 class JournalClosedError(JournalError):
@@ -297,7 +333,22 @@ class ImportConflictError(JournalError):
 
 
 class RetentionError(JournalError, ValueError):
-    """Retention rules are malformed, or would release what they must not; nothing was changed."""
+    """Retention rules are malformed, or would release what they must not; nothing was changed.
+
+    Attributes:
+        option: the argument of `Retention` whose value is refused (``"max_bytes"``), or None.
+        value: that value, whole (None when `option` is None).
+        rule: the rule set at fault as `Retention.describe` words it (the message starts
+            ``retention '<rule>'``), or None.
+        parts: as `JournalError`'s, naming `Retention`'s arguments.
+    """
+
+    def __init__(self, *parts: MessagePart, option: Optional[str] = None, value: Any = None,
+                 rule: Optional[str] = None) -> None:
+        super().__init__(*parts, start="" if rule is None else f"retention {rule!r} ")
+        self.option = option
+        self.value = value
+        self.rule = rule
 
 
 class RetentionConflictError(RetentionError):
@@ -324,7 +375,29 @@ class PolicyError(StepJournalError):
 
 
 class SpecError(PolicyError, ValueError):
-    """A policy spec or step-range text is malformed; the message points at the bad part."""
+    """A policy spec or step-range text is malformed, or a policy is given an option value it does not take;
+    the message points at the bad part.
+
+    Attributes:
+        option: the policy's option whose value is refused (``"on_missing"``), or None (a malformed text).
+        value: that value (None when `option` is None).
+        allowed: the values the option takes (empty when `option` is None).
+    """
+
+    def __init__(self, message: str = "", *, option: Optional[str] = None, value: Any = None,
+                 allowed: Tuple[Any, ...] = ()) -> None:
+        super().__init__(message)
+        self.option = option
+        self.value = value
+        self.allowed = allowed
+
+    @classmethod
+    def not_one_of(cls, owner: str, option: str, value: Any, allowed: Tuple[Any, ...]) -> "SpecError":
+        """The error for ``owner(option=value)`` where `option` takes only `allowed`."""
+        shown = [repr(item) for item in allowed]
+        choices = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+        return cls(f"{owner}({option}={JournalError.shown(value)}) is not valid: use {choices}", option=option,
+                   value=value, allowed=tuple(allowed))
 
 
 class PluginError(PolicyError):

@@ -10,6 +10,7 @@ load torch or numpy). tests/unit/test_faces.py checks that each face's ``__all__
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Callable, Dict, List, Tuple
 
 
@@ -40,7 +41,10 @@ def lazy_face(namespace: Dict[str, Any]) -> Tuple[Callable[[str], Any], Callable
             with open(namespace["__file__"], encoding="utf-8") as source:
                 where.update(face_imports(source.read()))
         if name not in where:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            raise AttributeError(
+                f"module {package!r} has no attribute {name!r}: its public names are {package}.__all__; errors are "
+                "in stepjournal.errors, the shared words in stepjournal.vocabulary (docs/architecture.md, "
+                '"The public face")', name=name, obj=sys.modules.get(package))
         module, attribute = where[name]
         value = getattr(importlib.import_module(module, package), attribute)
         # Cached in the package's own globals, so the next read is a plain attribute.

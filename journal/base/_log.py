@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
+from types import FrameType
+from typing import Any, Dict, Iterator, MutableMapping, Optional, TextIO, Tuple
 
 from ._secrets import redact
 
@@ -28,7 +29,9 @@ LOGGER_NAME = "stepjournal"
 RECORD_ATTRIBUTE = "stepjournal"
 
 
-def _to_stdlib(_logger: Any, _method: str, event_dict: Dict[str, Any]) -> Tuple[Tuple[str], Dict[str, Any]]:
+def _to_stdlib(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> Tuple[Tuple[str], Dict[str, Any]]:
     # Every record passes `redact` here, at the one door out: no URL's user info, no credential value.
     fields = {key: redact(value) if isinstance(value, str) else value for key, value in event_dict.items()}
     event = str(fields.pop("event", ""))
@@ -132,7 +135,8 @@ def warn(message: str, category: type) -> None:
     editable install and a wheel alike (``skip_file_prefixes`` needs Python 3.12 and the files' folders)."""
     import warnings
 
-    frame, level = sys._getframe(1), 2
+    frame: Optional[FrameType] = sys._getframe(1)
+    level = 2
     while frame is not None and _ours(frame.f_globals.get("__name__", "")):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)

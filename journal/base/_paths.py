@@ -160,7 +160,8 @@ def os_error(path: str, exc: BaseException, doing: str) -> JournalError:
     if code == errno.EROFS or "Read-only file system" in text:
         return JournalError(
             f"cannot {doing} journal {path!r}: it is on a read-only file system. Open an existing journal there "
-            "with readonly=True to read it, or give a path on a writable disk (copy the folder there to record more)"
+            "with ", ("readonly", True), " to read it, or give a path on a writable disk (copy the folder there to "
+            "record more)"
         )
     if code in (errno.EACCES, errno.EPERM) or "Permission denied" in text or "Operation not permitted" in text:
         return JournalError(
@@ -226,7 +227,7 @@ def prepare_journal_folder(path: str, folder: str, *, readonly: bool) -> None:
         raise JournalError(
             f"cannot create a journal in {path!r}: the folder holds other files ({shown}) and no journal "
             f"(data.mdb); stepjournal does not mix its files into another folder. Give a new or empty folder, "
-            f"e.g. Journal({inside!r})"
+            "e.g. ", ("path", inside)
         )
 
 

@@ -21,7 +21,8 @@ from cattrs.v import format_exception
 import msgpack
 from cattrs.preconf.msgpack import make_converter
 
-from ..base._errors import EventDecodeError, StepJournalError, UnknownEventTypeError, UnsupportedSchemaVersionError
+from ..base._errors import (EventDecodeError, InvalidKeyError, StepJournalError, UnknownEventTypeError,
+                            UnsupportedSchemaVersionError)
 from ._events import EVENT_TYPES, Event, PayloadRef
 
 __all__ = ["converter", "encode_event", "decode_event", "event_of", "event_tag", "checked_body", "checksum_holds",
@@ -113,7 +114,19 @@ def encode_event(event: Event) -> bytes:
     tag, version = EVENT_TYPES[type(event)]
     body = {"type": tag, "v": version, **converter.unstructure(event)}
     body[_CHECKSUM_KEY] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
-    return msgpack.packb(body, use_bin_type=True)
+    raw = msgpack.packb(body, use_bin_type=True)
+    if len(raw) > MAX_EVENT_BYTES:  # every reader refuses one as damage: never write it
+        largest = max(body, key=lambda name: len(msgpack.packb(body[name], use_bin_type=True)))
+        raise InvalidKeyError(
+            f"a {tag} event of {len(raw)} bytes is larger than an event may be ({MAX_EVENT_BYTES}); its largest "
+            f"field is {largest}={_shown(body[largest])}: shorten it (a large value belongs in the payload)")
+    return raw
+
+
+def _shown(value: Any) -> str:
+    """`value`'s repr, cut to a line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(text)} characters)"
 
 
 # -- the fast path of `decode_event` -------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The event types of the journal: frozen attrs classes, the single source of truth.
 
-Every journaled call (of the ``"generate"`` stage or of another stage: ``"reward"`` ...) leaves exactly one call event (`GenerationRecorded`, `ReplayServed`,
-`CallBypassed` or `CallRefused`); a process that opens a journal for writing leaves one
-`SessionOpened`. Everything else the journal knows (which steps are recorded, the nearest recorded
-step, resume positions) is a projection of these events.
+Every journaled call (of the ``"generate"`` stage or of another stage: ``"reward"`` ...) leaves exactly one
+call event (`GenerationRecorded`, `ReplayServed`, `CallBypassed` or `CallRefused`); a process that opens a
+journal for writing leaves one `SessionOpened`. Everything else the journal knows (which steps are recorded,
+the nearest recorded step, resume positions) is a projection of these events.
 """
 
 from __future__ import annotations
@@ -149,6 +149,9 @@ class GenerationRecorded(_Call):
     reason: str = event_field(TEXT, audit=True)
     ts: float = event_field(TIME, audit=True)
     imported_from: Optional[str] = event_field(TEXT, default=None, optional=True, audit=True)
+    # Why a part of the call was left out (the output, the input), in words, for code to read without
+    # parsing `reason`; None when nothing was, and in events written before the field existed.
+    not_stored: Optional[str] = event_field(TEXT, default=None, optional=True, audit=True)
     stage: str = event_field(STAGE, default=DEFAULT_STAGE, audit=True)
 
 
@@ -253,7 +256,9 @@ class EventsImported:
             _refuse("source_last", self.source_last, f"use a seq from source_first ({self.source_first}) up")
 
 
-Event = Union[SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased, EventsImported]
+Event = Union[
+    SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased, EventsImported
+]
 
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
@@ -296,7 +301,8 @@ def call_refs(event: Any) -> List[PayloadRef]:
     return []
 
 
-# Bump when a key of an audit row (`AuditRecord.to_json`) or a `RunSummary.to_json` changes meaning or disappears; adding keys keeps the version.
+# Bump when a key of an audit row (`AuditRecord.to_json`) or a `RunSummary.to_json` changes meaning or disappears;
+# adding keys keeps the version.
 AUDIT_SCHEMA_VERSION = 1
 
 

@@ -11,8 +11,8 @@
   step is one read.
 - ``runs``: see `_runs_index` (``g`` run/stage/mode rows, ``s`` run sessions).
 - ``rows``: the seq (`seq_key`) -> the audit row's text; see `_rows_index`.
-- ``meta``: `META_FORMAT`, `META_READ_FORMAT`, `META_WRITTEN_BY`, `META_CREATED`, `META_SESSIONS_INDEX`, `META_STEPS_INDEX`, `META_RUNS_INDEX`,
-  `META_ROWS_INDEX`, `META_LAYOUT`.
+- ``meta``: `META_FORMAT`, `META_READ_FORMAT`, `META_WRITTEN_BY`, `META_CREATED`, `META_SESSIONS_INDEX`,
+  `META_STEPS_INDEX`, `META_RUNS_INDEX`, `META_ROWS_INDEX`, `META_LAYOUT`.
 
 LMDB keys are at most 511 bytes, so run, mode and stage are checked on their encoded length, with
 the separators and the 12 bytes of step and index counted in.
@@ -188,7 +188,8 @@ def _check_key(run: str, mode: str, stage: str) -> None:
         try:
             value.encode()
         except UnicodeEncodeError:
-            raise InvalidKeyError(f"{label} {value!r} is not valid: it holds a lone surrogate, not UTF-8 text") from None
+            raise InvalidKeyError(
+                f"{label} {value!r} is not valid: it holds a lone surrogate, not UTF-8 text") from None
     size = len(gen_prefix(run, mode, stage)) + _STEP_AND_INDEX
     if size > MAX_KEY_BYTES:
         stage_bytes = len(stage.encode())
@@ -201,7 +202,7 @@ def _check_key(run: str, mode: str, stage: str) -> None:
         raise InvalidKeyError(
             f"run key and mode take {used} bytes encoded as UTF-8; together they may take at most "
             f"{MAX_KEY_BYTES - _STEP_AND_INDEX - 3 - stage_bytes} with stage {stage[:40]!r} (LMDB keys are at "
-            f"most {MAX_KEY_BYTES} bytes): use a shorter run key (run={run[:40]!r}…)"
+            f"most {MAX_KEY_BYTES} bytes): use a shorter run key or mode (run={run[:40]!r}…, mode {mode[:40]!r}…)"
         )
 
 

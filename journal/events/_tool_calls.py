@@ -107,7 +107,8 @@ def canonical_arguments(arguments: Any) -> str:
     try:
         return _canonical(arguments)
     except RecursionError:  # a model's runaway nesting, or a value that holds itself
-        raise ToolCallError("tool arguments nest too deeply for JSON (or hold themselves): pass a flatter object") from None
+        raise ToolCallError(
+            "tool arguments nest too deeply for JSON (or hold themselves): pass a flatter object") from None
 
 
 def _canonical(arguments: Any) -> str:
@@ -117,7 +118,8 @@ def _canonical(arguments: Any) -> str:
         except ValueError as exc:
             if isinstance(exc, ToolCallError):
                 raise
-            raise ToolCallError(f"tool arguments {str(arguments)[:80]!r} are not JSON ({exc}); pass a JSON object") from None
+            raise ToolCallError(
+                f"tool arguments {str(arguments)[:80]!r} are not JSON ({exc}); pass a JSON object") from None
     if not isinstance(arguments, Mapping):
         raise ToolCallError(
             f"tool arguments must be a JSON object (a mapping of names to values), not {type(arguments).__name__}"

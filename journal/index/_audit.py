@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Container, Dict, Iterable, List, Optional
 import attrs
 
 from ._import_map import ImportMap
-from ..events._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event, EventsImported,
-                      GenerationRecorded, PayloadRef, PayloadsReleased, SessionOpened, iso_time)
+from ..events._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event,
+                              EventsImported, GenerationRecorded, PayloadRef, PayloadsReleased, SessionOpened, iso_time)
 from ..events._schema import fields_of
 from ._runs_index import RunSummary
 
@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 
-# What the audit reads (`CALL_EVENT_TYPES` and `ACTIONS` are `_events`'s, re-exported here): every call, every release of a record's payloads by retention (action
-# "released"), and the provenance of pulled events.
+# What the audit reads (`CALL_EVENT_TYPES` and `ACTIONS` are `_events`'s, re-exported here): every call, every
+# release of a record's payloads by retention (action "released"), and the provenance of pulled events.
 AUDIT_EVENT_TYPES: Tuple[type, ...] = CALL_EVENT_TYPES + (PayloadsReleased, EventsImported)
 RELEASED = "released"
 # `Journal` or ``journal.events()``: anything with an ``events(**filters)`` method, or (seq, event) pairs.

@@ -165,9 +165,9 @@ def json_rows(
                 if not isinstance(event, AUDIT_EVENT_TYPES):
                     continue
                 row = AuditRecord.from_event(seq, event).to_json()
-        found = provenance.of(seq, row["source_seq"]) if pulled else None
-        if found is not None:
-            row["origin_journal"], row["origin_seq"], row["source_seq"] = found
+        origin = provenance.of(seq, row["source_seq"]) if pulled else None
+        if origin is not None:
+            row["origin_journal"], row["origin_seq"], row["source_seq"] = origin
         if (run is not None and row["run"] != run) or (steps is not None and row["step"] not in steps):
             continue
         if (mode is not None and row["mode"] != mode) or (stage is not None and row["stage"] != stage):

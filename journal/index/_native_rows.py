@@ -33,7 +33,8 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 
 from ._audit import AUDIT_FIELDS, CALL_COLUMNS
 from ..events._convert import MAX_EVENT_BYTES, checksum_holds
-from ..events._events import AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, GenerationRecorded, PayloadRef, field_names, iso_time
+from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, GenerationRecorded, PayloadRef,
+                              field_names, iso_time)
 from ..events._schema import Field, fields_of
 
 __all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "encode_lines", "as_row",
@@ -74,9 +75,10 @@ _KEYS = {struct: len(field_names(cls)[1]) + 3 for struct, cls in _EVENT_OF.items
 _OMISSIBLE = {struct: tuple(f.name for f in fields_of(cls) if not f.required) for struct, cls in _EVENT_OF.items()}
 _DEFAULT_STAGE: Dict[Any, str] = {struct: field.default for struct, cls in _EVENT_OF.items()
                                   for field in fields_of(cls) if field.name == "stage"}
-_LONE_RUNS = {struct: tuple(f.name for f in fields_of(cls) if f.kind.key == "lone_run") for struct, cls in _EVENT_OF.items()}
+_LONE_RUNS = {struct: tuple(f.name for f in fields_of(cls) if f.kind.key == "lone_run")
+              for struct, cls in _EVENT_OF.items()}
 _ACTION = {struct: CALL_ACTIONS[cls] for struct, cls in _EVENT_OF.items()}
-_DECODER = msgspec.msgpack.Decoder(Union[tuple(_EVENT_OF)])  # type: ignore[misc]
+_DECODER = msgspec.msgpack.Decoder(Union[tuple(_EVENT_OF)])
 
 
 _AT = {name: at for at, name in enumerate(AUDIT_FIELDS)}
@@ -109,7 +111,8 @@ def _row_plan(struct: Any) -> Tuple[Any, Tuple[Any, ...], Tuple[Tuple[str, Any, 
     taken.update(schema_version=at_version, action=at_action, seq=at_seq, stored=at_stored, time=at_time)
     place = operator.itemgetter(*(taken.get(name, at_none) for name in AUDIT_FIELDS))
     return (place, shared,
-            tuple((field, operator.attrgetter(*(c.part for c in of)), (None,) * len(of)) for field, of in parts.items()),
+            tuple((field, operator.attrgetter(*(c.part for c in of)), (None,) * len(of))
+                  for field, of in parts.items()),
             tuple((_AT[c.name], c.default) for c in columns if c.part is None and c.default is not attrs.NOTHING),
             tuple(_AT[c.name] for c in columns if c.part is None and c.kind.native[0] is float))
 
@@ -157,7 +160,9 @@ def clock_text(ts: float) -> str:
     if head is None:
         if len(_SECONDS) > 65536:
             _SECONDS.clear()
-        head = _SECONDS[second] = iso_time(float(second))[:19]
+        text = iso_time(float(second))
+        assert text is not None  # only a time of None has no text
+        head = _SECONDS[second] = text[:19]
     return f"{head}.{micros // 1000:03d}Z"
 
 

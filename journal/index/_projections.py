@@ -222,7 +222,8 @@ class _GenIndex:
         self.imports, self.rebuilding = imports, rebuilding
         self.prefixes: dict = {}
         self.last = b""
-        self.ranks_inline, self.rank_prefix, self.ordinal, self.rank_last = rebuilding and self.steps is not None, b"", 0, -1
+        self.ranks_inline = rebuilding and self.steps is not None
+        self.rank_prefix, self.ordinal, self.rank_last = b"", 0, -1
 
     def put(self, seq: int, run: str, mode: str, stage: str, step: int, gen_index: int, *, ranks: bool = True,
             seq_bytes: Optional[bytes] = None) -> None:

@@ -1,21 +1,23 @@
 """The rows projection: the text ``stepjournal audit --json`` prints for each row, kept by every append.
 
 ``rows``: seq (`seq_key`) -> the row of the event at that seq (a call, or retention's release of a
-record's payloads) as the verb prints it, without the layout: its compact JSON (`_row_text`), UTF-8. It holds what the audit computes
-from more than the event itself: the provenance of a pulled event (`_audit.Provenance`), and a
-record's ``released_by`` (the latest release of it, rewritten into the record's row when the release
-is appended). So the verb lays the stored texts out (`_row_text.layout`, in C), and its output is the one
-it prints from the log, byte for byte; `verify` compares the two. A reader refuses stored text that is
-not a JSON object or holds a character a terminal acts on, which no row this library writes holds.
+record's payloads) as the verb prints it, without the layout: its compact JSON (`_row_text`), UTF-8. It
+holds what the audit computes from more than the event itself: the provenance of a pulled event
+(`_audit.Provenance`), and a record's ``released_by`` (the latest release of it, rewritten into the
+record's row when the release is appended). So the verb lays the stored texts out (`_row_text.layout`,
+in C), and its output is the one it prints from the log, byte for byte; `verify` compares the two. A
+reader refuses stored text that is not a JSON object or holds a character a terminal acts on, which no
+row this library writes holds.
 
 ``meta`` key `META_ROWS_INDEX`: ``b"<ROWS_FORMAT> <seq>"``, the format the rows are written in (the
 audit schema version and the version of the stored text, `ROWS_FORMAT`) and the seq of the last event
-folded in. The rows stand for the log when that seq is the log's last and the format is this
-library's; otherwise ``audit --json`` reads the log, which gives the same output, slower. A library
-that does not keep these rows (or writes another format) appends without them and leaves the seq behind; the next append or writable open of this library folds in
-what it missed (`catch_up_in`). A log holding an event that cannot be decoded keeps no rows (the value
-``b"-"``): the verb reads the log and raises as it does there; `reindex`, after the repair, builds them.
-`reindex` compares each row with the one the log gives and writes only those that differ.
+folded in. The rows stand for the log when that seq is the log's last and the format is this library's;
+otherwise ``audit --json`` reads the log, which gives the same output, slower. A library that does not
+keep these rows (or writes another format) appends without them and leaves the seq behind; the next
+append or writable open of this library folds in what it missed (`catch_up_in`). A log holding an event
+that cannot be decoded keeps no rows (the value ``b"-"``): the verb reads the log and raises as it does
+there; `reindex`, after the repair, builds them. `reindex` compares each row with the one the log gives
+and writes only those that differ.
 """
 
 from __future__ import annotations
@@ -161,8 +163,10 @@ class RowsWriter:
         that range, and writes only where it differs."""
         keys = [seq_key(seq) for seq in seqs]
         last, stored_keys, stored = keys[-1], [], []
-        if self.cursor.set_range(seq_key(self.next)):
-            for key, text in self.cursor:
+        cur = self.cursor
+        assert cur is not None  # only a rewriting writer rewrites, and it has the cursor
+        if cur.set_range(seq_key(self.next)):
+            for key, text in cur:
                 if key > last:
                     break
                 stored_keys.append(key)
@@ -180,6 +184,7 @@ class RowsWriter:
     def _delete_from(self, seq: int) -> None:
         """Delete the stored rows at `seq` and past it (a rewrite's rows the log no longer gives)."""
         cur = self.cursor
+        assert cur is not None  # only a rewriting writer deletes, and it has the cursor
         found = cur.set_range(seq_key(seq))
         while found:
             cur.delete()  # moves to the next row; past the last, the cursor holds no key
@@ -200,8 +205,10 @@ class RowsWriter:
 
 
 def apply_in(txn: Any, store: Store, appended: List[Tuple[int, Event]], imports: Optional[ImportMap]) -> None:
-    """Fold appended events (seq, event as stored) into the rows, in the transaction that appends them (`imports`: the journal's pulled blocks, for a pull; None for a local append, whose events are in no
-    pulled block and whose releases name their records by this journal's seqs). First what another library
+    """Fold appended events (seq, event as stored) into the rows, in the transaction that appends them.
+
+    `imports`: the journal's pulled blocks, for a pull; None for a local append, whose events are in no
+    pulled block and whose releases name their records by this journal's seqs. First what another library
     appended without the rows."""
     if not appended or store.db("rows") is None:
         return

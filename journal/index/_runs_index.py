@@ -26,7 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..events._convert import decode_event
 from ..base._errors import EventDecodeError
-from ..events._events import ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, Event, PayloadsReleased, SessionOpened, iso_time
+from ..events._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, Event, EventsImported, SessionOpened,
+                              iso_time)
 from ..events._keys import META_RUNS_INDEX, seq_key, seq_of
 from ..storage._store import Store
 
@@ -128,7 +129,8 @@ def _fold(row: Optional[List[int]], seq: int, event: Event) -> List[int]:
     """The group's row with `event` (a call or a `PayloadsReleased` of that group, log order) folded in."""
     at = _COUNT_AT.get(type(event))
     out = getattr(event, "output", None)
-    return _fold_call(row, seq, at, getattr(event, "step", 0), out.nbytes if at == _GENERATED_AT and out is not None else 0)
+    nbytes = out.nbytes if at == _GENERATED_AT and out is not None else 0
+    return _fold_call(row, seq, at, getattr(event, "step", 0), nbytes)
 
 
 def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int, nbytes: int) -> List[int]:
@@ -150,9 +152,10 @@ def _fold_call(row: Optional[List[int]], seq: int, at: Optional[int], step: int,
 
 
 def _group_of(event: Event) -> Optional[Group]:
-    if type(event) in _COUNT_AT or isinstance(event, PayloadsReleased):
-        return (event.run, event.stage, event.mode)
-    return None
+    # Every other event is a call (`_COUNT_AT`) or a release, each of one run, stage and mode.
+    if isinstance(event, (SessionOpened, EventsImported)):
+        return None
+    return (event.run, event.stage, event.mode)
 
 
 class RunsFold:

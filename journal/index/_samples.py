@@ -75,7 +75,12 @@ class Sample:
         turns: a multi-turn response's model-written parts, in order, one per assistant turn: where the output
             marks the tokens a tool wrote (verl's ``response_mask``, TRL's ``tool_mask`` or ``env_mask``: 1 for
             the model's tokens, 0 for a tool's), the runs of the model's tokens between them; else empty.
+            Where each turn is a generate call of its own (TRL's tool loop: the step's later calls continue the
+            conversations of the first), each call's response ids for this sample: see `turn_events`.
         turn_texts: `turns` decoded (empty without a tokenizer).
+        turn_events: where each turn is a generate call of its own, the seq of each turn's call event (the tool
+            calls journaled after it, before the next, are the ones that turn made); empty when the turns are the
+            runs of one response.
     """
 
     step: int
@@ -94,6 +99,7 @@ class Sample:
     session: Optional[str] = None
     turns: Tuple[Tuple[int, ...], ...] = ()
     turn_texts: Tuple[str, ...] = ()
+    turn_events: Tuple[int, ...] = ()
 
     @property
     def response_length(self) -> int:
@@ -103,6 +109,7 @@ class Sample:
         row = attrs.asdict(self)
         row["prompt_ids"], row["response_ids"] = list(self.prompt_ids), list(self.response_ids)
         row["turns"], row["turn_texts"] = [list(t) for t in self.turns], list(self.turn_texts)
+        row["turn_events"] = list(self.turn_events)
         row["response_length"] = self.response_length
         # JSON holds no infinity: a reward of ±inf (a crafted or overflowed one) is null, as the report shows it
         row["rewards"] = {k: v if math.isfinite(v) else None for k, v in self.rewards.items()}
@@ -182,7 +189,7 @@ def _numbers(value: Any, what: str) -> np.ndarray:
 
 def _real(value: Any, what: str) -> None:
     """Refuse complex numbers: a cast to float would show only their real part (and warn on stderr)."""
-    dtype = getattr(value, "dtype", None)
+    dtype: Any = getattr(value, "dtype", None)  # a torch or numpy dtype, or anything a crafted payload holds
     try:
         complex_ = dtype.is_complex if _torch_dtype(dtype) else dtype is not None and np.dtype(dtype).kind == "c"
     except TypeError:  # a dtype numpy does not know: the cast below names it
@@ -291,8 +298,9 @@ def _per_sample(value: Any, lengths: Sequence[int]) -> Optional[List[float]]:
 
 def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[float]]]:
     logps = _field(value, ("old_log_probs",))
-    if logps is None and isinstance(value, Mapping) and isinstance(value.get("outputs"), (list, tuple)) and value["outputs"]:
-        logps = value["outputs"][0]  # TRL: (per-token log-probs, entropies ...)
+    outputs = value.get("outputs") if isinstance(value, Mapping) else None
+    if logps is None and isinstance(outputs, (list, tuple)) and outputs:
+        logps = outputs[0]  # TRL: (per-token log-probs, entropies ...)
     if logps is None and _tensor(value):
         logps = value
     if _tensor(logps) and logps.is_nested:
@@ -308,23 +316,30 @@ def _mean_logprob(value: Any, lengths: Sequence[int]) -> Optional[List[Optional[
 
 # (step, session, stage) -> (seq, event) of that session's latest call of a side stage (reward, log-probs).
 _SideCalls = Dict[Tuple[int, str, str], Tuple[int, Any]]
+# (step, session) -> (seq, event) of each of that session's generate calls after the one shown, in log order.
+_LaterCalls = Dict[Tuple[int, str], List[Tuple[int, Any]]]
 
 
 def _served(journal: Any, run: str, mode: str, steps: Any, gen_index: int, side_stages: Sequence[str],
-            session: Optional[str] = None) -> Tuple[Dict[int, Tuple[int, Any]], _SideCalls]:
+            session: Optional[str] = None) -> Tuple[Dict[int, Tuple[int, Any]], _SideCalls, _LaterCalls]:
     """One read of the log: step -> (seq, event) of the latest generate call with an output at each of `steps`
-    (of `session` only, when given), and each session's latest call of each side stage there."""
+    (of `session` only, when given), each session's latest call of each side stage there, and each session's
+    generate calls with an output and a later index (the later turns of a tool loop that generates per turn)."""
     latest: Dict[int, Tuple[int, Any]] = {}
     side: _SideCalls = {}
+    later: _LaterCalls = {}
     for seq, event in journal.events(run=run, steps=steps, types=CALL_EVENT_TYPES):
-        if (event.mode, event.gen_index) != (mode, gen_index):
+        if event.mode != mode or event.gen_index < gen_index:
             continue
-        if event.stage in side_stages:
+        if event.stage in side_stages and event.gen_index == gen_index:
             side[(event.step, event.session, event.stage)] = (seq, event)
         elif (event.stage == "generate" and isinstance(event, (GenerationRecorded, ReplayServed))
               and event.output is not None and session in (None, event.session)):
-            latest[event.step] = (seq, event)
-    return latest, side
+            if event.gen_index == gen_index:
+                latest[event.step] = (seq, event)
+            else:
+                later.setdefault((event.step, event.session), []).append((seq, event))
+    return latest, side, later
 
 
 def _source(journal: Any, seq: int, event: Any) -> Tuple[Any, Optional[Any]]:
@@ -370,11 +385,11 @@ def samples(journal: Any, step: int, *, run: Optional[str] = None, mode: str = "
     """
     run = run or _the_run(journal)
     stages = _side_stages(journal, run)
-    served, side = _served(journal, run, mode, {step}, gen_index, stages, session)
+    served, side, later = _served(journal, run, mode, {step}, gen_index, stages, session)
     if step not in served:
         of = "" if session is None else f" of session {session}"
         raise JournalError(f"run {run!r} has no {mode} generate call #{gen_index} with an output at step {step}{of}")
-    return _read(journal, step, *served[step], stages, side, tokenizer, decoded, load or journal.load)
+    return _read(journal, step, *served[step], stages, side, later, tokenizer, decoded, load or journal.load)
 
 
 def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = None, mode: str = "train",
@@ -385,9 +400,13 @@ def samples_of_steps(journal: Any, steps: Any = None, *, run: Optional[str] = No
     given), in step order: as `samples` for each, the log read once. One step's samples are in memory at a time."""
     run = run or _the_run(journal)
     stages = _side_stages(journal, run)
-    served, side = _served(journal, run, mode, steps, gen_index, stages, session)
+    served, side, later = _served(journal, run, mode, steps, gen_index, stages, session)
     for step in sorted(served):
-        yield step, _read(journal, step, *served[step], stages, side, tokenizer, decoded, journal.load)
+        yield step, _read(journal, step, *served[step], stages, side, later, tokenizer, decoded, journal.load)
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _side_stages(journal: Any, run: str) -> List[str]:
@@ -403,9 +422,10 @@ def _side_output(load: Load, side: _SideCalls, step: int, session: str, stage: s
     return load(event.output, step=step)
 
 
-def _read(journal: Any, step: int, seq: int, event: Any,
-          side_stages: Sequence[str], side: _SideCalls, tokenizer: Any, decoded: Optional[int], load: Load) -> List[Sample]:
+def _read(journal: Any, step: int, seq: int, event: Any, side_stages: Sequence[str], side: _SideCalls,
+          later: _LaterCalls, tokenizer: Any, decoded: Optional[int], load: Load) -> List[Sample]:
     session = event.session
+    first_seq = seq
     event, source = _source(journal, seq, event)
     output = load(event.output, step=step)
     responses = _field(output, _RESPONSE_KEYS)
@@ -423,6 +443,12 @@ def _read(journal: Any, step: int, seq: int, event: Any,
     prompt_rows = _rows(prompts, prompt_mask, pad) if prompts is not None else [()] * len(response_rows)
     lengths = [len(r) for r in response_rows]
     turn_rows = _turn_rows(output, prompts, responses)
+    turn_seqs: Optional[List[Tuple[int, ...]]] = None
+    if turn_rows is None and prompts is not None and isinstance(responses, (list, tuple)):
+        calls = [(s, e) for s, e in later.get((step, session), []) if s > first_seq]
+        chained = _chained_turns(journal, load, step, first_seq, prompt_rows, response_rows, calls)
+        if chained is not None:
+            turn_rows, turn_seqs = chained
     rewards: Dict[str, List[float]] = {}
     logprobs: Optional[List[Optional[float]]] = None
     for stage in side_stages:
@@ -447,7 +473,7 @@ def _read(journal: Any, step: int, seq: int, event: Any,
             response=_decode(tokenizer, response_ids, step, i) if text else None,
             truncated=None if eos is None else eos not in response_ids,
             rewards={stage: values[i] for stage, values in rewards.items()},
-            logprob_mean=None if logprobs is None or logprobs[i] is None or not math.isfinite(logprobs[i]) else logprobs[i],
+            logprob_mean=_finite(None if logprobs is None else logprobs[i]),
             action="replayed" if replayed else "generated",
             source_run=event.source_run if replayed else None,
             source_step=event.source_step if replayed else None,
@@ -456,5 +482,47 @@ def _read(journal: Any, step: int, seq: int, event: Any,
             turns=turn_rows[i] if turn_rows is not None else (),
             turn_texts=tuple(_decode(tokenizer, t, step, i) for t in turn_rows[i])
             if text and turn_rows is not None else (),
+            turn_events=turn_seqs[i] if turn_seqs is not None else (),
         ))
     return out
+
+
+def _chained_turns(journal: Any, load: Load, step: int, first_seq: int, prompt_rows: Sequence[Tuple[int, ...]],
+                   response_rows: Sequence[Tuple[int, ...]], calls: Sequence[Tuple[int, Any]],
+                   ) -> Optional[Tuple[List[Tuple[Tuple[int, ...], ...]], List[Tuple[int, ...]]]]:
+    """Each sample's turns where each turn is a generate call of its own (TRL's tool loop): the first call's
+    response, then the response of each later call (in log order, one per index) whose prompt ids begin with the
+    sample's conversation so far (its prompt, its responses and the tool text between them). A later call's rows
+    are the samples that go on, in the batch's order: each row is the earliest sample after the previous row's
+    that it continues. Returns (turns, each turn's call event seq) per sample; None when no later call continues
+    any sample (a single-turn step, or calls of another form)."""
+    history = [list(p) + list(r) for p, r in zip(prompt_rows, response_rows)]
+    turns: List[List[Tuple[int, ...]]] = [[r] for r in response_rows]
+    seqs: List[List[int]] = [[first_seq] for _ in response_rows]
+    seen = set()
+    for seq, event in calls:
+        if event.gen_index in seen:  # a call made again by the same session: the first one goes on from here
+            continue
+        seen.add(event.gen_index)
+        event, source = _source(journal, seq, event)
+        recorded = source if source is not None else event
+        output = load(event.output, step=step)
+        responses = _field(output, _RESPONSE_KEYS)
+        prompts = _field(output, _PROMPT_KEYS)
+        if prompts is None and recorded.input is not None:
+            prompts = _field(load(recorded.input, step=recorded.step), _PROMPT_KEYS)
+        if not isinstance(responses, (list, tuple)) or not isinstance(prompts, (list, tuple)):
+            break
+        start = 0
+        for prompt, response in zip(_rows(prompts), _rows(responses)):
+            sample = next((i for i in range(start, len(history))
+                           if len(prompt) >= len(history[i]) and list(prompt[:len(history[i])]) == history[i]), None)
+            if sample is None:
+                continue
+            history[sample] = list(prompt) + list(response)
+            turns[sample].append(response)
+            seqs[sample].append(seq)
+            start = sample + 1
+    if all(len(t) == 1 for t in turns):
+        return None
+    return [tuple(t) for t in turns], [tuple(s) for s in seqs]

@@ -50,7 +50,9 @@ def _render_path(path: _Path) -> str:
     return out
 
 
-def _unsupported(path: _Path, value: object, why: str = "", base: tuple[type, Any] | None = None) -> UnsupportedValueError:
+def _unsupported(
+    path: _Path, value: object, why: str = "", base: tuple[type, Any] | None = None
+) -> UnsupportedValueError:
     type_ = type(value)
     hint = storing_hint(value)
     if not why:
@@ -175,8 +177,9 @@ class _Encoder:
         return out
 
 
-def _write_tensor(out: bytearray, offset: int, nbytes: int, value: torch.Tensor) -> None:
-    """Copy a tensor's bytes into `out` once, straight from its device, as C-contiguous bytes."""
+def _write_tensor(out: bytearray | np.ndarray, offset: int, nbytes: int, value: torch.Tensor) -> None:
+    """Copy a tensor's bytes into `out` (a payload buffer: a bytearray or a uint8 array) once, straight from its
+    device, as C-contiguous bytes."""
     src = value.detach().resolve_conj().resolve_neg()
     width = SAME_WIDTH_INT.get(src.element_size())
     if width is not None and src.device.type == "cpu" and src.is_contiguous():
@@ -234,7 +237,7 @@ def encode_payload_parts(value: Any, *, registry: CodecRegistry | None = None) -
     """
     encoder, header, data_start, total = _lay_out(value, registry)
     head = np.zeros(data_start, dtype=np.uint8)
-    PREFIX.pack_into(memoryview(head), 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
+    PREFIX.pack_into(head.data, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
     head[PREFIX.size : PREFIX.size + len(header)] = np.frombuffer(header, dtype=np.uint8)
     parts: List[Any] = [head]
     written = data_start

@@ -41,8 +41,8 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
 from ..base._errors import IntegrityError, JournalError, JournalFullError, PayloadMissingError, UnsafePathError
-from ..base._owned import (entries, kind_at, make_folder, make_temp, names_in, open_file, owned_folder, remove, replace,
-                           sync)
+from ..base._owned import (closing, entries, kind_at, make_folder, make_temp, names_in, open_file, open_folder,
+                           owned_folder, remove, replace, sync)
 from ..base._pages import HANDED_OVER
 from ._payload_store import LmdbPayloadStore, Release, WriteEvents, check_digest
 from ._store_protocol import PayloadStoreBase
@@ -114,7 +114,7 @@ class FilePayloadStore(PayloadStoreBase):
             return
         self._write(path, buffers)
 
-    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents[T]) -> T:
         for digest, blob in items:
             self.put(digest, blob)
         return write_events(None)
@@ -191,26 +191,35 @@ class FilePayloadStore(PayloadStoreBase):
             return False
 
     def _make_folders(self) -> None:
-        """Make ``tmp/`` and the 256 two-digit folders that are missing, then fsync the payload folder once.
+        """Make the payload folder, ``tmp/`` and the 256 two-digit folders that are missing, then fsync the
+        journal folder and the payload folder, once a store.
 
-        Why: a new directory entry is durable only once its directory is synced. A two-digit folder made
-        by the first payload of its digest cost a flush of ``payloads/`` on most records of a young journal;
-        made together they cost one, before any file is renamed into them. A folder removed by hand later
+        Why both, whoever made the folders: a new directory entry is durable only once its directory is synced,
+        and an entry another process made is in the page cache, not yet durable, if that process was killed
+        (or is still running) before its fsync; a file renamed into it, and the event naming that file, would
+        be lost by a power cut after the acknowledgement. Made together, the folders cost these two flushes a
+        store, not a flush of ``payloads/`` on most records of a young journal. A folder removed by hand later
         is made again, durably, by the rename's `owned_folder(create=True)`.
         """
         if self._folders_made:
             return
-        with _folder(self.folder, create=True) as top:
-            # Whatever is at a present name is opened later through `owned_folder`, which refuses a link.
-            present = set(names_in(top, where=self.folder))
-            missing = [name for name in [TMP_FOLDER, *_FAN_NAMES] if name not in present]
-            for name in missing:
-                try:
-                    make_folder(top, name, where=os.path.join(self.folder, name))
-                except FileExistsError:
-                    pass  # made meanwhile by another process, which may not have synced it yet: synced here
-            if missing:
+        parent, top_name = os.path.split(self.folder)
+        with owned_folder(parent or os.curdir) as journal:
+            try:
+                make_folder(journal, top_name, where=self.folder)
+            except FileExistsError:
+                pass  # there already, made by this journal or another process: opened as a folder next
+            with closing(open_folder(journal, top_name, where=self.folder)) as top:
+                # Whatever is at a present name is opened later through `owned_folder`, which refuses a link.
+                present = set(names_in(top, where=self.folder))
+                for name in [TMP_FOLDER, *_FAN_NAMES]:
+                    if name not in present:
+                        try:
+                            make_folder(top, name, where=os.path.join(self.folder, name))
+                        except FileExistsError:
+                            pass  # made meanwhile by another process, which may not have synced it yet
                 sync(top, where=self.folder)
+            sync(journal, where=parent or os.curdir)
         self._folders_made = True
 
     def _new_tmp(self) -> Tuple[int, str]:
@@ -247,11 +256,14 @@ class FilePayloadStore(PayloadStoreBase):
             with _folder(self.folder, TMP_FOLDER) as folder, _folder(self.folder, fan, create=True) as into:
                 replace(folder, os.path.basename(tmp), into, os.path.basename(path), source=tmp, where=path)
                 sync(into, where=os.path.dirname(path))
+        except UnsafePathError:  # a link, a FIFO or a file at the two-digit folder's name: the record is refused
+            _remove_quietly(tmp)
+            raise
         except OSError as exc:
             _remove_quietly(tmp)
             raise self._full(exc, nbytes) from None
 
-    def _full(self, exc: OSError, nbytes: int) -> OSError:
+    def _full(self, exc: OSError, nbytes: int) -> Exception:
         """`JournalFullError` for a full disk, else `exc` itself."""
         if exc.errno in _FULL:
             return JournalFullError(

@@ -25,8 +25,8 @@ import urllib.parse
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Literal, Mapping, Optional, Set, Tuple
 
-from ..base._errors import (IntegrityError, RemoteConflictError, RemoteCredentialsError, RemoteError, RemoteMissingError,
-                      RemotePlainHttpError, RemoteRegionError, RemoteUnreachableError)
+from ..base._errors import (IntegrityError, RemoteConflictError, RemoteCredentialsError, RemoteError,
+                            RemoteMissingError, RemotePlainHttpError, RemoteRegionError, RemoteUnreachableError)
 from ..base._pages import owned_buffer
 from ..base._secrets import public_url, redact
 
@@ -162,7 +162,8 @@ def _classified(message: str, exc: BaseException) -> RemoteError:
         signed = re.search(r"the region '([^'<>\s]{1,64})' is wrong", text)
         asked = f", not {signed.group(1)}, which the request was signed for" if signed else ""
         return RemoteRegionError(f"{message}: the bucket is in region {region.group(1)}{asked}; set "
-                                 f"AWS_REGION={region.group(1)} in the environment of the commands that use this remote")
+                                 f"AWS_REGION={region.group(1)} in the environment of the commands that use "
+                                 "this remote")
     refused = _REFUSED.search(text)
     if refused or type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
         why = refused.group(1) if refused else type(exc).__name__
@@ -258,7 +259,8 @@ class Remote:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RemoteConflictError(f"another push holds {self.url}/{name}; run this push again when it ends") from None
+                raise RemoteConflictError(
+                    f"another push holds {self.url}/{name}; run this push again when it ends") from None
             yield
         finally:
             os.close(fd)

@@ -82,8 +82,9 @@ class ObjectPayloadStore(PayloadStoreBase):
     def __repr__(self) -> str:
         return f"ObjectPayloadStore({self.url!r}, cached={self.cache is not None})"
 
-    def _cache_writable(self) -> bool:
-        return self.cache is not None and not self.cache.readonly
+    def _writable_cache(self) -> Optional[LmdbPayloadStore]:
+        """The local cache when it takes writes; None when there is none or it is read-only."""
+        return self.cache if self.cache is not None and not self.cache.readonly else None
 
     # -- writing ---------------------------------------------------------------------------------
     takes_pieces = True  # a payload's pieces (a list) are joined once here, for the remote
@@ -92,10 +93,11 @@ class ObjectPayloadStore(PayloadStoreBase):
         check_digest(digest)
         blob = joined(blob)
         self.remote.put(_payload_key(digest), blob)  # overwrite: a damaged remote copy is replaced
-        if self._cache_writable():
-            self.cache.put(digest, blob)
+        cache = self._writable_cache()
+        if cache is not None:
+            cache.put(digest, blob)
 
-    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents[T]) -> T:
         items = [(digest, joined(blob)) for digest, blob in items]
         for digest, blob in items:
             check_digest(digest)
@@ -112,14 +114,16 @@ class ObjectPayloadStore(PayloadStoreBase):
             for digest, blob in items:
                 if not self.remote.exists(_payload_key(digest)):
                     self.remote.put(_payload_key(digest), blob)
-            if self._cache_writable():
-                self.cache.put_in(txn, items)
+            cache = self._writable_cache()
+            if cache is not None:
+                cache.put_in(txn, items)
 
         return write_events(in_txn)
 
     def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
         """The bytes of `items` that `commit` puts in the local cache's LMDB pages."""
-        return self.cache.lmdb_bytes(items) if self._cache_writable() else 0
+        cache = self._writable_cache()
+        return cache.lmdb_bytes(items) if cache is not None else 0
 
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)
@@ -127,8 +131,9 @@ class ObjectPayloadStore(PayloadStoreBase):
         found = self.remote.exists(key)
         if found:
             self.remote.delete(key)
-        if self._cache_writable():
-            found = self.cache.delete(digest) or found
+        cache = self._writable_cache()
+        if cache is not None:
+            found = cache.delete(digest) or found
         return found
 
     def delete_in(self, txn: Any, digests: Sequence[bytes]) -> None:
@@ -140,9 +145,12 @@ class ObjectPayloadStore(PayloadStoreBase):
             key = _payload_key(digest)
             if self.remote.exists(key):
                 self.remote.delete(key)
-        if self._cache_writable():
-            for digest in self.cache.delete_in(txn, digests):
-                self.cache.files.delete(digest)
+        cache = self._writable_cache()
+        if cache is not None:
+            in_files = cache.delete_in(txn, digests)  # never any when the cache keeps no payload files
+            if in_files and cache.files is not None:
+                for digest in in_files:
+                    cache.files.delete(digest)
 
     # -- reading ---------------------------------------------------------------------------------
     def _blob(self, digest: bytes, nbytes: Optional[int]) -> Any:
@@ -182,9 +190,10 @@ class ObjectPayloadStore(PayloadStoreBase):
             with self.cache.view(digest, nbytes=nbytes) as found:
                 yield found
             return
-        if self._cache_writable():  # what is cached is checked first
+        cache = self._writable_cache()
+        if cache is not None:  # what is cached is checked first
             blob, raw = self.fetch(digest, nbytes=nbytes)
-            self.cache.put(digest, blob)
+            cache.put(digest, blob)
             yield raw, _handed_over(blob, raw)
             return
         # Unchecked, as a view is: the journal's load checks the digest while it decodes (one pass
@@ -202,8 +211,9 @@ class ObjectPayloadStore(PayloadStoreBase):
         if self.cache is not None and self.cache.has(digest):
             return self.cache.get(digest, nbytes=nbytes)
         blob, raw = self.fetch(digest, nbytes=nbytes)
-        if self._cache_writable():
-            self.cache.put(digest, blob)
+        cache = self._writable_cache()
+        if cache is not None:
+            cache.put(digest, blob)
         return bytes(raw)
 
     def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:

@@ -24,7 +24,7 @@ import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from ..base._digest import DIGEST_SIZE, digest_bytes
 from ..base._errors import IntegrityError, JournalFullError, PayloadMissingError
@@ -46,6 +46,25 @@ FILE_FROM = 8 << 20
 # `check_many` checks values of this size on average, or more, on up to `_CHECKERS` threads.
 _PARALLEL_FROM = 1 << 20
 _CHECKERS = 4
+
+
+class _PayloadFiles(PayloadStore, Protocol):
+    """What `LmdbPayloadStore` asks of the store of its large payloads beyond a `PayloadStore`'s members:
+    `_file_store.FilePayloadStore`'s (which imports this module, so it is named here by its shape)."""
+
+    readonly: bool
+
+    def total_bytes(self, *, besides: Optional[bytes] = None) -> int:
+        """The bytes of every payload file, but the one of `besides`."""
+
+    def discard_staged(self, digest: bytes) -> None:
+        """Remove what a `stage` of `digest` wrote (it will not be recorded)."""
+
+    def stored(self, digest: bytes) -> Optional[Any]:
+        """The stored bytes of `digest`, unchecked; None when there is no such file."""
+
+    def check(self, digest: bytes, *, nbytes: Optional[int] = None, one_thread: bool = False) -> None:
+        """`PayloadStore.check`; `one_thread`: hashed on this thread only."""
 
 
 class LmdbPayloadStore(PayloadStoreBase):
@@ -72,11 +91,14 @@ class LmdbPayloadStore(PayloadStoreBase):
         """Whether the environment was opened read-only (a reader's cache is never written)."""
         return self._store.readonly
 
-    def __init__(self, store: Store, *, files: Optional[Any] = None, file_from: Optional[int] = None) -> None:
+    def __init__(
+        self, store: Store, *, files: Optional[_PayloadFiles] = None, file_from: Optional[int] = None
+    ) -> None:
         self._store = store
         self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))
         self._mapped = MappedFile(self._data_file)
-        self.files: Optional[Any] = files  # a `FilePayloadStore`
+        self.files = files  # the capability `PayloadStore.files`, as the journal and `verify` see it
+        self._files = files  # the same store, as this one writes to it
         self._file_from = FILE_FROM if file_from is None else file_from
 
     # `commit`, `put` and `put_in` take a payload's pieces too (a list, `_payloads.prepare_payload`'s
@@ -85,37 +107,39 @@ class LmdbPayloadStore(PayloadStoreBase):
     # `stage` writes a large payload's file while the journal hashes it.
     stages_writes = True
 
-    def _to_files(self, blob: Any) -> bool:
-        return self.files is not None and stored_size(blob) >= self._file_from
+    def _files_for(self, blob: Any) -> Optional[_PayloadFiles]:
+        """The payload files that take `blob`, or None when it goes to LMDB."""
+        return self._files if self._files is not None and stored_size(blob) >= self._file_from else None
 
     def stage(self, blob: Any) -> Optional[Any]:
         """Start writing a payload that `commit` will put in a file (`FilePayloadStore.stage`), so its
         bytes are written while the caller hashes them; None for one that goes to LMDB."""
-        if not self._to_files(blob) or self.files.readonly:
+        files = self._files_for(blob)
+        if files is None or files.readonly:
             return None
-        return self.files.stage(blob)
+        return files.stage(blob)
 
     def lmdb_bytes(self, items: Sequence[Tuple[bytes, Any]]) -> int:
         """The bytes of `items` that `commit` puts in LMDB's pages (a payload file takes none)."""
-        return sum(stored_size(blob) for _, blob in items if not self._to_files(blob))
+        return sum(stored_size(blob) for _, blob in items if self._files_for(blob) is None)
 
     def _db(self):
         return self._store.db("payloads")
 
     # -- writing ---------------------------------------------------------------------------------
-    def _to_file(self, digest: bytes, blob: Any) -> None:
-        """Write one large payload as a file, within the journal's size cap (`Journal(max_size=...)`):
+    def _to_file(self, files: _PayloadFiles, digest: bytes, blob: Any) -> None:
+        """Write one large payload as a file of `files`, within the journal's size cap (`Journal(max_size=...)`):
         the cap counts LMDB's pages in use and every payload file."""
         cap = self._store.max_size
-        if cap is not None and not self.files.has(digest):
-            used = self._store.used_bytes() + self.files.total_bytes(besides=digest)
+        if cap is not None and not files.has(digest):
+            used = self._store.used_bytes() + files.total_bytes(besides=digest)
             if used + stored_size(blob) > cap:
-                self.files.discard_staged(digest)
+                files.discard_staged(digest)
                 raise JournalFullError(
                     f"journal {self._store.path!r} reached its size cap of {cap} bytes ({used} used, a payload of "
-                    f"{stored_size(blob)} bytes to write); nothing already recorded was harmed. Raise max_size, or continue "
-                    "without recording (see docs/reliability.md)")
-        self.files.put(digest, blob)
+                    f"{stored_size(blob)} bytes to write); nothing already recorded was harmed. Raise max_size, or "
+                    "continue without recording (see docs/reliability.md)")
+        files.put(digest, blob)
 
     def put_in(self, txn: Any, items: Sequence[Tuple[bytes, Any]]) -> None:
         """Write `items` inside an open write transaction `txn` (opened with ``buffers=True``); a large
@@ -123,8 +147,9 @@ class LmdbPayloadStore(PayloadStoreBase):
         db = self._db()
         for key, blob in items:
             check_digest(key)
-            if self._to_files(blob):
-                self._to_file(key, blob)
+            files = self._files_for(blob)
+            if files is not None:
+                self._to_file(files, key, blob)
                 continue
             blob = joined(blob)
             # Content-addressed: identical payloads are stored once. A stored copy that no longer
@@ -136,34 +161,37 @@ class LmdbPayloadStore(PayloadStoreBase):
                 txn.put(key, blob, db=db)
 
     def put(self, digest: bytes, blob: Any) -> None:
-        if self._to_files(blob):
+        files = self._files_for(blob)
+        if files is not None:
             check_digest(digest)
-            self._to_file(digest, blob)
+            self._to_file(files, digest, blob)
             return
         # buffers: checking a stored duplicate hashes it in place instead of copying it out first.
         self._store.write(lambda txn: self.put_in(txn, [(digest, blob)]), needed=stored_size(blob), buffers=True)
 
-    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents) -> T:
+    def commit(self, items: Sequence[Tuple[bytes, Any]], write_events: WriteEvents[T]) -> T:
         # Files first, outside the transaction (which may run again when the map grows): each is durable
         # before the events that name it commit.
-        small, files = [], []
+        small: List[Tuple[bytes, Any]] = []
+        placed: List[Tuple[_PayloadFiles, bytes, Any]] = []
         for key, blob in items:
             check_digest(key)
-            if self._to_files(blob):
-                self._to_file(key, blob)
-                files.append((key, blob))
+            files = self._files_for(blob)
+            if files is not None:
+                self._to_file(files, key, blob)
+                placed.append((files, key, blob))
             else:
                 small.append((key, joined(blob)))
-        if not small and not files:
+        if not small and not placed:
             return write_events(None)
 
         def in_txn(txn: Any) -> None:
             # A release in another process may have deleted a file of the same bytes since it was placed
             # (content-addressed); releases delete only inside a write transaction, so one checked here
             # stays until the events naming it commit (`_release.delete_released`).
-            for key, blob in files:
-                if not self.files.has(key):
-                    self.files.put(key, blob)
+            for files, key, blob in placed:
+                if not files.has(key):
+                    files.put(key, blob)
             if small:
                 self.put_in(txn, small)
 
@@ -171,7 +199,7 @@ class LmdbPayloadStore(PayloadStoreBase):
 
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)
-        found = self.files is not None and self.files.delete(digest)
+        found = self._files is not None and self._files.delete(digest)
         if self._lmdb_has(digest):
             found = bool(self._store.write(lambda txn: txn.delete(digest, db=self._db()))) or found
         return found
@@ -183,11 +211,11 @@ class LmdbPayloadStore(PayloadStoreBase):
         for digest in digests:
             check_digest(digest)
             txn.delete(digest, db=self._db())
-        return [d for d in digests if self.files is not None and self.files.has(d)]
+        return [d for d in digests if self._files is not None and self._files.has(d)]
 
     def has_in(self, txn: Any, digest: bytes) -> bool:
         """`has`, seen from inside the open transaction `txn`."""
-        return txn.get(digest, db=self._db()) is not None or (self.files is not None and self.files.has(digest))
+        return txn.get(digest, db=self._db()) is not None or (self._files is not None and self._files.has(digest))
 
     def stored(self, digest: bytes) -> Optional[Any]:
         """The bytes stored under `digest` as they are stored (a zstd frame stays one), unchecked: bytes,
@@ -197,7 +225,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             blob = txn.get(digest, db=self._db())
             if blob is not None:
                 return bytes(blob)
-        return self.files.stored(digest) if self.files is not None else None
+        return self._files.stored(digest) if self._files is not None else None
 
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager
@@ -209,9 +237,9 @@ class LmdbPayloadStore(PayloadStoreBase):
                 raw = unwrap(blob, digest.hex(), None, nbytes)
                 yield raw, (releaser(raw, self._data_file) if raw is blob else None)
                 return
-        if self.files is None or not self.files.has(digest):
+        if self._files is None or not self._files.has(digest):
             raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
-        with self.files.view(digest, nbytes=nbytes) as found:
+        with self._files.view(digest, nbytes=nbytes) as found:
             yield found
 
     def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
@@ -225,12 +253,13 @@ class LmdbPayloadStore(PayloadStoreBase):
 
     def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
         check_digest(digest)
+        files = self._files
         with self._store.read(buffers=True) as txn:
             blob = txn.get(digest, db=self._db())
-            if blob is not None or self.files is None or not self.files.has(digest):
+            if blob is not None or files is None or not files.has(digest):
                 self._check_blob(digest, blob, nbytes)
                 return
-        self.files.check(digest, nbytes=nbytes)
+        files.check(digest, nbytes=nbytes)
 
     def _check_blob(self, digest: bytes, blob: Any, nbytes: Optional[int], one_thread: bool = False) -> None:
         """`check` of a value read in a ``buffers=True`` transaction still open (None: missing);
@@ -268,10 +297,12 @@ class LmdbPayloadStore(PayloadStoreBase):
             sizes = [len(b) if b is not None else (items[at][1] or 0) for at, b in enumerate(blobs)]
             side_by_side = workers > 1 and sum(sizes) >= _PARALLEL_FROM * len(items)
 
+            files = self._files
+
             def check(at: int) -> Optional[Exception]:
                 digest, nbytes = items[at]
-                if blobs[at] is None and self.files is not None and self.files.has(digest):
-                    return problem(lambda: self.files.check(digest, nbytes=nbytes, one_thread=side_by_side))
+                if blobs[at] is None and files is not None and files.has(digest):
+                    return problem(lambda: files.check(digest, nbytes=nbytes, one_thread=side_by_side))
                 return problem(lambda: self._check_blob(digest, blobs[at], nbytes, one_thread=side_by_side))
 
             if side_by_side:
@@ -280,7 +311,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             return [check(at) for at in range(len(items))]
 
     def has(self, digest: bytes) -> bool:
-        return self._lmdb_has(digest) or (self.files is not None and self.files.has(digest))
+        return self._lmdb_has(digest) or (self._files is not None and self._files.has(digest))
 
     def _lmdb_has(self, digest: bytes) -> bool:
         with self._store.read(buffers=True) as txn:
@@ -290,9 +321,9 @@ class LmdbPayloadStore(PayloadStoreBase):
         return isinstance(digest, bytes) and len(digest) == DIGEST_SIZE and self.has(digest)
 
     def digests(self) -> Iterator[bytes]:
-        if self.files is None:
+        if self._files is None:
             return self._lmdb_digests()
-        merged = heapq.merge(self._lmdb_digests(), self.files.digests())
+        merged = heapq.merge(self._lmdb_digests(), self._files.digests())
         return (d for d, _ in itertools.groupby(merged))  # one digest stored in both is listed once
 
     def _lmdb_digests(self) -> Iterator[bytes]:

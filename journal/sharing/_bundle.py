@@ -19,7 +19,7 @@ import re
 import stat
 import struct
 import zipfile
-from typing import Any, Collection, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Container, Dict, Iterator, List, Optional, Tuple
 
 import attrs
 
@@ -137,8 +137,8 @@ class _BundleReader:
         if info is None:
             return None
         if info.file_size > limit:
-            raise IntegrityError(f"object {self.url}/{key} is {info.file_size} bytes, more than the {limit} it may hold; "
-                                 "not read", detail="oversized object")
+            raise IntegrityError(f"object {self.url}/{key} is {info.file_size} bytes, more than the {limit} it may "
+                                 "hold; not read", detail="oversized object")
         try:
             with self._zip.open(info) as entry:
                 data = entry.read(limit + 1)
@@ -162,7 +162,7 @@ class _BundleReader:
 
 
 def _selected(event: Any, runs: Optional[Collection[str]], modes: Optional[Collection[str]],
-              stages: Optional[Collection[str]], steps: Optional[Collection[int]]) -> bool:
+              stages: Optional[Collection[str]], steps: Optional[Container[int]]) -> bool:
     if isinstance(event, EventsImported):
         return False  # provenance is carried by the ids events are bundled under
     if runs is not None and getattr(event, "run", None) not in runs:
@@ -193,7 +193,7 @@ def _origins(journal: Journal) -> Iterator[Tuple[str, int, bytes, Any]]:
 
 def export_bundle(journal: Any, path: Any, *, runs: Optional[Collection[str]] = None,
                   modes: Optional[Collection[str]] = None, stages: Optional[Collection[str]] = None,
-                  steps: Optional[Collection[int]] = None, progress: Progress = None) -> BundleReport:
+                  steps: Optional[Container[int]] = None, progress: Progress = None) -> BundleReport:
     """Write a selection of `journal` (a path or an open `Journal`) to the new bundle file `path`.
 
     Args:
@@ -374,9 +374,10 @@ def verify_bundle(path: Any) -> Tuple[int, List[VerifyProblem]]:
                             continue  # released by retention before the bundle was written
                         if ref.digest not in checked:
                             checked[ref.digest] = _payload_problem(objects, ref)
-                        if checked[ref.digest] is not None:
-                            kind = "missing_payload" if checked[ref.digest] == "missing" else "payload"
-                            problems.append(VerifyProblem(kind, ref.digest, (event.step,), checked[ref.digest]))
+                        wrong = checked[ref.digest]
+                        if wrong is not None:
+                            kind = "missing_payload" if wrong == "missing" else "payload"
+                            problems.append(VerifyProblem(kind, ref.digest, (event.step,), wrong))
         try:
             claims.finish(lambda source, seq: _bundled_record(reader, source, seq))
         except ImportClaimError as exc:
@@ -410,7 +411,8 @@ def _merged(problems: List[VerifyProblem]) -> List[VerifyProblem]:
     """One problem per payload, with every step that names it."""
     out: Dict[Tuple[str, str], VerifyProblem] = {}
     for p in problems:
-        seen = out.get((p.kind, p.where))
-        out[(p.kind, p.where)] = p if seen is None else attrs.evolve(seen, steps=tuple(sorted(set(seen.steps + p.steps))))
+        key = (p.kind, p.where)
+        seen = out.get(key)
+        out[key] = p if seen is None else attrs.evolve(seen, steps=tuple(sorted(set(seen.steps + p.steps))))
     return list(out.values())
 

@@ -150,7 +150,7 @@ class _PulledReleases:
     def committed(self) -> None:
         self._dirty = False
         files, self._files = self._files, []
-        if files:
+        if files and self._local is not None:  # `delete_in` sets both
             delete_released(self._store, self._local, files, self._after)
 
 

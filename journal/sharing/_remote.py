@@ -21,15 +21,16 @@ one item ahead on a worker thread.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar
+import mmap
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union
 
 import attrs
 
 from ..events._convert import decode_event
 from ..base._digest import digest_bytes
 from ..base._errors import IntegrityError, JournalError, RemoteError
-from ..events._events import EventsImported, PayloadsReleased, call_refs
+from ..events._events import Event, EventsImported, PayloadsReleased, call_refs
 from .._journal import Journal
 from ..events._keys import META_CREATED
 from ..base._log import get_logger
@@ -82,7 +83,8 @@ def journal_id(journal: Journal) -> str:
 
 def released_digests(journal: Journal) -> Set[str]:
     """The digests whose payloads retention released from `journal` (its `PayloadsReleased` events)."""
-    return {d for _seq, event in journal.events(types=[PayloadsReleased]) for d in event.released}
+    return {d for _seq, event in journal.events(types=[PayloadsReleased]) if isinstance(event, PayloadsReleased)
+            for d in event.released}  # each event is one: the narrowing is for the type
 
 
 class Released:
@@ -102,25 +104,23 @@ class Released:
         return digest in self._found
 
 
-_END = object()
-
-
 def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Iterator[Tuple[T, R]]:
     """(item, work(item)) in order, `work` of the next item running on a worker thread while the
     caller handles this one: at most two results are held at once. What `work` raises is raised
     here, when its item comes up. `work` shares nothing with the caller, and in a pull it reads no
     LMDB (the commit it overlaps holds the environment's lock)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepjournal-remote") as pool:
-        it = iter(items)
-        current = next(it, _END)
-        future = pool.submit(work, current) if current is not _END else None
-        while current is not _END:
-            following = next(it, _END)
+        ahead: Optional[Tuple[T, Future[R]]] = None  # the item worked on, and its work
+        for following in items:
+            if ahead is None:
+                ahead = (following, pool.submit(work, following))
+                continue
+            current, future = ahead
             result = future.result()
-            if following is not _END:
-                future = pool.submit(work, following)
+            ahead = (following, pool.submit(work, following))
             yield current, result
-            current = following
+        if ahead is not None:
+            yield ahead[0], ahead[1].result()
 
 
 def in_parallel(items: List[T], work: Callable[[T], R], workers: int) -> Iterator[Tuple[T, R]]:
@@ -137,11 +137,12 @@ def in_parallel(items: List[T], work: Callable[[T], R], workers: int) -> Iterato
 
 
 class RemotePayloads:
-    """Which payloads a remote already holds, as one push (or `remote_status`, for it) asks: found by a HEAD of each, or, once the push
-    looks up `_LIST_FROM` or more at once (`prepare`), by one listing of ``payloads/`` when the remote holds at
-    most `_LISTED_AT_MOST`: a push costs what it sends (one or two listing pages more on a larger remote),
-    however many payloads the remote holds. A payload another push writes after the listing is sent again,
-    which is harmless: content-addressed, the same bytes."""
+    """Which payloads a remote already holds, as one push (or `remote_status`, for it) asks.
+
+    Found by a HEAD of each, or, once the push looks up `_LIST_FROM` or more at once (`prepare`), by one
+    listing of ``payloads/`` when the remote holds at most `_LISTED_AT_MOST`: a push costs what it sends (one
+    or two listing pages more on a larger remote), however many payloads the remote holds. A payload another
+    push writes after the listing is sent again, which is harmless: content-addressed, the same bytes."""
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote
@@ -163,9 +164,10 @@ class RemotePayloads:
         return key in self._listed if self._listed is not None else self._remote.exists(key)
 
 
-def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[bytes], Optional[str]]:
+def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[Union[bytes, mmap.mmap]], Optional[str]]:
     """(stored bytes, None) of the payload `ref` names in a journal's own store (`Appender.local`),
-    checked against its digest; (None, ``"missing"`` or ``"damaged"``) when it cannot be sent."""
+    checked against its digest (bytes, or a payload file's read-only mapping); (None, ``"missing"`` or
+    ``"damaged"``) when it cannot be sent."""
     key = bytes.fromhex(ref.digest)
     blob = payloads.stored(key)
     if blob is None:
@@ -254,7 +256,7 @@ def _events_after(journal: Journal, since: int) -> Iterator[Tuple[int, bytes, An
     skip = 0
     for seq, raw in journal.raw_events(since=since):
         raw = bytes(raw)
-        event = decode_event(raw, seq=seq)
+        event: Optional[Event] = decode_event(raw, seq=seq)
         if isinstance(event, EventsImported):
             skip = event.source_last - event.source_first + 1
             event = None
@@ -312,7 +314,7 @@ def _push(journal: Journal, remote: Remote, source: str, progress: Progress, seg
             if on_remote.holds(ref.digest):
                 return None
             blob, problem = local_payload(own_payloads, ref)
-            if problem:
+            if blob is None:  # missing or damaged: `problem` says which
                 return 0, problem
             remote.put(f"payloads/{ref.digest}", blob)
             return len(blob), None

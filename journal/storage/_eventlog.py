@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 
 from ..events._convert import decode_event
 from ..base._errors import JournalError
-from ..events._events import Event, SessionOpened
+from ..events._events import Event, EventsImported, SessionOpened
 from ..events._keys import seq_key, seq_of
 from ._lmdb_check import KEY_ABOVE_ALL
 from ._store import Store
@@ -114,7 +114,8 @@ class EventLog:
                 continue
             if steps is not None and (not hasattr(event, "step") or event.step not in steps):
                 continue
-            if stage is not None and (isinstance(event, SessionOpened) or event.stage != stage):
+            # A session's opening and an import's marker belong to no stage.
+            if stage is not None and (isinstance(event, (SessionOpened, EventsImported)) or event.stage != stage):
                 continue
             yield seq, event
 

@@ -222,7 +222,7 @@ class _PageWalk:
                     self._free_list(pgno, value)
         return named
 
-    def _children_for(self, name: str, pgno: int, page: Tuple[bytes, int, tuple], level: int,
+    def _children_for(self, name: str, pgno: int, page: Tuple[bytes, int, Tuple[int, ...]], level: int,
                       wanted: Tuple[bytes, Optional[bytes]]) -> List[tuple]:
         """The children of a branch page a read of `wanted` (lo, hi) can reach, as stack entries.
 
@@ -252,7 +252,7 @@ class _PageWalk:
             entries.append((children[after], level + 1, parent, _LEFTMOST))
         return entries[::-1]  # popped in key order
 
-    def _page(self, name: str, pgno: int, parent: str) -> Tuple[bytes, int, range]:
+    def _page(self, name: str, pgno: int, parent: str) -> Tuple[bytes, int, Tuple[int, ...]]:
         if pgno >= self.pages:
             raise _Damaged(f"{parent} of database {name} points at page {pgno}, beyond the {self.pages} pages "
                            "committed in the file")

@@ -40,7 +40,7 @@ def _read_pages(fd: int, pgnos: np.ndarray, psize: int) -> Optional[np.ndarray]:
         for at in range(begin, end, _RUN_PAGES):
             upto = min(end, at + _RUN_PAGES)
             length = (upto - at) * psize
-            got = os.preadv(fd, [memoryview(flat[at * psize:upto * psize])], int(pgnos[at]) * psize)
+            got = os.preadv(fd, [flat[at * psize:upto * psize].data], int(pgnos[at]) * psize)
             if got != length:
                 return None
     return out

@@ -10,7 +10,7 @@ import os
 import stat
 import threading
 from contextlib import contextmanager, nullcontext
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Any, ContextManager, Dict, Iterator, List, Literal, Optional, Set, Tuple, Union, overload
 
 import lmdb
 
@@ -54,11 +54,11 @@ def open_in_this_process(folder: str) -> bool:
 # the parent's snapshot would stop being protected; a write transaction of another thread would make
 # the close wait forever. So fork() first waits, bounded, for the transactions of other threads to end.
 _FORK_WAIT_S = 10.0
-_FORK_HELD: list = []
+_FORK_HELD: List[Union[threading.Lock, threading.RLock]] = []
 
 
 def _before_fork() -> None:
-    held = []
+    held: List[Union[threading.Lock, threading.RLock]] = []
     if _ENVS_LOCK.acquire(timeout=_FORK_WAIT_S):
         held.append(_ENVS_LOCK)
     pid = os.getpid()
@@ -124,10 +124,8 @@ def _acquire(path: str, *, readonly: bool, map_size: int, sync: bool, check: str
         if entry is not None:
             shared = entry[1]
             if shared.readonly and not readonly:
-                raise JournalLockedError(
-                    f"journal {path!r} is already open read-only in this process; close that Journal "
-                    "before opening it for writing"
-                )
+                raise JournalLockedError(f"journal {path!r} is already open read-only in this process; close that "
+                                         "Journal before opening it for writing")
             if check == "open" and shared.checked is not None:  # opened checked as read: check the rest now
                 check_env_structure(shared.env, shared.data_file, path)
                 shared.checked = None
@@ -156,8 +154,8 @@ def _open_env(path: str, key: str, *, readonly: bool, map_size: int, sync: bool,
         # Readahead stays on: py-lmdb touches every page of a value as it hands it out, so with it off a
         # payload not in the page cache is read 4 KiB at a time (an 8 MB value 0.24 s against 2 ms; a cold
         # `verify` 2.5x slower: docs/performance.md, "Cold page cache").
-        options = dict(max_dbs=MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync, metasync=sync,
-                       readahead=True, max_readers=256, mode=0o600)
+        options: Dict[str, object] = dict(max_dbs=MAX_DBS, subdir=True, readonly=readonly, lock=lock, sync=sync,
+                                          metasync=sync, readahead=True, max_readers=256, mode=0o600)
         check_room_to_create(path, key, data_file, lock)
         try:
             env = open_env(path, key, map_size, options)
@@ -307,14 +305,18 @@ class Store:
                        last_pgno=shared.env.info()["last_pgno"], journal=self.path, keys=keys)
 
     # -- transactions ----------------------------------------------------------------------------
+    @overload
+    def read(self, *, buffers: Literal[False] = False) -> ContextManager[lmdb.Transaction[bytes]]: ...
+    @overload
+    def read(self, *, buffers: Literal[True]) -> ContextManager[lmdb.Transaction[memoryview]]: ...
     @contextmanager
-    def read(self, *, buffers: bool = False) -> Iterator[lmdb.Transaction]:
+    def read(self, *, buffers: bool = False) -> Iterator[lmdb.Transaction[Any]]:  # its values: as the overloads say
         """A read transaction; with `buffers=True` values are views that die with it."""
         shared = self._env()
         with shared.lock:
             for _attempt in range(3):
                 try:
-                    txn = shared.env.begin(buffers=buffers)
+                    txn = shared.env.begin(buffers=True) if buffers else shared.env.begin()  # literals: lmdb's types
                     break
                 except lmdb.MapResizedError:
                     # Another process grew the map; adopt its size and try again.
@@ -322,9 +324,8 @@ class Store:
                 except lmdb.ReadersFullError:
                     # Slots of processes that died while reading; free them and try again.
                     if not shared.env.reader_check():
-                        raise JournalError(
-                            f"journal {self.path!r} has more than 256 live readers; close some"
-                        ) from None
+                        raise JournalError(f"journal {self.path!r} has more than 256 live readers; "
+                                           "close some") from None
             else:  # pragma: no cover - a map resized three times in a row
                 raise JournalError(f"journal {self.path!r} keeps being resized by another process")
             outer = getattr(shared.txns, "current", None)
@@ -359,7 +360,8 @@ class Store:
                 self._ensure_room(shared, needed)
             while True:
                 try:
-                    with shared.env.begin(write=True, buffers=buffers) as txn:
+                    begun = shared.env.begin(write=True, buffers=True) if buffers else shared.env.begin(write=True)
+                    with begun as txn:
                         return fn(txn)
                 except lmdb.MapFullError:
                     self._grow(shared, max(needed, 1))

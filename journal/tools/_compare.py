@@ -12,7 +12,7 @@ tolerance. Integer, bool and string values are exact unless a per-field toleranc
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 import attrs
 
@@ -101,6 +101,15 @@ class Difference:
         for key in ("max_abs", "max_rel", "atol", "rtol"):
             row[key] = json_float(row[key])
         return row
+
+
+class _Meta(TypedDict):
+    """The shapes and dtypes of two tensors or arrays: the `Difference` fields every finding about them carries."""
+
+    shape_a: Tuple[int, ...]
+    shape_b: Tuple[int, ...]
+    dtype_a: str
+    dtype_b: str
 
 
 def _position_text(position: Tuple[int, ...]) -> str:
@@ -271,7 +280,7 @@ class _ValueWalk:
         ))
 
     def tensor(self, a: torch.Tensor, b: torch.Tensor, path: str, names: Tuple[str, ...]) -> None:
-        meta = dict(shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=str(a.dtype), dtype_b=str(b.dtype))
+        meta = _Meta(shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=str(a.dtype), dtype_b=str(b.dtype))
         if a.shape != b.shape:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
         if a.dtype != b.dtype:
@@ -283,8 +292,8 @@ class _ValueWalk:
             # faster than torch's on CPU here. Dtypes numpy lacks (bfloat16, float8 ...) stay in torch.
             na, nb = a.numpy(), b.numpy()
         except (TypeError, RuntimeError):
-            na = nb = None
-        if na is not None:
+            pass  # a dtype numpy lacks: compared in torch below
+        else:
             if not np.array_equal(na, nb):
                 self.elementwise(na, nb, tol, path, meta, torch_ops=False)
             return
@@ -303,7 +312,7 @@ class _ValueWalk:
             self.elementwise(a.view(width), b.view(width), EXACT, path, meta, torch_ops=True)
 
     def array(self, a: np.ndarray, b: np.ndarray, path: str, names: Tuple[str, ...]) -> None:
-        meta = dict(shape_a=a.shape, shape_b=b.shape, dtype_a=str(a.dtype), dtype_b=str(b.dtype))
+        meta = _Meta(shape_a=a.shape, shape_b=b.shape, dtype_a=str(a.dtype), dtype_b=str(b.dtype))
         if a.shape != b.shape:
             return self.add(Difference(path, DIFFERING, "shape", f"shape {list(a.shape)} vs {list(b.shape)}", **meta))
         if a.dtype != b.dtype:
@@ -316,12 +325,13 @@ class _ValueWalk:
         tol = self.tol.for_value(names, a.dtype, not numeric)
         self.elementwise(a, b, tol, path, meta, torch_ops=False)
 
-    def elementwise(self, a: Any, b: Any, tol: Tolerance, path: str, meta: Dict[str, Any], torch_ops: bool) -> None:
+    def elementwise(self, a: Any, b: Any, tol: Tolerance, path: str, meta: _Meta, torch_ops: bool) -> None:
         """Count, measure and locate the differing elements of two same-shape arrays, vectorised."""
         lib = torch if torch_ops else np
         flat_a, flat_b = a.reshape(-1), b.reshape(-1)
         # One pass finds the differing elements; everything after works on those alone, so a pair
         # that parts in one token of a million costs that pass and a handful of values.
+        idx: Any  # the differing positions: a torch tensor or a numpy array, as `torch_ops` says
         if torch_ops:
             floating = a.dtype.is_floating_point or a.dtype.is_complex
             measurable = a.dtype != torch.bool

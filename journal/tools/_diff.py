@@ -247,9 +247,10 @@ def diff_journals(
         elif dig_a == dig_b:
             state = EQUAL  # the same content: nothing to load
         else:
-            if (dig_a, dig_b) not in cache:
-                cache[(dig_a, dig_b)] = _compare_pair(loader, a, ev_a, b, ev_b, tol, registry, seen)
-            state, comparison, detail = cache[(dig_a, dig_b)]
+            pair = (ev_a.output.digest, ev_b.output.digest)  # both sides hold the call here
+            if pair not in cache:
+                cache[pair] = _compare_pair(loader, a, ev_a, b, ev_b, tol, registry, seen)
+            state, comparison, detail = cache[pair]
         pairs.append(PairDiff(stage_k, mode_k, step_k, index_k, state, seq_a, seq_b, dig_a, dig_b, comparison, detail))
     notes = _notes(scan_a, scan_b)
     if os.path.realpath(a.path) == os.path.realpath(b.path) and (run_a, session_a) == (run_b, session_b):
@@ -266,10 +267,10 @@ def diff_journals(
         else:
             notes.append("per-field tolerances were not checked: no payload needed comparing")
     report = DiffReport(
-        a=DiffSide(a.path, run_a, session_a, len(rec_a), _versions(scan_a), tuple(scan_a.unreadable), tuple(scan_a.damaged),
-                   name_a),
-        b=DiffSide(b.path, run_b, session_b, len(rec_b), _versions(scan_b), tuple(scan_b.unreadable), tuple(scan_b.damaged),
-                   name_b),
+        a=DiffSide(a.path, run_a, session_a, len(rec_a), _versions(scan_a), tuple(scan_a.unreadable),
+                   tuple(scan_a.damaged), name_a),
+        b=DiffSide(b.path, run_b, session_b, len(rec_b), _versions(scan_b), tuple(scan_b.unreadable),
+                   tuple(scan_b.damaged), name_b),
         pairs=tuple(pairs),
         tolerances=tol,
         notes=tuple(notes),

@@ -277,7 +277,8 @@ def choose_run(journal: Journal, run: Optional[str]) -> str:
     if not runs:
         raise ExportError(f"journal {journal.path} holds no generate calls")
     if len(runs) > 1:
-        raise ExportError(f"journal {journal.path} holds several runs ({', '.join(runs)}); choose one with --run (run= in Python)")
+        raise ExportError(
+            f"journal {journal.path} holds several runs ({', '.join(runs)}); choose one with --run (run= in Python)")
     return runs[0]
 
 
@@ -349,11 +350,14 @@ def export_payloads(
         written = 0  # the bytes of the files written so far
         for done, (step, index) in enumerate(wanted, 1):
             recorded = opened.lookup(step, index, mode=mode, run=run)
-            event = recorded.event
+            if recorded is None or recorded.event.output is None:  # listed as recorded just above
+                raise ExportError(f"run {run!r} step {step} call {index} no longer has a recorded output: the "
+                                  "journal changed during the export (a release or prune ran); export again")
+            event, output = recorded.event, recorded.event.output
             name = f"step_{step:06d}_idx_{index}"
             call_folder = os.path.join(target, name)
             os.makedirs(call_folder)
-            files = {"output": _export_one(reader, event.output, step, call_folder, "")}
+            files = {"output": _export_one(reader, output, step, call_folder, "")}
             if inputs and event.input is not None:
                 files["input"] = _export_one(reader, event.input, step, call_folder, "input_")
             entries.append({
@@ -366,7 +370,7 @@ def export_payloads(
                 "reason": event.reason,
                 "ts": event.ts,
                 "time": iso_time(event.ts),
-                "output_digest": event.output.digest,
+                "output_digest": output.digest,
                 "input_digest": event.input_digest,
                 "tensors": files["output"],
                 "input_tensors": files.get("input"),

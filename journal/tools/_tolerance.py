@@ -7,7 +7,7 @@ bool and string values are exact unless a per-field tolerance names them.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import attrs
 
@@ -54,6 +54,11 @@ def _dtype_key(dtype: Union[torch.dtype, np.dtype]) -> str:
     return "float8" if name.startswith("float8") else name
 
 
+def _field_map(fields: Mapping[str, Tolerance]) -> Dict[str, Tolerance]:
+    """The per-field tolerances as a dict of their own, so the caller's mapping can change without changing them."""
+    return dict(fields)
+
+
 @attrs.frozen
 class Tolerances:
     """The tolerances of one diff: overall, per field and per dtype.
@@ -69,7 +74,7 @@ class Tolerances:
 
     atol: Optional[float] = None
     rtol: Optional[float] = None
-    fields: Mapping[str, Tolerance] = attrs.field(factory=dict, converter=dict)
+    fields: Mapping[str, Tolerance] = attrs.field(factory=dict, converter=_field_map)
 
     def __attrs_post_init__(self) -> None:
         for value in (self.atol, self.rtol, *(t for f in self.fields.values() for t in (f.atol, f.rtol))):

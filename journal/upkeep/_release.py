@@ -24,7 +24,7 @@ extra commit.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from ..events._convert import decode_event
 from ..base._errors import StepJournalError
@@ -62,7 +62,7 @@ def release_in(
         a remote store's, or the journal's payload files.
     """
     now = time.time()
-    events = [
+    events: List[Event] = [
         PayloadsReleased(
             run=r.run, step=r.step, gen_index=r.gen_index, mode=r.mode, stage=r.stage, record_seq=r.record_seq,
             released=list(r.released), retained=list(r.retained), rule=plan.rule, reason=r.reason, ts=now,
@@ -87,8 +87,17 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
     """
     if not keys:
         return
+    delete_in: Callable[[Any, Sequence[bytes]], None]
     if isinstance(payloads, LmdbPayloadStore):
-        delete_in = lambda txn, gone: [payloads.files.delete(key) for key in gone]  # noqa: E731
+        files = payloads.files
+        if files is None:  # no payload files: its LMDB table's keys went with the release (`release_in`)
+            return
+
+        def delete_files(txn: Any, gone: Sequence[bytes]) -> None:
+            for key in gone:
+                files.delete(key)
+
+        delete_in = delete_files
     elif isinstance(payloads, ObjectPayloadStore):
         delete_in = payloads.delete_in
     else:
@@ -97,7 +106,7 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
         return
 
     def fn(txn: Any) -> None:  # it holds LMDB's writer lock while it deletes
-        named = set()
+        named: Set[str] = set()
         for seq, body in _bodies_after(txn, store, after):
             try:
                 named.update(ref.digest for ref in call_refs(decode_event(body, seq=seq)))

@@ -72,25 +72,24 @@ def parse_size(text: Union[str, int]) -> int:
         except ValueError:
             number = -1.0
         if unit not in _UNITS or not digits or number != number or number < 0:
-            raise RetentionError(f"max_bytes {text!r} is not a size: use a byte count like 4096, 512M or 10G")
+            raise RetentionError(("max_bytes", text), " is not a size: use a byte count like 4096, 512M or 10G",
+                                 option="max_bytes", value=text)
         scaled = number * _UNITS[unit]  # 1e400 and a 5 000-digit count are infinite as floats
         value = int(scaled) if scaled <= _LARGEST_SIZE else _LARGEST_SIZE + 1
     if value > _LARGEST_SIZE:
-        raise RetentionError(f"max_bytes {_clipped(text)} is past any size (at most 2**63-1 bytes): use a byte "
-                             "count like 4096, 512M or 10G")
+        raise RetentionError(("max_bytes", text), " is past any size (at most 2**63-1 bytes): use "
+                             "a byte count like 4096, 512M or 10G", option="max_bytes", value=text)
     if value < 0:
-        raise RetentionError(f"max_bytes {text!r} is negative: use a byte count like 4096, 512M or 10G")
+        raise RetentionError(("max_bytes", text),
+                             " is negative: use a byte count like 4096, 512M or 10G", option="max_bytes", value=text)
     return value
-
-
-def _clipped(text: Any) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
 
 
 def _check_count(value: Any) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise RetentionError(f"keep_last={value!r} is not valid: use a whole number of steps (0 or more) or None")
+        raise RetentionError(("keep_last", value),
+                             " is not valid: use a whole number of steps (0 or more) or None", option="keep_last",
+                             value=value)
 
 
 def _size_or_none(value: Any) -> Optional[int]:
@@ -136,11 +135,12 @@ class Retention:
 
     def __attrs_post_init__(self) -> None:
         if self.keep_last is None and self.max_bytes is None:
-            raise RetentionError(
-                "retention without keep_last or max_bytes keeps everything: give keep_last=N and/or max_bytes"
-            )
+            raise RetentionError("retention without ", ("keep_last", None), " or ", ("max_bytes", None),
+                                 " keeps everything: give ", ("keep_last", None), " and/or ", ("max_bytes", None))
         if self.pin is not None and not hasattr(self.pin, "__contains__"):
-            raise RetentionError(f"pin={self.pin!r} is not a container of steps: use a set, range or StepRanges")
+            raise RetentionError(("pin", self.pin),
+                                 " is not a container of steps: use a set, range or StepRanges", option="pin",
+                                 value=self.pin)
 
     def selects(self, group: Group) -> bool:
         """Whether this rule set applies to the records of `group`."""
@@ -338,9 +338,12 @@ class RetentionState:
     def leftover_plan(self) -> RetentionPlan:
         """A plan that releases nothing: only the digests earlier releases named that no live record uses."""
         leftover = tuple(sorted(d for d in self.released if d not in self.users))
-        return RetentionPlan(releases=(), leftover=leftover, kept_steps={}, released_bytes=0, rule="none (leftovers only)")
+        return RetentionPlan(releases=(), leftover=leftover, kept_steps={}, released_bytes=0,
+                             rule="none (leftovers only)")
 
-    def plan(self, rules: Union[Retention, Sequence[Retention]], *, groups: Optional[Iterable[Group]] = None) -> RetentionPlan:
+    def plan(
+        self, rules: Union[Retention, Sequence[Retention]], *, groups: Optional[Iterable[Group]] = None
+    ) -> RetentionPlan:
         """What `rules` release now (see `plan_retention`); `groups` limits the groups looked at."""
         sets = (rules,) if isinstance(rules, Retention) else tuple(rules)
         if not sets or not all(isinstance(r, Retention) for r in sets):
@@ -364,9 +367,10 @@ class RetentionState:
             kept_steps[group] = len(kept)
             if not kept and reasons and not rule.allow_release_all:
                 raise RetentionError(
-                    f"retention {rule.describe()!r} would release every recorded step of run {group[0]!r} mode "
-                    f"{group[1]!r} ({len(reasons)} steps): keep some (keep_last, pin, a larger max_bytes), or "
-                    "allow it explicitly (allow_release_all=True, `--all`)"
+                    f"would release every recorded step of run {group[0]!r} mode {group[1]!r} ({len(reasons)} "
+                    "steps): keep some (", ("keep_last", None), ", ", ("pin", None), ", a larger ",
+                    ("max_bytes", None), "), or allow it explicitly (", ("allow_release_all", True), ")",
+                    rule=rule.describe(),
                 )
             for step, why in reasons.items():
                 for seq in self.by_group[group][step]:

@@ -10,7 +10,8 @@ import msgpack
 from ..index._call_rows import KeyRuleCache, call_row
 from ..events._convert import checked_body, decode_event
 from ..base._errors import IntegrityError, StepJournalError, UnsafePathError
-from ..events._events import CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
+from ..events._events import (CallBypassed, CallRefused, EventsImported, GenerationRecorded, PayloadsReleased,
+                              ReplayServed)
 from ..index._import_map import ImportMap
 from ..events._keys import LAYOUT_VERSION, gen_key, parse_gen_key
 from ..payloads._file_store import FilePayloadStore
@@ -254,13 +255,15 @@ def _left_files(payloads: PayloadStore, fold: _LogFold, settled: Callable[[], bo
     if not isinstance(files, FilePayloadStore):  # None, or a store with no half-written files to leave
         return []
     partial = files.partial_files()
-    orphans = [d.hex() for d in files.digests() if d.hex() not in fold.steps_of_digest and d.hex() not in fold.released_by]
+    orphans = [d.hex() for d in files.digests()
+               if d.hex() not in fold.steps_of_digest and d.hex() not in fold.released_by]
     if not settled():
         return []
     fix = ("`stepjournal compact JOURNAL` removes it once no process has the journal open (a record being "
            "written right now has one too: verify again if a writer is running)")
     return ([VerifyProblem("orphan_file", hexd, (), f"no event names this payload file; {fix}") for hexd in orphans]
-            + [VerifyProblem("partial_file", path, (), f"a payload file a write left half done; {fix}") for path in partial])
+            + [VerifyProblem("partial_file", path, (), f"a payload file a write left half done; {fix}")
+               for path in partial])
 
 
 def _checked_record(seq: int, body: bytes, keys: KeyRuleCache) -> Any:

@@ -2,15 +2,14 @@
 
 A clone is stopped at an observed point of its work (tests/kill_points.py), never after a delay: by SIGKILL
 at a progress point against the real S3 server (moto on 127.0.0.1), and by Ctrl-C (SIGINT) on the command
-line while it waits at an LMDB commit. Either way the folder is a journal whose default remote is the
-source: a second `clone` into it says to pull, and ``stepjournal pull DEST`` (or ``pull DEST origin``)
-brings the rest, ending equal to the source, each event once.
+line at an LMDB commit, where the child sends it to itself once the parent answers its point so. Either way
+the folder is a journal whose default remote is the source: a second `clone` into it says to pull, and
+``stepjournal pull DEST`` (or ``pull DEST origin``) brings the rest, ending equal to the source, each event once.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 
 import pytest
 import torch
@@ -101,10 +100,7 @@ def test_a_clone_interrupted_by_ctrl_c_says_pull_resumes_it_and_pull_in_gits_ord
         if commits == 3:
             break
         child.go()
-    os.kill(child.pid, signal.SIGINT)  # while it waits at the point: Ctrl-C lands there
-    # The signal may reach another of its threads, which leaves the main thread's wait unbroken: let it go on,
-    # and Python raises KeyboardInterrupt in the main thread at its next instruction.
-    child.go()
+    child.interrupt()  # Ctrl-C at the point (the main thread's): KeyboardInterrupt is raised there
     child.finish(exits=(130,))
     assert 0 < len(imported(dest)) < len(events)
     shown = stderr.read_text()

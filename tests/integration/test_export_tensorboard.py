@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -333,9 +332,9 @@ def test_ctrl_c_while_a_session_is_written_keeps_none_of_it_and_a_second_export_
     losses_journal(path, 50)
     tb = tmp_path / "tb"
     child = start_script(INTERRUPTED, path, str(tb))
-    wait_at_event_file_open(child, 2)  # its creation, then the first append (a third depends on the writer's timing)
-    os.kill(child.pid, signal.SIGINT)
-    child.go()
+    wait_at_event_file_open(child, 2)  # in the writer's thread: its creation, then its first append of a step
+    # Ctrl-C there: the main thread is interrupted among its steps (the writer holds them back at this point).
+    child.interrupt()
     child.finish(exits=(130,))
     assert not list(tb.rglob("events.out.tfevents.*"))
     again = run_cli("export", path, "--tensorboard", str(tb), "--no-text")

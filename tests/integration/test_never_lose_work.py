@@ -50,6 +50,8 @@ def test_an_output_that_cannot_be_stored_reaches_the_caller_and_is_journaled_gen
         outcome = Engine(journal, "cache").call(1, lambda: output)
         assert outcome.value is output and outcome.action == "generated"
         assert outcome.source.event.output is None
+        why = outcome.source.event.not_stored  # the why as a field of the event, for code to read
+        assert why is not None and "score_fn" in why and "lambda is code, not data" in why
         # Not recorded: lookup, the projections and a replay all say so.
         assert journal.lookup(1) is None
         assert journal.recorded_steps() == [] and journal.step_count() == 0

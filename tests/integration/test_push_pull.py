@@ -329,6 +329,17 @@ def test_on_a_local_folder_remote_a_second_push_of_the_same_journal_is_refused_w
     assert sorted(seq for _, seq in pulled(b)) == list(range(1, 8))
 
 
+def test_the_events_of_one_stage_in_a_clone_leave_out_its_import_marker(tmp_path):
+    """An `EventsImported` belongs to no stage: a stage filter over every run skips it, as it skips a session."""
+    a, b, url = tmp_path / "a", tmp_path / "b", (tmp_path / "remote").as_uri()
+    record_steps(a, range(1, 4))
+    push(str(a), url)
+    clone(url, str(b))
+    with Journal(str(b), readonly=True) as journal:
+        assert any(isinstance(event, EventsImported) for _, event in journal.events())
+        assert [event.step for _, event in journal.events(stage="generate")] == [1, 2, 3]
+
+
 def test_a_journal_pruned_by_retention_pushes_its_events_and_a_clone_serves_only_what_was_kept(tmp_path, s3_env):
     a, b = tmp_path / "a", tmp_path / "b"
     record_steps(a, range(1, 6))

@@ -17,25 +17,20 @@ sample (its later calls are misses: ``cache`` runs and records them, ``replay`` 
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
 from doc_lines import command_lines, run_line
+from trl_tool_runs import SCRIPT, copy_recording as _copy, run_phase as _run
 
 from stepjournal import Journal
 from stepjournal.tools import tool_call_rows, tool_step_summaries
 
-TESTS = Path(__file__).resolve().parents[1]
 DOC_LINES = command_lines("docs/agents.md", section="TRL: tools= and environment_factory")
 RECORD, REPLAY, LIVE, CHANGED, AUDIT = (line.text for line in DOC_LINES)
-# What the docs' train_tools.py is: a TRL script that imports nothing of stepjournal.
-SCRIPT = "import sys\n\nfrom trl_tool_runs import main\n\nsys.exit(main(sys.argv[1]))\n"
-CHANGE = "0,2"  # the stand-in writes another request at turn 2 of sample 2, at step 0
 
 # Per kind: the tools' executions when recording (two rollout batches of 8 samples), the calls journaled,
 # and, when sample 2 of step 0 changes at turn 2, the calls that miss, what `cache` runs, what `replay` refuses.
@@ -52,27 +47,6 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
             "missed": [("s2.t2.c0", "SandboxEnv"), ("s2.t3.c0", "SandboxEnv"), ("s2.t4.c0", "SandboxEnv")],
             "cache_runs": {"calculator": 0, "sandbox": 4}, "refused_stage": "tool.SandboxEnv"},
 }
-
-
-def _env(kind: str, change: bool = False) -> Dict[str, Any]:
-    return {"PYTHONPATH": str(TESTS), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "STEPJOURNAL_RUN": None,
-            "TRL_EXPERIMENTAL_SILENCE": "1", "TOOL_KIND": kind, "TOOL_CHANGE": CHANGE if change else None}
-
-
-def _run(line: str, folder: Path, kind: str, *, change: bool = False) -> Dict[str, Any]:
-    """One docs line through bash, in a new process: what the script wrote."""
-    done = run_line(line, folder, env=_env(kind, change))
-    assert done.returncode == 0, done.stderr[-4000:]
-    out = line.split()[-1]
-    return json.loads((folder / out / "result.json").read_text())
-
-
-def _copy(recorded: Path, folder: Path) -> Path:
-    """A folder holding the script and a copy of the recorded journal (each phase its own)."""
-    folder.mkdir()
-    (folder / "train_tools.py").write_text(SCRIPT)
-    shutil.copytree(recorded / "runs", folder / "runs")
-    return folder
 
 
 def _last_session(folder: Path) -> List[Any]:

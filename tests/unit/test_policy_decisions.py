@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import random
+import zlib
 
 import attrs
+import msgpack
 import pytest
 
 from stepjournal.policies import (
@@ -19,8 +21,13 @@ from stepjournal.policies import (
     Repeat,
     Replay,
     ServeRecorded,
+    TOOL_RULES,
+    ToolPolicy,
     parse,
 )
+from stepjournal.events import GenerationRecorded
+from stepjournal.events._convert import decode_event, encode_event  # private: the stored bytes of an old event
+from stepjournal.errors import SpecError
 from stepjournal.policies.testing import MemoryJournal, PolicyConformance, memory_view
 from stepjournal.testing import run_conformance
 
@@ -92,13 +99,24 @@ class _OtherMode:
         return ServeRecorded(journal.record(1, mode="validate"), reason="another mode's record")
 
 
+@attrs.frozen
+class _Untyped:
+    """A policy whose option is checked by attrs' own validator (a bare ValueError)."""
+
+    how: str = attrs.field(default="x", validator=attrs.validators.in_(("x", "y")))
+    name: str = "untyped"
+
+    def decide(self, ctx, view):
+        return GenerateCall(reason="untyped: generate")
+
+
 @pytest.mark.parametrize("make, bad, failing", [
     (_Reads, (), "test_deciding_writes_nothing_and_does_no_io"),
     (_Dice, (), "test_the_same_context_and_view_give_the_same_decision"),
     (_Words, (), "test_every_decision_is_one_of_the_declared_types_with_a_reason"),
     (_OtherMode, (), "test_a_served_record_is_one_the_view_serves_for_the_calls_mode_and_stage"),
-    # attrs' own validator: a ValueError, not a StepJournalError (the spec parser's SpecError is the typed one)
-    (Replay, (lambda: Replay(on_missing="bogus"),), "test_a_bad_config_is_refused_with_a_typed_error"),
+    # attrs' own validator: a ValueError, not a StepJournalError
+    (_Untyped, (lambda: _Untyped(how="bogus"),), "test_a_bad_config_is_refused_with_a_typed_error"),
 ], ids=["io", "random", "not-a-decision", "other-mode", "untyped-error"])
 def test_the_suite_fails_a_policy_that_breaks_one_promise_in_that_promises_test(make, bad, failing):
     with pytest.raises(AssertionError) as caught:
@@ -140,11 +158,37 @@ def test_replay_of_a_released_record_says_which_release_took_it():
     assert "its record (event #1) was pruned by event #2" in decision.reason and "rule: keep_last=1" in decision.reason
 
 
-def test_replay_of_a_call_generated_but_not_stored_says_why():
+def test_replay_of_a_call_generated_but_not_stored_says_why_from_the_events_field():
+    """The why is the event's `not_stored` field; the reason is words for people and is not parsed."""
     journal = MemoryJournal()
-    journal.record(7, stored=False, reason="cache: generate and store; generated, not stored: a lambda")
+    journal.record(7, stored=False, reason="cache: generate and store", not_stored="output: a lambda")
     decision = Replay().decide(ctx(7), memory_view(journal))
-    assert isinstance(decision, RefuseCall) and "generated (event #1) but not stored: a lambda" in decision.reason
+    assert isinstance(decision, RefuseCall)
+    assert "generated (event #1) but not stored: output: a lambda" in decision.reason
+
+
+def test_a_reason_that_looks_like_the_old_marker_is_not_read_as_the_why():
+    journal = MemoryJournal()
+    journal.record(7, stored=False, reason="mine; generated, not stored: fake", not_stored="output: a lambda")
+    decision = Replay().decide(ctx(7), memory_view(journal))
+    assert "but not stored: output: a lambda" in decision.reason and "not stored: fake;" not in decision.reason
+
+
+def test_an_event_written_before_not_stored_existed_is_read_by_its_whole_reason():
+    """An event stored without the `not_stored` key (journals before it) decodes with it None; the view then
+    quotes its reason, which in those journals ends with the why (docs/journal.md)."""
+    written = GenerationRecorded(
+        session="s", run="default", step=7, gen_index=0, mode="train", input_digest=None, output=None, input=None,
+        duration_s=0.0, policy="cache", reason="cache: miss; generated, not stored: output: a lambda", ts=0.0)
+    body = msgpack.unpackb(encode_event(written))
+    del body["not_stored"], body["crc32"]  # as the engine wrote it before the field, sealed again
+    body["crc32"] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
+    old = decode_event(msgpack.packb(body, use_bin_type=True))
+    assert old.not_stored is None
+    decision = Replay().decide(ctx(7), memory_view(MemoryJournal([old])))
+    assert isinstance(decision, RefuseCall)
+    assert ("generated (event #1) but not stored; its reason: cache: miss; generated, not stored: output: a lambda"
+            in decision.reason)
 
 
 def test_a_view_of_one_mode_does_not_serve_anothers_records():
@@ -152,3 +196,17 @@ def test_a_view_of_one_mode_does_not_serve_anothers_records():
     journal.record(2, mode="validate")
     assert isinstance(Replay(on_missing="generate").decide(ctx(2), memory_view(journal)), GenerateCall)
     assert Replay().decide(ctx(2, mode="validate"), memory_view(journal, mode="validate")).source.step == 2
+
+
+def test_an_unknown_on_missing_is_a_spec_error_naming_the_value_and_the_allowed_ones():
+    with pytest.raises(SpecError) as info:
+        Replay(on_missing="bogus")
+    assert (info.value.option, info.value.value, info.value.allowed) == ("on_missing", "bogus", ("error", "generate"))
+    assert str(info.value) == "Replay(on_missing='bogus') is not valid: use 'error' or 'generate'"
+
+
+def test_an_unknown_tool_rule_is_a_spec_error_naming_the_value_and_the_allowed_ones():
+    with pytest.raises(SpecError) as info:
+        ToolPolicy(rule="bogus", facts=None)
+    assert (info.value.option, info.value.value, info.value.allowed) == ("rule", "bogus", TOOL_RULES)
+    assert "ToolPolicy(rule='bogus') is not valid: use 'cache', 'replay'," in str(info.value)

@@ -84,17 +84,20 @@ def _encode_td(td: TensorDictBase, where: str) -> Dict[str, Any]:
         if isinstance(value, NonTensorData):
             fields[key] = {"kind": "nontensor", "batch_size": list(value.batch_size), "data": _plain(value.data)}
         elif isinstance(value, NonTensorStack):
-            fields[key] = {"kind": "nontensorstack", "batch_size": list(value.batch_size), "items": _plain(value.tolist())}
+            fields[key] = {"kind": "nontensorstack", "batch_size": list(value.batch_size),
+                           "items": _plain(value.tolist())}
         elif isinstance(value, TensorDictBase):
             fields[key] = _encode_td(value if type(value) is TensorDict else value.to_tensordict(), path)
         elif isinstance(value, torch.Tensor):
             if value.is_nested:
                 layout = "jagged" if value.layout == torch.jagged else "strided"
-                fields[key] = {"kind": "nested", "layout": layout, "components": [t.contiguous() for t in value.unbind()]}
+                fields[key] = {"kind": "nested", "layout": layout,
+                               "components": [t.contiguous() for t in value.unbind()]}
             else:
                 fields[key] = value.as_subclass(torch.Tensor) if type(value) is not torch.Tensor else value
         else:
-            raise UnsupportedValueError(f"cannot store {type(value).__name__} at {path}: a V1 batch holds tensors and non-tensor data")
+            raise UnsupportedValueError(f"cannot store {type(value).__name__} at {path}: "
+                                        "a V1 batch holds tensors and non-tensor data")
     return {"kind": "tensordict", "batch_size": list(td.batch_size), "fields": fields}
 
 
@@ -142,7 +145,8 @@ def decode_tq_batch(node: Any) -> TQBatch:
     keys, tags = node.get("keys"), node.get("tags")
     if not isinstance(keys, list) or not isinstance(tags, list) or len(keys) != len(tags):
         raise PayloadDecodeError("verl.TQBatch payload needs lists of keys and tags of the same length")
-    return TQBatch(fields=_decode_td(node["fields"], "fields"), keys=keys, tags=tags, partition_id=node.get("partition_id"))
+    return TQBatch(fields=_decode_td(node["fields"], "fields"), keys=keys, tags=tags,
+                   partition_id=node.get("partition_id"))
 
 
 def register_tq_codec(registry: Optional[CodecRegistry] = None) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import collections
 import uuid
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple, Type
 
 from stepjournal.log import get_logger
 from stepjournal.policies import CallContext, ConfigError, Engine, JournalView, Outcome, ServeRecorded, open_engine
@@ -35,6 +35,9 @@ from .._errors import VerlAdapterError
 from .._calls import undecorated as _undecorated
 from ._codec import TQBatch
 from ._stages import STAGES, V1Stages, check_verl_stages
+
+if TYPE_CHECKING:
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
 __all__ = [
     "V1Journal",
@@ -135,7 +138,8 @@ def remap_tq_batch(recorded: TQBatch, uids: List[str], *, step: int, source_step
                 tag[name] = tag[name] + delta
         tags.append(tag)
         row_uids.append(uids[j])
-    fields = index_select_tensor_dict(recorded.fields, rows) if rows != list(range(len(recorded))) else recorded.fields.clone()
+    every_row = rows == list(range(len(recorded)))
+    fields = recorded.fields.clone() if every_row else index_select_tensor_dict(recorded.fields, rows)
     if "uid" in fields.keys():
         fields.set("uid", NonTensorStack.from_list(row_uids))
     return TQBatch(fields=fields, keys=keys, tags=tags, partition_id=recorded.partition_id)
@@ -178,7 +182,8 @@ class V1Journal:
         self._sample_original = _undecorated(type(buffer).sample).__get__(buffer)
 
     def __repr__(self) -> str:
-        return f"<V1Journal policy={self.engine.policy.name!r} journal={self.journal.path!r} calls={len(self.outcomes)}>"
+        return (f"<V1Journal policy={self.engine.policy.name!r} journal={self.journal.path!r} "
+                f"calls={len(self.outcomes)}>")
 
     @property
     def last_outcome(self) -> Optional[Outcome]:
@@ -268,17 +273,18 @@ class V1Journal:
         self.outcomes.append(outcome)
         if outcome.action != Action.REPLAYED:
             return sampled["result"]
-        recorded = outcome.value
+        recorded, source = outcome.value, outcome.source
+        assert source is not None  # a replay names the record it served
         if not isinstance(recorded, TQBatch):
             raise VerlAdapterError(
-                f"step {step} was served from step {outcome.source.step}, which holds a "
+                f"step {step} was served from step {source.step}, which holds a "
                 f"{type(recorded).__name__}, not a V1 batch: a journal recorded by the legacy trainer cannot "
                 "feed the V1 trainer; record with trainer.use_v1=true (or use another dump_dir)"
             )
-        served = remap_tq_batch(recorded, self._take_uids(step, batch_size), step=step, source_step=outcome.source.step)
+        served = remap_tq_batch(recorded, self._take_uids(step, batch_size), step=step, source_step=source.step)
         target = partition_id if recorded.partition_id is None else recorded.partition_id
         tq.kv_batch_put(keys=list(served.keys), fields=served.fields, tags=list(served.tags), partition_id=target)
-        log.info("v1_sample_replayed", step=step, gen_index=outcome.ctx.gen_index, source_step=outcome.source.step,
+        log.info("v1_sample_replayed", step=step, gen_index=outcome.ctx.gen_index, source_step=source.step,
                  trajectories=len(served))
         return KVBatchMeta(partition_id=target, keys=list(served.keys), tags=[dict(t) for t in served.tags]), {}
 
@@ -288,7 +294,9 @@ class V1Journal:
         trainer, buffer = self.trainer, self.trainer.replay_buffer
         current = getattr(trainer, "stepjournal", None)
         if isinstance(current, V1Journal) and not current.closed:
-            raise VerlAdapterError(f"{type(trainer).__name__} is already journaled by {trainer.stepjournal!r}; attach once")
+            raise VerlAdapterError(
+                f"{type(trainer).__name__} is already journaled by {trainer.stepjournal!r}; attach once"
+            )
         for obj, attr, value in (
             (trainer, "_add_batch_to_generate", self.add_batch_to_generate),
             (trainer, "_add_prompts_to_generate", self.add_prompts_to_generate),
@@ -365,7 +373,8 @@ def journal_v1_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
             isinstance(current, V1Journal) and not current.closed
         ):
             if read_verl_config(self.config) is None:
-                log.warning("journaled_manager_disabled", reason="the config enables no stepjournal section or rollout-skip form")
+                log.warning("journaled_manager_disabled",
+                            reason="the config enables no stepjournal section or rollout-skip form")
                 return fit(self, agent_loop_manager, *args, **kwargs)
             journaled = attach_v1(self)
             try:
@@ -383,7 +392,7 @@ def journal_v1_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
 _TQ_MANAGER: Any = None
 
 
-def make_journaled_agent_loop_manager_tq() -> type:
+def make_journaled_agent_loop_manager_tq() -> Type[AgentLoopManagerTQ]:
     """Build (once) the V1 form of `JournaledAgentLoopManager`: verl's ``AgentLoopManagerTQ``, marked.
 
     `JournaledAgentLoopManager.create` returns one of these when the config runs the V1 trainer
@@ -397,7 +406,8 @@ def make_journaled_agent_loop_manager_tq() -> type:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     if not getattr(PPOTrainer.fit, "_stepjournal", False):
-        PPOTrainer.fit = journal_v1_fit(PPOTrainer.fit)
+        # Patching verl's class is the point: every fit in this process journals (wrapped once).
+        PPOTrainer.fit = journal_v1_fit(PPOTrainer.fit)  # type: ignore[method-assign]
 
     class JournaledAgentLoopManagerTQ(AgentLoopManagerTQ):
         """verl's ``AgentLoopManagerTQ``; the trainer's fit journals its submit and sample calls."""

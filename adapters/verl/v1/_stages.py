@@ -249,11 +249,12 @@ class V1Stages:
         self.outcomes.append(outcome)
         if outcome.action != Action.REPLAYED:
             return ran["result"]
-        recorded = outcome.value
+        recorded, source = outcome.value, outcome.source
+        assert source is not None  # a replay names the record it served
         put = tq.kv_batch_put(keys=keys, partition_id=partition, fields=recorded["fields"].fields)
         if metrics is not None:
             metrics.update(recorded["metrics"])
-        log.info("v1_stage_replayed", stage=stage, step=outcome.ctx.step, source_step=outcome.source.step,
+        log.info("v1_stage_replayed", stage=stage, step=outcome.ctx.step, source_step=source.step,
                  fields=sorted(recorded["fields"].fields.keys()))
         # verl's _compute_old_log_prob hands on the meta its put returned; the other stages the batch itself.
         return put if stage == "old_log_prob" else batch
