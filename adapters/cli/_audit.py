@@ -24,7 +24,7 @@ from stepjournal.tools import ACTIONS, AUDIT_FIELDS, json_rows, releases_of, row
 from stepjournal.vocabulary import DEFAULT_MODE, DEFAULT_STAGE, Action
 
 from ._args import nonneg_int
-from ._common import names_of_sessions, open_readonly, parse_steps
+from ._common import names_of_sessions, open_readonly, parse_steps, key_word
 from ._pager import paged
 from ._render import (ACTION_STYLE, Failure, FittedColumns, cell, clean, human_size, plain_table, print_line,
                       print_unsqueezed, short_time)
@@ -38,10 +38,10 @@ _FIRST_CHUNK = 40  # the first piece: about a screen, so that it shows before 20
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal audit``."""
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
-    p.add_argument("--run", help="only this run key")
+    p.add_argument("--run", type=key_word("run"), help="only this run key")
     p.add_argument("--steps", metavar="RANGES", help="only these steps, e.g. '1-10,20,30-40:2,50-'")
-    p.add_argument("--mode", help="only this mode (train, validate ...)")
-    p.add_argument("--stage", help="only this stage (generate, reward ...)")
+    p.add_argument("--mode", type=key_word("mode"), help="only this mode (train, validate ...)")
+    p.add_argument("--stage", type=key_word("stage"), help="only this stage (generate, reward ...)")
     p.add_argument("--action", action="append", choices=(*ACTIONS, "released"),
                    help="only this action (repeatable; released: retention's releases)")
     count = p.add_mutually_exclusive_group()

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from stepjournal.tools import DiffReport
     from stepjournal.policies import StepRanges
 
+from ._common import key_word
 from ._render import FittedColumns, cell, clean, error_line, json_text, print_line
 
 __all__ = ["add_arguments", "run"]
@@ -64,8 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "audit show it, s2; or its id or a unique prefix); default: the run's recordings, replays left out")
     p.add_argument("--session-b", metavar="S", help="this session of B, its replays included")
     p.add_argument("--steps", metavar="RANGES", help="only these steps, e.g. '1-10,20'")
-    p.add_argument("--stage", help="only this stage (generate, reward ...)")
-    p.add_argument("--mode", help="only this mode (train, validate ...)")
+    p.add_argument("--stage", type=key_word("stage"), help="only this stage (generate, reward ...)")
+    p.add_argument("--mode", type=key_word("mode"), help="only this mode (train, validate ...)")
     p.add_argument("--atol", type=_tolerance_number, help="absolute tolerance of floating-point values")
     p.add_argument("--rtol", type=_tolerance_number, help="relative tolerance of floating-point values")
     p.add_argument("--tol", action="append", default=[], metavar="FIELD=ATOL[,RTOL]",

@@ -16,7 +16,7 @@ from stepjournal.policies import StepRanges
 from stepjournal.vocabulary import DEFAULT_MODE
 
 from ._args import nonneg_int
-from ._common import parse_steps
+from ._common import parse_steps, key_word
 from ._progress import progress_to
 from ._render import Failure, UsageError, cell, human_size, print_json, print_line
 
@@ -33,11 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--tensorboard", metavar="DIR", help="TensorBoard event files, a folder per session: per-step "
                        "rewards, lengths, stage times, the metrics stage, and a few samples (docs/reading.md)")
     p.add_argument("--steps", metavar="RANGES", help="only these steps (default: every recorded step)")
-    p.add_argument("--run", action="append", help="the run key (--to, --tensorboard: needed when the journal holds "
-                   "several; --bundle: repeat for several, default every run)")
-    p.add_argument("--mode", action="append",
+    p.add_argument("--run", type=key_word("run"), action="append",
+                   help="the run key (--to, --tensorboard: needed when the journal holds several; --bundle: repeat "
+                   "for several, default every run)")
+    p.add_argument("--mode", type=key_word("mode"), action="append",
                    help="the mode (--to: default train; --bundle: repeat, default every mode)")
-    p.add_argument("--stage", action="append",
+    p.add_argument("--stage", type=key_word("stage"), action="append",
                    help="--bundle only: only this stage (repeat for several; default every stage)")
     p.add_argument("--inputs", action="store_true", help="--to only: export stored inputs too")
     p.add_argument("--json", action="store_true", help="--bundle only: print the bundle report as JSON")

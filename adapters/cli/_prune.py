@@ -19,6 +19,7 @@ from stepjournal.upkeep import Retention, prune
 from stepjournal.policies import StepRanges
 
 from ._args import nonneg_int
+from ._common import key_word
 from ._render import Failure, UsageError, cell, clean, human_size, print_json, print_line
 
 __all__ = ["add_arguments", "run", "rules_from_args"]
@@ -89,9 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pin", metavar="RANGES", help="always keep these steps, e.g. '1-5,100'")
     p.add_argument("--max-bytes", metavar="SIZE",
                    help="cap each run and mode's stored bytes, e.g. 10G (smallest steps go first)")
-    p.add_argument("--run", help="only this run key (default: every run)")
-    p.add_argument("--mode", help="only this mode (default: every mode)")
-    p.add_argument("--stage", help="only this stage (default: every stage, each kept on its own)")
+    p.add_argument("--run", type=key_word("run"), help="only this run key (default: every run)")
+    p.add_argument("--mode", type=key_word("mode"), help="only this mode (default: every mode)")
+    p.add_argument("--stage", type=key_word("stage"),
+                   help="only this stage (default: every stage, each kept on its own)")
     p.add_argument("--no-keep-replayed", action="store_true", help="release steps a session replayed from too")
     p.add_argument("--all", action="store_true", help="allow releasing every step of a run and mode")
     p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")

@@ -30,7 +30,7 @@ from stepjournal.index import session_names
 from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int
-from ._common import choose_run
+from ._common import choose_run, key_word
 from ._render import Failure, UsageError, cell, human_size, print_line
 from ._show_text import load_tokenizer, note_to
 
@@ -228,7 +228,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal report``."""
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("-o", "--out", required=True, metavar="FILE.html", help="the HTML file to write")
-    p.add_argument("--run", help="the run key (needed when the journal holds several)")
+    p.add_argument("--run", type=key_word("run"), help="the run key (needed when the journal holds several)")
     p.add_argument("--session", metavar="S", help="only this session's calls, of its run (its name as runs and audit "
                    "show it, s2; or its id or a unique prefix); default: each step's generate call, whichever session "
                    "made it")

@@ -20,7 +20,7 @@ from rich.text import Text
 from stepjournal.tools import ACTIONS
 from stepjournal.vocabulary import Action
 
-from ._common import names_of_sessions, open_readonly
+from ._common import names_of_sessions, open_readonly, key_word
 from ._render import (FittedColumns, cell, clean, fingerprint_text, human_size, plain_table, print_json, print_line,
                       print_unsqueezed, short_time)
 
@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="every column, each cell whole (lines overflow the terminal: less -S); "
                           "the default view fits it")
     fmt.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
-    p.add_argument("--stage", help="count only the calls of this stage (generate, reward ...)")
+    p.add_argument("--stage", type=key_word("stage"), help="count only the calls of this stage (generate, reward ...)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

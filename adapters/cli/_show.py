@@ -20,7 +20,7 @@ from stepjournal.policies import StepRanges
 from stepjournal.vocabulary import DEFAULT_MODE, Action
 
 from ._args import nonneg_int
-from ._common import choose_run
+from ._common import choose_run, key_word
 from ._preview import EDGE, inline, inline_array, is_scalar
 from ._show_light import light_payload
 from ._render import ACTION_STYLE, Failure, UsageError, cell, clean, human_size, int_text, print_json, short_time
@@ -180,9 +180,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("step", metavar="STEP", type=nonneg_int, help="the train step")
     p.add_argument("--index", type=nonneg_int, default=0, help="which call within the step (default 0)")
-    p.add_argument("--run", help="the run key (needed when the journal holds several)")
-    p.add_argument("--mode", default=DEFAULT_MODE, help="the mode (default train)")
-    p.add_argument("--stage", default="generate", help="the stage (default generate; reward ...)")
+    p.add_argument("--run", type=key_word("run"), help="the run key (needed when the journal holds several)")
+    p.add_argument("--mode", type=key_word("mode"), default=DEFAULT_MODE, help="the mode (default train)")
+    p.add_argument("--stage", type=key_word("stage"), default="generate",
+                   help="the stage (default generate; reward ...)")
     p.add_argument("--input", action="store_true", help="show the stored input instead of the output")
     p.add_argument("--items", type=nonneg_int, default=20, help="items shown per container (default 20)")
     p.add_argument("--text", action="store_true", help="each sample of the generate call, decoded, with its reward "

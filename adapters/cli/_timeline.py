@@ -20,7 +20,7 @@ from stepjournal import Journal
 from stepjournal.tools import json_rows
 from stepjournal.vocabulary import Action
 
-from ._common import names_of_sessions, open_readonly, parse_steps
+from ._common import names_of_sessions, open_readonly, parse_steps, key_word
 from ._progress import progress_bar
 from ._render import Failure, UsageError, clean, print_line
 from ._timeline_draw import LINK_COLOUR, render, render_html, render_image
@@ -93,9 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``stepjournal timeline``."""
     p.add_argument("journal", metavar="JOURNAL", help="the journal folder")
     p.add_argument("--out", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.html")
-    p.add_argument("--run", help="only this run key")
+    p.add_argument("--run", type=key_word("run"), help="only this run key")
     p.add_argument("--steps", metavar="RANGES", help="only these steps")
-    p.add_argument("--mode", help="only this mode")
+    p.add_argument("--mode", type=key_word("mode"), help="only this mode")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

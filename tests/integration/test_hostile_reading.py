@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import shutil
 import subprocess
 import sys
@@ -180,12 +181,14 @@ TEN_TO_30, DIGITS_5000 = "1" + "0" * 30, "9" * 5000
 def numeric_arguments() -> list:
     """(verb, option or positional name, what it takes) for every argument of every verb that reads a number:
     an int type, a float type, step ranges or a size. Read from the parser, so a new one is in the table."""
-    from stepjournal.adapters.cli import _app  # private: a CLI helper under test
+    from stepjournal.adapters.cli import _app, _common  # private: CLI helpers under test
 
     found = []
     for verb, parser in sorted(_app.build_parser()._subparsers._group_actions[0].choices.items()):
         for action in parser._actions:
             name = action.option_strings[-1] if action.option_strings else action.dest
+            if isinstance(action.type, _common.key_word):
+                continue  # a run, mode or stage: KEY_BASE below
             if action.type is not None and action.type is not str:
                 found.append((verb, name, action.type.__name__))
             elif action.metavar in ("RANGES", "SIZE") or (action.metavar or "").startswith("FIELD="):
@@ -240,6 +243,60 @@ def test_an_absurd_number_is_a_result_or_a_one_line_error(small_journal, tmp_pat
     assert "Traceback" not in done.stderr and done.returncode in (0, 1, 2), done.stderr[-2000:]
     if done.returncode == 2 or argument[0] != "diff":  # diff: 1 is "the runs differ", with its table
         assert len(done.stderr.splitlines()) == (0 if done.returncode == 0 else 1), done.stderr[-2000:]
+
+
+def key_arguments() -> set:
+    """(verb, option) for every --run, --mode and --stage of every verb, read from the parser."""
+    from stepjournal.adapters.cli import _app, _common  # private: CLI helpers under test
+
+    return {(verb, action.option_strings[-1])
+            for verb, parser in _app.build_parser()._subparsers._group_actions[0].choices.items()
+            for action in parser._actions if isinstance(action.type, _common.key_word)}
+
+
+def test_the_table_below_covers_every_run_mode_and_stage_flag():
+    assert key_arguments() == set(KEY_BASE)
+
+
+KEY_BASE = {
+    ("audit", "--run"): ["audit", "J", "--run", "{}"],
+    ("audit", "--mode"): ["audit", "J", "--mode", "{}"],
+    ("audit", "--stage"): ["audit", "J", "--stage", "{}"],
+    ("diff", "--mode"): ["diff", "J", "J", "--mode", "{}"],
+    ("diff", "--stage"): ["diff", "J", "J", "--stage", "{}"],
+    ("export", "--run"): ["export", "J", "--to", "OUT", "--run", "{}"],
+    ("export", "--mode"): ["export", "J", "--to", "OUT", "--mode", "{}"],
+    ("export", "--stage"): ["export", "J", "--bundle", "OUT.tar", "--stage", "{}"],
+    ("prune", "--run"): ["prune", "J", "--dry-run", "--keep-last", "1", "--run", "{}"],
+    ("prune", "--mode"): ["prune", "J", "--dry-run", "--keep-last", "1", "--mode", "{}"],
+    ("prune", "--stage"): ["prune", "J", "--dry-run", "--keep-last", "1", "--stage", "{}"],
+    ("report", "--run"): ["report", "J", "--no-text", "-o", "OUT.html", "--run", "{}"],
+    ("runs", "--stage"): ["runs", "J", "--stage", "{}"],
+    ("show", "--run"): ["show", "J", "1", "--run", "{}"],
+    ("show", "--mode"): ["show", "J", "1", "--mode", "{}"],
+    ("show", "--stage"): ["show", "J", "1", "--stage", "{}"],
+    ("timeline", "--run"): ["timeline", "J", "--out", "OUT.html", "--run", "{}"],
+    ("timeline", "--mode"): ["timeline", "J", "--out", "OUT.html", "--mode", "{}"],
+}
+# (the value, what the one line says): a filter no key can match is refused, never read as "every stage" (a NUL
+# cannot reach a command line; the API refuses it, tests/unit/test_vocabulary_hostile.py)
+BAD_KEYS = {"empty": ("", "is not valid: use a non-empty string without NUL"),
+            "600 characters": ("k" * 600, "LMDB keys are at most 511 bytes")}
+
+
+@pytest.mark.parametrize("value", sorted(BAD_KEYS))
+@pytest.mark.parametrize("argument", sorted(KEY_BASE), ids=" ".join)
+def test_a_run_mode_or_stage_no_key_can_hold_is_refused_in_one_line_through_a_shell(small_journal, tmp_path,
+                                                                                      argument, value):
+    given, said = BAD_KEYS[value]
+    words = [small_journal if w == "J" else w.replace("OUT", str(tmp_path / "out")) for w in KEY_BASE[argument]]
+    line = " ".join('"$VALUE"' if w == "{}" else shlex.quote(w) for w in [*CLI, *words])
+    done = subprocess.run(["bash", "-c", line], env={**os.environ, "VALUE": given}, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
+    assert len(done.stderr.strip().splitlines()) == 1 and argument[1] in done.stderr and said in done.stderr, \
+        done.stderr[-2000:]
+    assert len(done.stderr) < 1000, done.stderr  # a 600-character run is clipped, not printed back whole
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
 
 
 URL_VERBS = {
