@@ -26,6 +26,8 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+import lmdb
+
 from .index._audit import AUDIT_EVENT_TYPES, audit as _audit
 from .events._convert import encode_event
 from .base._errors import IntegrityError, JournalClosedError, JournalError
@@ -450,7 +452,7 @@ class Journal:
         needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
         return self._appender.append(Pending(events, encoded, payloads, needed))
 
-    def _project_in(self, txn: Any, events: List[Event], bodies: List[bytes]) -> List[int]:
+    def _project_in(self, txn: lmdb.Transaction[Any], events: List[Event], bodies: List[bytes]) -> List[int]:
         """A group's events appended and projected in its transaction (retention planned there too)."""
         store = self._store
         seqs = [seq for seq, _ in Projections.append_and_project_in(txn, store, events, bodies)]

@@ -16,10 +16,11 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import attrs
+import lmdb
 
 from ..events._convert import encode_event
 from ..base._errors import IntegrityError, JournalError, PayloadMissingError, StepJournalError
-from ..events._events import EventsImported, PayloadsReleased, call_refs
+from ..events._events import Event, EventsImported, PayloadsReleased, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options, rename, renames_of
 from ..index._import_map import ImportMap
 from .._journal import Journal
@@ -37,7 +38,7 @@ from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
 from ..base._undo import undone_on_failure
 from ..storage._appender import appender_of
-from ..storage._store import open_in_this_process
+from ..storage._store import Store, open_in_this_process
 
 try:
     import fcntl
@@ -132,9 +133,10 @@ class _PulledReleases:
         self._files: List[bytes] = []  # payload files to delete once the transaction commits
         self._after = 0  # the seq of the transaction's last event
         self._local: Optional[LmdbPayloadStore] = None
-        self._store: Any = None
+        self._store: Optional[Store] = None
 
-    def delete_in(self, txn: Any, store: Any, local: LmdbPayloadStore, appended: List[Tuple[int, Any]]) -> None:
+    def delete_in(self, txn: lmdb.Transaction[Any], store: Store, local: LmdbPayloadStore,
+                  appended: List[Tuple[int, Event]]) -> None:
         self._files = []  # a transaction that did not commit deleted nothing
         releases = [e for _, e in appended if isinstance(e, PayloadsReleased)]
         if not releases:
@@ -150,7 +152,7 @@ class _PulledReleases:
     def committed(self) -> None:
         self._dirty = False
         files, self._files = self._files, []
-        if files and self._local is not None:  # `delete_in` sets both
+        if files and self._local is not None and self._store is not None:  # `delete_in` sets both
             delete_released(self._store, self._local, files, self._after)
 
 
@@ -178,7 +180,7 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
     held = {bytes.fromhex(r.digest) for _s, _r, e in events_in for r in call_refs(e)
             if r.digest not in run.released} - blobs.keys()
 
-    def fn(txn: Any) -> None:
+    def fn(txn: lmdb.Transaction[Any]) -> None:
         gone = sorted(key.hex() for key in held if not local.has_in(txn, key))
         if gone:  # released by another process (a prune) since the run was planned
             raise IntegrityError(
