@@ -24,7 +24,7 @@ import socket
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 import lmdb
 
@@ -50,7 +50,7 @@ from .payloads._payload_store import PayloadStore
 from .payloads._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined, prepare_payload
 from .index._projections import Projections, RecordedGeneration, layout_of
 from .index._rows_index import stored_layout, stored_rows
-from .upkeep._release import Retainer
+from .upkeep._release import Retainer, Rules
 from .storage._appender import Appender, Pending, own_appender
 from .storage._store import Store
 from .upkeep._verify import VerifyProblem, verify as _verify
@@ -127,8 +127,8 @@ class Journal:
         sync: bool = True,
         registry: Optional[CodecRegistry] = None,
         session: bool = True,
-        payload_store: Any = None,
-        retention: Any = None,
+        payload_store: Union[None, str, "os.PathLike[str]", PayloadStore] = None,
+        retention: Optional[Rules] = None,
         check: str = "open",
     ) -> None:
         _check_key(run, "train")

@@ -25,7 +25,7 @@ import attrs
 
 from ..events._convert import decode_event
 from ..base._errors import ImportClaimError, IntegrityError, JournalError, PayloadMissingError, StepJournalError
-from ..events._events import EventsImported, SessionOpened, call_refs
+from ..events._events import Event, EventsImported, SessionOpened, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options
 from ..index._import_map import ImportMap
 from .._journal import Journal
@@ -161,7 +161,7 @@ class _BundleReader:
         self._file.close()
 
 
-def _selected(event: Any, runs: Optional[Collection[str]], modes: Optional[Collection[str]],
+def _selected(event: Event, runs: Optional[Collection[str]], modes: Optional[Collection[str]],
               stages: Optional[Collection[str]], steps: Optional[Container[int]]) -> bool:
     if isinstance(event, EventsImported):
         return False  # provenance is carried by the ids events are bundled under
