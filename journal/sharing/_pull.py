@@ -32,7 +32,7 @@ from ..payloads._payload_store import LmdbPayloadStore
 from ..index._projections import Projections
 from ..upkeep._release import catch_up_in, delete_released
 from ._remote import in_parallel, journal_id, one_ahead
-from ._remote_layout import check_manifest, event_in, read_head, read_segment
+from ._remote_layout import RemoteReader, check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, list_remotes, resolve_remote
 from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
@@ -95,7 +95,7 @@ class PlannedRun:
     wanted: Dict[str, Tuple[Any, List[int]]]  # digest -> (ref, the steps naming it)
 
 
-def _fetch_run(objects: Any, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
+def _fetch_run(objects: ObjectPayloadStore, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
     """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only,
     several payloads at once (`in_parallel`: a request's latency, not the bandwidth, bounds many)."""
     blobs: Dict[bytes, Any] = {}
@@ -156,7 +156,8 @@ class _PulledReleases:
             delete_released(self._store, self._local, files, self._after)
 
 
-def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
+def _commit_run(journal: Journal, remote: RemoteReader, run: PlannedRun, blobs: Dict[bytes, Any],
+                bad: Dict[str, Set[int]],
                 imports: ImportMap, runs: Renames, renamed: Dict[str, str],
                 releases: _PulledReleases) -> Tuple[int, int]:
     events_in = run.events
@@ -281,7 +282,8 @@ def _locked_elsewhere(folder: str) -> bool:
 _CACHED_SEGMENT_BYTES = 1 << 23  # segments the checks read are kept (decoded) for the pull up to this many bytes
 
 
-def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[Tuple[str, List[Dict[str, Any]]]]:
+def _new_segments(remote: RemoteReader, sources: List[str],
+                  imports: ImportMap) -> List[Tuple[str, List[Dict[str, Any]]]]:
     """Per source, the segments of its head holding an event not pulled yet (in seq order: a head
     listing them otherwise is refused when read, `_remote_layout`)."""
     out = []
@@ -295,7 +297,8 @@ def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[T
     return out
 
 
-def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[Tuple[str, List[Dict[str, Any]]]]]:
+def incoming(remote: RemoteReader,
+             journal: Journal) -> Tuple[List[str], ImportMap, List[Tuple[str, List[Dict[str, Any]]]]]:
     """What a pull from `remote` into `journal` starts from: (the journals pushed there but this one,
     this journal's `ImportMap`, per journal the segments holding an event not pulled yet). Reads the
     manifest, the listing of ``heads/`` and the heads; nothing else.
@@ -313,8 +316,9 @@ def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[
     return sources, imports, _new_segments(remote, sources, imports)
 
 
-def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
-             runs: Renames, keep: Optional[str], sizes: Dict[str, int]) -> Tuple[IncomingChecks, Dict[str, Any]]:
+def _checked(remote: RemoteReader, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+             imports: ImportMap, runs: Renames, keep: Optional[str],
+             sizes: Dict[str, int]) -> Tuple[IncomingChecks, Dict[str, Any]]:
     """Read every new segment once and check all it would bring (`IncomingChecks`) before anything is
     committed; returns the checks and the segments kept for the pull (up to `_CACHED_SEGMENT_BYTES`), and
     fills `sizes` with the stored size of every payload the new events name (but those released)."""
@@ -335,7 +339,7 @@ def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[st
     return checks, cache
 
 
-def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+def _record_reader(remote: RemoteReader, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
                    imports: ImportMap, cache: Dict[str, Any]) -> Callable[[str, int], Any]:
     """``record(source, seq)``: event `seq` of journal `source`, from the journal when it was pulled
     already, else from the segment of the import that holds it (kept, or read again); None when
@@ -351,8 +355,8 @@ def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[D
     return record
 
 
-def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
-                 cache: Dict[str, Any]) -> Iterator[PlannedRun]:
+def planned_runs(remote: RemoteReader, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+                 imports: ImportMap, cache: Dict[str, Any]) -> Iterator[PlannedRun]:
     """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
     caller's thread). A payload an earlier run fetches is not fetched again."""
     local = appender_of(journal).local
@@ -373,8 +377,8 @@ def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dic
                 yield PlannedRun(source, total, events, released, wanted_refs)
 
 
-def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None, runs: Renames = None,
-              keep: Optional[str] = None) -> PullReport:
+def pull_from(remote: RemoteReader, objects: ObjectPayloadStore, journal: Journal, *, progress: Progress = None,
+              runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """`pull` from a remote-shaped source (`Remote`, or a bundle's reader) and its payload objects.
 
     The payloads of the next run are fetched and checked on a worker thread while this one commits

@@ -144,7 +144,7 @@ class RemotePayloads:
     or two listing pages more on a larger remote), however many payloads the remote holds. A payload another
     push writes after the listing is sent again, which is harmless: content-addressed, the same bytes."""
 
-    def __init__(self, remote: Any) -> None:
+    def __init__(self, remote: Remote) -> None:
         self._remote = remote
         self._listed: Optional[Set[str]] = None
         self._tried = False
@@ -206,14 +206,16 @@ def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
         return _push(journal, remote, source, progress, segment_events)
 
 
-def pushed_head(journal: Journal, remote: Any, source: str) -> Tuple[Dict[str, Any], Optional[str]]:
+def pushed_head(journal: Journal, remote: Optional[Remote], source: str) -> Tuple[Dict[str, Any], Optional[str]]:
     """(the head of `source` on `remote`, its version): what a push continues from, a new head when
     nothing was pushed (`remote` None: nothing is there yet).
 
     Raises:
         RemoteError: the remote holds another history for this journal (it diverged).
     """
-    data, etag = remote.get_tagged(f"heads/{source}.json", limit=MAX_HEAD) if remote is not None else (None, None)
+    if remote is None:
+        return new_head(source), None
+    data, etag = remote.get_tagged(f"heads/{source}.json", limit=MAX_HEAD)
     head = parse_head(remote, source, data) or new_head(source)
     if head["last_seq"]:
         seq, raw = next(iter(journal.raw_events(since=head["last_seq"] - 1)), (None, b""))
