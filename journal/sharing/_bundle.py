@@ -19,7 +19,7 @@ import re
 import stat
 import struct
 import zipfile
-from typing import Any, Collection, Container, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Container, Dict, Iterator, List, Optional, Tuple, Union
 
 import attrs
 
@@ -191,8 +191,9 @@ def _origins(journal: Journal) -> Iterator[Tuple[str, int, bytes, Any]]:
             yield own, seq, raw, event
 
 
-def export_bundle(journal: Any, path: Any, *, runs: Optional[Collection[str]] = None,
-                  modes: Optional[Collection[str]] = None, stages: Optional[Collection[str]] = None,
+def export_bundle(journal: Union[str, "os.PathLike[str]", Journal], path: Union[str, "os.PathLike[str]"], *,
+                  runs: Optional[Collection[str]] = None, modes: Optional[Collection[str]] = None,
+                  stages: Optional[Collection[str]] = None,
                   steps: Optional[Container[int]] = None, progress: Progress = None) -> BundleReport:
     """Write a selection of `journal` (a path or an open `Journal`) to the new bundle file `path`.
 
@@ -287,8 +288,8 @@ def _json_bytes(value: Dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
 
-def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: Renames = None,
-                  keep: Optional[str] = None) -> PullReport:
+def import_bundle(path: Union[str, "os.PathLike[str]"], journal: Union[str, "os.PathLike[str]", Journal], *,
+                  progress: Progress = None, runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """Bring a bundle's events and payloads into `journal` (a path, created when absent, or a `Journal`).
 
     A pull from the bundle, with its checks: every event it would take is checked (segment digests,

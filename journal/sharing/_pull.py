@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import attrs
 import lmdb
@@ -197,8 +197,8 @@ def _commit_run(journal: Journal, remote: RemoteReader, run: PlannedRun, blobs: 
     return len(items), sum(len(b) for _k, b in items)
 
 
-def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
-         runs: Renames = None, keep: Optional[str] = None) -> PullReport:
+def pull(url: Optional[str], journal: Union[str, "os.PathLike[str]", Journal], *, progress: Progress = None,
+         options: Optional[Dict[str, Any]] = None, runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """Bring every journal's events pushed to `url` (and their payloads) into `journal` (a path or a `Journal`).
 
     `url` is a URL, a plain path (a folder), the name of one of the journal's remotes, or None: its
@@ -407,8 +407,8 @@ def pull_from(remote: RemoteReader, objects: ObjectPayloadStore, journal: Journa
     return report
 
 
-def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
-          runs: Renames = None, keep: Optional[str] = None) -> PullReport:
+def clone(url: str, path: Union[str, "os.PathLike[str]"], *, progress: Progress = None,
+          options: Optional[Dict[str, Any]] = None, runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
 
     `url` is a URL or a plain path (a folder); there is no journal yet whose remote names could be

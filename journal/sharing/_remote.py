@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union
 
@@ -176,7 +177,7 @@ def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[Union[bytes, mmap.m
 
 
 # -- push ------------------------------------------------------------------------------------------
-def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
+def push(journal: Union[str, "os.PathLike[str]", Journal], url: Optional[str] = None, *, progress: Progress = None,
          options: Optional[Dict[str, Any]] = None, segment_events: int = _SEGMENT_EVENTS) -> PushReport:
     """Send what `journal` (a path or an open `Journal`) recorded since its last push to `url`.
 
