@@ -25,7 +25,7 @@ import attrs
 
 from ..events._convert import decode_event
 from ..base._errors import ImportClaimError, IntegrityError, JournalError, PayloadMissingError, StepJournalError
-from ..events._events import Event, EventsImported, SessionOpened, call_refs
+from ..events._events import Event, EventsImported, PayloadRef, SessionOpened, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options
 from ..index._import_map import ImportMap
 from .._journal import Journal
@@ -398,7 +398,7 @@ def _bundled_record(reader: _BundleReader, source: str, seq: int) -> Any:
     return None
 
 
-def _payload_problem(objects: ObjectPayloadStore, ref: Any) -> Optional[str]:
+def _payload_problem(objects: ObjectPayloadStore, ref: PayloadRef) -> Optional[str]:
     try:
         objects.fetch(bytes.fromhex(ref.digest), nbytes=ref.nbytes)  # one bounded, digest-checked read
     except PayloadMissingError:

@@ -31,7 +31,7 @@ import attrs
 from ..events._convert import decode_event
 from ..base._digest import digest_bytes
 from ..base._errors import IntegrityError, JournalError, RemoteError
-from ..events._events import Event, EventsImported, PayloadsReleased, call_refs
+from ..events._events import Event, EventsImported, PayloadRef, PayloadsReleased, call_refs
 from .._journal import Journal
 from ..events._keys import META_CREATED
 from ..base._log import get_logger
@@ -165,7 +165,7 @@ class RemotePayloads:
         return key in self._listed if self._listed is not None else self._remote.exists(key)
 
 
-def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[Union[bytes, mmap.mmap]], Optional[str]]:
+def local_payload(payloads: Any, ref: PayloadRef) -> Tuple[Optional[Union[bytes, mmap.mmap]], Optional[str]]:
     """(stored bytes, None) of the payload `ref` names in a journal's own store (`Appender.local`),
     checked against its digest (bytes, or a payload file's read-only mapping); (None, ``"missing"`` or
     ``"damaged"``) when it cannot be sent."""
