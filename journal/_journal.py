@@ -24,7 +24,9 @@ import socket
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+
+import lmdb
 
 from .index._audit import AUDIT_EVENT_TYPES, audit as _audit
 from .events._convert import encode_event
@@ -48,7 +50,7 @@ from .payloads._payload_store import PayloadStore
 from .payloads._payloads import COMPRESSIONS, PreparedPayload, decode_verified, digest_key, joined, prepare_payload
 from .index._projections import Projections, RecordedGeneration, layout_of
 from .index._rows_index import stored_layout, stored_rows
-from .upkeep._release import Retainer
+from .upkeep._release import Retainer, Rules
 from .storage._appender import Appender, Pending, own_appender
 from .storage._store import Store
 from .upkeep._verify import VerifyProblem, verify as _verify
@@ -125,8 +127,8 @@ class Journal:
         sync: bool = True,
         registry: Optional[CodecRegistry] = None,
         session: bool = True,
-        payload_store: Any = None,
-        retention: Any = None,
+        payload_store: Union[None, str, "os.PathLike[str]", PayloadStore] = None,
+        retention: Optional[Rules] = None,
         check: str = "open",
     ) -> None:
         _check_key(run, "train")
@@ -450,7 +452,7 @@ class Journal:
         needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
         return self._appender.append(Pending(events, encoded, payloads, needed))
 
-    def _project_in(self, txn: Any, events: List[Event], bodies: List[bytes]) -> List[int]:
+    def _project_in(self, txn: lmdb.Transaction[Any], events: List[Event], bodies: List[bytes]) -> List[int]:
         """A group's events appended and projected in its transaction (retention planned there too)."""
         store = self._store
         seqs = [seq for seq, _ in Projections.append_and_project_in(txn, store, events, bodies)]

@@ -32,7 +32,7 @@ def _plain_policy(value: Any) -> Any:
     return value
 
 
-def _spec_valid(instance: Any, attribute: Any, value: Any) -> None:
+def _spec_valid(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     if not isinstance(value, (str, dict)):
         raise ConfigError(
             f"policy={value!r} is not a valid policy spec: use a spec string ('cache', "

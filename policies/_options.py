@@ -18,14 +18,14 @@ from ._errors import ConfigError, OptionError
 __all__ = ["EngineOptions"]
 
 
-def _bool(instance: Any, attribute: Any, value: Any) -> None:
+def _bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     # Strict: "yes" or 1 in a config is a typo more often than a wish.
     if value is not True and value is not False:
         raise OptionError(attribute.name, value, "True or False")
 
 
 def _one_of(*allowed: str) -> Any:
-    def check(instance: Any, attribute: Any, value: Any) -> None:
+    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
         if not (isinstance(value, str) and value in allowed):
             raise OptionError(attribute.name, value, " or ".join(repr(a) for a in allowed))
 
@@ -39,7 +39,7 @@ def _as_modes(value: Any) -> Any:
     return tuple(value)
 
 
-def _modes(instance: Any, attribute: Any, value: Any) -> None:
+def _modes(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     if not (isinstance(value, tuple) and all(isinstance(m, str) and m for m in value)):
         raise OptionError(
             attribute.name, value,

@@ -7,11 +7,12 @@ would serve a record-only stage from the journal when it is made. Nothing here r
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from stepjournal.errors import StageRoleError
 from stepjournal.vocabulary import Stage, StageRole
 
+from ._base import Policy
 from ._builtin import Bypass, Dump, Passthrough
 from ._spec import Schedule
 from ._stages import StagePolicies
@@ -22,7 +23,7 @@ __all__ = ["may_replay", "role_of", "check_stage_roles"]
 _RUN_ALWAYS = (Dump, Passthrough, Bypass)
 
 
-def may_replay(policy: Any) -> bool:
+def may_replay(policy: Policy) -> bool:
     """Whether `policy` may serve a call from the journal instead of running it.
 
     ``dump``, ``passthrough`` and ``bypass`` never do, nor a schedule or per-stage spec of them only;
@@ -46,7 +47,7 @@ def role_of(stage: str, declared: Iterable[Stage]) -> StageRole:
     return StageRole.MAY_REPLAY
 
 
-def check_stage_roles(policy: Any, declared: Sequence[Stage]) -> None:
+def check_stage_roles(policy: Policy, declared: Sequence[Stage]) -> None:
     """Refuse a per-stage spec that gives a record-only stage a policy that may replay.
 
     Raises:

@@ -12,7 +12,7 @@ import attrs
 
 from stepjournal.log import warn
 
-from ._base import CallContext, Decision, JournalView, is_policy
+from ._base import CallContext, Decision, JournalView, Policy, is_policy
 from ._builtin import BUILTIN_POLICIES, Bypass, Nearest, Passthrough, Repeat, RepeatLast
 from ._errors import SpecError, SpecWarning
 from ._plugins import DISABLE_PLUGINS_ENV, PLUGIN_GROUP, load_plugin, not_a_policy, plugin_names
@@ -46,8 +46,8 @@ class Schedule:
     recorded more. With no recording clause before it, such a clause sees every recorded step.
     """
 
-    clauses: Tuple[Tuple[StepRanges, Any, str], ...]
-    default: Any = attrs.field(factory=Passthrough)
+    clauses: Tuple[Tuple[StepRanges, Policy, str], ...]
+    default: Policy = attrs.field(factory=Passthrough)
     name: str = ""
     # Per clause: the steps its policy may serve from (None: every recorded step).
     scopes: Tuple[Optional[StepRanges], ...] = attrs.field(init=False, eq=False, repr=False)

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:  # the CLI's light path imports neither at run time
+    from stepjournal import Journal
+    from stepjournal.events import PayloadRef
 
 __all__ = ["light_payload", "light_load"]
 
@@ -149,12 +153,12 @@ def light_payload(raw: bytes, digest: str, max_items: Optional[int]) -> Optional
         return None
 
 
-def light_load(journal: Any) -> Callable[..., Any]:
+def light_load(journal: "Journal") -> Callable[..., Any]:
     """``load(ref, step=None)``: a payload of `journal` read by `light_payload` when it allows, else by
     `Journal.load` (the codec, torch), which also says what is wrong with one that cannot be read."""
     from stepjournal.errors import StepJournalError
 
-    def load(ref: Any, step: Optional[int] = None) -> Any:
+    def load(ref: "PayloadRef", step: Optional[int] = None) -> Any:
         try:
             found = light_payload(journal.payload_bytes(ref.digest), ref.digest, 0)
         except StepJournalError:  # missing or released: the codec's path names the step

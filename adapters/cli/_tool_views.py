@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from rich.console import Console
 
@@ -14,6 +14,9 @@ from stepjournal.tools import ToolCallRow, tool_call_rows, tool_step_summaries
 
 from ._common import choose_run, open_readonly, parse_steps
 from ._render import FittedColumns, UsageError, cell, plain_table, print_json, print_line
+
+if TYPE_CHECKING:
+    from stepjournal import Journal
 
 __all__ = ["run_audit", "run_show", "run_diff", "row_json"]
 
@@ -179,7 +182,7 @@ def _print_call(out: Console, row: ToolCallRow) -> None:
             out.print(f"      → {cell(line)}", highlight=False)
 
 
-def _assistant_turns(journal: Any, run: str, args: argparse.Namespace, sessions: Sequence[Optional[str]],
+def _assistant_turns(journal: "Journal", run: str, args: argparse.Namespace, sessions: Sequence[Optional[str]],
                      err: Console, check_range: bool = False) -> Dict[Optional[str], _Said]:
     """Per session, the sample's assistant text of each turn (`Sample.turns` decoded, or its token ids without a
     tokenizer) and, where each turn is a generate call of its own, each turn's call event (`Sample.turn_events`),

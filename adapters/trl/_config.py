@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
 
 from stepjournal.log import get_logger
 
 from .._tokenizer_keys import TOKENIZER_KEY
 from ._errors import TrlAdapterError, TrlSignatureError
+
+if TYPE_CHECKING:
+    from stepjournal import Journal
 
 __all__ = [
     "SUPPORTED_TRL",
@@ -111,7 +114,7 @@ def mode_name(trainer: Any, mode: str) -> str:
     return f"{mode}/p{accelerator.process_index}" if accelerator.num_processes > 1 else mode
 
 
-def recorded_processes(journal: Any, mode: str) -> int:
+def recorded_processes(journal: "Journal", mode: str) -> int:
     """How many processes recorded `mode` (``train``, ``eval``) of the journal's run: 1 for plain
     records, N for ``mode/p0`` .. ``mode/p{N-1}``, 0 for none (one cursor read per process)."""
     if journal.step_count(mode=mode):
@@ -122,7 +125,7 @@ def recorded_processes(journal: Any, mode: str) -> int:
     return count
 
 
-def topology_hint(journal: Any, trainer: Any, mode: str) -> Optional[str]:
+def topology_hint(journal: "Journal", trainer: Any, mode: str) -> Optional[str]:
     """Why a replay missed, when the run was recorded by another number of processes; else None."""
     running = trainer.accelerator.num_processes
     recorded = recorded_processes(journal, mode.split("/p", 1)[0])

@@ -10,17 +10,17 @@ import inspect
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, List
+from typing import List
 
 __all__ = ["run_conformance"]
 
 
-def _test_names(suite: Any) -> List[str]:
+def _test_names(suite: object) -> List[str]:
     """The suite's tests, by name (sorted, as ``dir`` lists them)."""
     return [name for name in dir(type(suite)) if name.startswith("test_") and callable(getattr(suite, name))]
 
 
-def run_conformance(suite: Any) -> int:
+def run_conformance(suite: object) -> int:  # any object with test_* methods
     """Run every ``test_*`` method of `suite`, a test that takes a folder (``tmp_path``) in a fresh temporary
     one; return how many passed.
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Set
+from typing import Callable, Iterator, Optional, Set, Union
 
 __all__ = ["undone_on_failure", "remove_entry"]
 
@@ -42,7 +42,8 @@ def _first_missing(folder: str) -> Optional[str]:
 
 
 @contextmanager
-def undone_on_failure(path: Any, *, kept: Callable[[str], bool] = lambda folder: False) -> Iterator[None]:
+def undone_on_failure(path: Union[str, "os.PathLike[str]"], *,
+                      kept: Callable[[str], bool] = lambda folder: False) -> Iterator[None]:
     """Run the block; when it raises an `Exception`, remove what it created at the journal folder `path`,
     unless `kept(folder)` (another process has the journal open, or wrote into it)."""
     folder = os.path.abspath(os.fspath(path))

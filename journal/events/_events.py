@@ -259,6 +259,8 @@ class EventsImported:
 Event = Union[
     SessionOpened, GenerationRecorded, ReplayServed, CallBypassed, CallRefused, PayloadsReleased, EventsImported
 ]
+# The events of one journaled call: the keys of `CALL_ACTIONS` (a test checks they are the same classes).
+CallEvent = Union[GenerationRecorded, ReplayServed, CallBypassed, CallRefused]
 
 # Stable tag names and current schema versions. A tag, once written to a journal, is never renamed.
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
@@ -292,7 +294,7 @@ def field_names(cls: type) -> Tuple[FrozenSet[str], FrozenSet[str]]:
     return (frozenset(f.name for f in fields), frozenset(f.name for f in fields if f.default is attrs.NOTHING))
 
 
-def call_refs(event: Any) -> List[PayloadRef]:
+def call_refs(event: Event) -> List[PayloadRef]:
     """The payloads an event names (its output, and a recorded call's stored input)."""
     if isinstance(event, GenerationRecorded):
         return [r for r in (event.output, event.input) if r is not None]

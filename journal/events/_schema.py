@@ -97,7 +97,7 @@ class Kind:
 
 
 def _int_kind(name: str, low: int, high: int, text: str, native: Optional[Tuple[Any, Dict[str, Any]]] = None) -> Kind:
-    def validator(_instance: Any, attribute: Any, value: Any) -> None:
+    def validator(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             refuse(attribute.name, value, f"use an int from {text}")
 
@@ -108,7 +108,7 @@ def _int_kind(name: str, low: int, high: int, text: str, native: Optional[Tuple[
 
 
 def _number_kind(name: str, high: float, text: str) -> Kind:
-    def validator(_instance: Any, attribute: Any, value: Any) -> None:
+    def validator(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
         if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
                 or not 0.0 <= value <= high):
             refuse(attribute.name, value, f"use a finite number from {text}")
@@ -127,30 +127,30 @@ def _text_check(value: Any) -> Any:
     return value if type(value) is str else BAD  # msgpack's strict UTF-8 never hands back a lone surrogate
 
 
-def _text_validator(_instance: Any, attribute: Any, value: Any) -> None:
+def _text_validator(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     check_text(attribute.name, value)
 
 
 def _key_kind(name: str, key: str, rule: Validator) -> Kind:
-    def validator(instance: Any, attribute: Any, value: Any) -> None:
+    def validator(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
         rule(instance, attribute, value)
 
     return Kind(name, validator, (str, {}), _text_check, key)
 
 
-def _run_rule(_instance: Any, _attribute: Any, value: Any) -> None:
+def _run_rule(_instance: Any, _attribute: "attrs.Attribute[Any]", value: Any) -> None:
     check_key(value, "train")
 
 
-def _mode_rule(instance: Any, _attribute: Any, value: Any) -> None:
+def _mode_rule(instance: Any, _attribute: "attrs.Attribute[Any]", value: Any) -> None:
     check_key(instance.run, value)  # validators run once every field is set
 
 
-def _stage_rule(instance: Any, _attribute: Any, value: Any) -> None:
+def _stage_rule(instance: Any, _attribute: "attrs.Attribute[Any]", value: Any) -> None:
     check_key(instance.run, instance.mode, value)
 
 
-def _digest_validator(_instance: Any, attribute: Any, value: Any) -> None:
+def _digest_validator(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     if not isinstance(value, str) or len(value) != _DIGEST_HEX or not _HEX.issuperset(value):
         refuse(attribute.name, value, f"use the {_DIGEST_HEX} hex digits of a BLAKE3 digest")
 
@@ -159,7 +159,7 @@ def _digest_check(value: Any) -> Any:
     return value if type(value) is str and len(value) == _DIGEST_HEX and _HEX.issuperset(value) else BAD
 
 
-def _compression_validator(_instance: Any, attribute: Any, value: Any) -> None:
+def _compression_validator(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     if value not in (None, "zstd"):
         refuse(attribute.name, value, "use None or 'zstd'")
 
@@ -185,7 +185,7 @@ def ref_kind(cls: type) -> Kind:
     """The kind of a field holding a payload's place: an instance of `cls` (`PayloadRef`), whose own
     declared fields say what its stored map holds."""
 
-    def validator(_instance: Any, attribute: Any, value: Any) -> None:
+    def validator(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
         if not isinstance(value, cls):
             refuse(attribute.name, value, f"use a {cls.__name__}")
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import attrs
 
-from ..events._events import EventsImported, PayloadsReleased, ReplayServed
+from ..events._events import Event, EventsImported, PayloadsReleased, ReplayServed
 
 __all__ = ["FoldedImports", "ImportMap"]
 
@@ -33,7 +33,7 @@ class ImportMap:
         return len(self._blocks)
 
     @classmethod
-    def of(cls, events: Any) -> "ImportMap":
+    def of(cls, events: Any) -> "ImportMap":  # Any: a journal's events(types=[EventsImported]), typed Event
         """The map of a journal's markers: `events` yields (seq, `EventsImported`) in log order."""
         found = cls()
         for seq, event in events:
@@ -101,7 +101,7 @@ class ImportMap:
             return None
         return rows[i][2] + source_seq - rows[i][0]
 
-    def translate(self, seq: int, event: Any) -> Any:
+    def translate(self, seq: int, event: Event) -> Event:
         """`event` (at local `seq`) as this journal reads it: a pulled release (or replay) names its record
         by the local seq, or by a seq no event has when that record was not pulled; anything else as is."""
         field = _SEQ_FIELD.get(type(event))
@@ -111,7 +111,8 @@ class ImportMap:
         if source is None:
             return event
         local = self.local(source, getattr(event, field))
-        return attrs.evolve(event, **{field: local if local is not None else _NO_SEQ})
+        # mypy's attrs plugin cannot evolve a union of classes by a field name known only at run time.
+        return attrs.evolve(event, **{field: local if local is not None else _NO_SEQ})  # type: ignore[arg-type]
 
 
 class FoldedImports:

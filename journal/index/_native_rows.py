@@ -33,8 +33,8 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 
 from ._audit import AUDIT_FIELDS, CALL_COLUMNS
 from ..events._convert import MAX_EVENT_BYTES, checksum_holds
-from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, GenerationRecorded, PayloadRef,
-                              field_names, iso_time)
+from ..events._events import (AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EVENT_TYPES, CallEvent, GenerationRecorded,
+                              PayloadRef, field_names, iso_time)
 from ..events._schema import Field, fields_of
 
 __all__ = ["Row", "row_of", "index_fields_of", "index_fields", "encode_rows", "encode_row", "encode_lines", "as_row",
@@ -194,7 +194,7 @@ def _checked(raw: bytes, keys: Any) -> Any:
     return event, present == _KEYS[cls] + len(omissible)
 
 
-def _call_key(event: Any) -> Tuple[str, str, str]:
+def _call_key(event: CallEvent) -> Tuple[str, str, str]:
     """(run, mode, stage) of a decoded call event, the stage's default filled in."""
     stage = event.stage
     return event.run, event.mode, _DEFAULT_STAGE[type(event)] if stage is UNSET else stage

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Iterator, List, Optional, Tuple
 
 import attrs
+import lmdb
 
 from ._call_rows import KeyRuleCache, checked_row
 from ..events._convert import decode_event, encode_event, event_of
@@ -82,16 +83,18 @@ class RecordedGeneration:
         return self.event.gen_index
 
 
-def layout_of(txn: Any, store: Store) -> int:
+def layout_of(txn: lmdb.Transaction[Any], store: Store) -> int:
     """The key layout of the ``gen`` and ``steps`` indexes as `txn` sees them (absent: 1, no stage in the keys)."""
     raw = txn.get(META_LAYOUT, db=store.db("meta"))
+    if raw is None:
+        return 1
     try:
-        return int(bytes(raw)) if raw is not None else 1
+        return int(bytes(raw))
     except ValueError:
         raise IntegrityError(f"the journal's meta key 'layout' holds {bytes(raw)[:20]!r}, not a number") from None
 
 
-def _prefix(txn: Any, store: Store, run: str, mode: str, stage: str) -> Optional[bytes]:
+def _prefix(txn: lmdb.Transaction[Any], store: Store, run: str, mode: str, stage: str) -> Optional[bytes]:
     """The index prefix of (run, mode, stage) in the layout on disk; None: that layout has no such stage."""
     layout = layout_of(txn, store)
     if layout == 1:
@@ -103,7 +106,7 @@ def _step_of(key: bytes, start: int) -> int:
     return int.from_bytes(key[start : start + _STEP], "big")
 
 
-def _has_step_in(txn: Any, gen: Any, prefix: bytes, step: int) -> bool:
+def _has_step_in(txn: lmdb.Transaction[Any], gen: lmdb._Database, prefix: bytes, step: int) -> bool:
     """Whether ``gen`` holds a record of `step` under `prefix`."""
     skey = prefix + step.to_bytes(_STEP, "big")
     cur = txn.cursor(db=gen)
@@ -113,7 +116,7 @@ def _has_step_in(txn: Any, gen: Any, prefix: bytes, step: int) -> bool:
 class _Ranks:
     """Order statistics of one (run, mode) inside one transaction: from ``steps``, or by walking ``gen``."""
 
-    def __init__(self, txn: Any, store: Store, prefix: bytes) -> None:
+    def __init__(self, txn: lmdb.Transaction[Any], store: Store, prefix: bytes) -> None:
         self.txn, self.prefix = txn, prefix
         self.gen = store.db("gen")
         steps = store.db("steps")
@@ -179,7 +182,9 @@ class _Ranks:
         if count and self.nth(count - 1) > step:
             at = self.rank(step, count)
             for ordinal in range(count - 1, at - 1, -1):
-                txn.put(rank_key(prefix, ordinal + 1), txn.get(rank_key(prefix, ordinal), db=db), db=db)
+                # Every ordinal below count() holds a step, so get() finds one.
+                txn.put(rank_key(prefix, ordinal + 1), txn.get(rank_key(prefix, ordinal), db=db),  # type: ignore[arg-type]
+                        db=db)
             count = at
         txn.put(rank_key(prefix, count), step.to_bytes(_STEP, "big"), db=db)
 
@@ -217,7 +222,8 @@ class _GenIndex:
     __slots__ = ("txn", "store", "gen", "steps", "imports", "rebuilding", "prefixes", "last", "ranks_inline",
                  "rank_prefix", "ordinal", "rank_last")
 
-    def __init__(self, txn: Any, store: Store, imports: Optional[ImportMap], *, rebuilding: bool = False) -> None:
+    def __init__(self, txn: lmdb.Transaction[Any], store: Store, imports: Optional[ImportMap], *,
+                 rebuilding: bool = False) -> None:
         self.txn, self.store, self.gen, self.steps = txn, store, store.db("gen"), store.db("steps")
         self.imports, self.rebuilding = imports, rebuilding
         self.prefixes: dict = {}
@@ -298,8 +304,9 @@ class Projections:
 
     # -- inside write transactions ---------------------------------------------------------------
     @classmethod
-    def append_and_project_in(cls, txn: Any, store: Store, events: List[Event], bodies: Optional[List[bytes]] = None,
-                              *, imports: Optional[ImportMap] = None, ranks: bool = True) -> List[Tuple[int, Event]]:
+    def append_and_project_in(cls, txn: lmdb.Transaction[Any], store: Store, events: List[Event],
+                              bodies: Optional[List[bytes]] = None, *, imports: Optional[ImportMap] = None,
+                              ranks: bool = True) -> List[Tuple[int, Event]]:
         """Append `events` to the log (their stored `bodies`, else encoded here) and project each in the same
         transaction: the one way a record, a prune and a pull add events. With `imports` (a pull), an
         `EventsImported` marks its block and each event is projected as translated to this journal's seqs
@@ -318,8 +325,8 @@ class Projections:
         return appended
 
     @staticmethod
-    def apply_in(txn: Any, store: Store, seq: int, event: Event, *, ranks: bool = True, runs: bool = True,
-                 imports: Optional[ImportMap] = None, index: Optional[_GenIndex] = None) -> None:
+    def apply_in(txn: lmdb.Transaction[Any], store: Store, seq: int, event: Event, *, ranks: bool = True,
+                 runs: bool = True, imports: Optional[ImportMap] = None, index: Optional[_GenIndex] = None) -> None:
         """Project one appended event, in the transaction that appends it (`ranks`: the rank index
         too; `runs`: the runs index too; `imports`: the journal's pulled blocks, which decide whether
         a pulled record takes its call's entry, `ImportMap.replaces`; `index`: the rebuild's writer of
@@ -342,7 +349,7 @@ class Projections:
                 txn.put(key, seq_key(seq), db=sessions)
 
     @classmethod
-    def rebuild_in(cls, txn: Any, store: Store, *, skip_damaged: bool = False) -> int:
+    def rebuild_in(cls, txn: lmdb.Transaction[Any], store: Store, *, skip_damaged: bool = False) -> int:
         """Drop every index and replay the log into it, all inside `txn`; return the events replayed.
 
         Reading the log in the same write transaction means no event committed by another process
@@ -422,7 +429,7 @@ class Projections:
         return sum((s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]) * s["psize"] for s in stats)
 
     @classmethod
-    def upgrade_layout_in(cls, txn: Any, store: Store, *, new: bool) -> bool:
+    def upgrade_layout_in(cls, txn: lmdb.Transaction[Any], store: Store, *, new: bool) -> bool:
         """Bring the indexes to this library's key layout inside `txn` (a writable open); True if rebuilt.
 
         A new journal is marked with the current layout; a journal of layout 1 is reindexed.
@@ -440,7 +447,7 @@ class Projections:
         return False
 
     @staticmethod
-    def check_layout_in(txn: Any, store: Store) -> int:
+    def check_layout_in(txn: lmdb.Transaction[Any], store: Store) -> int:
         """The layout on disk; refuses one newer than this library's.
 
         Raises:
@@ -456,12 +463,12 @@ class Projections:
         return layout
 
     @staticmethod
-    def build_ranks_in(txn: Any, store: Store) -> None:
+    def build_ranks_in(txn: lmdb.Transaction[Any], store: Store) -> None:
         """Rewrite the rank index from ``gen`` (after events applied with ``ranks=False``)."""
         Projections._build_ranks_in(txn, store)
 
     @staticmethod
-    def _build_ranks_in(txn: Any, store: Store) -> None:
+    def _build_ranks_in(txn: lmdb.Transaction[Any], store: Store) -> None:
         """Write the rank index from ``gen`` in one ordered pass (both are ordered by prefix first)."""
         steps = store.db("steps")
         if steps is None:
@@ -479,7 +486,7 @@ class Projections:
         txn.put(STEPS_FLAG, b"1", db=store.db("meta"))
 
     @classmethod
-    def ensure_sessions_in(cls, txn: Any, store: Store, *, new: bool) -> None:
+    def ensure_sessions_in(cls, txn: lmdb.Transaction[Any], store: Store, *, new: bool) -> None:
         """Build the sessions, rank and runs indexes of a journal that lacks them (once, when
         writable; the runs index also folds in what a writer without it appended)."""
         meta = store.db("meta")

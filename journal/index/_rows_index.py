@@ -27,6 +27,8 @@ import itertools
 import re
 from typing import Any, Iterator, List, Optional, Tuple
 
+import lmdb
+
 from ._audit import AuditRecord, Provenance, RELEASED
 from ._call_rows import MARKER_TAG, KeyRuleCache, checked_row
 from ._import_map import ImportMap
@@ -50,7 +52,7 @@ _RELEASED_BY = re.compile(rb'"released_by":(?:null|\d+),"origin_journal":')
 _GENERATED = b'"action":"generated",'
 
 
-def covered_in(txn: Any, store: Store) -> Optional[int]:
+def covered_in(txn: lmdb.Transaction[Any], store: Store) -> Optional[int]:
     """The seq up to which the rows hold the log, in this library's format; None: no rows to use (the caller
     checks that the ``rows`` database exists, which a reader does as it reads it)."""
     raw = txn.get(META_ROWS_INDEX, db=store.db("meta"))
@@ -62,7 +64,7 @@ def covered_in(txn: Any, store: Store) -> Optional[int]:
     return int(seq)
 
 
-def _mark_in(txn: Any, store: Store, value: bytes) -> None:
+def _mark_in(txn: lmdb.Transaction[Any], store: Store, value: bytes) -> None:
     txn.put(META_ROWS_INDEX, value, db=store.db("meta"))
 
 
@@ -90,7 +92,8 @@ class RowsWriter:
     """Writes rows in log order inside one write transaction: a batch's texts at once (`add`), an event's
     row as it comes (`event`), and a release's rewrite of its record's row."""
 
-    def __init__(self, txn: Any, store: Store, imports: Optional[ImportMap] = None, *, rewrite: bool = False) -> None:
+    def __init__(self, txn: lmdb.Transaction[Any], store: Store, imports: Optional[ImportMap] = None, *,
+                 rewrite: bool = False) -> None:
         self.txn, self.store, self.db = txn, store, store.db("rows")
         self.provenance = Provenance(imports)
         self.keys = KeyRuleCache()  # the key rule's answers, for `checked_row` over a log (catch-up)
@@ -204,7 +207,8 @@ class RowsWriter:
         self.txn.put(key, text, db=self.db)
 
 
-def apply_in(txn: Any, store: Store, appended: List[Tuple[int, Event]], imports: Optional[ImportMap]) -> None:
+def apply_in(txn: lmdb.Transaction[Any], store: Store, appended: List[Tuple[int, Event]],
+             imports: Optional[ImportMap]) -> None:
     """Fold appended events (seq, event as stored) into the rows, in the transaction that appends them.
 
     `imports`: the journal's pulled blocks, for a pull; None for a local append, whose events are in no
@@ -223,7 +227,7 @@ def apply_in(txn: Any, store: Store, appended: List[Tuple[int, Event]], imports:
     _mark_in(txn, store, _covering(appended[-1][0]))
 
 
-def catch_up_in(txn: Any, store: Store, until: Optional[int] = None, *, build: bool = False) -> None:
+def catch_up_in(txn: lmdb.Transaction[Any], store: Store, until: Optional[int] = None, *, build: bool = False) -> None:
     """Fold in the events the rows lack, up to `until` (None: the log's end); with `build`, start the rows of
     a journal that has none (its writable open). An event that cannot be decoded leaves the journal without rows."""
     db = store.db("rows")

@@ -23,6 +23,7 @@ import struct
 
 import attrs
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+import lmdb
 
 from ..events._convert import decode_event
 from ..base._errors import EventDecodeError
@@ -189,7 +190,7 @@ class RunsFold:
         return self
 
     @classmethod
-    def read_in(cls, txn: Any, store: Store) -> Optional["RunsFold"]:
+    def read_in(cls, txn: lmdb.Transaction[Any], store: Store) -> Optional["RunsFold"]:
         """The index as `txn` sees it, or None when the journal has none (written before it)."""
         db = store.db("runs")
         covered = txn.get(META_RUNS_INDEX, db=store.db("meta")) if db is not None else None
@@ -208,7 +209,7 @@ class RunsFold:
             seqs.sort()
         return fold
 
-    def write_in(self, txn: Any, store: Store) -> None:
+    def write_in(self, txn: lmdb.Transaction[Any], store: Store) -> None:
         """Replace the index with this fold (a rebuild inside `txn`)."""
         db = store.db("runs")
         if db is None:
@@ -222,7 +223,7 @@ class RunsFold:
         txn.put(META_RUNS_INDEX, seq_key(self.last), db=store.db("meta"))
 
 
-def _readable_in(txn: Any, store: Store, since: int) -> Iterable[Tuple[int, Event]]:
+def _readable_in(txn: lmdb.Transaction[Any], store: Store, since: int) -> Iterable[Tuple[int, Event]]:
     """The events after `since` as `txn` sees the log; one that cannot be decoded is left out (`verify` says so)."""
     cur = txn.cursor(db=store.db("events"))
     if not cur.set_range(seq_key(since + 1)):
@@ -235,12 +236,12 @@ def _readable_in(txn: Any, store: Store, since: int) -> Iterable[Tuple[int, Even
             continue
 
 
-def _last_in(txn: Any, store: Store) -> int:
+def _last_in(txn: lmdb.Transaction[Any], store: Store) -> int:
     cur = txn.cursor(db=store.db("events"))
     return seq_of(cur.key()) if cur.last() else 0
 
 
-def apply_in(txn: Any, store: Store, seq: int, event: Event) -> None:
+def apply_in(txn: lmdb.Transaction[Any], store: Store, seq: int, event: Event) -> None:
     """Fold one appended event into the index, in the transaction that appends it (first the events
     before it that the index lacks: another library appended them without it)."""
     db, meta = store.db("runs"), store.db("meta")
@@ -262,7 +263,7 @@ def apply_in(txn: Any, store: Store, seq: int, event: Event) -> None:
     txn.put(META_RUNS_INDEX, seq_key(seq), db=meta)
 
 
-def catch_up_in(txn: Any, store: Store, until: Optional[int] = None) -> None:
+def catch_up_in(txn: lmdb.Transaction[Any], store: Store, until: Optional[int] = None) -> None:
     """Build the index (absent) or fold in the events it lacks (up to `until`; None: the log's end)."""
     if store.db("runs") is None:
         return

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base._errors import CodecPluginError
 from ..base._log import get_logger
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["TYPE_GROUP", "NAME_GROUP", "entry_points_named", "run_plugin", "raise_again"]
 
@@ -57,7 +60,7 @@ def entry_points_named(group: str, name: str) -> tuple[Any, ...]:
     return index.get(name, ())
 
 
-def _failure(group: str, ep: Any, wanted: str, error: str) -> CodecPluginError:
+def _failure(group: str, ep: "EntryPoint", wanted: str, error: str) -> CodecPluginError:
     dist = getattr(ep, "dist", None)
     distribution, version = (None, None) if dist is None else (dist.name, dist.version)
     where = "an unknown distribution" if distribution is None else f"distribution {distribution} {version}"
@@ -79,7 +82,7 @@ def raise_again(exc: CodecPluginError) -> CodecPluginError:
     )
 
 
-def _hook(group: str, ep: Any, wanted: str) -> Callable[[Any], None]:
+def _hook(group: str, ep: "EntryPoint", wanted: str) -> Callable[[Any], None]:
     key = (group, ep.name, ep.value)
     hook = _imported.get(key)
     if hook is None:
@@ -97,7 +100,7 @@ def _hook(group: str, ep: Any, wanted: str) -> Callable[[Any], None]:
     return hook
 
 
-def run_plugin(group: str, ep: Any, registry: Any, wanted: str, registered: Callable[[], bool]) -> None:
+def run_plugin(group: str, ep: "EntryPoint", registry: Any, wanted: str, registered: Callable[[], bool]) -> None:
     """Import the entry point's function and run it on `registry`; check that it registered `wanted`.
 
     Args:

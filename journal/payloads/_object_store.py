@@ -28,6 +28,8 @@ import os
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar
 
+import lmdb
+
 from ..base._digest import DIGEST_SIZE
 from ..base._errors import IntegrityError, PayloadMissingError
 from ..base._log import get_logger
@@ -107,7 +109,7 @@ class ObjectPayloadStore(PayloadStoreBase):
         if not items:
             return write_events(None)
 
-        def in_txn(txn: Any) -> None:
+        def in_txn(txn: lmdb.Transaction[Any]) -> None:
             # A release in another process may have deleted an object of the same bytes since it was
             # written (or found in the cache); releases delete inside a write transaction
             # (`delete_in`), so one found here stays until the events naming it commit.
@@ -136,7 +138,7 @@ class ObjectPayloadStore(PayloadStoreBase):
             found = cache.delete(digest) or found
         return found
 
-    def delete_in(self, txn: Any, digests: Sequence[bytes]) -> None:
+    def delete_in(self, txn: lmdb.Transaction[Any], digests: Sequence[bytes]) -> None:
         """`delete` of each of `digests` inside the open write transaction `txn` of the cache's journal
         (a release's deletion, `_release.delete_released`): a record's `commit` checks its objects in a
         write transaction too, so the two never overlap."""

@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
+import lmdb
+
 from ..base._digest import DIGEST_SIZE, digest_bytes
 from ..base._errors import IntegrityError, JournalFullError, PayloadMissingError
 from ..base._pages import MappedFile, releaser
@@ -141,7 +143,7 @@ class LmdbPayloadStore(PayloadStoreBase):
                     "continue without recording (see docs/reliability.md)")
         files.put(digest, blob)
 
-    def put_in(self, txn: Any, items: Sequence[Tuple[bytes, Any]]) -> None:
+    def put_in(self, txn: lmdb.Transaction[Any], items: Sequence[Tuple[bytes, Any]]) -> None:
         """Write `items` inside an open write transaction `txn` (opened with ``buffers=True``); a large
         one is made a durable file first, before `txn` can commit."""
         db = self._db()
@@ -185,7 +187,7 @@ class LmdbPayloadStore(PayloadStoreBase):
         if not small and not placed:
             return write_events(None)
 
-        def in_txn(txn: Any) -> None:
+        def in_txn(txn: lmdb.Transaction[Any]) -> None:
             # A release in another process may have deleted a file of the same bytes since it was placed
             # (content-addressed); releases delete only inside a write transaction, so one checked here
             # stays until the events naming it commit (`_release.delete_released`).
@@ -204,7 +206,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             found = bool(self._store.write(lambda txn: txn.delete(digest, db=self._db()))) or found
         return found
 
-    def delete_in(self, txn: Any, digests: Sequence[bytes]) -> List[bytes]:
+    def delete_in(self, txn: lmdb.Transaction[Any], digests: Sequence[bytes]) -> List[bytes]:
         """Delete `digests` inside an open write transaction `txn` (retention's releases); return those
         that are files, for the caller to `delete` once `txn` has committed (a file deleted before
         would be missing if it did not)."""
@@ -213,7 +215,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             txn.delete(digest, db=self._db())
         return [d for d in digests if self._files is not None and self._files.has(d)]
 
-    def has_in(self, txn: Any, digest: bytes) -> bool:
+    def has_in(self, txn: lmdb.Transaction[Any], digest: bytes) -> bool:
         """`has`, seen from inside the open transaction `txn`."""
         return txn.get(digest, db=self._db()) is not None or (self._files is not None and self._files.has(digest))
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, ContextManager, Iterator, List, Optional, Tupl
 import numpy as np
 import torch
 import zstandard
+import lmdb
 
 from ..base._digest import digest_bytes as digest_of
 from ..base._errors import IntegrityError, PayloadMissingError, UnsafePathError
@@ -70,7 +71,7 @@ class PayloadStoreConformance:
         writes its payloads before the events and hands no ``in_txn``; a store inside it runs ``in_txn(txn)``
         in the write transaction."""
 
-        def write_events(in_txn: Any) -> List[int]:
+        def write_events(in_txn: lmdb.Transaction[Any]) -> List[int]:
             assert in_txn is None, "a store outside the journal's LMDB environment writes nothing in its transaction"
             if fail:
                 raise RuntimeError("event commit failed")

@@ -19,13 +19,13 @@ import re
 import stat
 import struct
 import zipfile
-from typing import Any, Collection, Container, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Container, Dict, Iterator, List, Optional, Tuple, Union
 
 import attrs
 
 from ..events._convert import decode_event
 from ..base._errors import ImportClaimError, IntegrityError, JournalError, PayloadMissingError, StepJournalError
-from ..events._events import EventsImported, SessionOpened, call_refs
+from ..events._events import Event, EventsImported, PayloadRef, SessionOpened, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options
 from ..index._import_map import ImportMap
 from .._journal import Journal
@@ -161,7 +161,7 @@ class _BundleReader:
         self._file.close()
 
 
-def _selected(event: Any, runs: Optional[Collection[str]], modes: Optional[Collection[str]],
+def _selected(event: Event, runs: Optional[Collection[str]], modes: Optional[Collection[str]],
               stages: Optional[Collection[str]], steps: Optional[Container[int]]) -> bool:
     if isinstance(event, EventsImported):
         return False  # provenance is carried by the ids events are bundled under
@@ -191,8 +191,9 @@ def _origins(journal: Journal) -> Iterator[Tuple[str, int, bytes, Any]]:
             yield own, seq, raw, event
 
 
-def export_bundle(journal: Any, path: Any, *, runs: Optional[Collection[str]] = None,
-                  modes: Optional[Collection[str]] = None, stages: Optional[Collection[str]] = None,
+def export_bundle(journal: Union[str, "os.PathLike[str]", Journal], path: Union[str, "os.PathLike[str]"], *,
+                  runs: Optional[Collection[str]] = None, modes: Optional[Collection[str]] = None,
+                  stages: Optional[Collection[str]] = None,
                   steps: Optional[Container[int]] = None, progress: Progress = None) -> BundleReport:
     """Write a selection of `journal` (a path or an open `Journal`) to the new bundle file `path`.
 
@@ -287,8 +288,8 @@ def _json_bytes(value: Dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
 
-def import_bundle(path: Any, journal: Any, *, progress: Progress = None, runs: Renames = None,
-                  keep: Optional[str] = None) -> PullReport:
+def import_bundle(path: Union[str, "os.PathLike[str]"], journal: Union[str, "os.PathLike[str]", Journal], *,
+                  progress: Progress = None, runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """Bring a bundle's events and payloads into `journal` (a path, created when absent, or a `Journal`).
 
     A pull from the bundle, with its checks: every event it would take is checked (segment digests,
@@ -397,7 +398,7 @@ def _bundled_record(reader: _BundleReader, source: str, seq: int) -> Any:
     return None
 
 
-def _payload_problem(objects: ObjectPayloadStore, ref: Any) -> Optional[str]:
+def _payload_problem(objects: ObjectPayloadStore, ref: PayloadRef) -> Optional[str]:
     try:
         objects.fetch(bytes.fromhex(ref.digest), nbytes=ref.nbytes)  # one bounded, digest-checked read
     except PayloadMissingError:

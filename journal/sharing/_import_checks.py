@@ -17,12 +17,12 @@ every event decodes through the journal's one converter (`_remote_layout`), but 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 import attrs
 
 from ..base._errors import ImportClaimError, ImportConflictError, JournalError
-from ..events._events import (EventsImported, GenerationRecorded, PayloadRef, PayloadsReleased, ReplayServed,
+from ..events._events import (Event, EventsImported, GenerationRecorded, PayloadRef, PayloadsReleased, ReplayServed,
                               call_refs)
 from ..index._import_map import ImportMap
 from ..events._keys import check_key
@@ -30,6 +30,7 @@ from ..events._keys import check_key
 __all__ = ["KEEP_RULES", "Renames", "IncomingChecks", "check_options", "rename", "renames_of"]
 
 KEEP_RULES = (None, "ours")
+AnEvent = TypeVar("AnEvent", bound=Event)
 _SHOWN = 100  # conflicts an error names one by one
 
 Renames = Union[None, str, Mapping[str, str]]
@@ -64,7 +65,7 @@ def _renamed_run(runs: Renames, run: str) -> str:
     return runs.get(run, run)
 
 
-def rename(event: Any, runs: Renames) -> Any:
+def rename(event: AnEvent, runs: Renames) -> AnEvent:
     """`event` with its run keys (`run`, a replay's `source_run`) renamed by `runs`; as is when none is."""
     if runs is None or isinstance(event, EventsImported):
         return event
@@ -76,7 +77,8 @@ def rename(event: Any, runs: Renames) -> Any:
         source_run = _renamed_run(runs, event.source_run)
         if source_run != event.source_run:
             changes["source_run"] = source_run
-    return attrs.evolve(event, **changes) if changes else event
+    # mypy's attrs plugin cannot evolve a union of classes by field names known only at run time.
+    return attrs.evolve(event, **changes) if changes else event  # type: ignore[arg-type]
 
 
 def renames_of(runs: Renames, seen: Iterable[str]) -> Dict[str, str]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import attrs
+import lmdb
 
 from ..events._convert import encode_event
 from ..base._errors import IntegrityError, JournalError, PayloadMissingError, StepJournalError
-from ..events._events import EventsImported, PayloadsReleased, call_refs
+from ..events._events import Event, EventsImported, PayloadsReleased, call_refs
 from ._import_checks import IncomingChecks, Renames, check_options, rename, renames_of
 from ..index._import_map import ImportMap
 from .._journal import Journal
@@ -31,13 +32,13 @@ from ..payloads._payload_store import LmdbPayloadStore
 from ..index._projections import Projections
 from ..upkeep._release import catch_up_in, delete_released
 from ._remote import in_parallel, journal_id, one_ahead
-from ._remote_layout import check_manifest, event_in, read_head, read_segment
+from ._remote_layout import RemoteReader, check_manifest, event_in, read_head, read_segment
 from ._remotes_config import add_remote, list_remotes, resolve_remote
 from ..upkeep._retention import RetentionState
 from ..base._secrets import public_url
 from ..base._undo import undone_on_failure
 from ..storage._appender import appender_of
-from ..storage._store import open_in_this_process
+from ..storage._store import Store, open_in_this_process
 
 try:
     import fcntl
@@ -94,7 +95,7 @@ class PlannedRun:
     wanted: Dict[str, Tuple[Any, List[int]]]  # digest -> (ref, the steps naming it)
 
 
-def _fetch_run(objects: Any, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
+def _fetch_run(objects: ObjectPayloadStore, run: PlannedRun) -> Tuple[Dict[bytes, Any], Dict[str, Set[int]]]:
     """(fetched blobs by key, what is missing or damaged -> affected steps): network and digests only,
     several payloads at once (`in_parallel`: a request's latency, not the bandwidth, bounds many)."""
     blobs: Dict[bytes, Any] = {}
@@ -132,9 +133,10 @@ class _PulledReleases:
         self._files: List[bytes] = []  # payload files to delete once the transaction commits
         self._after = 0  # the seq of the transaction's last event
         self._local: Optional[LmdbPayloadStore] = None
-        self._store: Any = None
+        self._store: Optional[Store] = None
 
-    def delete_in(self, txn: Any, store: Any, local: LmdbPayloadStore, appended: List[Tuple[int, Any]]) -> None:
+    def delete_in(self, txn: lmdb.Transaction[Any], store: Store, local: LmdbPayloadStore,
+                  appended: List[Tuple[int, Event]]) -> None:
         self._files = []  # a transaction that did not commit deleted nothing
         releases = [e for _, e in appended if isinstance(e, PayloadsReleased)]
         if not releases:
@@ -150,11 +152,12 @@ class _PulledReleases:
     def committed(self) -> None:
         self._dirty = False
         files, self._files = self._files, []
-        if files and self._local is not None:  # `delete_in` sets both
+        if files and self._local is not None and self._store is not None:  # `delete_in` sets both
             delete_released(self._store, self._local, files, self._after)
 
 
-def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[bytes, Any], bad: Dict[str, Set[int]],
+def _commit_run(journal: Journal, remote: RemoteReader, run: PlannedRun, blobs: Dict[bytes, Any],
+                bad: Dict[str, Set[int]],
                 imports: ImportMap, runs: Renames, renamed: Dict[str, str],
                 releases: _PulledReleases) -> Tuple[int, int]:
     events_in = run.events
@@ -178,7 +181,7 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
     held = {bytes.fromhex(r.digest) for _s, _r, e in events_in for r in call_refs(e)
             if r.digest not in run.released} - blobs.keys()
 
-    def fn(txn: Any) -> None:
+    def fn(txn: lmdb.Transaction[Any]) -> None:
         gone = sorted(key.hex() for key in held if not local.has_in(txn, key))
         if gone:  # released by another process (a prune) since the run was planned
             raise IntegrityError(
@@ -194,8 +197,8 @@ def _commit_run(journal: Journal, remote: Any, run: PlannedRun, blobs: Dict[byte
     return len(items), sum(len(b) for _k, b in items)
 
 
-def pull(url: Optional[str], journal: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
-         runs: Renames = None, keep: Optional[str] = None) -> PullReport:
+def pull(url: Optional[str], journal: Union[str, "os.PathLike[str]", Journal], *, progress: Progress = None,
+         options: Optional[Dict[str, Any]] = None, runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """Bring every journal's events pushed to `url` (and their payloads) into `journal` (a path or a `Journal`).
 
     `url` is a URL, a plain path (a folder), the name of one of the journal's remotes, or None: its
@@ -279,7 +282,8 @@ def _locked_elsewhere(folder: str) -> bool:
 _CACHED_SEGMENT_BYTES = 1 << 23  # segments the checks read are kept (decoded) for the pull up to this many bytes
 
 
-def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[Tuple[str, List[Dict[str, Any]]]]:
+def _new_segments(remote: RemoteReader, sources: List[str],
+                  imports: ImportMap) -> List[Tuple[str, List[Dict[str, Any]]]]:
     """Per source, the segments of its head holding an event not pulled yet (in seq order: a head
     listing them otherwise is refused when read, `_remote_layout`)."""
     out = []
@@ -293,7 +297,8 @@ def _new_segments(remote: Any, sources: List[str], imports: ImportMap) -> List[T
     return out
 
 
-def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[Tuple[str, List[Dict[str, Any]]]]]:
+def incoming(remote: RemoteReader,
+             journal: Journal) -> Tuple[List[str], ImportMap, List[Tuple[str, List[Dict[str, Any]]]]]:
     """What a pull from `remote` into `journal` starts from: (the journals pushed there but this one,
     this journal's `ImportMap`, per journal the segments holding an event not pulled yet). Reads the
     manifest, the listing of ``heads/`` and the heads; nothing else.
@@ -311,8 +316,9 @@ def incoming(remote: Any, journal: Journal) -> Tuple[List[str], ImportMap, List[
     return sources, imports, _new_segments(remote, sources, imports)
 
 
-def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
-             runs: Renames, keep: Optional[str], sizes: Dict[str, int]) -> Tuple[IncomingChecks, Dict[str, Any]]:
+def _checked(remote: RemoteReader, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+             imports: ImportMap, runs: Renames, keep: Optional[str],
+             sizes: Dict[str, int]) -> Tuple[IncomingChecks, Dict[str, Any]]:
     """Read every new segment once and check all it would bring (`IncomingChecks`) before anything is
     committed; returns the checks and the segments kept for the pull (up to `_CACHED_SEGMENT_BYTES`), and
     fills `sizes` with the stored size of every payload the new events name (but those released)."""
@@ -333,7 +339,7 @@ def _checked(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[st
     return checks, cache
 
 
-def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+def _record_reader(remote: RemoteReader, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
                    imports: ImportMap, cache: Dict[str, Any]) -> Callable[[str, int], Any]:
     """``record(source, seq)``: event `seq` of journal `source`, from the journal when it was pulled
     already, else from the segment of the import that holds it (kept, or read again); None when
@@ -349,8 +355,8 @@ def _record_reader(remote: Any, journal: Journal, wanted: List[Tuple[str, List[D
     return record
 
 
-def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]], imports: ImportMap,
-                 cache: Dict[str, Any]) -> Iterator[PlannedRun]:
+def planned_runs(remote: RemoteReader, journal: Journal, wanted: List[Tuple[str, List[Dict[str, Any]]]],
+                 imports: ImportMap, cache: Dict[str, Any]) -> Iterator[PlannedRun]:
     """The runs a pull commits, in order, each with the payloads the journal lacks (reads LMDB: the
     caller's thread). A payload an earlier run fetches is not fetched again."""
     local = appender_of(journal).local
@@ -371,8 +377,8 @@ def planned_runs(remote: Any, journal: Journal, wanted: List[Tuple[str, List[Dic
                 yield PlannedRun(source, total, events, released, wanted_refs)
 
 
-def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress = None, runs: Renames = None,
-              keep: Optional[str] = None) -> PullReport:
+def pull_from(remote: RemoteReader, objects: ObjectPayloadStore, journal: Journal, *, progress: Progress = None,
+              runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """`pull` from a remote-shaped source (`Remote`, or a bundle's reader) and its payload objects.
 
     The payloads of the next run are fetched and checked on a worker thread while this one commits
@@ -401,8 +407,8 @@ def pull_from(remote: Any, objects: Any, journal: Journal, *, progress: Progress
     return report
 
 
-def clone(url: str, path: Any, *, progress: Progress = None, options: Optional[Dict[str, Any]] = None,
-          runs: Renames = None, keep: Optional[str] = None) -> PullReport:
+def clone(url: str, path: Union[str, "os.PathLike[str]"], *, progress: Progress = None,
+          options: Optional[Dict[str, Any]] = None, runs: Renames = None, keep: Optional[str] = None) -> PullReport:
     """A new journal at `path` holding everything pushed to `url` (`pull` into a folder that has none).
 
     `url` is a URL or a plain path (a folder); there is no journal yet whose remote names could be

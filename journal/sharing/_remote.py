@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union
 
@@ -30,7 +31,7 @@ import attrs
 from ..events._convert import decode_event
 from ..base._digest import digest_bytes
 from ..base._errors import IntegrityError, JournalError, RemoteError
-from ..events._events import Event, EventsImported, PayloadsReleased, call_refs
+from ..events._events import Event, EventsImported, PayloadRef, PayloadsReleased, call_refs
 from .._journal import Journal
 from ..events._keys import META_CREATED
 from ..base._log import get_logger
@@ -144,7 +145,7 @@ class RemotePayloads:
     or two listing pages more on a larger remote), however many payloads the remote holds. A payload another
     push writes after the listing is sent again, which is harmless: content-addressed, the same bytes."""
 
-    def __init__(self, remote: Any) -> None:
+    def __init__(self, remote: Remote) -> None:
         self._remote = remote
         self._listed: Optional[Set[str]] = None
         self._tried = False
@@ -164,7 +165,7 @@ class RemotePayloads:
         return key in self._listed if self._listed is not None else self._remote.exists(key)
 
 
-def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[Union[bytes, mmap.mmap]], Optional[str]]:
+def local_payload(payloads: Any, ref: PayloadRef) -> Tuple[Optional[Union[bytes, mmap.mmap]], Optional[str]]:
     """(stored bytes, None) of the payload `ref` names in a journal's own store (`Appender.local`),
     checked against its digest (bytes, or a payload file's read-only mapping); (None, ``"missing"`` or
     ``"damaged"``) when it cannot be sent."""
@@ -176,7 +177,7 @@ def local_payload(payloads: Any, ref: Any) -> Tuple[Optional[Union[bytes, mmap.m
 
 
 # -- push ------------------------------------------------------------------------------------------
-def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
+def push(journal: Union[str, "os.PathLike[str]", Journal], url: Optional[str] = None, *, progress: Progress = None,
          options: Optional[Dict[str, Any]] = None, segment_events: int = _SEGMENT_EVENTS) -> PushReport:
     """Send what `journal` (a path or an open `Journal`) recorded since its last push to `url`.
 
@@ -206,14 +207,16 @@ def push(journal: Any, url: Optional[str] = None, *, progress: Progress = None,
         return _push(journal, remote, source, progress, segment_events)
 
 
-def pushed_head(journal: Journal, remote: Any, source: str) -> Tuple[Dict[str, Any], Optional[str]]:
+def pushed_head(journal: Journal, remote: Optional[Remote], source: str) -> Tuple[Dict[str, Any], Optional[str]]:
     """(the head of `source` on `remote`, its version): what a push continues from, a new head when
     nothing was pushed (`remote` None: nothing is there yet).
 
     Raises:
         RemoteError: the remote holds another history for this journal (it diverged).
     """
-    data, etag = remote.get_tagged(f"heads/{source}.json", limit=MAX_HEAD) if remote is not None else (None, None)
+    if remote is None:
+        return new_head(source), None
+    data, etag = remote.get_tagged(f"heads/{source}.json", limit=MAX_HEAD)
     head = parse_head(remote, source, data) or new_head(source)
     if head["last_seq"]:
         seq, raw = next(iter(journal.raw_events(since=head["last_seq"] - 1)), (None, b""))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Collection, Dict, List, Optional, Set, Tuple
+from typing import Any, Collection, Dict, List, Optional, Protocol, Set, Tuple
 
 import msgpack
 
@@ -19,9 +19,9 @@ from ..events._convert import decode_event
 from ..base._digest import digest_bytes
 from ..base._errors import EventDecodeError, IntegrityError, RemoteError, RemoteFormatError
 
-__all__ = ["REMOTE_FORMAT", "MANIFEST", "MAX_HEAD", "check_format", "check_manifest", "encode_segment",
-           "event_in", "manifest_bytes", "new_head", "parse_head", "read_head", "read_json", "read_segment",
-           "segment_name"]
+__all__ = ["REMOTE_FORMAT", "MANIFEST", "MAX_HEAD", "RemoteReader", "check_format", "check_manifest",
+           "encode_segment", "event_in", "manifest_bytes", "new_head", "parse_head", "read_head", "read_json",
+           "read_segment", "segment_name"]
 
 REMOTE_FORMAT = 1
 MANIFEST = "stepjournal-remote.json"
@@ -31,13 +31,25 @@ _MAX_SEGMENT = 1 << 28
 _JOURNAL_ID = re.compile(r"[0-9a-f]{32}")
 
 
+class RemoteReader(Protocol):
+    """What a pull reads a remote through: a `Remote`, or a bundle read as one (`_bundle`)."""
+
+    url: str
+
+    def get(self, key: str, *, limit: int) -> Optional[bytes]: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def keys(self, prefix: str, *, most: Optional[int] = None) -> List[str]: ...
+
+
 # -- the remote's small JSON objects ---------------------------------------------------------------
-def read_json(remote: Any, key: str, limit: int) -> Optional[Dict[str, Any]]:
+def read_json(remote: RemoteReader, key: str, limit: int) -> Optional[Dict[str, Any]]:
     """The JSON object at `key` (None: no such object), read within `limit` bytes; anything else is damage."""
     return _parsed(remote, key, remote.get(key, limit=limit))
 
 
-def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+def _parsed(remote: RemoteReader, key: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
     if data is None:
         return None
     try:
@@ -50,7 +62,7 @@ def _parsed(remote: Any, key: str, data: Optional[bytes]) -> Optional[Dict[str, 
     return value
 
 
-def check_format(remote: Any, key: str, value: Dict[str, Any]) -> None:
+def check_format(remote: RemoteReader, key: str, value: Dict[str, Any]) -> None:
     """Refuse an object of the layout whose format version is missing, or newer than this stepjournal reads."""
     found = value.get("format")
     if not isinstance(found, int) or isinstance(found, bool) or found < 1:
@@ -66,7 +78,7 @@ def manifest_bytes() -> bytes:
     return json.dumps({"kind": "stepjournal-remote", "format": REMOTE_FORMAT}).encode()
 
 
-def check_manifest(remote: Any, *, create: bool) -> None:
+def check_manifest(remote: Any, *, create: bool) -> None:  # Any: a RemoteReader; a `Remote` to `create`
     """Check the remote's manifest (a writer's `create` writes it when missing); no manifest is no remote."""
     found = read_json(remote, MANIFEST, _MAX_MANIFEST)
     if found is None and create:
@@ -77,12 +89,12 @@ def check_manifest(remote: Any, *, create: bool) -> None:
     check_format(remote, MANIFEST, found)
 
 
-def read_head(remote: Any, source: str) -> Optional[Dict[str, Any]]:
+def read_head(remote: RemoteReader, source: str) -> Optional[Dict[str, Any]]:
     """Journal `source`'s head on the remote, checked (`parse_head`); None when it pushed nothing there."""
     return parse_head(remote, source, remote.get(f"heads/{source}.json", limit=MAX_HEAD))
 
 
-def parse_head(remote: Any, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+def parse_head(remote: RemoteReader, source: str, data: Optional[bytes]) -> Optional[Dict[str, Any]]:
     """A head's bytes as read (`data`, None: absent), checked: its format and every field the layout gives it."""
     key = f"heads/{source}.json"
     head = _parsed(remote, key, data)
@@ -150,7 +162,8 @@ def segment_name(source: str, first: int, last: int) -> str:
 
 
 
-def read_segment(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List[Tuple[int, bytes, Any]], Set[str]]:
+def read_segment(remote: RemoteReader, source: str,
+                 seg: Dict[str, Any]) -> Tuple[List[Tuple[int, bytes, Any]], Set[str]]:
     """(seq, stored bytes, event) of every event of a segment, checked; and the digests it says were released."""
     where = f"segment {seg['name']} (events {seg['first']}-{seg['last']} of journal {source})"
     body = remote.get(seg["name"], limit=min(seg["nbytes"], _MAX_SEGMENT))
@@ -179,7 +192,7 @@ def read_segment(remote: Any, source: str, seg: Dict[str, Any]) -> Tuple[List[Tu
     return out, set(released)
 
 
-def event_in(remote: Any, source: str, segments: Any, seq: int, cache: Optional[Dict[str, Any]] = None) -> Any:
+def event_in(remote: RemoteReader, source: str, segments: Any, seq: int, cache: Optional[Dict[str, Any]] = None) -> Any:
     """Event `seq` of journal `source`, read from whichever of its `segments` holds it (a segment
     `cache` kept decoded first), checked as any segment is; None when none holds it."""
     for seg in segments:

@@ -23,7 +23,7 @@ import os
 import re
 import urllib.parse
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Union
 
 import attrs
 
@@ -44,6 +44,17 @@ _MAX_CONFIG = 1 << 20
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
+class _Placed(Protocol):
+    """A journal as these functions need it: its folder."""
+
+    @property
+    def path(self) -> str: ...
+
+
+# Whose remotes: a journal's (a `Journal`, or its folder), or None for your own.
+Where = Union[None, str, "os.PathLike[str]", _Placed]
+
+
 @attrs.frozen
 class NamedRemote:
     """A remote of a journal: its `name`, its `url` (no credentials), and whether it is the `default`."""
@@ -59,16 +70,18 @@ def user_config_folder() -> str:
     return os.path.join(base, "stepjournal")
 
 
-def _folder(journal: Any) -> str:
-    return user_config_folder() if journal is None else os.fspath(getattr(journal, "path", journal))
+def _folder(journal: Where) -> str:
+    if journal is None:
+        return user_config_folder()
+    return os.fspath(journal if isinstance(journal, (str, os.PathLike)) else journal.path)
 
 
-def _whose(journal: Any) -> str:
+def _whose(journal: Where) -> str:
     return f"your remotes ({os.path.join(user_config_folder(), CONFIG_FILE)})" if journal is None else \
         f"journal {_folder(journal)!r}"
 
 
-def _cli_place(journal: Any) -> str:
+def _cli_place(journal: Where) -> str:
     """How the command line names where a remote is kept: ``--global`` or the journal's folder."""
     return "--global" if journal is None else _folder(journal)
 
@@ -102,7 +115,7 @@ def _read(folder: str) -> Dict[str, Any]:
     return config
 
 
-def _existing(journal: Any) -> str:
+def _existing(journal: Where) -> str:
     folder = _folder(journal)
     if journal is None:  # your own config folder, made on the first `remote add --global`
         return folder
@@ -112,7 +125,7 @@ def _existing(journal: Any) -> str:
 
 
 @contextmanager
-def _changing(journal: Any) -> Iterator[Dict[str, Any]]:
+def _changing(journal: Where) -> Iterator[Dict[str, Any]]:
     """The config of `journal`, to change in place: written back atomically when the block ends,
     under an exclusive lock of the folder (two ``remote add`` at once do not lose one)."""
     import fcntl
@@ -158,7 +171,7 @@ def _listed(config: Dict[str, Any]) -> List[NamedRemote]:
     return [NamedRemote(r["name"], r["url"], r["name"] == config["default"]) for r in config["remotes"]]
 
 
-def list_remotes(journal: Any) -> List[NamedRemote]:
+def list_remotes(journal: Where) -> List[NamedRemote]:
     """The named remotes of `journal` (a path or a `Journal`; None: your own), in the order they were added."""
     return _listed(_read(_existing(journal)))
 
@@ -181,7 +194,7 @@ def checked_url(url: str, name: str = "NAME") -> str:
     return url
 
 
-def add_remote(journal: Any, name: str, url: str, *, default: bool = False) -> NamedRemote:
+def add_remote(journal: Where, name: str, url: str, *, default: bool = False) -> NamedRemote:
     """Name `url` `name` in `journal`'s config (None: your own, which every journal and `clone` see);
     the first remote added (or one added with `default`) is the default one that `push`, `pull` and
     `remote_status` use when given none (a journal's default only: yours is never used unasked).
@@ -208,7 +221,7 @@ def add_remote(journal: Any, name: str, url: str, *, default: bool = False) -> N
         return NamedRemote(name, url, config["default"] == name)
 
 
-def remove_remote(journal: Any, name: str) -> NamedRemote:
+def remove_remote(journal: Where, name: str) -> NamedRemote:
     """Forget remote `name` of `journal` (None: your own; nothing on the remote changes). When it was the
     default, the first remote left (in the order added) becomes the default.
 
@@ -226,12 +239,12 @@ def remove_remote(journal: Any, name: str) -> NamedRemote:
         return removed
 
 
-def _unknown(journal: Any, name: str, config: Dict[str, Any]) -> str:
+def _unknown(journal: Where, name: str, config: Dict[str, Any]) -> str:
     names = ", ".join(r["name"] for r in config["remotes"]) or "none"
     return f"{_whose(journal)} has no remote named {name!r} (its remotes: {names})"
 
 
-def resolve_remote(journal: Any, remote: Optional[str]) -> str:
+def resolve_remote(journal: Where, remote: Optional[str]) -> str:
     """The URL a push or pull of `journal` uses for `remote`: a name of its config or of yours
     (``--global``), None (its default), a URL, or a plain path (a folder: ``../team-remote``). A name
     wins over a folder of the same name; write ``./NAME`` for the folder.

@@ -9,7 +9,8 @@ remote as the push looks it up (`RemotePayloads`).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Set, Tuple
+import os
+from typing import Any, Dict, Optional, Set, Tuple, Union
 
 import attrs
 
@@ -49,7 +50,7 @@ class RemoteStatus:
     to_pull_sources: Tuple[str, ...]
 
 
-def remote_status(journal: Any, remote: Optional[str] = None, *,
+def remote_status(journal: Union[str, "os.PathLike[str]", Journal], remote: Optional[str] = None, *,
                   options: Optional[Dict[str, Any]] = None) -> RemoteStatus:
     """What a push of `journal` (a path or a `Journal`) to `remote` would send, and a pull would
     fetch, without sending or committing anything. `remote` is what `push` takes: a URL, a path, a

@@ -36,6 +36,8 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
+import lmdb
+
 from ..base._errors import JournalError
 from ..events._keys import seq_key
 from ._store import Store
@@ -257,7 +259,7 @@ class Appender:
         lead_seqs[1] = lead_bodies
 
         def write_events(in_txn: Optional[Callable[[Any], None]]) -> None:
-            def fn(txn: Any) -> None:
+            def fn(txn: lmdb.Transaction[Any]) -> None:
                 for p in group:
                     p.tentative = None
                 if in_txn is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+import lmdb
+
 from ..events._convert import decode_event
 from ..base._errors import JournalError
 from ..events._events import Event, EventsImported, SessionOpened
@@ -37,7 +39,7 @@ class EventLog:
 
     # -- writing ---------------------------------------------------------------------------------
     @staticmethod
-    def append_in(txn: Any, store: Store, bodies: Sequence[bytes]) -> List[int]:
+    def append_in(txn: lmdb.Transaction[Any], store: Store, bodies: Sequence[bytes]) -> List[int]:
         """Append encoded events inside the write transaction `txn`; return their sequence numbers."""
         db = store.db("events")
         cur = txn.cursor(db=db)
@@ -51,7 +53,7 @@ class EventLog:
         return seqs
 
     @staticmethod
-    def decoded_in(txn: Any, store: Store) -> Iterator[Tuple[int, Event]]:
+    def decoded_in(txn: lmdb.Transaction[Any], store: Store) -> Iterator[Tuple[int, Event]]:
         """Every event, decoded, as the transaction `txn` sees the log (for rebuilds inside a write)."""
         for key, body in txn.cursor(db=store.db("events")):
             seq = seq_of(key)

@@ -30,7 +30,7 @@ _VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!_-]{1,40}")
 _FORMAT_TEXT = re.compile(rb"[1-9][0-9]{0,17}")
 
 
-def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
+def check_format_in(txn: lmdb.Transaction[Any], meta: lmdb._Database, path: str, *, writing: bool) -> None:
     """Refuse a journal whose format is newer than this library's: for writing always, for reading
     unless it says this library reads it rightly (then warn, naming the version that wrote it).
 
@@ -66,7 +66,7 @@ def check_format_in(txn: Any, meta: Any, path: str, *, writing: bool) -> None:
                 hint=f"read as format {JOURNAL_FORMAT}: what the newer format adds is not shown; {fix}")
 
 
-def check_format_of(env: Any, path: str, *, writing: bool) -> None:
+def check_format_of(env: lmdb.Environment, path: str, *, writing: bool) -> None:
     """`check_format_in` for an LMDB environment opened outside a `Store` (compaction's own)."""
     with env.begin() as txn:
         try:
@@ -76,7 +76,7 @@ def check_format_of(env: Any, path: str, *, writing: bool) -> None:
         check_format_in(txn, meta, path, writing=writing)
 
 
-def is_new_in(txn: Any, meta: Any, events: Any, path: str) -> bool:
+def is_new_in(txn: lmdb.Transaction[Any], meta: lmdb._Database, events: lmdb._Database, path: str) -> bool:
     """Whether the journal is new (no ``format`` yet), for a writable open.
 
     Raises:
@@ -93,7 +93,7 @@ def is_new_in(txn: Any, meta: Any, events: Any, path: str) -> bool:
     return True
 
 
-def mark_format_in(txn: Any, meta: Any, *, new: bool) -> None:
+def mark_format_in(txn: lmdb.Transaction[Any], meta: lmdb._Database, *, new: bool) -> None:
     """Write this library's format into a new journal, and this version as the last to write the journal."""
     if new:
         txn.put(META_FORMAT, str(JOURNAL_FORMAT).encode(), db=meta)
@@ -102,7 +102,7 @@ def mark_format_in(txn: Any, meta: Any, *, new: bool) -> None:
         txn.put(META_WRITTEN_BY, __version__.encode(), db=meta)
 
 
-def _number(txn: Any, meta: Any, key: bytes) -> Optional[int]:
+def _number(txn: lmdb.Transaction[Any], meta: lmdb._Database, key: bytes) -> Optional[int]:
     raw = txn.get(key, db=meta)
     if raw is None:
         return None

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import Any, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Iterable, List, NamedTuple, Optional, Tuple
 
 import lmdb
 
@@ -399,7 +399,8 @@ def check_tree(path: str, name: str, record: bytes, *, psize: int, last_pgno: in
         os.close(fd)
 
 
-def check_env_structure(env: Any, data_file: str, path: str, trees: Optional[Iterable[str]] = None) -> None:
+def check_env_structure(env: lmdb.Environment, data_file: str, path: str,
+                        trees: Optional[Iterable[str]] = None) -> None:
     """Walk data.mdb's trees before LMDB reads any of them (see `_lmdb_check`); refuse what would fault.
 
     Runs at the first open of a path in each process, in every mode: a process cannot tell a journal
@@ -429,7 +430,7 @@ def check_env_structure(env: Any, data_file: str, path: str, trees: Optional[Ite
     raise JournalError(f"journal {path!r} keeps being written while it is opened; try again")
 
 
-def check_file_size(env: Any, data_file: str, path: str) -> None:
+def check_file_size(env: lmdb.Environment, data_file: str, path: str) -> None:
     """Refuse a data file shorter than its last committed page: reading past its end kills the process."""
     needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
     actual = os.path.getsize(data_file)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 import lmdb
 
@@ -121,7 +121,7 @@ def check_format_for_writing(env: lmdb.Environment, path: str) -> None:
     raise _resizing(path)
 
 
-def open_db(env: lmdb.Environment, name: str, *, create: bool, path: str):
+def open_db(env: lmdb.Environment, name: str, *, create: bool, path: str) -> Optional[lmdb._Database]:
     """The named database `name` (None when absent and not created), adopting a grown map as it opens."""
     for _ in range(_TRIES):
         try:

@@ -10,7 +10,7 @@ import os
 import stat
 import threading
 from contextlib import contextmanager, nullcontext
-from typing import Any, ContextManager, Dict, Iterator, List, Literal, Optional, Set, Tuple, Union, overload
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Literal, Optional, Set, TypeVar, Union, overload
 
 import lmdb
 
@@ -28,6 +28,7 @@ from ..base._paths import check_lmdb_files, check_room_to_create, os_error, prep
 __all__ = ["Store", "DB_NAMES", "MAX_DBS", "open_in_this_process"]
 
 log = get_logger(__name__)
+T = TypeVar("T")  # what the function given to `Store.write` returns
 
 # Named databases, fixed up front (py-lmdb: max_dbs must be known when the environment opens).
 DB_NAMES = ("events", "payloads", "gen", "meta", "sessions", "steps", "runs", "rows")
@@ -39,7 +40,7 @@ _CHECKED_AT_OPEN = ("meta", "sessions", "runs", "payloads")
 
 # One environment per real path per process (LMDB's rule); the pid tells a forked child that the
 # environment it inherited is not its own.
-_ENVS: Dict[str, Tuple[int, "_SharedEnv"]] = {}
+_ENVS: Dict[str, tuple[int, "_SharedEnv"]] = {}
 _ENVS_LOCK = threading.Lock()
 
 
@@ -97,7 +98,7 @@ class _SharedEnv:
         # LMDB forbids resizing the map while this process has a transaction open; one lock per
         # environment serialises transactions and resizes between the threads of a process.
         self.lock = threading.RLock()
-        self.dbs: Dict[str, object] = {}
+        self.dbs: Dict[str, Optional[lmdb._Database]] = {}  # None: absent from a journal opened read-only
         self.options: Dict[str, object] = {}  # what lmdb.open was given, to map it again
         # None: every tree of data.mdb was checked at open; else the named ones checked whole so far.
         self.checked: Optional[Set[str]] = None
@@ -283,7 +284,7 @@ class Store:
             shared.checked.add(name)
         return handle
 
-    def db_reading(self, txn: lmdb.Transaction, name: str, lo: bytes, hi: Optional[bytes]):
+    def db_reading(self, txn: lmdb.Transaction[Any], name: str, lo: bytes, hi: Optional[bytes]):
         """`db`, for a read in `txn` of the keys lo..hi only (hi None: to the end): checked as read, only
         the pages that read can touch are checked first (`_lmdb_check.check_tree`)."""
         shared = self._env()
@@ -341,7 +342,7 @@ class Store:
                 shared.txns.current = outer
                 txn.abort()
 
-    def write(self, fn, *, needed: int = 0, buffers: bool = False):
+    def write(self, fn: Callable[[lmdb.Transaction[Any]], T], *, needed: int = 0, buffers: bool = False) -> T:
         """Run `fn(txn)` in a write transaction and commit; grow the map and retry when it is full.
 
         Args:
@@ -441,10 +442,5 @@ def _short_write_on_full_disk(exc: Exception, path: str, needed: int) -> bool:
 def _is_disk_full(exc: Exception) -> bool:
     text = str(exc)
     # A full quota (EDQUOT) or a file-size limit (EFBIG) is as full as a full disk for the journal.
-    return (
-        "No space left" in text
-        or "ENOSPC" in text
-        or "quota exceeded" in text
-        or "File too large" in text
-        or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-    )
+    return (any(words in text for words in ("No space left", "ENOSPC", "quota exceeded", "File too large"))
+            or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG))

@@ -13,7 +13,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Tuple
 import attrs
 
 from ..base._errors import IntegrityError
-from ..events._events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed
+from ..events._events import CallBypassed, CallEvent, CallRefused, GenerationRecorded, PayloadRef, ReplayServed
 from ..events._tool_calls import (
     CATCH_UP_POLICY,
     SERVING_RULES,
@@ -77,7 +77,7 @@ class ToolStepSummary:
     saved_s: float
 
 
-def _loaded(journal: Any, ref: Any, kind: Any) -> Any:
+def _loaded(journal: Any, ref: Optional[PayloadRef], kind: Any) -> Any:
     """The `ToolRequest` or `ToolResponse` (`kind`) a stored payload holds; None when none is stored or it
     cannot be read (a released or damaged payload: `verify` names it)."""
     if ref is None:
@@ -88,7 +88,7 @@ def _loaded(journal: Any, ref: Any, kind: Any) -> Any:
         return None
 
 
-def _outcome(event: Any) -> str:
+def _outcome(event: CallEvent) -> str:
     if isinstance(event, ReplayServed):
         return "replayed"
     if isinstance(event, CallRefused):

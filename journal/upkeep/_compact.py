@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import attrs
 import lmdb
@@ -247,7 +247,8 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def compact(path: Any, *, to: Optional[Any] = None) -> CompactResult:
+def compact(path: Union[str, "os.PathLike[str]"], *,
+            to: Optional[Union[str, "os.PathLike[str]"]] = None) -> CompactResult:
     """Compact a closed journal in place (or, with `to`, into a new folder).
 
     Args:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 import attrs
+import lmdb
 
 from ..events._events import GenerationRecorded, PayloadsReleased
 from ..base._log import get_logger
@@ -23,7 +24,7 @@ __all__ = ["prune", "find_release"]
 log = get_logger("stepjournal._journal")
 
 
-def _stored(txn: Any, payloads: PayloadStore, digest: str) -> bool:
+def _stored(txn: lmdb.Transaction[Any], payloads: PayloadStore, digest: str) -> bool:
     if isinstance(payloads, LmdbPayloadStore):
         return payloads.has_in(txn, bytes.fromhex(digest))
     return payloads.has(bytes.fromhex(digest))
@@ -45,7 +46,7 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
     appender = appender_of(journal)
     store, payloads = appender.store, journal.payload_store
 
-    def plan_in(txn: Any) -> Tuple[RetentionPlan, int]:
+    def plan_in(txn: lmdb.Transaction[Any]) -> Tuple[RetentionPlan, int]:
         """The plan, and the seq of the last event it read."""
         state = RetentionState()
         catch_up_in(txn, store, state)
@@ -61,7 +62,7 @@ def prune(journal: Any, rules: Optional[Rules], *, dry_run: bool = False) -> Ret
     released: List[bytes] = []
     after = [0]  # the seq of the transaction's last event: files named after it stay
 
-    def fn(txn: Any) -> RetentionPlan:
+    def fn(txn: lmdb.Transaction[Any]) -> RetentionPlan:
         plan, after[0] = plan_in(txn)
         released[:] = []
         if not plan.empty:

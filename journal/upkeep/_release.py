@@ -26,6 +26,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
+import lmdb
+
 from ..events._convert import decode_event
 from ..base._errors import StepJournalError
 from ..events._events import Event, GenerationRecorded, PayloadsReleased, call_refs
@@ -44,7 +46,7 @@ log = get_logger("stepjournal._journal")
 Rules = Union[Retention, Sequence[Retention]]
 
 
-def catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[int] = None) -> None:
+def catch_up_in(txn: lmdb.Transaction[Any], store: Store, state: RetentionState, before: Optional[int] = None) -> None:
     """Fold every event after ``state.last_seq`` (and before seq `before`) into `state`, as `txn` sees the log."""
     for seq, body in _bodies_after(txn, store, state.last_seq):
         if before is not None and seq >= before:
@@ -53,7 +55,7 @@ def catch_up_in(txn: Any, store: Store, state: RetentionState, before: Optional[
 
 
 def release_in(
-    txn: Any, store: Store, payloads: PayloadStore, plan: RetentionPlan, *, ranks: bool
+    txn: lmdb.Transaction[Any], store: Store, payloads: PayloadStore, plan: RetentionPlan, *, ranks: bool
 ) -> Tuple[List[Tuple[int, Event]], List[bytes]]:
     """Append the plan's events and project them in `txn`; delete what the LMDB table holds.
 
@@ -93,7 +95,7 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
         if files is None:  # no payload files: its LMDB table's keys went with the release (`release_in`)
             return
 
-        def delete_files(txn: Any, gone: Sequence[bytes]) -> None:
+        def delete_files(txn: lmdb.Transaction[Any], gone: Sequence[bytes]) -> None:
             for key in gone:
                 files.delete(key)
 
@@ -105,7 +107,7 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
             payloads.delete(key)
         return
 
-    def fn(txn: Any) -> None:  # it holds LMDB's writer lock while it deletes
+    def fn(txn: lmdb.Transaction[Any]) -> None:  # it holds LMDB's writer lock while it deletes
         named: Set[str] = set()
         for seq, body in _bodies_after(txn, store, after):
             try:
@@ -118,7 +120,7 @@ def delete_released(store: Store, payloads: PayloadStore, keys: Sequence[bytes],
     store.write(fn)
 
 
-def _bodies_after(txn: Any, store: Store, after: int) -> Iterator[Tuple[int, Any]]:
+def _bodies_after(txn: lmdb.Transaction[Any], store: Store, after: int) -> Iterator[Tuple[int, Any]]:
     """(seq, stored bytes) of each event after seq `after`, as `txn` sees the log."""
     cur = txn.cursor(db=store.db("events"))
     if cur.set_range(seq_key(after + 1)):
@@ -146,7 +148,7 @@ class Retainer:
         self._store: Optional[Store] = None
         self._warned: Set[str] = set()
 
-    def in_txn(self, txn: Any, store: Store, seqs: Sequence[int], events: Sequence[Event]) -> None:
+    def in_txn(self, txn: lmdb.Transaction[Any], store: Store, seqs: Sequence[int], events: Sequence[Event]) -> None:
         """Plan and release inside the write transaction that just appended `events` as `seqs`."""
         self._released = []  # a transaction that did not commit released nothing
         groups = {group_of(e) for e in events

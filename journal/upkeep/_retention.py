@@ -27,7 +27,7 @@ from typing import Any, Container, Dict, Iterable, List, Optional, Sequence, Set
 import attrs
 
 from ..base._errors import RetentionConflictError, RetentionError
-from ..events._events import Event, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
+from ..events._events import CallEvent, Event, EventsImported, GenerationRecorded, PayloadsReleased, ReplayServed
 from ..index._import_map import ImportMap
 
 __all__ = [
@@ -50,7 +50,7 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
 
 
-def group_of(event: Any) -> Group:
+def group_of(event: CallEvent) -> Group:
     """The group a call event's record belongs to: its (run, mode, stage)."""
     return (event.run, event.mode, event.stage)
 

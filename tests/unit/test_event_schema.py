@@ -22,7 +22,7 @@ import pytest
 from stepjournal.index import _native_rows  # private: the fast decoder under test
 from stepjournal.tools import ACTIONS
 from stepjournal.events._events import (  # private: event classes and maps, below the face
-    CALL_ACTIONS, EVENT_TYPES, CallRefused, GenerationRecorded, PayloadRef, ReplayServed,
+    CALL_ACTIONS, EVENT_TYPES, CallEvent, CallRefused, GenerationRecorded, PayloadRef, ReplayServed,
 )
 from stepjournal.events._schema import TEXT, event_field, fields_of  # private: the one schema under test
 
@@ -180,3 +180,7 @@ def test_the_action_map_check_passes_maps_keyed_by_action_to_other_things():
 def test_the_actions_follow_the_one_map():
     assert ACTIONS == tuple(CALL_ACTIONS.values())
     assert {s: CALL_ACTIONS[c] for s, c in _native_rows._EVENT_OF.items()} == _native_rows._ACTION
+
+
+def test_the_call_event_type_names_the_classes_of_the_action_map():
+    assert typing.get_args(CallEvent) == tuple(CALL_ACTIONS)
