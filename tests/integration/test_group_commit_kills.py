@@ -6,7 +6,8 @@ file once `record` returned (the kernel keeps what it wrote when the process is 
 appender tells the parent each group it takes (before its commit) and each group it committed (durable,
 before its callers are acknowledged), and waits there for the parent (tests/kill_points.py), which kills
 it at the point chosen, or right after letting it go on (inside the commit and its fsync). The first
-leader waits until the other 15 threads are queued, so the second group holds 15 records.
+leader waits until the other 15 threads are queued, and queues its next record only once the second group
+is taken, so the second group holds those 15 records.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import List, Set, Tuple
 
 import pytest
 
-from kill_points import start_script
+from kill_points import HANG_S, start_script
 from stepjournal import Journal
 from stepjournal.events import GenerationRecorded
 
@@ -35,6 +36,7 @@ ack_fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 journal = Journal(path)
 queued = threading.Condition()
 state = {{"queued": 0, "first": True}}
+second_taken = threading.Event()  # the second group is taken: its records are the 15 queued, none later
 
 def observe(point, count):
     if point == "queued":
@@ -45,7 +47,9 @@ def observe(point, count):
     if point == "taken" and state["first"]:
         state["first"] = False
         with queued:  # the others queue behind the first leader: the next group holds them all
-            assert queued.wait_for(lambda: state["queued"] >= {THREADS - 1}, 120)
+            assert queued.wait_for(lambda: state["queued"] >= {THREADS - 1}, {HANG_S})
+    elif point == "taken":
+        second_taken.set()
     lockstep.point(f"{{point}} {{count}}")
 
 appender_of(journal).observe = observe
@@ -54,6 +58,9 @@ def work(t):
     for i in range({PER_THREAD}):
         journal.record(1, {{"text": "x" * 1024}}, gen_index=t * 1000 + i, stage="tool:calc")
         os.write(ack_fd, f"{{t * 1000 + i}}\\n".encode())
+        # The first leader, acknowledged, queues again only once the second group is taken, so that group
+        # holds the 15 others whichever thread the scheduler runs first.
+        assert second_taken.wait({HANG_S})
 
 threads = [threading.Thread(target=work, args=(t,)) for t in range({THREADS})]
 for thread in threads:
