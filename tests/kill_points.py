@@ -48,6 +48,11 @@ class Lockstep:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._one_at_a_time = threading.Lock()  # a thread of the work (a staged file's) has points too
+        if threading.current_thread() is threading.main_thread():
+            # Ctrl-C reaches a terminal's foreground process, whose SIGINT Python turns into KeyboardInterrupt.
+            # A process started under a shell's background job inherits SIGINT ignored (POSIX: a non-interactive
+            # shell's `&` ignores it), and Python then installs no handler: `Child.interrupt` would do nothing.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @classmethod
     def inherited(cls) -> "Lockstep":
