@@ -99,9 +99,11 @@ class LmdbPayloadStore(PayloadStoreBase):
         self._store = store
         self._data_file = os.path.realpath(os.path.join(store.path, "data.mdb"))
         self._mapped = MappedFile(self._data_file)
-        self.files = files  # the capability `PayloadStore.files`, as the journal and `verify` see it
-        self._files = files  # the same store, as this one writes to it
+        self.files = files
         self._file_from = FILE_FROM if file_from is None else file_from
+
+    # The capability `PayloadStore.files`, narrowed to the file store's own methods, which this one writes with.
+    files: Optional[_PayloadFiles]
 
     # `commit`, `put` and `put_in` take a payload's pieces too (a list, `_payloads.prepare_payload`'s
     # ``copy=False``): a file is written from them as they are, a value in LMDB joined first.
@@ -111,7 +113,7 @@ class LmdbPayloadStore(PayloadStoreBase):
 
     def _files_for(self, blob: Any) -> Optional[_PayloadFiles]:
         """The payload files that take `blob`, or None when it goes to LMDB."""
-        return self._files if self._files is not None and stored_size(blob) >= self._file_from else None
+        return self.files if self.files is not None and stored_size(blob) >= self._file_from else None
 
     def stage(self, blob: Any) -> Optional[Any]:
         """Start writing a payload that `commit` will put in a file (`FilePayloadStore.stage`), so its
@@ -201,7 +203,7 @@ class LmdbPayloadStore(PayloadStoreBase):
 
     def delete(self, digest: bytes) -> bool:
         check_digest(digest)
-        found = self._files is not None and self._files.delete(digest)
+        found = self.files is not None and self.files.delete(digest)
         if self._lmdb_has(digest):
             found = bool(self._store.write(lambda txn: txn.delete(digest, db=self._db()))) or found
         return found
@@ -213,11 +215,11 @@ class LmdbPayloadStore(PayloadStoreBase):
         for digest in digests:
             check_digest(digest)
             txn.delete(digest, db=self._db())
-        return [d for d in digests if self._files is not None and self._files.has(d)]
+        return [d for d in digests if self.files is not None and self.files.has(d)]
 
     def has_in(self, txn: lmdb.Transaction[Any], digest: bytes) -> bool:
         """`has`, seen from inside the open transaction `txn`."""
-        return txn.get(digest, db=self._db()) is not None or (self._files is not None and self._files.has(digest))
+        return txn.get(digest, db=self._db()) is not None or (self.files is not None and self.files.has(digest))
 
     def stored(self, digest: bytes) -> Optional[Any]:
         """The bytes stored under `digest` as they are stored (a zstd frame stays one), unchecked: bytes,
@@ -227,7 +229,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             blob = txn.get(digest, db=self._db())
             if blob is not None:
                 return bytes(blob)
-        return self._files.stored(digest) if self._files is not None else None
+        return self.files.stored(digest) if self.files is not None else None
 
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager
@@ -239,9 +241,9 @@ class LmdbPayloadStore(PayloadStoreBase):
                 raw = unwrap(blob, digest.hex(), None, nbytes)
                 yield raw, (releaser(raw, self._data_file) if raw is blob else None)
                 return
-        if self._files is None or not self._files.has(digest):
+        if self.files is None or not self.files.has(digest):
             raise PayloadMissingError(f"payload {digest.hex()[:16]}… is missing from the journal")
-        with self._files.view(digest, nbytes=nbytes) as found:
+        with self.files.view(digest, nbytes=nbytes) as found:
             yield found
 
     def get(self, digest: bytes, *, nbytes: Optional[int] = None) -> bytes:
@@ -255,7 +257,7 @@ class LmdbPayloadStore(PayloadStoreBase):
 
     def check(self, digest: bytes, *, nbytes: Optional[int] = None) -> None:
         check_digest(digest)
-        files = self._files
+        files = self.files
         with self._store.read(buffers=True) as txn:
             blob = txn.get(digest, db=self._db())
             if blob is not None or files is None or not files.has(digest):
@@ -299,7 +301,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             sizes = [len(b) if b is not None else (items[at][1] or 0) for at, b in enumerate(blobs)]
             side_by_side = workers > 1 and sum(sizes) >= _PARALLEL_FROM * len(items)
 
-            files = self._files
+            files = self.files
 
             def check(at: int) -> Optional[Exception]:
                 digest, nbytes = items[at]
@@ -313,7 +315,7 @@ class LmdbPayloadStore(PayloadStoreBase):
             return [check(at) for at in range(len(items))]
 
     def has(self, digest: bytes) -> bool:
-        return self._lmdb_has(digest) or (self._files is not None and self._files.has(digest))
+        return self._lmdb_has(digest) or (self.files is not None and self.files.has(digest))
 
     def _lmdb_has(self, digest: bytes) -> bool:
         with self._store.read(buffers=True) as txn:
@@ -323,9 +325,9 @@ class LmdbPayloadStore(PayloadStoreBase):
         return isinstance(digest, bytes) and len(digest) == DIGEST_SIZE and self.has(digest)
 
     def digests(self) -> Iterator[bytes]:
-        if self._files is None:
+        if self.files is None:
             return self._lmdb_digests()
-        merged = heapq.merge(self._lmdb_digests(), self._files.digests())
+        merged = heapq.merge(self._lmdb_digests(), self.files.digests())
         return (d for d, _ in itertools.groupby(merged))  # one digest stored in both is listed once
 
     def _lmdb_digests(self) -> Iterator[bytes]:

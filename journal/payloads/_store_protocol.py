@@ -64,7 +64,10 @@ class PayloadStore(Protocol):
 
     takes_pieces: bool
     stages_writes: bool
-    files: Optional["PayloadStore"]
+
+    @property
+    def files(self) -> Optional["PayloadStore"]:
+        """The payload files kept beside this store's table, or None (read-only: an attribute or a property)."""
 
     def put(self, digest: bytes, blob: Any) -> None:
         """Store `blob` under `digest`. Idempotent: storing the same digest again is a no-op

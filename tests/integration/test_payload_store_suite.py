@@ -88,7 +88,7 @@ class _Undeclared:
 
 
 def test_a_journal_refuses_a_store_that_leaves_capabilities_undeclared_naming_them(tmp_path):
-    with pytest.raises(PayloadStoreError, match=r"does not declare check_many, lmdb_bytes, stage, files, "
+    with pytest.raises(PayloadStoreError, match=r"does not declare check_many, files, lmdb_bytes, stage, "
                        r"stages_writes, takes_pieces: subclass stepjournal.payloads.PayloadStoreBase"):
         Journal(str(tmp_path / "j"), payload_store=_Undeclared())
 
