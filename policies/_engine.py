@@ -53,7 +53,7 @@ class Outcome:
 
     Attributes:
         value: what the call returns (generated, or decoded from the journal).
-        action: ``"generated"``, ``"replayed"`` or ``"bypassed"``.
+        action: an `Action`: ``"generated"``, ``"replayed"`` or ``"bypassed"``.
         ctx: the call's context (step, generation index ...).
         source: the recorded generation that was served (replays) or written (generated; its
             ``event.output`` is None when the output was not stored, by the policy or because it could not be).
@@ -61,7 +61,7 @@ class Outcome:
     """
 
     value: Any
-    action: str
+    action: Action
     ctx: CallContext
     source: Optional[RecordedGeneration]
     seq: int

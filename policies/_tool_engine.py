@@ -27,6 +27,7 @@ from stepjournal.errors import ToolCallError
 from stepjournal.events import (CATCH_UP_POLICY, EVERY_TOOL, SERVING_RULES, TOOL_STAGE_PREFIX, ToolCallKey, ToolRequest,
                                 tool_stage)
 from stepjournal.log import get_logger
+from stepjournal.vocabulary import Action
 
 from ._base import Policy
 from ._engine import CallHooks, Engine, Outcome
@@ -367,7 +368,7 @@ class ToolEngine:
 
     def _done(self, stage: str, step: int, mode: str, facts: ToolCallFacts, outcome: Outcome,
               run_tool: Callable[[], Any], to_stored: Callable[[Any], Any]) -> None:
-        if outcome.action != "replayed" or outcome.source is None:
+        if outcome.action != Action.REPLAYED or outcome.source is None:
             return
         source = outcome.source
         with self._lock:

@@ -160,7 +160,7 @@ def _finite(value: numbers.Real) -> Optional[float]:
 def _shown(rows: List[Any]) -> Optional[Any]:
     """The generate call a step's row shows: its latest call #0 with an output (recorded and stored, or
     replayed), which is the call `samples` reads; else its latest call #0 (refused, bypassed, not stored)."""
-    calls = [r for r in rows if r.stage == "generate" and r.gen_index == 0 and r.action != "released"]
+    calls = [r for r in rows if r.stage == "generate" and r.gen_index == 0 and r.action != Action.RELEASED]
     served = [r for r in calls if r.action == Action.REPLAYED or (r.action == Action.GENERATED and r.stored)]
     return (served or calls or [None])[-1]
 
@@ -169,7 +169,7 @@ def _entry(step: int, rows: List[Any], names: Dict[str, str]) -> Dict[str, Any]:
     """A step's entry: the call shown and its session's durations; every other session's call #0 apart, in
     `others` (a refused replay session never stands for the recording it could not serve)."""
     shown = _shown(rows)
-    calls = [r for r in rows if r.action != "released"]
+    calls = [r for r in rows if r.action != Action.RELEASED]
     # The session shown: the generate call's, else (a step of metrics or rewards only) the latest call's.
     session = shown.session if shown is not None else (calls[-1].session if calls else None)
     durations: Dict[str, float] = {}
@@ -180,14 +180,14 @@ def _entry(step: int, rows: List[Any], names: Dict[str, str]) -> Dict[str, Any]:
             actions[r.action] = actions.get(r.action, 0) + 1
     others: Dict[str, Dict[str, Any]] = {}
     for r in rows:
-        if r.stage == "generate" and r.gen_index == 0 and r.action != "released" and r.session != session:
+        if r.stage == "generate" and r.gen_index == 0 and r.action != Action.RELEASED and r.session != session:
             others[r.session] = {"session": names.get(r.session, r.session[:8]), "action": r.action,
                                  "source_step": r.source_step}
     return {"step": step, "action": shown.action if shown else None,
             "source_step": shown.source_step if shown else None,
             "session": names.get(session, session) if session else None, "others": list(others.values()),
-            "released": any(r.action == "released" and r.stage == "generate" for r in rows), "durations": durations,
-            "calls": actions, "shown_session": session, "tools": None,
+            "released": any(r.action == Action.RELEASED and r.stage == "generate" for r in rows),
+            "durations": durations, "calls": actions, "shown_session": session, "tools": None,
             "ts": max((r.ts for r in calls if r.session == session), default=None)}
 
 

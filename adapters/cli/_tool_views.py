@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from rich.console import Console
 
 from stepjournal.tools import ToolCallRow, tool_call_rows, tool_step_summaries
+from stepjournal.vocabulary import ToolOutcome
 
 from ._common import choose_run, open_readonly, parse_steps
 from ._render import FittedColumns, UsageError, cell, plain_table, print_json, print_line
@@ -77,7 +78,7 @@ def run_audit(args: argparse.Namespace, out: Console) -> int:
         return 0
     print_line(out, f"tool calls in {cell(args.journal)}")
     texts = [[str(row.step), str(row.key), cell(row.tool), row.outcome, _seconds(row.duration_s),
-              _seconds(row.saved_s) if row.outcome == "replayed" else "-",
+              _seconds(row.saved_s) if row.outcome is ToolOutcome.REPLAYED else "-",
               cell(row.request.arguments if row.request is not None else "-")] for row in _counted(rows, args)]
     layout = FittedColumns(out.width, _CALLS, whole=("step", "outcome"))
     layout.measure(texts)

@@ -1,8 +1,8 @@
-"""The words every room shares: what a call's action is called, what a stage may do, how an adapter
-declares its stages. `stepjournal.vocabulary` is their public face.
+"""The words every room shares: what a call's action is called, what a tool call's outcome is called, what
+a stage may do, how an adapter declares its stages. `stepjournal.vocabulary` is their public face.
 
-The actions are a ``str`` enum, so a stored event, an audit row and a JSON line hold the same text as
-before (``"replayed"``); code compares with the enum's names, never with the literal.
+The actions and the tool outcomes are ``str`` enums, so a stored event, an audit row and a JSON line hold
+the same text as before (``"replayed"``); code compares with the enum's names, never with the literal.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = [
     "Action",
     "CALL_ACTIONS",
     "ACTION_COLOURS",
+    "ToolOutcome",
     "StageRole",
     "Stage",
     "stage_names",
@@ -28,7 +29,20 @@ __all__ = [
 ]
 
 
-class Action(str, enum.Enum):
+class _Word(str, enum.Enum):
+    """A shared word: a ``str`` enum whose member is its stored text everywhere."""
+
+    # The text itself in f-strings, str() and repr() (a list of outcomes' actions prints as before):
+    # the stored word, never ``Action.REPLAYED``.
+    __str__ = str.__str__
+
+    def __format__(self, format_spec: str) -> str:  # str's own, as a method: the checker reads Enum's otherwise
+        return str.__format__(self, format_spec)
+
+    __repr__ = str.__repr__
+
+
+class Action(_Word):
     """What happened to one journaled call, as its event, the audit and the CLI name it.
 
     The first four are the call actions (one event class each); ``released`` is an audit row's only:
@@ -40,15 +54,6 @@ class Action(str, enum.Enum):
     BYPASSED = "bypassed"
     REFUSED = "refused"
     RELEASED = "released"
-
-    # The text itself in f-strings, str() and repr() (a list of outcomes' actions prints as before):
-    # the stored word, never ``Action.REPLAYED``.
-    __str__ = str.__str__
-
-    def __format__(self, format_spec: str) -> str:  # str's own, as a method: the checker reads Enum's otherwise
-        return str.__format__(self, format_spec)
-
-    __repr__ = str.__repr__
 
 
 # The call actions, in the order the audit's rows and the runs index's counts list them.
@@ -63,6 +68,24 @@ ACTION_COLOURS: Mapping[Action, str] = {
     Action.REFUSED: "#d62728",
     Action.RELEASED: "#9467bd",
 }
+
+
+class ToolOutcome(_Word):
+    """What one journaled tool call was, as `audit --tools`, `show --text` and the report name it.
+
+    Read from the call's event and the rule it was journaled under: ``recorded`` (the tool ran under a rule
+    that serves no recordings, ``dump``), ``replayed`` (a recording was served), ``miss`` (the tool ran
+    and was recorded under a rule that serves recordings: nothing matched), ``refused`` (a miss under
+    ``replay``), ``bypassed`` (the tool ran, nothing stored) and ``caught up`` (a served call run again
+    on the live environment when its sample left the recording).
+    """
+
+    RECORDED = "recorded"
+    REPLAYED = "replayed"
+    MISS = "miss"
+    REFUSED = "refused"
+    BYPASSED = "bypassed"
+    CAUGHT_UP = "caught up"
 
 
 class StageRole(str, enum.Enum):

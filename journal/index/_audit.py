@@ -17,6 +17,7 @@ from ._import_map import ImportMap
 from ..events._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, CALL_EVENT_TYPES, CallRefused, Event,
                               EventsImported, GenerationRecorded, PayloadRef, PayloadsReleased, SessionOpened, iso_time)
 from ..events._schema import fields_of
+from ..events._words import Action
 from ._runs_index import RunSummary
 
 __all__ = [
@@ -250,7 +251,7 @@ def audit(
         if actions is None or record.action in actions:
             records.append(record)
     if released:
-        records = [attrs.evolve(r, released_by=released[r.seq]) if r.seq in released and r.action == "generated"
+        records = [attrs.evolve(r, released_by=released[r.seq]) if r.seq in released and r.action == Action.GENERATED
                    else r for r in records]
     return records
 

@@ -20,6 +20,7 @@ from ..base._errors import InvalidKeyError
 from ..events._events import AUDIT_SCHEMA_VERSION, CALL_ACTIONS, EventsImported, GenerationRecorded, iso_time
 from ..events._keys import check_key
 from ..events._schema import BAD, fields_of
+from ..events._words import Action
 
 __all__ = ["json_rows", "call_row", "checked_row", "KeyRuleCache", "MARKER_TAG", "releases_of"]
 
@@ -172,7 +173,7 @@ def json_rows(
             continue
         if (mode is not None and row["mode"] != mode) or (stage is not None and row["stage"] != stage):
             continue
-        if released_by and row["action"] == "generated" and row["seq"] in released_by:
+        if released_by and row["action"] == Action.GENERATED and row["seq"] in released_by:
             row["released_by"] = released_by[row["seq"]]
         if not actions or row["action"] in actions:
             yield row

@@ -224,7 +224,9 @@ class _GenIndex:
 
     def __init__(self, txn: lmdb.Transaction[Any], store: Store, imports: Optional[ImportMap], *,
                  rebuilding: bool = False) -> None:
-        self.txn, self.store, self.gen, self.steps = txn, store, store.db("gen"), store.db("steps")
+        gen = store.db("gen")
+        assert gen is not None  # it folds events in a write, and a writable open makes every database
+        self.txn, self.store, self.gen, self.steps = txn, store, gen, store.db("steps")
         self.imports, self.rebuilding = imports, rebuilding
         self.prefixes: dict = {}
         self.last = b""
@@ -364,10 +366,10 @@ class Projections:
             EventDecodeError: an event cannot be decoded (and not `skip_damaged`); the caller's
                 transaction is aborted.
         """
-        txn.drop(store.db("gen"), delete=False)
-        for name in ("sessions", "steps"):
-            if store.db(name) is not None:
-                txn.drop(store.db(name), delete=False)
+        for name in ("gen", "sessions", "steps"):
+            db = store.db(name)
+            if db is not None:
+                txn.drop(db, delete=False)
         from ._native_rows import index_fields  # msgspec: imported by the verbs that use it
 
         count, runs, seq, keys, imports, damaged = 0, runs_index.RunsFold(), 0, KeyRuleCache(), ImportMap(), False

@@ -94,7 +94,9 @@ class RowsWriter:
 
     def __init__(self, txn: lmdb.Transaction[Any], store: Store, imports: Optional[ImportMap] = None, *,
                  rewrite: bool = False) -> None:
-        self.txn, self.store, self.db = txn, store, store.db("rows")
+        db = store.db("rows")
+        assert db is not None  # made only where the rows are: `apply_in` and `catch_up_in` return first otherwise
+        self.txn, self.store, self.db = txn, store, db
         self.provenance = Provenance(imports)
         self.keys = KeyRuleCache()  # the key rule's answers, for `checked_row` over a log (catch-up)
         self.pending: List[Any] = []

@@ -30,6 +30,7 @@ from ..base._errors import EventDecodeError
 from ..events._events import (ACTIONS, AUDIT_SCHEMA_VERSION, CALL_ACTIONS, Event, EventsImported, SessionOpened,
                               iso_time)
 from ..events._keys import META_RUNS_INDEX, seq_key, seq_of
+from ..events._words import Action
 from ..storage._store import Store
 
 __all__ = ["RunSummary", "RunsFold", "apply_in", "catch_up_in", "summaries"]
@@ -40,7 +41,7 @@ _NO_STEP = (1 << 64) - 1  # `lo` of a group without a step (any step is smaller)
 # same per call event class (`CALL_ACTIONS`, the one map of call event to action).
 _AT_OF_ACTION = {action: 2 + i for i, action in enumerate(ACTIONS)}
 _COUNT_AT = {cls: _AT_OF_ACTION[action] for cls, action in CALL_ACTIONS.items()}
-_GENERATED_AT, _REFUSED_AT = _AT_OF_ACTION["generated"], _AT_OF_ACTION["refused"]
+_GENERATED_AT, _REFUSED_AT = _AT_OF_ACTION[Action.GENERATED], _AT_OF_ACTION[Action.REFUSED]
 Group = Tuple[str, str, str]  # run, stage, mode
 
 

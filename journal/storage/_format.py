@@ -30,7 +30,8 @@ _VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!_-]{1,40}")
 _FORMAT_TEXT = re.compile(rb"[1-9][0-9]{0,17}")
 
 
-def check_format_in(txn: lmdb.Transaction[Any], meta: lmdb._Database, path: str, *, writing: bool) -> None:
+def check_format_in(txn: lmdb.Transaction[Any], meta: Optional[lmdb._Database], path: str, *,
+                    writing: bool) -> None:
     """Refuse a journal whose format is newer than this library's: for writing always, for reading
     unless it says this library reads it rightly (then warn, naming the version that wrote it).
 
@@ -102,7 +103,9 @@ def mark_format_in(txn: lmdb.Transaction[Any], meta: lmdb._Database, *, new: boo
         txn.put(META_WRITTEN_BY, __version__.encode(), db=meta)
 
 
-def _number(txn: lmdb.Transaction[Any], meta: lmdb._Database, key: bytes) -> Optional[int]:
+def _number(txn: lmdb.Transaction[Any], meta: Optional[lmdb._Database], key: bytes) -> Optional[int]:
+    if meta is None:  # not made yet: no format is written (db=None would read LMDB's main database)
+        return None
     raw = txn.get(key, db=meta)
     if raw is None:
         return None

@@ -275,8 +275,9 @@ class Store:
         env = self._env().env
         return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
 
-    def db(self, name: str):
-        """The handle of a named database; checked as read, its whole tree is checked first (once)."""
+    def db(self, name: str) -> Optional[lmdb._Database]:
+        """The handle of a named database (None: absent from a journal opened read-only); checked as read, its
+        whole tree is checked first (once)."""
         shared = self._env()
         handle = shared.dbs[name]
         if shared.checked is not None and name not in shared.checked and handle is not None:
@@ -284,7 +285,8 @@ class Store:
             shared.checked.add(name)
         return handle
 
-    def db_reading(self, txn: lmdb.Transaction[Any], name: str, lo: bytes, hi: Optional[bytes]):
+    def db_reading(self, txn: lmdb.Transaction[Any], name: str, lo: bytes,
+                   hi: Optional[bytes]) -> Optional[lmdb._Database]:
         """`db`, for a read in `txn` of the keys lo..hi only (hi None: to the end): checked as read, only
         the pages that read can touch are checked first (`_lmdb_check.check_tree`)."""
         shared = self._env()

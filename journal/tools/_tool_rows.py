@@ -14,6 +14,7 @@ import attrs
 
 from ..base._errors import IntegrityError
 from ..events._events import CallBypassed, CallEvent, CallRefused, GenerationRecorded, PayloadRef, ReplayServed
+from ..events._words import ToolOutcome
 from ..events._tool_calls import (
     CATCH_UP_POLICY,
     SERVING_RULES,
@@ -27,6 +28,11 @@ from ..events._tool_calls import (
 __all__ = ["ToolCallRow", "ToolStepSummary", "tool_call_rows", "tool_step_summaries", "first_tool_difference"]
 
 _CALL_EVENTS = (GenerationRecorded, ReplayServed, CallRefused, CallBypassed)
+# What the counts and the comparison read an outcome as: a miss (refusals among them), a call that ran the
+# tool here, a call with a response to compare.
+_MISSED = frozenset({ToolOutcome.MISS, ToolOutcome.REFUSED})
+_RAN = frozenset({ToolOutcome.RECORDED, ToolOutcome.MISS, ToolOutcome.BYPASSED})
+_ANSWERED = frozenset({ToolOutcome.RECORDED, ToolOutcome.REPLAYED, ToolOutcome.MISS})
 
 
 @attrs.frozen
@@ -37,8 +43,9 @@ class ToolCallRow:
         seq, session, run, step, mode, stage: the call event's.
         tool: the tool (or environment) its stage names.
         key: its `ToolCallKey` (sample, turn, call).
-        outcome: ``"recorded"``, ``"replayed"``, ``"miss"`` (the tool ran and was recorded), ``"refused"``
-            (a miss under ``replay``), ``"bypassed"`` or ``"caught up"`` (re-run on the live environment).
+        outcome: a `ToolOutcome` (its text: ``"recorded"``, ``"replayed"``, ``"miss"`` (the tool ran and was
+            recorded), ``"refused"`` (a miss under ``replay``), ``"bypassed"`` or ``"caught up"`` (re-run on
+            the live environment)).
         request: the `ToolRequest` (None when the event holds none: a refusal, a bypass; a catch-up shows
             the request of the served call it ran again).
         response: the `ToolResponse` (None when nothing was stored or served; a catch-up: the one served).
@@ -55,7 +62,7 @@ class ToolCallRow:
     stage: str
     tool: str
     key: ToolCallKey
-    outcome: str
+    outcome: ToolOutcome = attrs.field(converter=ToolOutcome)  # its text too: a word no outcome has is refused
     request: Optional[ToolRequest]
     response: Optional[ToolResponse]
     duration_s: float
@@ -88,14 +95,14 @@ def _loaded(journal: Any, ref: Optional[PayloadRef], kind: Any) -> Any:
         return None
 
 
-def _outcome(event: CallEvent) -> str:
+def _outcome(event: CallEvent) -> ToolOutcome:
     if isinstance(event, ReplayServed):
-        return "replayed"
+        return ToolOutcome.REPLAYED
     if isinstance(event, CallRefused):
-        return "refused"
+        return ToolOutcome.REFUSED
     if isinstance(event, CallBypassed):
-        return "caught up" if event.policy == CATCH_UP_POLICY else "bypassed"
-    return "miss" if event.policy in SERVING_RULES else "recorded"
+        return ToolOutcome.CAUGHT_UP if event.policy == CATCH_UP_POLICY else ToolOutcome.BYPASSED
+    return ToolOutcome.MISS if event.policy in SERVING_RULES else ToolOutcome.RECORDED
 
 
 def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[Container[int]] = None,
@@ -131,9 +138,9 @@ def tool_call_rows(journal: Any, *, run: Optional[str] = None, steps: Optional[C
         if payloads and isinstance(event, (GenerationRecorded, ReplayServed)):
             response = _loaded(journal, event.output, ToolResponse)
         place = (event.session, event.stage, event.step, event.gen_index)
-        if outcome == "replayed":
+        if outcome is ToolOutcome.REPLAYED:
             served[place] = (request, response)
-        elif outcome == "caught up":
+        elif outcome is ToolOutcome.CAUGHT_UP:
             request, response = served.get(place, (None, None))
         rows.append(ToolCallRow(
             seq=seq, session=event.session, run=event.run, step=event.step, mode=event.mode, stage=event.stage,
@@ -151,13 +158,13 @@ def tool_step_summaries(rows: Iterable[ToolCallRow]) -> List[ToolStepSummary]:
     table: Dict[Tuple[str, int], List[float]] = {}
     for row in rows:
         counts = table.setdefault((row.run, row.step), [0, 0, 0, 0, 0.0, 0.0])
-        if row.outcome == "caught up":  # its time is in the miss that ran it, too
+        if row.outcome is ToolOutcome.CAUGHT_UP:  # its time is in the miss that ran it, too
             continue
         counts[0] += 1
-        counts[1] += row.outcome == "replayed"
-        counts[2] += row.outcome in ("miss", "refused")
-        counts[3] += row.outcome == "refused"
-        if row.outcome in ("recorded", "miss", "bypassed"):
+        counts[1] += row.outcome is ToolOutcome.REPLAYED
+        counts[2] += row.outcome in _MISSED
+        counts[3] += row.outcome is ToolOutcome.REFUSED
+        if row.outcome in _RAN:
             counts[4] += row.duration_s
         counts[5] += row.saved_s
     return [ToolStepSummary(run, step, int(c[0]), int(c[1]), int(c[2]), int(c[3]), c[4], c[5])
@@ -170,7 +177,7 @@ def first_tool_difference(left: Iterable[ToolCallRow], right: Iterable[ToolCallR
     def answered(rows: Iterable[ToolCallRow]) -> Dict[Tuple[int, str, str, ToolCallKey], ToolCallRow]:
         found = {}
         for row in rows:
-            if row.outcome in ("recorded", "replayed", "miss"):
+            if row.outcome in _ANSWERED:
                 found[(row.step, row.mode, row.stage, row.key)] = row  # the latest answer of a key
         return found
 

@@ -16,6 +16,7 @@ from stepjournal.errors import ToolCallError
 from stepjournal.events import (MAX_CALL, MAX_SAMPLE, MAX_TURN, ToolCallKey, ToolRequest, ToolResponse,
                                 canonical_arguments, tool_of_stage, tool_stage)
 from stepjournal.index import RecordedGeneration
+from stepjournal.vocabulary import ToolOutcome
 from stepjournal.adapters import current_tool_turn, journaled_tool, tool_turn
 from stepjournal.policies import (
     RecordedToolCall,
@@ -259,6 +260,29 @@ def test_a_stateful_catch_up_that_answers_otherwise_is_refused(tmp_path):
             do_act.at(step=1, sample=0, turn=1)(move=2)  # a miss: the reset runs again, and answers "seed 2"
         outcomes = [row.outcome for row in tool_call_rows(journal, payloads=False)]
     assert outcomes[-2:] == ["replayed", "caught up"]
+
+
+def test_every_kind_of_tool_call_reads_as_one_tool_outcome_and_together_they_are_all(tmp_path):
+    """A recording, a replay, a refusal, a miss under cache, a bypass and a catch-up: each row's outcome is a
+    `ToolOutcome` member (not a bare word), and no member is one that no call gives."""
+    tool, path = Counted(), str(tmp_path / "j")
+    with Journal(path) as journal:
+        journaled_tool(tool, journal, "add", "dump").at(step=1, sample=0)(a=1, b=2)
+        engine = ToolEngine(journal, "cache")
+        journaled_tool(lambda: "ready", engine, "env.reset", environment="env").at(step=1, sample=1)()
+        journaled_tool(str, engine, "env.step", environment="env").at(step=1, sample=1, turn=1)(object=1)
+    with Journal(path) as journal:
+        assert journaled_tool(tool, journal, "add", "replay").at(step=1, sample=0)(a=1, b=2) == "3"
+        with pytest.raises(ToolReplayMissError):
+            journaled_tool(tool, journal, "add", "replay").at(step=1, sample=0)(a=1, b=3)
+        journaled_tool(tool, journal, "add", "cache").at(step=1, sample=0)(a=2, b=3)
+        journaled_tool(tool, journal, "add", "bypass").at(step=1, sample=0)(a=3, b=3)
+        engine = ToolEngine(journal, "cache")
+        journaled_tool(lambda: "ready", engine, "env.reset", environment="env").at(step=1, sample=1)()  # served
+        journaled_tool(str, engine, "env.step", environment="env").at(step=1, sample=1, turn=1)(object=2)
+        rows = tool_call_rows(journal, payloads=False)
+    assert all(type(row.outcome) is ToolOutcome for row in rows)
+    assert {row.outcome for row in rows} == set(ToolOutcome)
 
 
 def test_concurrent_async_calls_of_many_samples_each_get_their_own_response(tmp_path):

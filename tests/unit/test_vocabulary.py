@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import msgspec
 import pytest
 
 from stepjournal.errors import InvalidKeyError
-from stepjournal.tools import ACTIONS, CALL_EVENT_TYPES
+from stepjournal.events import ToolCallKey
+from stepjournal.tools import ACTIONS, CALL_EVENT_TYPES, ToolCallRow
 from stepjournal.vocabulary import (ACTION_COLOURS, CALL_ACTIONS, DEFAULT_MODE, DEFAULT_STAGE, Action, Stage, StageRole,
-                                    check_stage, check_stages, stage_names)
+                                    ToolOutcome, check_stage, check_stages, stage_names)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_the_call_actions_are_the_events_actions_in_their_order():
@@ -25,6 +30,36 @@ def test_an_action_is_its_stored_text_everywhere():
     assert json.dumps({"action": action}) == '{"action": "replayed"}'
     assert msgspec.json.encode(action) == b'"replayed"'
     assert {"replayed": 1}[action] == 1 and Action("refused") is Action.REFUSED
+
+
+def test_a_tool_outcome_is_its_printed_text_everywhere():
+    """`audit --tools --json`, `show --text` and the report print an outcome as the word it always was."""
+    outcome = ToolOutcome.CAUGHT_UP
+    assert outcome == "caught up" and str(outcome) == f"{outcome}" == "caught up" and repr([outcome]) == "['caught up']"
+    assert json.dumps({"outcome": outcome}) == '{"outcome": "caught up"}'
+    assert msgspec.json.encode(ToolOutcome.MISS) == b'"miss"'
+    assert ToolOutcome("refused") is ToolOutcome.REFUSED and ToolOutcome.REPLAYED == Action.REPLAYED
+
+
+def test_the_tool_outcomes_are_the_words_the_docs_name():
+    """One source: docs/agents.md and docs/architecture.md list exactly the enum's words, in its order."""
+    agents = re.search(r"and outcome \(((?:`[^`]+`[,:]\s*)+)", (DOCS / "agents.md").read_text(encoding="utf-8"))
+    vocabulary = re.search(r"- `ToolOutcome`: [^(]*\(((?:``[^`]+``[,;]\s*)+)",
+                           (DOCS / "architecture.md").read_text(encoding="utf-8"))
+    assert agents is not None and vocabulary is not None
+    words = [outcome.value for outcome in ToolOutcome]
+    assert re.findall(r"`([^`]+)`", agents.group(1)) == words
+    assert re.findall(r"``([^`]+)``", vocabulary.group(1)) == words
+
+
+def test_a_tool_row_holds_a_tool_outcome_and_refuses_any_other_word():
+    def row(outcome):
+        return ToolCallRow(seq=0, session="s", run="r", step=1, mode="train", stage="tool.t", tool="t",
+                           key=ToolCallKey(0), outcome=outcome, request=None, response=None, duration_s=0.0)
+
+    assert row("miss").outcome is ToolOutcome.MISS
+    with pytest.raises(ValueError, match="'missed'"):
+        row("missed")
 
 
 def test_every_action_has_one_colour():
