@@ -18,13 +18,16 @@ Two setups, each a script of turns:
 - ``env``: ``environment_factory=SandboxEnv``, a stateful sandbox (reset, ``python`` that runs the
   sample's whole program again in a subprocess, ``get_reward``): turn 1 ``python(x = a*b)``, turn 2
   ``python(print(x + 1))``, turn 3 ``python(print(<output> * 2))``, then an answer.
+
+Each recording costs a real training run: `recording` and `replay` make each setup's recording (and its replay)
+once per test run, for every test file that reads them; each phase that writes runs on `copy_recording`'s copy.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from datasets import Dataset
@@ -35,6 +38,11 @@ from trl.chat_template_utils import qwen2_5_chat_template
 
 from agent_tools import Calculator, Sandbox
 from trl_tiny import tiny_model
+
+if TYPE_CHECKING:
+    from pytest import TempPathFactory
+
+    from doc_lines import DocLine
 
 KINDS = ("tools", "env")
 STEPS = 4  # steps_per_generation=2: TRL generates (and calls the tools) at steps 0 and 2
@@ -235,13 +243,94 @@ def run_phase(line: str, folder: Path, kind: str, *, change: bool = False) -> Di
 
 
 def copy_recording(recorded: Path, folder: Path) -> Path:
-    """A folder holding the script and a copy of the journal recorded in `recorded` (each phase its own)."""
+    """A folder holding the script and a copy of the journal recorded in `recorded` (each phase its own): every
+    file of the journal's folder (LMDB's data.mdb and lock.mdb, the payload files), as a user's ``cp -r`` copies it."""
     import shutil
 
     folder.mkdir()
     (folder / "train_tools.py").write_text(SCRIPT)
     shutil.copytree(recorded / "runs", folder / "runs")
     return folder
+
+
+def doc_lines() -> List[DocLine]:
+    """docs/agents.md's lines for this setup: record, replay, tools replayed live, changed (cache), audit."""
+    from doc_lines import command_lines
+
+    return command_lines("docs/agents.md", section="TRL: tools= and environment_factory")
+
+
+def _fingerprint(folder: Path) -> Dict[str, str]:
+    """Each file under `folder` by its bytes' digest, less LMDB's lock.mdb (a reader takes its slot there)."""
+    import hashlib
+
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != "lock.mdb"}
+
+
+def made_once(tmp_path_factory: TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder `name` that `make` fills once per test run, for every test file that asks: in one pytest
+    process, or in the first of pytest-xdist's workers to ask (the others wait on a lock in the run's folder,
+    which holds each worker's own, and take what it made). No test may write to it (each phase works on
+    `copy_recording`'s copy): each time it is handed out, its bytes are checked against what `make` left.
+    A `make` that failed leaves nothing made: the next to ask makes it afresh (and fails as loudly)."""
+    import fcntl
+    import json
+    import os
+    import shutil
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, made = root / name, root / f"{name}.made.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            make(folder)
+            made.write_text(json.dumps(_fingerprint(folder)))
+    assert_unchanged(folder)
+    return folder
+
+
+def assert_unchanged(folder: Path) -> None:
+    """Fail when a byte of `made_once`'s `folder` changed since it was made: a test wrote to a shared recording."""
+    import json
+
+    made = json.loads((folder.parent / f"{folder.name}.made.json").read_text())
+    assert _fingerprint(folder) == made, f"a test wrote to the shared {folder}: write to copy_recording's copy"
+
+
+def recording(tmp_path_factory: TempPathFactory, kind: str) -> Tuple[Path, Dict[str, Any]]:
+    """The setup `kind` recorded with docs/agents.md's first line (a new process), once per test run: its folder,
+    which no test may write to, and what the script wrote (`main`)."""
+    record = doc_lines()[0].text
+
+    def make(folder: Path) -> None:
+        folder.mkdir()
+        (folder / "train_tools.py").write_text(SCRIPT)
+        run_phase(record, folder, kind)
+
+    return _result(made_once(tmp_path_factory, f"trl-{kind}", make), record)
+
+
+def replay(tmp_path_factory: TempPathFactory, kind: str) -> Tuple[Path, Dict[str, Any]]:
+    """`recording`'s copy replayed (generation and tools) with docs/agents.md's second line, once per test run:
+    one journal holding the recording's session, then the replay's; the folder, which no test may write to, and
+    what the replaying script wrote."""
+    recorded, _ = recording(tmp_path_factory, kind)
+    line = doc_lines()[1].text
+
+    def make(folder: Path) -> None:
+        run_phase(line, copy_recording(recorded, folder), kind)
+
+    return _result(made_once(tmp_path_factory, f"trl-{kind}-replay", make), line)
+
+
+def _result(folder: Path, line: str) -> Tuple[Path, Dict[str, Any]]:
+    import json
+
+    return folder, json.loads((folder / line.split()[-1] / "result.json").read_text())
 
 
 def main(out: str) -> int:

@@ -23,13 +23,14 @@ from typing import Any, Dict, List
 
 import pytest
 
-from doc_lines import command_lines, run_line
-from trl_tool_runs import SCRIPT, copy_recording as _copy, run_phase as _run
+from doc_lines import run_line
+from trl_tool_runs import KINDS, assert_unchanged, copy_recording as _copy, doc_lines, recording, replay
+from trl_tool_runs import run_phase as _run
 
 from stepjournal import Journal
 from stepjournal.tools import tool_call_rows, tool_step_summaries
 
-DOC_LINES = command_lines("docs/agents.md", section="TRL: tools= and environment_factory")
+DOC_LINES = doc_lines()
 RECORD, REPLAY, LIVE, CHANGED, AUDIT = (line.text for line in DOC_LINES)
 
 # Per kind: the tools' executions when recording (two rollout batches of 8 samples), the calls journaled,
@@ -65,19 +66,19 @@ def _samples(result: Dict[str, Any]) -> Dict[str, Any]:
     return found
 
 
-@pytest.fixture(scope="module", params=["tools", "env"])
+@pytest.fixture(scope="module", params=KINDS)
 def recorded(request, tmp_path_factory):
-    """One recording per kind, in a new process: every tool call ran and was recorded."""
+    """One recording per kind, in a new process (made once per test run, shared with test_trl_tools_show.py):
+    every tool call ran and was recorded."""
     kind = request.param
-    folder = tmp_path_factory.mktemp(f"trl-{kind}")
-    (folder / "train_tools.py").write_text(SCRIPT)
-    result = _run(RECORD, folder, kind)
+    folder, result = recording(tmp_path_factory, kind)
     assert result["executions"] == EXPECTED[kind]["recorded"] and result["refused"] is None
     rows = _last_session(folder)
     assert len(rows) == EXPECTED[kind]["calls"] and {row.outcome for row in rows} == {"miss"}
     # Sample 2 of step 0 went through every turn, as the changed runs assume.
     assert _samples(result)["0/2"][0][-1]["content"].startswith("answer ")
-    return kind, folder, result
+    yield kind, folder, result
+    assert_unchanged(folder)  # every phase ran on its own copy
 
 
 def test_the_docs_show_the_lines_this_module_runs():
@@ -86,14 +87,14 @@ def test_the_docs_show_the_lines_this_module_runs():
     assert "STEPJOURNAL=runs/tools:tools:cache " in CHANGED and AUDIT == "stepjournal audit runs/tools --tools"
 
 
-def test_generation_and_tools_replayed_run_no_tool_and_log_bit_for_bit(recorded, tmp_path):
-    kind, folder, first = recorded
-    again = _run(REPLAY, _copy(folder, tmp_path / "replay"), kind)
+def test_generation_and_tools_replayed_run_no_tool_and_log_bit_for_bit(recorded, tmp_path_factory):
+    kind, _, first = recorded
+    replayed, again = replay(tmp_path_factory, kind)  # a copy of the recording, replayed (shared with the show test)
     assert again["executions"] == {"calculator": 0, "sandbox": 0}
     assert again["batches"] == first["batches"]  # completions (tool calls, responses) and rewards
     assert again["logged"] == first["logged"]  # losses, grad norms, rewards, tool frequencies: floats as exact hex
     assert any(entry.get("loss") not in (None, "0x0.0p+0") for entry in first["logged"])  # it trained on something
-    rows = _last_session(tmp_path / "replay")
+    rows = _last_session(replayed)
     assert len(rows) == EXPECTED[kind]["calls"] and {row.outcome for row in rows} == {"replayed"}
 
 

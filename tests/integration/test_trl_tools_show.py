@@ -16,24 +16,21 @@ from typing import List, Tuple
 
 import pytest
 
-from doc_lines import command_lines, run_line
-from trl_tool_runs import SCRIPT, copy_recording, run_phase
+from doc_lines import run_line
+from trl_tool_runs import KINDS, assert_unchanged, recording, replay
 
-TRL_LINES = command_lines("docs/agents.md", section="TRL: tools= and environment_factory")
-RECORD, REPLAY = (line.text for line in TRL_LINES[:2])
 SHOW = "stepjournal show runs/tools 0 --text --sample 2"
 
 
-@pytest.fixture(scope="module", params=["tools", "env"])
+@pytest.fixture(scope="module", params=KINDS)
 def replayed(request, tmp_path_factory):
-    """A recording and its replay (generation and tools) in one journal: the recording's session, then the replay's."""
+    """A recording and its replay (generation and tools) in one journal: the recording's session, then the replay's
+    (each made once per test run, shared with test_trl_tools.py; show only reads it)."""
     kind = request.param
-    folder = tmp_path_factory.mktemp(f"trl-show-{kind}")
-    (folder / "train_tools.py").write_text(SCRIPT)
-    first = run_phase(RECORD, folder, kind)
-    again = copy_recording(folder, folder / "again")
-    run_phase(REPLAY, again, kind)
-    return kind, again, first
+    _, first = recording(tmp_path_factory, kind)
+    again, _ = replay(tmp_path_factory, kind)
+    yield kind, again, first
+    assert_unchanged(again)
 
 
 def _show(folder: Path) -> List[str]:
