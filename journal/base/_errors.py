@@ -60,8 +60,21 @@ __all__ = [
 ]
 
 
+def _rebuilt(cls: type, args: Tuple[Any, ...], fields: Dict[str, Any]) -> "StepJournalError":
+    """An error of `cls` as it was raised: its `args` (the message) and its fields, without calling ``__init__``."""
+    error: StepJournalError = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
+
 class StepJournalError(Exception):
     """Base class of every error stepjournal raises on purpose."""
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # `copy` and a trip to another process (a spawn pool, Ray) rebuild an exception as ``cls(*args)``; an
+        # ``__init__`` that takes more than the message (step and call index, option and value) then fails there.
+        return _rebuilt, (type(self), self.args, self.__dict__)
 
 
 # A part of an error's message: text, or an argument it names as ``(name, value)`` (value None: the name alone).
