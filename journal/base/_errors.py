@@ -100,8 +100,12 @@ class JournalError(StepJournalError):
         start: text the message starts with, before the parts (names no argument; usually empty).
     """
 
-    def __init__(self, *parts: MessagePart, start: str = "") -> None:
-        self.parts: Tuple[MessagePart, ...] = parts
+    def __init__(self, *parts: Any, start: str = "") -> None:
+        # A part that is neither text nor a (name, value) pair is a message made the old way (an OSError, a
+        # path): its text, as `Exception` would print it.
+        self.parts: Tuple[MessagePart, ...] = tuple(
+            part if isinstance(part, str) or (type(part) is tuple and len(part) == 2 and isinstance(part[0], str))
+            else str(part) for part in parts)
         self.start = start
         super().__init__(start + self.words(_python_words))
 
