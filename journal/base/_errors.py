@@ -100,10 +100,15 @@ class JournalError(StepJournalError):
         start: text the message starts with, before the parts (names no argument; usually empty).
     """
 
+    # What a subclass whose own ``__init__`` skips this one's (as errors were made before parts) has: no parts,
+    # so `words` gives its message as it prints.
+    parts: Tuple[MessagePart, ...] = ()
+    start: str = ""
+
     def __init__(self, *parts: Any, start: str = "") -> None:
         # A part that is neither text nor a (name, value) pair is a message made the old way (an OSError, a
         # path): its text, as `Exception` would print it.
-        self.parts: Tuple[MessagePart, ...] = tuple(
+        self.parts = tuple(
             part if isinstance(part, str) or (type(part) is tuple and len(part) == 2 and isinstance(part[0], str))
             else str(part) for part in parts)
         self.start = start
@@ -111,6 +116,8 @@ class JournalError(StepJournalError):
 
     def words(self, argument: Callable[[str, Any], str]) -> str:
         """The message (after any start it was given), each argument spelled by ``argument(name, value)``."""
+        if not self.parts:
+            return str(self)[len(self.start):]
         return "".join(part if isinstance(part, str) else argument(*part) for part in self.parts)
 
     @staticmethod

@@ -60,3 +60,17 @@ def test_a_journal_error_given_a_message_that_is_not_text_keeps_it_as_its_text()
     error = PayloadStoreError(OSError(28, "No space left on device"))
     assert str(error) == "[Errno 28] No space left on device" == error_line(error)
     assert str(JournalError("the folder ", PurePosixPath("/x"), " is full")) == "the folder /x is full"
+
+
+class _StoreFull(PayloadStoreError):
+    """A third party's error made the way errors were before parts: its own ``__init__``, not JournalError's."""
+
+    def __init__(self, message: str, free: int) -> None:
+        Exception.__init__(self, message)
+        self.free = free
+
+
+def test_the_command_line_prints_a_journal_error_whose_subclass_skips_journal_errors_init():
+    error = _StoreFull("bucket full\nfree some space first", free=0)
+    assert error.words(lambda name, value: name) == str(error)
+    assert error_line(error) == "bucket full free some space first"  # before: AttributeError, a traceback
