@@ -311,6 +311,40 @@ def test_a_run_mode_or_stage_no_key_can_hold_is_refused_in_one_line_through_a_sh
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> dict:
+    """A journal pushed to a folder remote and exported as a bundle, and a journal to bring them into."""
+    top = tmp_path_factory.mktemp("shared")
+    with Journal(str(top / "source"), run="exp") as journal:
+        journal.record(1, {"x": torch.ones(2)})
+    remote = (top / "remote").as_uri()
+    for words in (["push", str(top / "source"), remote], ["export", str(top / "source"), "--bundle", str(top / "b")],
+                  ["clone", remote, str(top / "into")]):
+        assert run_cli(*words).returncode == 0
+    return {"R": remote, "B": str(top / "b"), "J": str(top / "into")}
+
+
+RENAME_VERBS = {"import": ["import", "B", "J", "--as", "{}"], "pull": ["pull", "J", "R", "--as", "{}"],
+                "clone": ["clone", "R", "NEW", "--as", "{}"]}
+BAD_RENAMES = {"empty": "", "empty old": "=x", "empty new": "exp=", "600 characters": "exp=" + "k" * 600}
+
+
+@pytest.mark.parametrize("value", sorted(BAD_RENAMES))
+@pytest.mark.parametrize("verb", sorted(RENAME_VERBS))
+def test_a_run_key_as_no_key_can_hold_is_refused_in_one_line_naming_as(shared, tmp_path, verb, value):
+    """``--as NEW`` or ``OLD=NEW`` is a run key: refused as ``--run`` is (exit 2, one line naming ``--as``), before
+    anything is read or written."""
+    words = [shared.get(w, str(tmp_path / "new") if w == "NEW" else w) for w in RENAME_VERBS[verb]]
+    line = " ".join('"$VALUE"' if w == "{}" else shlex.quote(w) for w in [*CLI, *words])
+    before = _folder_state(shared["J"])
+    done = subprocess.run(["bash", "-c", line], env={**os.environ, "VALUE": BAD_RENAMES[value]}, capture_output=True,
+                          text=True)
+    assert _folder_state(shared["J"]) == before and not (tmp_path / "new").exists()
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
+    assert len(done.stderr.strip().splitlines()) == 1 and "argument --as: run key" in done.stderr, done.stderr
+    assert len(done.stderr) < 1000, done.stderr
+
+
 URL_VERBS = {
     "clone": ["clone", "{}", "OUT"],
     "pull": ["pull", "{}", "J"],
