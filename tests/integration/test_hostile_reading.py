@@ -188,8 +188,8 @@ def numeric_arguments() -> list:
     for verb, parser in sorted(_app.build_parser()._subparsers._group_actions[0].choices.items()):
         for action in parser._actions:
             name = action.option_strings[-1] if action.option_strings else action.dest
-            if isinstance(action.type, _common.key_word):
-                continue  # a run, mode or stage: KEY_BASE below
+            if isinstance(action.type, _common.key_word) or name == "--as":
+                continue  # a run, mode or stage: KEY_BASE below (--as: RENAME_VERBS)
             if action.type is not None and action.type is not str:
                 found.append((verb, name, action.type.__name__))
             elif action.metavar in ("RANGES", "SIZE") or (action.metavar or "").startswith("FIELD="):
