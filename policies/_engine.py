@@ -77,6 +77,17 @@ class PendingCall:
     outcome: Optional[Outcome] = None
 
 
+# How much of a codec's error the why keeps. An error may quote the value (megabytes of it); the why goes into
+# the event twice (`not_stored` and the reason), and an event over `MAX_EVENT_BYTES` is refused, which would
+# lose the output the why is about.
+_WHY_CHARS = 2000
+
+
+def _clipped(text: str) -> str:
+    """`text`, cut to `_WHY_CHARS` characters, saying how long it was."""
+    return text if len(text) <= _WHY_CHARS else f"{text[:_WHY_CHARS]}… ({len(text)} characters)"
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -344,10 +355,11 @@ class Engine(ReplayChecks):
                 prepared_input = self.journal.prepare(input, store=store)
             except Exception as exc:
                 missed.append(("input", exc))
-        why = "; ".join(f"the {what} cannot be stored ({type(exc).__name__}: {exc})" for what, exc in missed)
-        for what, error in missed:
+        said = [(what, _clipped(f"{type(exc).__name__}: {exc}")) for what, exc in missed]
+        why = "; ".join(f"the {what} cannot be stored ({text})" for what, text in said)
+        for what, text in said:
             log.warning(
-                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=str(error),
+                f"{what}_not_stored", step=ctx.step, gen_index=ctx.gen_index, mode=ctx.mode, error=text,
                 hint=f"the caller got the {what}; the journal shows the call as generated, not stored",
             )
         return prepared_output, prepared_input, why

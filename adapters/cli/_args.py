@@ -42,9 +42,18 @@ def add_remote_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("remote", nargs="?", metavar="REMOTE", help=REMOTE_HELP)
 
 
+def _run_keys(value: str) -> str:
+    """``--as``'s value, NEW or OLD=NEW, each a run key a journal can hold (as ``--run``'s `key_word`)."""
+    from ._common import key_word  # when a command line is parsed, not when --help is built
+
+    for key in value.split("=", 1):
+        key_word("run")(key)
+    return value
+
+
 def add_merge_options(p: argparse.ArgumentParser) -> None:
     """The ways out of an import conflict (docs/sharing.md, "When records conflict")."""
-    p.add_argument("--as", dest="runs_as", action="append", metavar="NEW|OLD=NEW",
+    p.add_argument("--as", dest="runs_as", action="append", metavar="NEW|OLD=NEW", type=_run_keys,
                    help="import under another run key: NEW for every incoming run, or OLD=NEW (repeat for several)")
     p.add_argument("--keep", choices=["ours"], help="ours: where an incoming record differs from one this journal "
                    "serves, import it for the audit and keep serving this journal's")

@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "Exit 0 when equal within tolerance, 1 when they differ, 2 on bad arguments.")
     p.add_argument("journal_a", metavar="A", help="the first journal folder")
     p.add_argument("journal_b", metavar="B", help="the second journal folder (may be the same as A)")
-    p.add_argument("--run-a", help="the run key on side A (needed when A holds several)")
-    p.add_argument("--run-b", help="the run key on side B")
+    p.add_argument("--run-a", type=key_word("run"), help="the run key on side A (needed when A holds several)")
+    p.add_argument("--run-b", type=key_word("run"), help="the run key on side B")
     p.add_argument("--session-a", metavar="S", help="this session of A, its replays included (its name as runs and "
                    "audit show it, s2; or its id or a unique prefix); default: the run's recordings, replays left out")
     p.add_argument("--session-b", metavar="S", help="this session of B, its replays included")

@@ -60,8 +60,21 @@ __all__ = [
 ]
 
 
+def _rebuilt(cls: type, args: Tuple[Any, ...], fields: Dict[str, Any]) -> "StepJournalError":
+    """An error of `cls` as it was raised: its `args` (the message) and its fields, without calling ``__init__``."""
+    error: StepJournalError = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
+
 class StepJournalError(Exception):
     """Base class of every error stepjournal raises on purpose."""
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # `copy` and a trip to another process (a spawn pool, Ray) rebuild an exception as ``cls(*args)``; an
+        # ``__init__`` that takes more than the message (step and call index, option and value) then fails there.
+        return _rebuilt, (type(self), self.args, self.__dict__)
 
 
 # A part of an error's message: text, or an argument it names as ``(name, value)`` (value None: the name alone).
@@ -87,13 +100,24 @@ class JournalError(StepJournalError):
         start: text the message starts with, before the parts (names no argument; usually empty).
     """
 
-    def __init__(self, *parts: MessagePart, start: str = "") -> None:
-        self.parts: Tuple[MessagePart, ...] = parts
+    # What a subclass whose own ``__init__`` skips this one's (as errors were made before parts) has: no parts,
+    # so `words` gives its message as it prints.
+    parts: Tuple[MessagePart, ...] = ()
+    start: str = ""
+
+    def __init__(self, *parts: Any, start: str = "") -> None:
+        # A part that is neither text nor a (name, value) pair is a message made the old way (an OSError, a
+        # path): its text, as `Exception` would print it.
+        self.parts = tuple(
+            part if isinstance(part, str) or (type(part) is tuple and len(part) == 2 and isinstance(part[0], str))
+            else str(part) for part in parts)
         self.start = start
         super().__init__(start + self.words(_python_words))
 
     def words(self, argument: Callable[[str, Any], str]) -> str:
         """The message (after any start it was given), each argument spelled by ``argument(name, value)``."""
+        if not self.parts:
+            return str(self)[len(self.start):]
         return "".join(part if isinstance(part, str) else argument(*part) for part in self.parts)
 
     @staticmethod

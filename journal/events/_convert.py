@@ -52,8 +52,15 @@ def _no_renames(body: Dict[str, Any]) -> Dict[str, Any]:
     return {**body, "runs": {}}
 
 
+def _why_unknown(body: Dict[str, Any]) -> Dict[str, Any]:
+    """A v2 generation_recorded body as v3: written before `not_stored` existed, it says nothing of why (None).
+    A v2 body holding the key was written while the field was new and the version not yet raised: kept."""
+    return {"not_stored": None, **body}
+
+
 _UPGRADES: Dict[Tuple[str, int], Callable[[Dict[str, Any]], Dict[str, Any]]] = {
     **{(tag, 1): _stage_generate for tag in ("generation_recorded", "replay_served", "call_bypassed", "call_refused")},
+    ("generation_recorded", 2): _why_unknown,
     ("events_imported", 1): _no_renames,
 }
 

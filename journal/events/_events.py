@@ -266,7 +266,9 @@ CallEvent = Union[GenerationRecorded, ReplayServed, CallBypassed, CallRefused]
 EVENT_TYPES: Dict[type, tuple[str, int]] = {
     SessionOpened: ("session_opened", 1),
     # v2: the call's `stage`; a v1 body (no stage) is a ``"generate"`` call (see `_convert._UPGRADES`).
-    GenerationRecorded: ("generation_recorded", 2),
+    # v3: `not_stored`; a v2 body (none) reads it as None. A new key needs a new version: every reader refuses a
+    # key it does not know, so without one an older stepjournal calls the event damaged instead of "upgrade".
+    GenerationRecorded: ("generation_recorded", 3),
     ReplayServed: ("replay_served", 2),
     CallBypassed: ("call_bypassed", 2),
     CallRefused: ("call_refused", 2),

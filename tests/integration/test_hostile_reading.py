@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import shlex
 import shutil
@@ -187,8 +188,8 @@ def numeric_arguments() -> list:
     for verb, parser in sorted(_app.build_parser()._subparsers._group_actions[0].choices.items()):
         for action in parser._actions:
             name = action.option_strings[-1] if action.option_strings else action.dest
-            if isinstance(action.type, _common.key_word):
-                continue  # a run, mode or stage: KEY_BASE below
+            if isinstance(action.type, _common.key_word) or name == "--as":
+                continue  # a run, mode or stage: KEY_BASE below (--as: RENAME_VERBS)
             if action.type is not None and action.type is not str:
                 found.append((verb, name, action.type.__name__))
             elif action.metavar in ("RANGES", "SIZE") or (action.metavar or "").startswith("FIELD="):
@@ -246,12 +247,14 @@ def test_an_absurd_number_is_a_result_or_a_one_line_error(small_journal, tmp_pat
 
 
 def key_arguments() -> set:
-    """(verb, option) for every --run, --mode and --stage of every verb, read from the parser."""
-    from stepjournal.adapters.cli import _app, _common  # private: CLI helpers under test
+    """(verb, option) for every --run, --mode and --stage of every verb (and the like: diff's --run-a), read from
+    the parser by the option's name, whatever its type: a flag that skips the key check is found too."""
+    from stepjournal.adapters.cli import _app  # private: CLI helpers under test
 
-    return {(verb, action.option_strings[-1])
+    return {(verb, option)
             for verb, parser in _app.build_parser()._subparsers._group_actions[0].choices.items()
-            for action in parser._actions if isinstance(action.type, _common.key_word)}
+            for action in parser._actions for option in action.option_strings
+            if re.fullmatch(r"--(run|mode|stage)(-[ab])?", option)}
 
 
 def test_the_table_below_covers_every_run_mode_and_stage_flag():
@@ -263,6 +266,8 @@ KEY_BASE = {
     ("audit", "--mode"): ["audit", "J", "--mode", "{}"],
     ("audit", "--stage"): ["audit", "J", "--stage", "{}"],
     ("diff", "--mode"): ["diff", "J", "J", "--mode", "{}"],
+    ("diff", "--run-a"): ["diff", "J", "J", "--run-a", "{}"],
+    ("diff", "--run-b"): ["diff", "J", "J", "--run-b", "{}"],
     ("diff", "--stage"): ["diff", "J", "J", "--stage", "{}"],
     ("export", "--run"): ["export", "J", "--to", "OUT", "--run", "{}"],
     ("export", "--mode"): ["export", "J", "--to", "OUT", "--mode", "{}"],
@@ -284,6 +289,11 @@ BAD_KEYS = {"empty": ("", "is not valid: use a non-empty string without NUL"),
             "600 characters": ("k" * 600, "LMDB keys are at most 511 bytes")}
 
 
+def _folder_state(folder: str) -> dict:
+    """Each file under `folder`: its size and modification time (ns)."""
+    return {str(path): (path.stat().st_size, path.stat().st_mtime_ns) for path in Path(folder).rglob("*")}
+
+
 @pytest.mark.parametrize("value", sorted(BAD_KEYS))
 @pytest.mark.parametrize("argument", sorted(KEY_BASE), ids=" ".join)
 def test_a_run_mode_or_stage_no_key_can_hold_is_refused_in_one_line_through_a_shell(small_journal, tmp_path,
@@ -291,12 +301,48 @@ def test_a_run_mode_or_stage_no_key_can_hold_is_refused_in_one_line_through_a_sh
     given, said = BAD_KEYS[value]
     words = [small_journal if w == "J" else w.replace("OUT", str(tmp_path / "out")) for w in KEY_BASE[argument]]
     line = " ".join('"$VALUE"' if w == "{}" else shlex.quote(w) for w in [*CLI, *words])
+    before = _folder_state(small_journal)
     done = subprocess.run(["bash", "-c", line], env={**os.environ, "VALUE": given}, capture_output=True, text=True)
+    assert _folder_state(small_journal) == before  # refused before the journal is opened: nothing touched
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
     assert len(done.stderr.strip().splitlines()) == 1 and argument[1] in done.stderr and said in done.stderr, \
         done.stderr[-2000:]
     assert len(done.stderr) < 1000, done.stderr  # a 600-character run is clipped, not printed back whole
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> dict:
+    """A journal pushed to a folder remote and exported as a bundle, and a journal to bring them into."""
+    top = tmp_path_factory.mktemp("shared")
+    with Journal(str(top / "source"), run="exp") as journal:
+        journal.record(1, {"x": torch.ones(2)})
+    remote = (top / "remote").as_uri()
+    for words in (["push", str(top / "source"), remote], ["export", str(top / "source"), "--bundle", str(top / "b")],
+                  ["clone", remote, str(top / "into")]):
+        assert run_cli(*words).returncode == 0
+    return {"R": remote, "B": str(top / "b"), "J": str(top / "into")}
+
+
+RENAME_VERBS = {"import": ["import", "B", "J", "--as", "{}"], "pull": ["pull", "J", "R", "--as", "{}"],
+                "clone": ["clone", "R", "NEW", "--as", "{}"]}
+BAD_RENAMES = {"empty": "", "empty old": "=x", "empty new": "exp=", "600 characters": "exp=" + "k" * 600}
+
+
+@pytest.mark.parametrize("value", sorted(BAD_RENAMES))
+@pytest.mark.parametrize("verb", sorted(RENAME_VERBS))
+def test_a_run_key_as_no_key_can_hold_is_refused_in_one_line_naming_as(shared, tmp_path, verb, value):
+    """``--as NEW`` or ``OLD=NEW`` is a run key: refused as ``--run`` is (exit 2, one line naming ``--as``), before
+    anything is read or written."""
+    words = [shared.get(w, str(tmp_path / "new") if w == "NEW" else w) for w in RENAME_VERBS[verb]]
+    line = " ".join('"$VALUE"' if w == "{}" else shlex.quote(w) for w in [*CLI, *words])
+    before = _folder_state(shared["J"])
+    done = subprocess.run(["bash", "-c", line], env={**os.environ, "VALUE": BAD_RENAMES[value]}, capture_output=True,
+                          text=True)
+    assert _folder_state(shared["J"]) == before and not (tmp_path / "new").exists()
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
+    assert len(done.stderr.strip().splitlines()) == 1 and "argument --as: run key" in done.stderr, done.stderr
+    assert len(done.stderr) < 1000, done.stderr
 
 
 URL_VERBS = {

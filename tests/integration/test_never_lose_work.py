@@ -130,6 +130,24 @@ def test_a_registered_codec_that_fails_does_not_lose_the_output(tmp_path):
         assert "RuntimeError: codec bug" in journal.audit()[0].reason
 
 
+def test_a_codec_failing_with_a_huge_message_does_not_lose_the_output(tmp_path):
+    """A codec's error may quote the value (600 000 characters here): the why and the reason that repeats it
+    are clipped, so the event stays within an event's size and the caller keeps the output."""
+    registry = CodecRegistry()
+
+    def quoting(sample):
+        raise ValueError(f"cannot encode {sample.text!r}")
+
+    registry.register(Sample, "tests.Sample", encode=quoting, decode=lambda d: Sample(d))
+    with Journal(tmp_path / "j", registry=registry) as journal:
+        outcome = Engine(journal, "cache").call(1, lambda: [Sample("x" * 600_000)])
+        assert len(outcome.value[0].text) == 600_000 and journal.lookup(1) is None
+        why = outcome.source.event.not_stored
+        assert why.startswith("the output cannot be stored (ValueError: cannot encode 'xxx") and len(why) < 5000
+        assert why.endswith("… (600028 characters))")  # clipped, saying how long the error was
+        assert journal.audit()[0].reason.endswith(why)
+
+
 def _lambda():
     return lambda: 1
 

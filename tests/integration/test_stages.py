@@ -23,6 +23,7 @@ from stepjournal import Journal, journaled
 from stepjournal.errors import UnsupportedSchemaVersionError
 from stepjournal.events import CallBypassed, CallRefused, GenerationRecorded, ReplayServed
 from stepjournal.events._convert import _decode_fast, decode_event, encode_event  # private: raw event bytes, as stored
+from stepjournal.events._events import EVENT_TYPES  # private: each event type's schema version
 from stepjournal.events._keys import (  # private: the key layout itself
     LAYOUT_VERSION, META_LAYOUT, gen_key, parse_gen_key, seq_key,
 )
@@ -110,7 +111,7 @@ def test_every_call_event_carries_its_stage_and_round_trips_through_both_decode_
     assert [e.stage for e in events] == ["ref_log_prob", "ref_log_prob", "values", "reward"]
     for event in events:
         raw = encode_event(event)
-        assert msgpack.unpackb(raw)["v"] == 2
+        assert msgpack.unpackb(raw)["v"] == EVENT_TYPES[type(event)][1]  # generation_recorded: 3
         assert _decode_fast(raw) == event == decode_event(raw)
 
 
@@ -182,10 +183,11 @@ def test_a_call_event_of_a_newer_schema_is_refused_with_what_to_do(tmp_path):
     env = lmdb.open(path, max_dbs=16, subdir=True)
     with env.begin(write=True, db=env.open_db(b"events")) as txn:
         body = msgpack.unpackb(txn.get(seq_key(seq)))
-        txn.put(seq_key(seq + 1), msgpack.packb({**body, "v": 3}, use_bin_type=True))
+        newer = EVENT_TYPES[GenerationRecorded][1] + 1
+        txn.put(seq_key(seq + 1), msgpack.packb({**body, "v": newer}, use_bin_type=True))
     env.close()
     with Journal(path, readonly=True) as journal:
-        with pytest.raises(UnsupportedSchemaVersionError, match="schema version 3.*upgrade stepjournal"):
+        with pytest.raises(UnsupportedSchemaVersionError, match=f"schema version {newer}.*upgrade stepjournal"):
             list(journal.events())
 
 

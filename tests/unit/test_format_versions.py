@@ -8,6 +8,7 @@ schema, the index key layout, the payload format and the remote layout, one vers
 from __future__ import annotations
 
 import re
+import zlib
 from pathlib import Path
 
 import msgpack
@@ -16,8 +17,12 @@ import pytest
 from lmdb_raw import put_raw
 from stepjournal import Journal
 from stepjournal.errors import PayloadDecodeError, RemoteFormatError, UnsupportedSchemaVersionError
-from stepjournal.events._convert import decode_event, encode_event  # private: the event codec under test
-from stepjournal.events._events import EVENT_TYPES, GenerationRecorded  # private: the schema versions of the events
+from stepjournal.events._convert import (  # private: the event codec under test
+    _UPGRADES, checked_body, decode_event, encode_event,
+)
+from stepjournal.events._events import (  # private: the schema versions of the events
+    EVENT_TYPES, GenerationRecorded, field_names,
+)
 from stepjournal.events._keys import LAYOUT_VERSION, META_LAYOUT  # private: the key layout's version
 from stepjournal.payloads._codec import (  # private: the payload format's version
     FORMAT_VERSION, decode_payload, encode_payload,
@@ -43,6 +48,60 @@ def test_a_newer_event_schema_version_is_refused_naming_both_versions(tmp_path):
         decode_event(msgpack.packb(body), seq=2)
     _says_both(str(caught.value), current + 1, current)
     assert decode_event(encode_event(decode_event(raw))) == decode_event(raw)  # the current one reads
+
+
+# The keys each event type's schema version stores, as that version wrote them. Every reader refuses a key it does
+# not know as damage (cattrs' forbid_extra_keys, msgspec's forbid_unknown_fields), so a field added to a class
+# without a new version makes every event written since look damaged to the stepjournal of the day before (its
+# `verify` says "journal is damaged ... reindex"); under a new version it says "upgrade stepjournal". A version's
+# keys are history: add a line for a new one, never edit one.
+_CALL = {"session", "run", "step", "gen_index", "mode", "policy", "reason", "ts"}
+WRITTEN = {
+    ("session_opened", 1): {"session", "run", "fingerprint", "host", "pid", "library_version", "ts"},
+    ("generation_recorded", 1): _CALL | {"input_digest", "output", "input", "duration_s", "imported_from"},
+    ("generation_recorded", 2): _CALL | {"input_digest", "output", "input", "duration_s", "imported_from", "stage"},
+    ("generation_recorded", 3): _CALL | {"input_digest", "output", "input", "duration_s", "imported_from", "stage",
+                                         "not_stored"},
+    ("replay_served", 1): _CALL | {"input_digest", "source_seq", "source_run", "source_step", "source_gen_index",
+                                   "output", "duration_s"},
+    ("replay_served", 2): _CALL | {"input_digest", "source_seq", "source_run", "source_step", "source_gen_index",
+                                   "output", "duration_s", "stage"},
+    ("call_bypassed", 1): _CALL | {"duration_s"},
+    ("call_bypassed", 2): _CALL | {"duration_s", "stage"},
+    ("call_refused", 1): _CALL,
+    ("call_refused", 2): _CALL | {"stage"},
+    ("payloads_released", 1): {"run", "mode", "stage", "step", "gen_index", "record_seq", "released", "retained",
+                               "rule", "reason", "ts"},
+    ("events_imported", 1): {"source", "origin", "source_first", "source_last", "ts"},
+    ("events_imported", 2): {"source", "origin", "source_first", "source_last", "ts", "runs"},
+}
+
+
+@pytest.mark.parametrize("cls", list(EVENT_TYPES), ids=lambda cls: cls.__name__)
+def test_an_event_class_stores_the_keys_its_schema_version_always_stored(cls):
+    """A field added to (or dropped from) an event class comes with a new schema version and its upgrade."""
+    tag, version = EVENT_TYPES[cls]
+    assert field_names(cls)[0] == WRITTEN[(tag, version)], f"{tag} v{version}: add v{version + 1} and its upgrade"
+
+
+def test_every_older_version_is_lifted_to_the_current_one():
+    for (tag, version) in WRITTEN:
+        current = next(v for c, (t, v) in EVENT_TYPES.items() if t == tag)
+        assert version == current or (tag, version) in _UPGRADES, (tag, version)
+
+
+def test_a_generation_recorded_body_as_written_before_not_stored_reads_with_it_none():
+    """A v2 body (no `not_stored` key) reads on the checked path and the fast one, lifted with the field None."""
+    event = GenerationRecorded(session="s", run="r", step=3, gen_index=0, mode="train", input_digest=None,
+                               output=None, input=None, duration_s=0.0, policy="cache", reason="miss; why", ts=1.0)
+    body = msgpack.unpackb(encode_event(event))
+    del body["not_stored"], body["crc32"]
+    body["v"] = 2
+    body["crc32"] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
+    raw = msgpack.packb(body, use_bin_type=True)
+    assert decode_event(raw) == event and decode_event(raw).not_stored is None
+    cls, lifted = checked_body(raw)
+    assert cls is GenerationRecorded and lifted["not_stored"] is None
 
 
 def test_a_newer_index_key_layout_is_refused_naming_both_versions(tmp_path):

@@ -181,7 +181,8 @@ def test_an_event_written_before_not_stored_existed_is_read_by_its_whole_reason(
         session="s", run="default", step=7, gen_index=0, mode="train", input_digest=None, output=None, input=None,
         duration_s=0.0, policy="cache", reason="cache: miss; generated, not stored: output: a lambda", ts=0.0)
     body = msgpack.unpackb(encode_event(written))
-    del body["not_stored"], body["crc32"]  # as the engine wrote it before the field, sealed again
+    del body["not_stored"], body["crc32"]  # as the engine wrote it before the field (v2), sealed again
+    body["v"] = 2
     body["crc32"] = zlib.crc32(msgpack.packb(body, use_bin_type=True))
     old = decode_event(msgpack.packb(body, use_bin_type=True))
     assert old.not_stored is None

@@ -3,10 +3,12 @@ the arguments it names, so the command line words it with its flags without rewr
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 import pytest
 
 from stepjournal.adapters.cli._render import error_line  # private: the CLI's wording of an error
-from stepjournal.errors import JournalError, RetentionError
+from stepjournal.errors import JournalError, PayloadStoreError, RetentionError
 from stepjournal.upkeep import Retention
 
 
@@ -50,3 +52,25 @@ def test_the_command_line_words_a_journal_error_from_its_parts():
     """`error_line` spells the arguments by the command line's words: a folder as itself, not path='...'."""
     error = JournalError("give a new folder, e.g. ", ("path", "/x/stepjournal"), "; or ", ("max_bytes", "10G"))
     assert error_line(error) == "give a new folder, e.g. /x/stepjournal; or --max-bytes '10G'"
+
+
+def test_a_journal_error_given_a_message_that_is_not_text_keeps_it_as_its_text():
+    """Made the old way, ``raise PayloadStoreError(exc)`` (a store of a third party): the message is the value's text,
+    not a TypeError from reading it as an argument."""
+    error = PayloadStoreError(OSError(28, "No space left on device"))
+    assert str(error) == "[Errno 28] No space left on device" == error_line(error)
+    assert str(JournalError("the folder ", PurePosixPath("/x"), " is full")) == "the folder /x is full"
+
+
+class _StoreFull(PayloadStoreError):
+    """A third party's error made the way errors were before parts: its own ``__init__``, not JournalError's."""
+
+    def __init__(self, message: str, free: int) -> None:
+        Exception.__init__(self, message)
+        self.free = free
+
+
+def test_the_command_line_prints_a_journal_error_whose_subclass_skips_journal_errors_init():
+    error = _StoreFull("bucket full\nfree some space first", free=0)
+    assert error.words(lambda name, value: name) == str(error)
+    assert error_line(error) == "bucket full free some space first"  # before: AttributeError, a traceback
