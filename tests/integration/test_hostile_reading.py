@@ -22,6 +22,7 @@ import torch
 
 from stepjournal import Journal
 from cli_support import CLI, run_cli
+from folder_shapes import snapshot
 from trl_tiny import tiny_tokenizer
 
 @pytest.fixture(scope="module")
@@ -289,11 +290,6 @@ BAD_KEYS = {"empty": ("", "is not valid: use a non-empty string without NUL"),
             "600 characters": ("k" * 600, "LMDB keys are at most 511 bytes")}
 
 
-def _folder_state(folder: str) -> dict:
-    """Each file under `folder`: its size and modification time (ns)."""
-    return {str(path): (path.stat().st_size, path.stat().st_mtime_ns) for path in Path(folder).rglob("*")}
-
-
 @pytest.mark.parametrize("value", sorted(BAD_KEYS))
 @pytest.mark.parametrize("argument", sorted(KEY_BASE), ids=" ".join)
 def test_a_run_mode_or_stage_no_key_can_hold_is_refused_in_one_line_through_a_shell(small_journal, tmp_path,
@@ -301,9 +297,9 @@ def test_a_run_mode_or_stage_no_key_can_hold_is_refused_in_one_line_through_a_sh
     given, said = BAD_KEYS[value]
     words = [small_journal if w == "J" else w.replace("OUT", str(tmp_path / "out")) for w in KEY_BASE[argument]]
     line = " ".join('"$VALUE"' if w == "{}" else shlex.quote(w) for w in [*CLI, *words])
-    before = _folder_state(small_journal)
+    before = snapshot(small_journal)
     done = subprocess.run(["bash", "-c", line], env={**os.environ, "VALUE": given}, capture_output=True, text=True)
-    assert _folder_state(small_journal) == before  # refused before the journal is opened: nothing touched
+    assert snapshot(small_journal) == before  # refused before the journal is opened: nothing touched
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
     assert len(done.stderr.strip().splitlines()) == 1 and argument[1] in done.stderr and said in done.stderr, \
         done.stderr[-2000:]
@@ -336,10 +332,10 @@ def test_a_run_key_as_no_key_can_hold_is_refused_in_one_line_naming_as(shared, t
     anything is read or written."""
     words = [shared.get(w, str(tmp_path / "new") if w == "NEW" else w) for w in RENAME_VERBS[verb]]
     line = " ".join('"$VALUE"' if w == "{}" else shlex.quote(w) for w in [*CLI, *words])
-    before = _folder_state(shared["J"])
+    before = snapshot(shared["J"])
     done = subprocess.run(["bash", "-c", line], env={**os.environ, "VALUE": BAD_RENAMES[value]}, capture_output=True,
                           text=True)
-    assert _folder_state(shared["J"]) == before and not (tmp_path / "new").exists()
+    assert snapshot(shared["J"]) == before and not (tmp_path / "new").exists()
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
     assert len(done.stderr.strip().splitlines()) == 1 and "argument --as: run key" in done.stderr, done.stderr
     assert len(done.stderr) < 1000, done.stderr
