@@ -44,7 +44,7 @@ __all__ = ["ROWS_FORMAT", "RowsWriter", "apply_in", "catch_up_in", "covered_in",
 _UNBUILDABLE = b"-"
 # The audit schema of the rows, then the version of their stored text (`_row_text`'s compact text): bump the
 # second when what is stored for a row changes, so that rows of another format are rewritten, never printed.
-ROWS_FORMAT = b"%d.2" % AUDIT_SCHEMA_VERSION
+ROWS_FORMAT = b"%d.3" % AUDIT_SCHEMA_VERSION
 _BATCH = 2048
 # In a stored row, ``released_by`` with the key after it, and what makes the row a record. A quote inside
 # a string is escaped (\"), so a key's quotes, and these, never match inside a value.
