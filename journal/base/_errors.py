@@ -60,11 +60,10 @@ __all__ = [
 ]
 
 
-def _rebuilt(cls: type, args: Tuple[Any, ...], fields: Dict[str, Any]) -> "StepJournalError":
-    """An error of `cls` as it was raised: its `args` (the message) and its fields, without calling ``__init__``."""
+def _rebuilt(cls: type, args: Tuple[Any, ...]) -> "StepJournalError":
+    """An error of `cls` with its `args` (the message), without calling ``__init__``; its fields follow as state."""
     error: StepJournalError = cls.__new__(cls, *args)
     error.args = args
-    error.__dict__.update(fields)
     return error
 
 
@@ -74,7 +73,8 @@ class StepJournalError(Exception):
     def __reduce__(self) -> Tuple[Any, ...]:
         # `copy` and a trip to another process (a spawn pool, Ray) rebuild an exception as ``cls(*args)``; an
         # ``__init__`` that takes more than the message (step and call index, option and value) then fails there.
-        return _rebuilt, (type(self), self.args, self.__dict__)
+        # The fields go as state, set once the error exists, so a field that refers back to it stays a reference.
+        return _rebuilt, (type(self), self.args), self.__dict__
 
 
 # A part of an error's message: text, or an argument it names as ``(name, value)`` (value None: the name alone).

@@ -31,3 +31,16 @@ def test_an_error_raised_in_a_spawned_worker_reaches_the_parent_whole(tmp_path, 
     for arrived in (there.value, copy.copy(here.value), copy.deepcopy(here.value)):
         assert type(arrived) is cls and str(arrived) == str(here.value) and arrived.args == here.value.args
         assert vars(arrived) == vars(here.value), cls  # the fields code reads: step, option, value, parts ...
+
+
+def test_an_error_whose_field_refers_back_to_it_keeps_the_reference_and_its_fields():
+    """As a plain exception does: a field holding the error itself (a cause chain kept by hand) is the rebuilt
+    error, and its other fields are kept, through pickle (another process's road) and deepcopy."""
+    import pickle
+
+    from stepjournal.errors import JournalError
+
+    error = JournalError("the message")
+    error.me = error
+    for arrived in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error)):
+        assert arrived.me is arrived and arrived.parts == error.parts and str(arrived) == str(error)
