@@ -315,15 +315,17 @@ class Projections:
         (`ImportMap.translate`). Returns (seq, event as projected) of each."""
         encoded = bodies if bodies is not None else [encode_event(e) for e in events]
         appended, stored = [], []
+        index = _GenIndex(txn, store, imports)  # one for the batch: its prefixes are kept from event to event
         for seq, event in zip(EventLog.append_in(txn, store, encoded), events):
             stored.append((seq, event))
             if imports is not None:
                 if isinstance(event, EventsImported):
                     imports.marker(seq, event)
                 event = imports.translate(seq, event)
-            cls.apply_in(txn, store, seq, event, ranks=ranks, imports=imports)
+            cls.apply_in(txn, store, seq, event, ranks=ranks, runs=False, imports=imports, index=index)
             appended.append((seq, event))
-        rows_index.apply_in(txn, store, stored, imports)  # the audit rows read the events as stored
+        runs_index.apply_all_in(txn, store, appended)  # one read and write of each run's row per batch
+        rows_index.apply_in(txn, store, stored, imports, encoded)  # the audit rows read the events as stored
         return appended
 
     @staticmethod
@@ -334,7 +336,7 @@ class Projections:
         a pulled record takes its call's entry, `ImportMap.replaces`; `index`: the rebuild's writer of
         the step and rank indexes, else one for this event)."""
         if runs:
-            runs_index.apply_in(txn, store, seq, event)
+            runs_index.apply_all_in(txn, store, [(seq, event)])
         if isinstance(event, GenerationRecorded):
             if event.output is not None:
                 (index or _GenIndex(txn, store, imports)).put(seq, event.run, event.mode, event.stage, event.step,

@@ -33,7 +33,7 @@ from ..events._keys import META_RUNS_INDEX, seq_key, seq_of
 from ..events._words import Action
 from ..storage._store import Store
 
-__all__ = ["RunSummary", "RunsFold", "apply_in", "catch_up_in", "summaries"]
+__all__ = ["RunSummary", "RunsFold", "apply_all_in", "catch_up_in", "summaries"]
 
 _ROW = struct.Struct(">8Q")
 _NO_STEP = (1 << 64) - 1  # `lo` of a group without a step (any step is smaller)
@@ -242,26 +242,38 @@ def _last_in(txn: lmdb.Transaction[Any], store: Store) -> int:
     return seq_of(cur.key()) if cur.last() else 0
 
 
-def apply_in(txn: lmdb.Transaction[Any], store: Store, seq: int, event: Event) -> None:
-    """Fold one appended event into the index, in the transaction that appends it (first the events
-    before it that the index lacks: another library appended them without it)."""
+def apply_all_in(txn: lmdb.Transaction[Any], store: Store, appended: List[Tuple[int, Event]]) -> None:
+    """Fold appended events (seq, event, in log order) into the index, in the transaction that appends them:
+    each group's row read and written once (first the events before them that the index lacks: another
+    library appended them without it)."""
+    if not appended:
+        return
     db, meta = store.db("runs"), store.db("meta")
     if db is None:
         return
     covered = txn.get(META_RUNS_INDEX, db=meta)
     if covered is None:
         return  # not built (yet): the writable open builds it from the log
-    if seq_of(covered) < seq - 1:
-        catch_up_in(txn, store, until=seq - 1)
-    if isinstance(event, SessionOpened):
-        txn.put(_session_key(event.run, seq), b"", db=db)
-    else:
+    first = appended[0][0]
+    if seq_of(covered) < first - 1:
+        catch_up_in(txn, store, until=first - 1)
+    rows: Dict[bytes, List[int]] = {}
+    for seq, event in appended:
+        if isinstance(event, SessionOpened):
+            txn.put(_session_key(event.run, seq), b"", db=db)
+            continue
         group = _group_of(event)
-        if group is not None:
-            key = _group_key(group)
+        if group is None:
+            continue
+        key = _group_key(group)
+        row = rows.get(key)
+        if row is None:
             raw = txn.get(key, db=db)
-            txn.put(key, _pack(_fold(None if raw is None else _unpack(raw), seq, event)), db=db)
-    txn.put(META_RUNS_INDEX, seq_key(seq), db=meta)
+            row = None if raw is None else _unpack(raw)
+        rows[key] = _fold(row, seq, event)
+    for key, row in rows.items():
+        txn.put(key, _pack(row), db=db)
+    txn.put(META_RUNS_INDEX, seq_key(appended[-1][0]), db=meta)
 
 
 def catch_up_in(txn: lmdb.Transaction[Any], store: Store, until: Optional[int] = None) -> None:

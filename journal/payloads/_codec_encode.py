@@ -236,10 +236,8 @@ def encode_payload_parts(value: Any, *, registry: CodecRegistry | None = None) -
     device, strides, a conjugate) is copied once. Joined, the pieces are `encode_payload`'s bytes.
     """
     encoder, header, data_start, total = _lay_out(value, registry)
-    head = np.zeros(data_start, dtype=np.uint8)
-    PREFIX.pack_into(head.data, 0, PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
-    head[PREFIX.size : PREFIX.size + len(header)] = np.frombuffer(header, dtype=np.uint8)
-    parts: List[Any] = [head]
+    prefix = PREFIX.pack(PAYLOAD_MAGIC, FORMAT_VERSION, b"\0\0\0", len(header))
+    parts: List[Any] = [b"".join((prefix, header, bytes(data_start - len(prefix) - len(header))))]
     written = data_start
     for offset, nbytes, source in encoder.buffers:
         start = data_start + offset

@@ -54,6 +54,9 @@ _STREAM_FROM = 1 << 26
 _STREAM_CHUNK = 1 << 22
 # The longest zstd frame header: what `zstandard.frame_content_size` needs to read the size a frame claims.
 _ZSTD_HEADER_MAX = 18
+# A payload's pieces under this size are joined into one bytes as it is prepared (a copy of a few KiB costs
+# less than carrying a list of pieces through the store); from it up, they are stored as they are.
+_JOIN_BELOW = 1 << 16
 # Payloads from this size up are hashed on a worker thread while they are decoded.
 _HASH_BESIDE_DECODE_FROM = 1 << 22
 
@@ -129,6 +132,12 @@ def prepare_payload(
 
         pieces = encode_payload_parts(value, registry=registry)
         staged = stage(pieces) if stage is not None else None
+        if staged is None and len(pieces) > 1 and stored_size(pieces) < _JOIN_BELOW:
+            pieces = [b"".join([memoryview(piece).cast("B") for piece in pieces])]
+        if staged is None and len(pieces) == 1:  # one piece: kept as bytes, not a list (each later step is cheaper)
+            raw = pieces[0]
+            key = digest_bytes(raw)
+            return PreparedPayload(key.hex(), key, memoryview(raw).nbytes, None, raw=raw)
         try:
             key = digest_pieces(pieces)  # while the staged file is written, on its own thread
         except BaseException:
