@@ -4,8 +4,10 @@ Each figure runs in a fresh process with a fresh journal opened with the default
 map that grows by itself). ``callers`` threads start together and each records ``per_caller`` 1 KiB tool
 responses, one after another, through the public API (``Journal.record``, a tool stage, or
 ``journaled_tool`` with ``"dump"``). Each call is timed around the call: the tool itself returns at
-once, so a call's time is what journaling added to it. The figures: durable records a second (all
-records over the wall time from the start to the last acknowledgement) and the calls' p50 and p99.
+once, so a call's time is what journaling added to it. With ``--via arecord`` the callers are coroutines
+of one event loop awaiting ``Journal.arecord`` (an agent loop's tool calls: verl's and TRL's are
+coroutines), not threads. The figures: durable records a second (all records over the wall time from the
+start to the last acknowledgement) and the calls' p50 and p99.
 
 Each row is measured twice, interleaved in the order the rows are run: with group commit (the
 journal's default) and with one durable commit per call (the appender's ``group = False``: each
@@ -18,6 +20,7 @@ than one commit per call. Run it alone with ``python -m benchmarks._bench_group_
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import shutil
 import statistics
@@ -52,6 +55,11 @@ def _child(workdir: Path, callers: int, per_caller: int, group: bool, via: str) 
     text = "r" * RESPONSE_BYTES
     tool = journaled_tool(lambda query: text, journal, "search", "dump")
     latencies: List[List[float]] = [[] for _ in range(callers)]
+    journal.record(0, {"text": text}, stage="tool.search")  # the session opens, the first pages grow (not timed)
+    if via == "arecord":
+        wall = _coroutines(journal, text, callers, per_caller, latencies)
+        journal.close()
+        return _figures(callers, latencies, wall)
     start = threading.Barrier(callers + 1)
 
     def caller(c: int) -> None:
@@ -66,7 +74,6 @@ def _child(workdir: Path, callers: int, per_caller: int, group: bool, via: str) 
                 journal.record(1, {"text": text}, gen_index=index, stage="tool.search")
             own.append(time.perf_counter() - began)
 
-    journal.record(0, {"text": text}, stage="tool.search")  # the session opens, the first pages grow (not timed)
     threads = [threading.Thread(target=caller, args=(c,)) for c in range(callers)]
     for thread in threads:
         thread.start()
@@ -76,6 +83,27 @@ def _child(workdir: Path, callers: int, per_caller: int, group: bool, via: str) 
         thread.join()
     wall = time.perf_counter() - began
     journal.close()
+    return _figures(callers, latencies, wall)
+
+
+def _coroutines(journal: Any, text: str, callers: int, per_caller: int, latencies: List[List[float]]) -> float:
+    """`callers` coroutines of one event loop, each awaiting `arecord` `per_caller` times; the wall time."""
+    async def caller(c: int) -> None:
+        own = latencies[c]
+        for i in range(per_caller):
+            began = time.perf_counter()
+            await journal.arecord(1, {"text": text}, gen_index=c * per_caller + i, stage="tool.search")
+            own.append(time.perf_counter() - began)
+
+    async def main() -> float:
+        began = time.perf_counter()
+        await asyncio.gather(*(caller(c) for c in range(callers)))
+        return time.perf_counter() - began
+
+    return asyncio.run(main())
+
+
+def _figures(callers: int, latencies: List[List[float]], wall: float) -> Dict[str, Any]:
     calls = sorted(t for own in latencies for t in own)
     return {
         "callers": callers, "records": len(calls), "wall_s": wall, "records_per_s": len(calls) / wall,
@@ -106,7 +134,8 @@ def _run(workdir: Path, *, records: int, callers=CALLERS, via: str = "record",
                         "one_commit_per_call": _run_child(workdir, n, per_caller, False, via)}
     out: Dict[str, Any] = {"via": via, "response_bytes": RESPONSE_BYTES, "rows": rows, "goals": {}}
     if "64" in rows:
-        basis = f"64 threads, fresh process and journal, durable, {RESPONSE_BYTES} B responses through {via}"
+        who = "64 coroutines of one event loop" if via == "arecord" else "64 threads"
+        basis = f"{who}, fresh process and journal, durable, {RESPONSE_BYTES} B responses through {via}"
         at64 = rows["64"]["group_commit"]
         out["goals"]["group_commit_records_per_s_at_64"] = _goal(at64["records_per_s"], GOAL_RECORDS_PER_S, ">=",
                                                                  "records/s", basis)
@@ -122,16 +151,22 @@ def _run(workdir: Path, *, records: int, callers=CALLERS, via: str = "record",
 def bench_group_commit(ctx: Any) -> Dict[str, Any]:
     """The section for `benchmarks._cli`; `ctx` is a `benchmarks._suite.Context`."""
     quick = ctx.reps <= 3 and ctx.lookup_steps <= 300
-    return _run(ctx.workdir / "group-commit", records=64 if quick else 2048, callers=CALLERS[:3] if quick else CALLERS,
-                progress=ctx.progress)
+    records, callers = (64, CALLERS[:3]) if quick else (2048, CALLERS)
+    threads = _run(ctx.workdir / "group-commit", records=records, callers=callers, progress=ctx.progress)
+    coroutines = _run(ctx.workdir / "group-commit-coroutines", records=records, callers=callers, via="arecord",
+                      progress=ctx.progress)
+    goals = dict(threads.pop("goals"))
+    goals.update((f"{name}_coroutines", goal) for name, goal in coroutines.pop("goals").items())
+    return {"threads": threads, "coroutines": coroutines, "goals": goals}
 
 
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks._bench_group_commit", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=2048, help="records per figure (default 2048)")
     p.add_argument("--callers", type=int, action="append", help="callers of a figure (repeat; default 1 8 64 256)")
-    p.add_argument("--via", choices=("record", "tool"), default="record",
-                   help="Journal.record (default) or journaled_tool with 'dump'")
+    p.add_argument("--via", choices=("record", "tool", "arecord"), default="record",
+                   help="Journal.record from threads (default), journaled_tool with 'dump' from threads, or "
+                        "Journal.arecord from coroutines of one event loop")
     p.add_argument("--workdir", type=Path, help="where to write, on the disk to measure (default: the system temp dir)")
     p.add_argument("--child", metavar="WORKDIR", help=argparse.SUPPRESS)
     p.add_argument("--per-caller", type=int, help=argparse.SUPPRESS)

@@ -308,6 +308,68 @@ class Journal:
         Returns:
             The recorded generation (its sequence number and event).
         """
+        event, payloads = self._recording(
+            step, output, gen_index=gen_index, mode=mode, input=input, store_input=store_input,
+            input_digest=input_digest, store_output=store_output, duration_s=duration_s, policy=policy, reason=reason,
+            imported_from=imported_from, stage=stage, not_stored=not_stored)
+        (seq,) = self._append([event], payloads)
+        log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
+        return RecordedGeneration(seq, event)
+
+    async def arecord(
+        self,
+        step: int,
+        output: Any,
+        *,
+        gen_index: int = 0,
+        mode: str = "train",
+        input: Any = None,
+        store_input: bool = True,
+        input_digest: Optional[str] = None,
+        store_output: bool = True,
+        duration_s: float = 0.0,
+        policy: str = "manual",
+        reason: str = "recorded",
+        imported_from: Optional[str] = None,
+        stage: str = DEFAULT_STAGE,
+        not_stored: Optional[str] = None,
+    ) -> RecordedGeneration:
+        """`record` for a caller in an event loop: the same record, awaited instead of blocking the loop.
+
+        Concurrent callers (coroutines of any loop, and threads calling `record`) share one durable commit:
+        each returns once the commit holding its record is durable, and a coroutine waits for it without a
+        thread of its own. The encoding and hashing run in the loop's thread, as they would in a caller's;
+        an output of many megabytes is better recorded through ``await asyncio.to_thread(journal.record, ...)``.
+        As with `record`, the output must not change until the call returns (a large tensor is stored from its
+        own memory). The arguments, the result and the errors are `record`'s.
+        """
+        event, payloads = self._recording(
+            step, output, gen_index=gen_index, mode=mode, input=input, store_input=store_input,
+            input_digest=input_digest, store_output=store_output, duration_s=duration_s, policy=policy, reason=reason,
+            imported_from=imported_from, stage=stage, not_stored=not_stored)
+        (seq,) = await self._appender.append_async(self._pending([event], payloads))
+        log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
+        return RecordedGeneration(seq, event)
+
+    def _recording(
+        self,
+        step: int,
+        output: Any,
+        *,
+        gen_index: int = 0,
+        mode: str = "train",
+        input: Any = None,
+        store_input: bool = True,
+        input_digest: Optional[str] = None,
+        store_output: bool = True,
+        duration_s: float = 0.0,
+        policy: str = "manual",
+        reason: str = "recorded",
+        imported_from: Optional[str] = None,
+        stage: str = DEFAULT_STAGE,
+        not_stored: Optional[str] = None,
+    ) -> Tuple[GenerationRecorded, List[Tuple[bytes, Any]]]:
+        """`record`'s event and the payloads it names, validated and encoded (nothing written)."""
         fields = self._call_fields(step, gen_index, mode, stage)  # validate before the costly encoding
         payloads: List[Tuple[bytes, Any]] = []
         out_ref = in_ref = None
@@ -334,9 +396,7 @@ class Journal:
             imported_from=imported_from,
             not_stored=not_stored,
         )
-        (seq,) = self._append([event], payloads)
-        log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
-        return RecordedGeneration(seq, event)
+        return event, payloads
 
     def record_replay(
         self,
@@ -443,6 +503,10 @@ class Journal:
         """Append events (and the payload blobs they reference) durably; return their seqs. The appender
         commits them with the records of other threads (group commit); the payload store decides how
         (`PayloadStore.commit`): each payload is durable when its event commits."""
+        return self._appender.append(self._pending(events, payloads))
+
+    def _pending(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> Pending:
+        """The appender's record of `events` and their payloads: checked by the writer, encoded, sized."""
         self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
@@ -450,7 +514,7 @@ class Journal:
             payloads = [(key, joined(blob)) for key, blob in payloads]
         # the map grows for what LMDB will hold
         needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
-        return self._appender.append(Pending(events, encoded, payloads, needed))
+        return Pending(events, encoded, payloads, needed)
 
     def _project_in(self, txn: lmdb.Transaction[Any], events: List[Event], bodies: List[bytes]) -> List[int]:
         """A group's events appended and projected in its transaction (retention planned there too)."""

@@ -7,9 +7,12 @@ however the threads are scheduled. No sleep, no timing: each wait is on a state 
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
+from stepjournal import Journal
+from stepjournal.events import GenerationRecorded
 from stepjournal.storage._appender import appender_of  # private: the group commit's observation point (internal seam)
 
 WAIT_S = 120  # a bound on each observed wait, so that a broken appender fails the test instead of hanging it
@@ -54,3 +57,9 @@ class GroupGate:
     def groups(self) -> List[int]:
         """The size of each group taken, in order."""
         return [count for point, count in self.points if point == "taken"]
+
+
+def recorded(path: str) -> "collections.Counter[int]":
+    """How many times each call index is in the log of the journal at `path`."""
+    with Journal(path, readonly=True) as journal:
+        return collections.Counter(e.gen_index for _s, e in journal.events(types=[GenerationRecorded]))

@@ -24,6 +24,14 @@ written gets the error. A group of one gets its error at once. The leader's own 
 record of a committed group is acknowledged to the others. Wherever an interrupt lands in a caller, its
 record leaves the queue if still there and the lead is handed on (`_leave`): no caller waits forever.
 
+**Callers in an event loop** (`append_async`, `Journal.arecord`) queue their records in the same queue and
+wait on a future instead of a lock, so 64 coroutines recording at once cost no thread each and no thread
+switch per record. A coroutine that must lead leads in a worker thread (`asyncio.to_thread`), so the loop
+goes on encoding the next records while a group commits; the leader settles a group's coroutines with one
+call into each loop. Outcomes, retries alone and the hand-over are the threads' own: the two kinds of
+caller share every group. A cancelled coroutine is an interrupt: its record leaves the queue if still
+there, and if a leader already took it, it is committed and acknowledged to no one, as after Ctrl-C.
+
 `appender_of(journal)` is the seam through which the modules that write or read inside the journal's
 own transactions (`_pull`, `_prune`, `_remote`, `_bundle`, `_status`) reach its store, its own payloads
 and its write path; `Journal` has no public method for them.
@@ -31,6 +39,7 @@ and its write path; `Journal` has no public method for them.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from contextlib import contextmanager
@@ -66,7 +75,7 @@ class Pending:
         needed: the bytes the record puts in LMDB's pages (for the map's growth).
     """
 
-    __slots__ = ("events", "bodies", "payloads", "needed", "seqs", "error", "alone", "leads", "tentative")
+    __slots__ = ("events", "bodies", "payloads", "needed", "seqs", "error", "alone", "leads", "tentative", "future")
 
     def __init__(self, events: List[Any], bodies: List[bytes], payloads: List[Tuple[bytes, Any]], needed: int) -> None:
         self.events = events
@@ -78,6 +87,8 @@ class Pending:
         self.alone = False  # its group's commit failed before writing it: its caller commits it alone
         self.leads = False  # the leader of the next group
         self.tentative: Optional[List[int]] = None  # its seqs in the transaction being committed
+        # A coroutine's record (`append_async`): what its caller awaits until the record leads or is settled.
+        self.future: Optional[asyncio.Future[None]] = None
 
     @property
     def settled(self) -> bool:
@@ -162,10 +173,7 @@ class Appender:
             return self._alone(pending)
         try:
             with self._cond:
-                self._queue.append(pending)
-                if not self._leading:
-                    self._leading = pending.leads = True
-                self._tell("queued", len(self._queue))
+                self._join(pending)
                 while not pending.leads and not pending.settled:
                     self._cond.wait()
             if pending.leads and not pending.settled:
@@ -173,8 +181,44 @@ class Appender:
         except BaseException:  # an interrupt, wherever it lands: no record left queued, no lead lost
             self._leave(pending)
             raise
-        if pending.alone:
-            return self._alone(pending)
+        return self._alone(pending) if pending.alone else self._acknowledged(pending)
+
+    async def append_async(self, pending: Pending) -> List[int]:
+        """`append` for a caller in an event loop: the same group commit, awaited (see the module's docstring).
+
+        Raises:
+            What committing the record alone raised; nothing of it was written.
+        """
+        if not self.group:
+            return await asyncio.to_thread(self._alone, pending)
+        loop = asyncio.get_running_loop()
+        try:
+            with self._cond:
+                self._join(pending)
+            while True:
+                with self._cond:
+                    if pending.leads or pending.settled:
+                        break
+                    future = pending.future = loop.create_future()
+                await future
+            if pending.leads and not pending.settled:
+                # Shielded: a cancelled caller stops waiting, the group it leads is still committed and settled.
+                await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(self._lead_groups, pending)))
+        except BaseException:  # a cancellation, wherever it lands: no record left queued, no lead lost
+            self._leave(pending)
+            raise
+        return await asyncio.to_thread(self._alone, pending) if pending.alone else self._acknowledged(pending)
+
+    def _join(self, pending: Pending) -> None:
+        """Queue `pending` (under `_cond`); it leads when nobody does."""
+        self._queue.append(pending)
+        if not self._leading:
+            self._leading = pending.leads = True
+        self._tell("queued", len(self._queue))
+
+    @staticmethod
+    def _acknowledged(pending: Pending) -> List[int]:
+        """The seqs of a settled record, or the error that kept it out."""
         if pending.error is not None:
             raise pending.error
         assert pending.seqs is not None
@@ -200,6 +244,8 @@ class Appender:
                             else:
                                 p.error = JournalError("the write of this record was interrupted; it may be in "
                                                        "the journal: look before recording it again")
+                    with self._cond:
+                        _resume(group)
         finally:
             with self._cond:
                 self._hand_over()
@@ -218,6 +264,7 @@ class Appender:
         """The oldest queued record leads next (under `_cond`); none queued: no leader."""
         if self._queue:
             self._queue[0].leads = True
+            _resume(self._queue[:1])
         else:
             self._leading = False
         self._cond.notify_all()
@@ -247,6 +294,7 @@ class Appender:
                 raise  # an interrupt, or a failure after the commit: the leader's caller's, the others settled
         finally:
             with self._cond:
+                _resume(group)
                 self._cond.notify_all()
 
     def _commit(self, group: List[Pending], lead_seqs: List[Any]) -> None:
@@ -313,6 +361,26 @@ class Appender:
     def _tell(self, point: str, count: int) -> None:
         if self.observe is not None:
             self.observe(point, count)
+
+
+def _resume(records: List[Pending]) -> None:
+    """Wake the coroutines awaiting `records` (under the appender's `_cond`): one call into each of their loops."""
+    by_loop: dict = {}
+    for p in records:
+        if p.future is not None:
+            by_loop.setdefault(p.future.get_loop(), []).append(p.future)
+            p.future = None  # resolved once; a caller that waits again makes a new one
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_all, futures)
+        except RuntimeError:  # the loop is closed: nobody awaits these any more
+            pass
+
+
+def _set_all(futures: List["asyncio.Future[None]"]) -> None:
+    for future in futures:
+        if not future.done():  # a cancelled caller's future is done already
+            future.set_result(None)
 
 
 # The appender of each open journal handle (`own_appender`), for `appender_of`.

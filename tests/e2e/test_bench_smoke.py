@@ -27,6 +27,9 @@ GOALS = {
     "group_commit_records_per_s_at_64",  # 64 threads recording 1 KiB tool responses (issue 49)
     "group_commit_p99_at_64",
     "group_commit_one_caller_vs_one_commit_per_call",
+    "group_commit_records_per_s_at_64_coroutines",  # the same from 64 coroutines awaiting Journal.arecord
+    "group_commit_p99_at_64_coroutines",
+    "group_commit_one_caller_vs_one_commit_per_call_coroutines",
     "record_isolated_vs_plain_write_fsync",  # each write after os.sync(), with the device flushes a record
     "lookup_ms_per_decision",
     "lookup_speedup_vs_folder_scan",

@@ -7,7 +7,9 @@ appender tells the parent each group it takes (before its commit) and each group
 before its callers are acknowledged), and waits there for the parent (tests/kill_points.py), which kills
 it at the point chosen, or right after letting it go on (inside the commit and its fsync). The first
 leader waits until the other 15 threads are queued, and queues its next record only once the second group
-is taken, so the second group holds those 15 records.
+is taken, so the second group holds those 15 records. Each test runs twice: with 16 threads calling
+`record`, and with 16 coroutines of one event loop awaiting `arecord` (the leader then commits in a worker
+thread, where the parent stops and kills it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from stepjournal.events import GenerationRecorded
 THREADS = 16
 PER_THREAD = 6
 
-_CHILD = f"""
+_SETUP = f"""
 import os, sys, threading
 from kill_points import Lockstep
 from stepjournal import Journal
@@ -36,6 +38,7 @@ ack_fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 journal = Journal(path)
 queued = threading.Condition()
 state = {{"queued": 0, "first": True}}
+first_taken = threading.Event()  # the first leader took its group (of one)
 second_taken = threading.Event()  # the second group is taken: its records are the 15 queued, none later
 
 def observe(point, count):
@@ -46,6 +49,7 @@ def observe(point, count):
         return
     if point == "taken" and state["first"]:
         state["first"] = False
+        first_taken.set()
         with queued:  # the others queue behind the first leader: the next group holds them all
             assert queued.wait_for(lambda: state["queued"] >= {THREADS - 1}, {HANG_S})
     elif point == "taken":
@@ -53,8 +57,9 @@ def observe(point, count):
     lockstep.point(f"{{point}} {{count}}")
 
 appender_of(journal).observe = observe
+"""
 
-def work(t):
+_THREADS = _SETUP + f"""def work(t):
     for i in range({PER_THREAD}):
         journal.record(1, {{"text": "x" * 1024}}, gen_index=t * 1000 + i, stage="tool:calc")
         os.write(ack_fd, f"{{t * 1000 + i}}\\n".encode())
@@ -71,10 +76,37 @@ journal.close()
 """
 
 
-def _run_and_kill(tmp_path, stop, *, release: bool = False) -> Tuple[str, Set[int], List[str]]:
+_COROUTINES = _SETUP + f"""
+import asyncio
+
+async def work(t):
+    for i in range({PER_THREAD}):
+        await journal.arecord(1, {{"text": "x" * 1024}}, gen_index=t * 1000 + i, stage="tool:calc")
+        os.write(ack_fd, f"{{t * 1000 + i}}\\n".encode())
+        assert await asyncio.to_thread(second_taken.wait, {HANG_S})  # as the threads do, without blocking the loop
+
+async def main():
+    # The others start once the first leader took its group: coroutines started together would all queue
+    # before it takes (the loop runs each to its first wait), and the first group would hold all 16.
+    first = asyncio.ensure_future(work(0))
+    assert await asyncio.to_thread(first_taken.wait, {HANG_S})
+    await asyncio.gather(first, *(work(t) for t in range(1, {THREADS})))
+
+asyncio.run(main())
+journal.close()
+"""
+_CHILDREN = {"threads": _THREADS, "coroutines": _COROUTINES}
+
+
+@pytest.fixture(params=sorted(_CHILDREN))
+def child(request) -> str:
+    """The child's script: its callers are threads or coroutines."""
+    return _CHILDREN[request.param]
+
+
+def _run_and_kill(tmp_path, script: str, stop, *, release: bool = False) -> Tuple[str, Set[int], List[str]]:
     path, acks = str(tmp_path / "journal"), str(tmp_path / "acks")
-    child = start_script(_CHILD, path, acks)
-    seen = child.run_to(stop, release=release)
+    seen = start_script(script, path, acks).run_to(stop, release=release)
     with open(acks) as f:
         acked = {int(line) for line in f.read().split()}
     return path, acked, seen
@@ -99,22 +131,22 @@ def _group_point(kind: str):
     return lambda label: label.startswith(kind + " ") and int(label.split()[1]) > 1
 
 
-def test_a_kill_after_a_shared_commit_before_its_acknowledgements_keeps_the_group_once(tmp_path):
-    path, acked, seen = _run_and_kill(tmp_path, _group_point("committed"))
+def test_a_kill_after_a_shared_commit_before_its_acknowledgements_keeps_the_group_once(tmp_path, child):
+    path, acked, seen = _run_and_kill(tmp_path, child, _group_point("committed"))
     assert seen[-1] == f"committed {THREADS - 1}"
     counts = _check(path, acked)
     assert sum(counts.values()) == _committed(seen)  # the group is in, though nobody was acknowledged for it
 
 
-def test_a_kill_before_a_shared_commit_writes_nothing_of_the_group(tmp_path):
-    path, acked, seen = _run_and_kill(tmp_path, _group_point("taken"))
+def test_a_kill_before_a_shared_commit_writes_nothing_of_the_group(tmp_path, child):
+    path, acked, seen = _run_and_kill(tmp_path, child, _group_point("taken"))
     assert seen[-1] == f"taken {THREADS - 1}"
     counts = _check(path, acked)
     assert sum(counts.values()) == _committed(seen)
 
 
 @pytest.mark.parametrize("nth_group", [2, 4, 7])
-def test_a_kill_inside_a_shared_commit_loses_no_acknowledged_record(tmp_path, nth_group):
+def test_a_kill_inside_a_shared_commit_loses_no_acknowledged_record(tmp_path, child, nth_group):
     """Released at the n-th group taken (the 2nd holds 15 records; 96 records make 7 groups at least, 16 at
     most in each after the first): the kill lands inside its commit, its fsync, or after."""
     taken = [0]
@@ -123,17 +155,17 @@ def test_a_kill_inside_a_shared_commit_loses_no_acknowledged_record(tmp_path, nt
         taken[0] += label.startswith("taken ")
         return taken[0] == nth_group and label.startswith("taken ")
 
-    path, acked, seen = _run_and_kill(tmp_path, stop, release=True)
+    path, acked, seen = _run_and_kill(tmp_path, child, stop, release=True)
     counts = _check(path, acked)
     last = max(i for i, label in enumerate(seen) if label.startswith("taken "))
     group, before = int(seen[last].split()[1]), _committed(seen[:last])
     assert sum(counts.values()) in (before, before + group)  # the group whole or not at all
 
 
-def test_the_child_records_everything_when_not_killed(tmp_path):
+def test_the_child_records_everything_when_not_killed(tmp_path, child):
     """The same child run to its end: every record acknowledged, once (so the kills above cut real work)."""
     path, acks = str(tmp_path / "journal"), str(tmp_path / "acks")
-    start_script(_CHILD, path, acks).finish()
+    start_script(child, path, acks).finish()
     with open(acks) as f:
         acked = {int(line) for line in f.read().split()}
     assert acked == {t * 1000 + i for t in range(THREADS) for i in range(PER_THREAD)}

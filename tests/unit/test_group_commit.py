@@ -7,16 +7,14 @@ the records of the next group are queued, so each test knows its groups whatever
 
 from __future__ import annotations
 
-import collections
 import threading
 from typing import Any, Dict, List
 
 import pytest
 
-from group_commit_support import GroupGate
+from group_commit_support import GroupGate, recorded
 from stepjournal import Journal
 from stepjournal.errors import JournalFullError
-from stepjournal.events import GenerationRecorded
 from stepjournal.storage._appender import appender_of  # private: the switch to one commit per call (internal seam)
 
 RESPONSE = {"text": "x" * 1024}
@@ -36,12 +34,6 @@ def _start(journal: Journal, indices: List[int], out: Dict[int, Any], value: Any
     return threads
 
 
-def _recorded(path: str) -> collections.Counter:
-    """How many times each call index is in the log."""
-    with Journal(path, readonly=True) as journal:
-        return collections.Counter(e.gen_index for _s, e in journal.events(types=[GenerationRecorded]))
-
-
 def test_records_queued_together_commit_as_one_group_and_each_caller_gets_its_own_seq(tmp_path):
     path = str(tmp_path / "j")
     out: Dict[int, Any] = {}
@@ -56,7 +48,7 @@ def test_records_queued_together_commit_as_one_group_and_each_caller_gets_its_ow
         for index, seq in out.items():
             assert journal.event(seq).gen_index == index  # each acknowledged with its own record's seq
         assert journal.verify() == []
-    assert _recorded(path) == {i: 1 for i in range(9)}
+    assert recorded(path) == {i: 1 for i in range(9)}
 
 
 def test_many_threads_recording_at_once_lose_nothing_and_write_nothing_twice(tmp_path):
@@ -71,7 +63,7 @@ def test_many_threads_recording_at_once_lose_nothing_and_write_nothing_twice(tmp
             thread.join()
         assert len(set(out.values())) == 32 * 25
         assert journal.verify() == []
-    assert _recorded(path) == {t * 100 + i: 1 for t in range(32) for i in range(25)}
+    assert recorded(path) == {t * 100 + i: 1 for t in range(32) for i in range(25)}
 
 
 def test_a_leader_interrupted_after_its_group_committed_writes_no_record_twice(tmp_path):
@@ -100,7 +92,7 @@ def test_a_leader_interrupted_after_its_group_committed_writes_no_record_twice(t
         assert gate.groups() == [1, 5]  # no record was committed again, alone or in a group
         assert all(isinstance(out[i], int) for i in (0, 2, 3, 4, 5)), out
         assert journal.verify() == []
-    assert _recorded(path) == {i: 1 for i in range(6)}
+    assert recorded(path) == {i: 1 for i in range(6)}
 
 
 def test_a_leader_interrupted_before_its_group_committed_leaves_the_others_to_commit_alone(tmp_path):
@@ -125,7 +117,7 @@ def test_a_leader_interrupted_before_its_group_committed_leaves_the_others_to_co
             thread.join()
         assert gate.groups() == [1, 5, 1, 1, 1, 1]  # the four followers, each alone
         assert all(isinstance(out[i], int) for i in (0, 2, 3, 4, 5)), out
-    assert _recorded(path) == {0: 1, 2: 1, 3: 1, 4: 1, 5: 1}  # the interrupted caller's record was not written
+    assert recorded(path) == {0: 1, 2: 1, 3: 1, 4: 1, 5: 1}  # the interrupted caller's record was not written
 
 
 def test_a_record_that_cannot_be_written_fails_alone_and_its_group_is_written(tmp_path):
@@ -146,7 +138,7 @@ def test_a_record_that_cannot_be_written_fails_alone_and_its_group_is_written(tm
         assert all(isinstance(out[i], int) for i in range(4)), out
         assert gate.groups()[:2] == [1, 4] and sorted(gate.groups()[2:]) == [1, 1, 1, 1]
         assert journal.verify() == []
-    assert _recorded(path) == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert recorded(path) == {0: 1, 1: 1, 2: 1, 3: 1}
 
 
 def test_without_group_commit_each_record_is_a_commit_of_its_own(tmp_path):
@@ -159,7 +151,7 @@ def test_without_group_commit_each_record_is_a_commit_of_its_own(tmp_path):
         for thread in _start(journal, list(range(6)), out):
             thread.join()
         assert seen == ["taken 1", "committed 1"] * 6
-    assert _recorded(path) == {i: 1 for i in range(6)}
+    assert recorded(path) == {i: 1 for i in range(6)}
 
 
 def test_the_session_opens_once_with_the_first_group(tmp_path):
