@@ -26,7 +26,7 @@ record leaves the queue if still there and the lead is handed on (`_leave`): no 
 
 **Callers in an event loop** (`append_async`, `Journal.arecord`) queue their records in the same queue and
 wait on a future instead of a lock, so 64 coroutines recording at once cost no thread each and no thread
-switch per record. When a coroutine's record must lead, a thread of its own is started at once to lead for it
+switch per record. When a coroutine's record must lead, the appender's lead thread is asked at once to lead for it
 (`_start_lead`), so the loop goes on encoding the next records while a group commits, and the lead never waits
 on the loop (blocked by a `record` call, or closed with the task in it) nor on the loop's executor (whose
 workers may be `record` calls waiting for that lead); the leader settles a group's coroutines with one call
@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -92,7 +93,7 @@ class Pending:
         self.tentative: Optional[List[int]] = None  # its seqs in the transaction being committed
         # A coroutine's record (`append_async`): what its caller awaits until the record leads or is settled.
         self.future: Optional[asyncio.Future[None]] = None
-        self.awaited = False  # a coroutine's record: a thread of its own leads for it (`_start_lead`)
+        self.awaited = False  # a coroutine's record: the lead thread leads for it (`_start_lead`)
         self.thread_leads = False  # that thread is leading (its caller waits until it is done)
         self.lead_error: Optional[BaseException] = None  # what that lead raised: its caller's
 
@@ -137,6 +138,9 @@ class Appender:
         self._queue: List[Pending] = []
         self._leading = False
         self._writing = threading.local()  # this thread is inside a write (`write`, a group's commit)
+        # The thread that leads for coroutines' records (`_start_lead`): one, kept, as a lead never waits on
+        # another (a lead handed on meanwhile is submitted behind it).
+        self._leads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepjournal-lead")
 
     def forget_in_fork_child(self) -> None:
         """In a fork child: new locks and an empty queue (the parent's threads and records are not here)."""
@@ -225,13 +229,13 @@ class Appender:
         self._tell("queued", len(self._queue))
 
     def _start_lead(self, pending: Pending) -> None:
-        """Lead for a coroutine's record in a thread of its own, started now (under `_cond`): the lead never
+        """Lead for a coroutine's record in the appender's lead thread, asked now (under `_cond`): the lead never
         waits for its loop to run (a loop blocked by a `record` call, a loop closed with the task in it) nor
         for a worker of the loop's executor (each may be a `record` call waiting for this very lead)."""
         if pending.thread_leads:
             return
         pending.thread_leads = True
-        threading.Thread(target=self._lead_for, args=(pending,), name="stepjournal-lead").start()
+        self._leads.submit(self._lead_for, pending)
 
     def _lead_for(self, pending: Pending) -> None:
         try:
