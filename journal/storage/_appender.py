@@ -26,9 +26,11 @@ record leaves the queue if still there and the lead is handed on (`_leave`): no 
 
 **Callers in an event loop** (`append_async`, `Journal.arecord`) queue their records in the same queue and
 wait on a future instead of a lock, so 64 coroutines recording at once cost no thread each and no thread
-switch per record. A coroutine that must lead leads in a worker thread (`asyncio.to_thread`), so the loop
-goes on encoding the next records while a group commits; the leader settles a group's coroutines with one
-call into each loop. Outcomes, retries alone and the hand-over are the threads' own: the two kinds of
+switch per record. When a coroutine's record must lead, the appender's lead thread is asked at once to lead for it
+(`_start_lead`), so the loop goes on encoding the next records while a group commits, and the lead never waits
+on the loop (blocked by a `record` call, or closed with the task in it) nor on the loop's executor (whose
+workers may be `record` calls waiting for that lead); the leader settles a group's coroutines with one call
+into each loop. Outcomes, retries alone and the hand-over are the threads' own: the two kinds of
 caller share every group. A cancelled coroutine is an interrupt: its record leaves the queue if still
 there, and if a leader already took it, it is committed and acknowledged to no one, as after Ctrl-C.
 
@@ -42,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -75,7 +78,8 @@ class Pending:
         needed: the bytes the record puts in LMDB's pages (for the map's growth).
     """
 
-    __slots__ = ("events", "bodies", "payloads", "needed", "seqs", "error", "alone", "leads", "tentative", "future")
+    __slots__ = ("events", "bodies", "payloads", "needed", "seqs", "error", "alone", "leads", "tentative", "future",
+                 "awaited", "thread_leads", "lead_error")
 
     def __init__(self, events: List[Any], bodies: List[bytes], payloads: List[Tuple[bytes, Any]], needed: int) -> None:
         self.events = events
@@ -89,6 +93,9 @@ class Pending:
         self.tentative: Optional[List[int]] = None  # its seqs in the transaction being committed
         # A coroutine's record (`append_async`): what its caller awaits until the record leads or is settled.
         self.future: Optional[asyncio.Future[None]] = None
+        self.awaited = False  # a coroutine's record: the lead thread leads for it (`_start_lead`)
+        self.thread_leads = False  # that thread is leading (its caller waits until it is done)
+        self.lead_error: Optional[BaseException] = None  # what that lead raised: its caller's
 
     @property
     def settled(self) -> bool:
@@ -131,6 +138,9 @@ class Appender:
         self._queue: List[Pending] = []
         self._leading = False
         self._writing = threading.local()  # this thread is inside a write (`write`, a group's commit)
+        # The thread that leads for coroutines' records (`_start_lead`): one, kept, as a lead never waits on
+        # another (a lead handed on meanwhile is submitted behind it).
+        self._leads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepjournal-lead")
 
     def forget_in_fork_child(self) -> None:
         """In a fork child: new locks and an empty queue (the parent's threads and records are not here)."""
@@ -192,21 +202,21 @@ class Appender:
         if not self.group:
             return await asyncio.to_thread(self._alone, pending)
         loop = asyncio.get_running_loop()
+        pending.awaited = True
         try:
             with self._cond:
                 self._join(pending)
             while True:
                 with self._cond:
-                    if pending.leads or pending.settled:
+                    if pending.settled and not pending.thread_leads:
                         break
                     future = pending.future = loop.create_future()
                 await future
-            if pending.leads and not pending.settled:
-                # Shielded: a cancelled caller stops waiting, the group it leads is still committed and settled.
-                await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(self._lead_groups, pending)))
         except BaseException:  # a cancellation, wherever it lands: no record left queued, no lead lost
             self._leave(pending)
             raise
+        if pending.lead_error is not None:  # an interrupt or a failure after the commit, in the lead it took
+            raise pending.lead_error
         return await asyncio.to_thread(self._alone, pending) if pending.alone else self._acknowledged(pending)
 
     def _join(self, pending: Pending) -> None:
@@ -214,7 +224,28 @@ class Appender:
         self._queue.append(pending)
         if not self._leading:
             self._leading = pending.leads = True
+            if pending.awaited:
+                self._start_lead(pending)
         self._tell("queued", len(self._queue))
+
+    def _start_lead(self, pending: Pending) -> None:
+        """Lead for a coroutine's record in the appender's lead thread, asked now (under `_cond`): the lead never
+        waits for its loop to run (a loop blocked by a `record` call, a loop closed with the task in it) nor
+        for a worker of the loop's executor (each may be a `record` call waiting for this very lead)."""
+        if pending.thread_leads:
+            return
+        pending.thread_leads = True
+        self._leads.submit(self._lead_for, pending)
+
+    def _lead_for(self, pending: Pending) -> None:
+        try:
+            self._lead_groups(pending)
+        except BaseException as exc:  # the leader's caller's (see the module's docstring): its coroutine raises it
+            pending.lead_error = exc
+        finally:
+            with self._cond:
+                pending.thread_leads = False
+                _resume([pending])
 
     @staticmethod
     def _acknowledged(pending: Pending) -> List[int]:
@@ -258,12 +289,18 @@ class Appender:
         with self._cond:
             if pending in self._queue:
                 self._queue.remove(pending)
+                # Settled as not written: a lead taken for it (a coroutine's thread) stops instead of waiting
+                # for a record no group will hold.
+                pending.error = JournalError("this record was not written: its caller was interrupted while it "
+                                             "waited to be committed; record it again")
             self._hand_over()
 
     def _hand_over(self) -> None:
         """The oldest queued record leads next (under `_cond`); none queued: no leader."""
         if self._queue:
             self._queue[0].leads = True
+            if self._queue[0].awaited:
+                self._start_lead(self._queue[0])
             _resume(self._queue[:1])
         else:
             self._leading = False
