@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from stepjournal import Journal
 from stepjournal.events import GenerationRecorded
+from stepjournal.payloads import ObjectPayloadStore
 from stepjournal.storage._appender import appender_of  # private: the group commit's observation point (internal seam)
 
 WAIT_S = 120  # a bound on each observed wait, so that a broken appender fails the test instead of hanging it
@@ -63,3 +64,16 @@ def recorded(path: str) -> "collections.Counter[int]":
     """How many times each call index is in the log of the journal at `path`."""
     with Journal(path, readonly=True) as journal:
         return collections.Counter(e.gen_index for _s, e in journal.events(types=[GenerationRecorded]))
+
+
+class MirrorDownForAGroup(ObjectPayloadStore):
+    """A user's payload store whose commit raises after a group's events committed (a mirror it feeds is down)."""
+
+    failed = False
+
+    def commit(self, items, write_events):
+        seqs = super().commit(items, write_events)
+        if len(items) > 1 and not self.failed:
+            self.failed = True
+            raise OSError("the mirror is down")
+        return seqs

@@ -199,6 +199,8 @@ class Appender:
         Raises:
             What committing the record alone raised; nothing of it was written.
         """
+        if getattr(self._writing, "on", False):  # in a write of this thread (holding the write lock) a lead would
+            return self._alone(pending)  # wait for it as it waits for the lead: alone, as in `append`
         if not self.group:
             return await asyncio.to_thread(self._alone, pending)
         loop = asyncio.get_running_loop()
@@ -235,7 +237,10 @@ class Appender:
         if pending.thread_leads:
             return
         pending.thread_leads = True
-        self._leads.submit(self._lead_for, pending)
+        try:
+            self._leads.submit(self._lead_for, pending)
+        except RuntimeError:  # the interpreter exits (its executors take no more work) while a thread records
+            threading.Thread(target=self._lead_for, args=(pending,), name="stepjournal-lead").start()
 
     def _lead_for(self, pending: Pending) -> None:
         try:

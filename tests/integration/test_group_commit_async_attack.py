@@ -12,6 +12,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from kill_points import HANG_S, child_env
 from stepjournal import Journal
 
@@ -33,9 +35,36 @@ def arec(index):
 """
 
 
-def _run_child(body: str, path: str) -> str:
+# The first group is held at its "taken" point until `go` is set; `queued(count)` returns once `count` records
+# wait in the queue.
+_GATED = """
+taken, changed, state = threading.Event(), threading.Condition(), {"queued": 0}
+def observe(point, count):
+    if point == "queued":
+        with changed:
+            state["queued"] = count
+            changed.notify_all()
+    elif point == "taken" and not taken.is_set():
+        taken.set()
+        assert go.wait(600)
+appender_of(journal).observe = observe
+def queued(count):
+    with changed:
+        assert changed.wait_for(lambda: state["queued"] >= count, 600)
+"""
+
+# Before anything imports `concurrent.futures`: `go` is set as the interpreter exits, once its executors took
+# their last work (`threading._register_atexit` calls the hooks registered last first).
+_AT_EXIT = """
+import threading
+go = threading.Event()
+threading._register_atexit(go.set)
+"""
+
+
+def _run_child(body: str, path: str, head: str = _HEAD) -> str:
     try:
-        done = subprocess.run([sys.executable, "-c", _HEAD + body, path], env=child_env(), capture_output=True,
+        done = subprocess.run([sys.executable, "-c", head + body, path], env=child_env(), capture_output=True,
                               text=True, timeout=BOUND_S)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"a caller waited forever (the child ran past {BOUND_S} s): {exc.stdout!r}") from None
@@ -84,19 +113,8 @@ def test_the_lead_handed_to_a_coroutine_of_a_closed_loop_is_not_lost(tmp_path):
     lead handed to it goes on, and a thread queued behind it is committed."""
     path = str(tmp_path / "j")
     _run_child("""
-taken, go, changed, state = threading.Event(), threading.Event(), threading.Condition(), {"queued": 0}
-def observe(point, count):
-    if point == "queued":
-        with changed:
-            state["queued"] = count
-            changed.notify_all()
-    elif point == "taken" and not taken.is_set():
-        taken.set()
-        assert go.wait(600)
-appender_of(journal).observe = observe
-def queued(count):
-    with changed:
-        assert changed.wait_for(lambda: state["queued"] >= count, 600)
+go = threading.Event()
+""" + _GATED + """
 first = threading.Thread(target=rec, args=(0,))
 first.start()
 assert taken.wait(600)
@@ -143,3 +161,58 @@ journal.close()
 """, path)
     assert "after" in out
     assert _indices(path) == [1]
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_arecord_inside_a_write_of_its_thread_raises_as_record_does(tmp_path, group):
+    """A coroutine run (`asyncio.run`) inside a write of its own thread, which holds the write lock: `arecord`
+    raises what `record` raises there (LMDB has one write transaction per thread), instead of waiting forever
+    for a lead thread (or a worker) that waits for that lock."""
+    out = _run_child(f"""
+appender = appender_of(journal)
+appender.group = {group}
+def fn(txn):
+    for call in (lambda: rec(0), lambda: asyncio.run(arec(1))):
+        try:
+            call()
+        except Exception as exc:
+            print(type(exc).__name__)
+appender.write(fn)
+print("after", rec(2))
+journal.close()
+""", str(tmp_path / "j"))
+    assert out.split() == ["JournalError", "JournalError", "after", "2"]
+    assert _indices(str(tmp_path / "j")) == [2]
+
+
+def test_a_coroutine_records_while_the_interpreter_exits(tmp_path):
+    """The main thread has returned; a thread still records with `arecord` and leads (the executors of the
+    process take no more work then): its record is committed."""
+    path = str(tmp_path / "j")
+    out = _run_child("""
+def late():
+    assert go.wait(600)
+    print("late", asyncio.run(arec(0)).seq, flush=True)
+threading.Thread(target=late).start()
+""", path, head=_AT_EXIT + _HEAD)
+    assert "late" in out
+    assert _indices(path) == [0]
+
+
+def test_a_thread_hands_the_lead_to_a_coroutine_while_the_interpreter_exits(tmp_path):
+    """A thread's group is held at its "taken" point until the interpreter exits, a coroutine queued behind it:
+    the thread is acknowledged (not told its committed record failed) and the coroutine, handed the lead, is
+    committed instead of waiting forever (which kept the process from exiting)."""
+    path = str(tmp_path / "j")
+    out = _run_child(_GATED + """
+def thread():
+    print("thread", rec(0), flush=True)
+def coroutine():
+    print("coroutine", asyncio.run(arec(1)).seq, flush=True)
+threading.Thread(target=thread).start()
+assert taken.wait(600)
+threading.Thread(target=coroutine).start()
+queued(1)
+""", path, head=_AT_EXIT + _HEAD)
+    assert "thread" in out and "coroutine" in out
+    assert _indices(path) == [0, 1]

@@ -12,7 +12,7 @@ import asyncio
 import threading
 from typing import Any, Callable, Dict, List
 
-from group_commit_support import WAIT_S, GroupGate, recorded
+from group_commit_support import WAIT_S, GroupGate, MirrorDownForAGroup, recorded
 from stepjournal import Journal
 from stepjournal.errors import JournalFullError
 from stepjournal.storage._appender import appender_of  # private: the switch to one commit per call (internal seam)
@@ -230,6 +230,30 @@ def test_a_coroutine_whose_record_cannot_be_written_fails_alone_and_its_group_is
     assert all(isinstance(out[i], int) for i in range(4)), out
     assert gate.groups()[:2] == [1, 4] and sorted(gate.groups()[2:]) == [1, 1, 1, 1]
     assert recorded(path) == {0: 1, 1: 1, 2: 1, 3: 1}
+
+
+def test_a_store_failing_after_a_coroutine_led_group_committed_fails_that_coroutine_and_acknowledges_the_others(
+        tmp_path):
+    """The group's leader is a coroutine (its lead runs in the appender's lead thread): the failure after the commit
+    is its caller's alone; the thread and the coroutines beside it are acknowledged, each record written once."""
+    path = str(tmp_path / "j")
+    out: Dict[int, Any] = {}
+
+    async def main(journal: Journal, gate: GroupGate) -> None:
+        first = _thread(journal, 0, out)
+        await _first_taken(gate)
+        tasks = _tasks(journal, [1, 2, 3], out)
+        await _queued(gate, 3)
+        last = _thread(journal, 4, out)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for thread in (first, last):
+            await asyncio.to_thread(thread.join)
+
+    objects = (tmp_path / "objects").as_uri()
+    assert _play(path, main, size=4, payload_store=MirrorDownForAGroup(objects)).groups()[:2] == [1, 4]
+    assert isinstance(out[1], OSError), out  # the first coroutine queued led the group of four
+    assert all(isinstance(out[i], int) for i in (0, 2, 3, 4)), out
+    assert recorded(path) == {i: 1 for i in range(5)}
 
 
 def test_without_group_commit_a_coroutine_commits_alone(tmp_path):

@@ -8,11 +8,10 @@ import collections
 import threading
 from typing import Any, Dict, List
 
-from group_commit_support import GroupGate
+from group_commit_support import GroupGate, MirrorDownForAGroup
 from stepjournal import Journal
 from stepjournal.errors import JournalClosedError
 from stepjournal.events import GenerationRecorded
-from stepjournal.payloads import ObjectPayloadStore
 
 RESPONSE = {"text": "x" * 256}
 
@@ -37,23 +36,10 @@ def _recorded(path: str, **options: Any) -> collections.Counter:
         return collections.Counter(e.gen_index for _s, e in journal.events(types=[GenerationRecorded]))
 
 
-class _MirrorDownForAGroup(ObjectPayloadStore):
-    """A user's payload store whose commit raises after a group's events committed (a mirror it feeds is down)."""
-
-    failed = False
-
-    def commit(self, items, write_events):
-        seqs = super().commit(items, write_events)
-        if len(items) > 1 and not self.failed:
-            self.failed = True
-            raise OSError("the mirror is down")
-        return seqs
-
-
 def test_a_store_that_fails_after_a_group_committed_fails_one_caller_and_acknowledges_the_others(tmp_path):
     path = str(tmp_path / "j")
     out: Dict[int, Any] = {}
-    with Journal(path, payload_store=_MirrorDownForAGroup((tmp_path / "objects").as_uri())) as journal:
+    with Journal(path, payload_store=MirrorDownForAGroup((tmp_path / "objects").as_uri())) as journal:
         gate = GroupGate(journal, size=4)
         first = _start(journal, [0], out)
         gate.first_taken.wait()
