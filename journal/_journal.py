@@ -308,11 +308,13 @@ class Journal:
         Returns:
             The recorded generation (its sequence number and event).
         """
-        event, payloads = self._recording(
+        event, prepared = self._recording(
             step, output, gen_index=gen_index, mode=mode, input=input, store_input=store_input,
             input_digest=input_digest, store_output=store_output, duration_s=duration_s, policy=policy, reason=reason,
             imported_from=imported_from, stage=stage, not_stored=not_stored)
-        (seq,) = self._append([event], payloads)
+        # `prepared` is held until the record committed: a large payload's file, staged while it was hashed, is
+        # removed with its `PreparedPayload` (one dropped unrecorded leaves no file), and written again if so.
+        (seq,) = self._append([event], [(p.key, p.blob) for p in prepared])
         log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
         return RecordedGeneration(seq, event)
 
@@ -343,11 +345,12 @@ class Journal:
         As with `record`, the output must not change until the call returns (a large tensor is stored from its
         own memory). The arguments, the result and the errors are `record`'s.
         """
-        event, payloads = self._recording(
+        event, prepared = self._recording(
             step, output, gen_index=gen_index, mode=mode, input=input, store_input=store_input,
             input_digest=input_digest, store_output=store_output, duration_s=duration_s, policy=policy, reason=reason,
             imported_from=imported_from, stage=stage, not_stored=not_stored)
-        (seq,) = await self._appender.append_async(self._pending([event], payloads))
+        # `prepared` is held until the record committed (see `record`).
+        (seq,) = await self._appender.append_async(self._pending([event], [(p.key, p.blob) for p in prepared]))
         log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
         return RecordedGeneration(seq, event)
 
@@ -368,22 +371,22 @@ class Journal:
         imported_from: Optional[str] = None,
         stage: str = DEFAULT_STAGE,
         not_stored: Optional[str] = None,
-    ) -> Tuple[GenerationRecorded, List[Tuple[bytes, Any]]]:
-        """`record`'s event and the payloads it names, validated and encoded (nothing written)."""
+    ) -> Tuple[GenerationRecorded, List[PreparedPayload]]:
+        """`record`'s event and the prepared payloads it names, validated and encoded (nothing written)."""
         fields = self._call_fields(step, gen_index, mode, stage)  # validate before the costly encoding
-        payloads: List[Tuple[bytes, Any]] = []
+        prepared: List[PreparedPayload] = []
         out_ref = in_ref = None
         if store_output:
-            out = self.prepare(output, copy=False)  # stored below, before the caller gets control back
+            out = self.prepare(output, copy=False)  # stored by the caller, before its caller gets control back
             out_ref = out.ref
-            payloads.append((out.key, out.blob))
+            prepared.append(out)
         if input is not None and (store_input or input_digest is None):
             # An input kept only for its digest is neither stored nor compressed.
             inp = self.prepare(input, store=store_input)
             input_digest = input_digest or inp.digest
             if store_input:
                 in_ref = inp.ref
-                payloads.append((inp.key, inp.blob))
+                prepared.append(inp)
         event = GenerationRecorded(
             **fields,
             input_digest=input_digest,
@@ -396,7 +399,7 @@ class Journal:
             imported_from=imported_from,
             not_stored=not_stored,
         )
-        return event, payloads
+        return event, prepared
 
     def record_replay(
         self,

@@ -5,6 +5,8 @@ compact removes."""
 
 from __future__ import annotations
 
+import asyncio
+
 import os
 import subprocess
 import sys
@@ -126,6 +128,8 @@ def test_a_large_payload_is_written_while_it_is_hashed_and_put_in_place_by_its_r
         assert same(journal.load_output(journal.lookup(1)), big(1)) and journal.verify() == []
         journal.record(2, big(2))  # record's own prepare stages too
         assert written_at_commit == [] and len(files_of(path)) == 2 and tmp_files(path) == []
+        asyncio.run(journal.arecord(3, big(3)))  # and arecord's: its staged file lives until its commit
+        assert written_at_commit == [] and len(files_of(path)) == 3 and tmp_files(path) == []
 
 
 def _mapped_from(address: int, path: str) -> bool:
