@@ -6,7 +6,8 @@ responses, one after another, through the public API (``Journal.record``, a tool
 ``journaled_tool`` with ``"dump"``). Each call is timed around the call: the tool itself returns at
 once, so a call's time is what journaling added to it. With ``--via arecord`` the callers are coroutines
 of one event loop awaiting ``Journal.arecord`` (an agent loop's tool calls: verl's and TRL's are
-coroutines), not threads. The figures: durable records a second (all records over the wall time from the
+coroutines), not threads; with ``--via atool`` they are coroutines awaiting an ``async def`` tool under
+``journaled_tool`` with ``"dump"`` (the path verl's and TRL's tool adapters take). The figures: durable records a second (all records over the wall time from the
 start to the last acknowledgement) and the calls' p50 and p99.
 
 Each row is measured twice, interleaved in the order the rows are run: with group commit (the
@@ -56,8 +57,8 @@ def _child(workdir: Path, callers: int, per_caller: int, group: bool, via: str) 
     tool = journaled_tool(lambda query: text, journal, "search", "dump")
     latencies: List[List[float]] = [[] for _ in range(callers)]
     journal.record(0, {"text": text}, stage="tool.search")  # the session opens, the first pages grow (not timed)
-    if via == "arecord":
-        wall = _coroutines(journal, text, callers, per_caller, latencies)
+    if via in ("arecord", "atool"):
+        wall = _coroutines(journal, text, callers, per_caller, latencies, via)
         journal.close()
         return _figures(callers, latencies, wall)
     start = threading.Barrier(callers + 1)
@@ -86,13 +87,26 @@ def _child(workdir: Path, callers: int, per_caller: int, group: bool, via: str) 
     return _figures(callers, latencies, wall)
 
 
-def _coroutines(journal: Any, text: str, callers: int, per_caller: int, latencies: List[List[float]]) -> float:
-    """`callers` coroutines of one event loop, each awaiting `arecord` `per_caller` times; the wall time."""
+def _coroutines(journal: Any, text: str, callers: int, per_caller: int, latencies: List[List[float]],
+                via: str) -> float:
+    """`callers` coroutines of one event loop, each awaiting `arecord` (or an async journaled tool) `per_caller`
+    times; the wall time."""
+    from stepjournal.adapters import journaled_tool
+
+    async def search(query: str) -> str:
+        return text
+
+    tool = journaled_tool(search, journal, "search", "dump")
+
     async def caller(c: int) -> None:
         own = latencies[c]
         for i in range(per_caller):
+            index = c * per_caller + i
             began = time.perf_counter()
-            await journal.arecord(1, {"text": text}, gen_index=c * per_caller + i, stage="tool.search")
+            if via == "atool":
+                await tool.at(step=1, sample=index, turn=0)(query=f"q{index}")
+            else:
+                await journal.arecord(1, {"text": text}, gen_index=index, stage="tool.search")
             own.append(time.perf_counter() - began)
 
     async def main() -> float:
@@ -134,7 +148,7 @@ def _run(workdir: Path, *, records: int, callers=CALLERS, via: str = "record",
                         "one_commit_per_call": _run_child(workdir, n, per_caller, False, via)}
     out: Dict[str, Any] = {"via": via, "response_bytes": RESPONSE_BYTES, "rows": rows, "goals": {}}
     if "64" in rows:
-        who = "64 coroutines of one event loop" if via == "arecord" else "64 threads"
+        who = "64 coroutines of one event loop" if via in ("arecord", "atool") else "64 threads"
         basis = f"{who}, fresh process and journal, durable, {RESPONSE_BYTES} B responses through {via}"
         at64 = rows["64"]["group_commit"]
         out["goals"]["group_commit_records_per_s_at_64"] = _goal(at64["records_per_s"], GOAL_RECORDS_PER_S, ">=",
@@ -164,9 +178,10 @@ def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks._bench_group_commit", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=2048, help="records per figure (default 2048)")
     p.add_argument("--callers", type=int, action="append", help="callers of a figure (repeat; default 1 8 64 256)")
-    p.add_argument("--via", choices=("record", "tool", "arecord"), default="record",
-                   help="Journal.record from threads (default), journaled_tool with 'dump' from threads, or "
-                        "Journal.arecord from coroutines of one event loop")
+    p.add_argument("--via", choices=("record", "tool", "arecord", "atool"), default="record",
+                   help="Journal.record from threads (default), journaled_tool with 'dump' from threads, "
+                        "Journal.arecord from coroutines of one event loop, or an async journaled_tool with "
+                        "'dump' from coroutines")
     p.add_argument("--workdir", type=Path, help="where to write, on the disk to measure (default: the system temp dir)")
     p.add_argument("--child", metavar="WORKDIR", help=argparse.SUPPRESS)
     p.add_argument("--per-caller", type=int, help=argparse.SUPPRESS)

@@ -116,8 +116,10 @@ class CallHooks:
             ``outcome.value`` is what was stored, ``outcome.ctx`` and ``outcome.source`` say which
             call and which record). Runs in the caller's thread.
         run_blocking: `acall` only: ``async (work) -> work()``, where the journal I/O (deciding,
-            loading, encoding, recording) runs, e.g. `asyncio.to_thread` so other tasks go on
-            meanwhile. Default: inline in the event loop. `call` always runs it inline.
+            loading, encoding, a bypassed call's record) runs, e.g. `asyncio.to_thread` so other tasks go
+            on meanwhile. Default: inline in the event loop. A generated call's record is awaited
+            (`Journal.arecord`): waiting for its durable commit holds neither the loop nor a thread.
+            `call` always runs it inline.
     """
 
     prepare_input: Optional[Callable[[], Tuple[Any, Optional[str]]]] = None
@@ -129,6 +131,21 @@ class CallHooks:
 _NO_HOOKS = CallHooks()
 # What `_sequence` yields when the generator must run now (anything else it yields is journal I/O).
 _GENERATE = object()
+
+
+@attrs.frozen
+class _Finish:
+    """What `_sequence` yields to journal a call whose generator ran: `call` runs it (`Engine.finish`), `acall`
+    awaits its record."""
+
+    engine: "Engine"
+    call: "PendingCall"
+    output: Any
+    input: Any
+    duration_s: float
+
+    def __call__(self) -> Outcome:
+        return self.engine.finish(self.call, self.output, input=self.input, duration_s=self.duration_s)
 
 
 class Engine(ReplayChecks):
@@ -306,6 +323,20 @@ class Engine(ReplayChecks):
                 reason=decision.reason, duration_s=duration_s, stage=ctx.stage,
             )
             return Outcome(value=output, action=Action.BYPASSED, ctx=ctx, source=None, seq=seq)
+        return self._generated(call, output, self.journal.record(**self._record_of(call, output, input, duration_s)))
+
+    async def _afinish(self, call: PendingCall, output: Any, input: Any, duration_s: float,
+                       run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]]) -> Outcome:
+        """`finish` for `acall`: the encoding runs through `run_blocking`, and a generated call's record is awaited
+        (`Journal.arecord`), so waiting for its durable commit holds neither the event loop nor a thread."""
+        if not isinstance(call.decision, GenerateCall):
+            return await run_blocking(functools.partial(self.finish, call, output, input=input, duration_s=duration_s))
+        record = await run_blocking(functools.partial(self._record_of, call, output, input, duration_s))
+        return self._generated(call, output, await self.journal.arecord(**record))
+
+    def _record_of(self, call: PendingCall, output: Any, input: Any, duration_s: float) -> Dict[str, Any]:
+        """A generated call's record: `Journal.record`'s keywords, its payloads prepared (encoded, hashed)."""
+        ctx, decision = call.ctx, call.decision
         assert isinstance(decision, GenerateCall)
         stored_output, stored_input, left_out = self._prepared(ctx, output, input, decision.store)
         # Why is data (the event's `not_stored`, which a view reads); the reason repeats it for people.
@@ -313,23 +344,15 @@ class Engine(ReplayChecks):
         if not decision.store:
             not_stored = f"its policy stored nothing ({decision.reason})" + (f"; {left_out}" if left_out else "")
         reason = decision.reason if not left_out else f"{decision.reason}; generated, not stored: {left_out}"
-        recorded = self.journal.record(
-            ctx.step,
-            stored_output,
-            gen_index=ctx.gen_index,
-            mode=ctx.mode,
-            input=stored_input,
-            input_digest=ctx.input_digest,
-            store_input=decision.store,
-            store_output=stored_output is not None,
-            duration_s=duration_s,
-            policy=call.policy,
-            reason=reason,
-            stage=ctx.stage,
-            not_stored=not_stored,
-        )
-        log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stage=ctx.stage, stored=stored_output is not None,
-                 policy=call.policy)
+        return dict(step=ctx.step, output=stored_output, gen_index=ctx.gen_index, mode=ctx.mode, input=stored_input,
+                    input_digest=ctx.input_digest, store_input=decision.store,
+                    store_output=stored_output is not None, duration_s=duration_s, policy=call.policy, reason=reason,
+                    stage=ctx.stage, not_stored=not_stored)
+
+    def _generated(self, call: PendingCall, output: Any, recorded: RecordedGeneration) -> Outcome:
+        ctx = call.ctx
+        log.info("generated", step=ctx.step, gen_index=ctx.gen_index, stage=ctx.stage,
+                 stored=recorded.event.output is not None, policy=call.policy)
         return Outcome(value=output, action=Action.GENERATED, ctx=ctx, source=recorded, seq=recorded.seq)
 
     def _prepared(self, ctx: CallContext, output: Any, input: Any, store: bool) -> Tuple[Any, Any, str]:
@@ -429,10 +452,14 @@ class Engine(ReplayChecks):
                                   decide_with)
         effect = next(sequence)
         while True:
+            result: Any
             if effect is _GENERATE:
                 result = generate()
                 if inspect.isawaitable(result):
                     result = await result
+            elif isinstance(effect, _Finish):
+                result = await effect.engine._afinish(effect.call, effect.output, effect.input, effect.duration_s,
+                                                      hooks.run_blocking)
             else:
                 result = await hooks.run_blocking(effect)
             try:
@@ -484,5 +511,5 @@ class Engine(ReplayChecks):
         output = yield _GENERATE
         duration = time.perf_counter() - started
         stored = hooks.to_stored(output)
-        outcome = yield functools.partial(self.finish, pending, stored, input=input, duration_s=duration)
+        outcome = yield _Finish(self, pending, stored, input, duration)
         return outcome if stored is output else attrs.evolve(outcome, value=output)

@@ -116,9 +116,10 @@ class ToolEngine:
             spec naming another ``tool.<name>`` is then refused with did-you-mean (a misspelt stage would
             otherwise leave its tool bypassed), and so is a call of a tool not in it.
         options: the `EngineOptions` (fingerprint checks, bypassed modes ...).
-        run_blocking: where `acall` runs its journal I/O (deciding, loading, recording): ``async (work) ->
-            work()``. Default: a worker thread (`asyncio.to_thread`), so the event loop's other calls go on
-            while one waits for its durable commit, and concurrent calls can share one.
+        run_blocking: where `acall` runs its journal I/O (deciding, loading, encoding): ``async (work) ->
+            work()``. Default: a worker thread (`asyncio.to_thread`), so a large response's encoding does not
+            hold the event loop. A generated call's record is awaited (`Journal.arecord`), so the loop's
+            other calls go on while it waits for its durable commit, and concurrent calls share one.
         **option_keywords: each option as its own keyword, as `Engine` takes them.
 
     Attributes:
@@ -229,7 +230,7 @@ class ToolEngine:
                     environment: Optional[str] = None, to_stored: Callable[[Any], Any] = _same,
                     from_stored: Callable[[Any], Any] = _same) -> Outcome:
         """`call` for an async tool: awaits `run_tool()` when the call must run; the journal I/O runs through
-        `run_blocking` (a worker thread by default)."""
+        `run_blocking` (a worker thread by default), and the record is awaited (`Journal.arecord`)."""
         stage, request, key, facts, hooks = self._begin(tool, arguments, step, sample, turn, call, mode, environment,
                                                        to_stored, from_stored, self._run_blocking)
         with self._in_flight(stage, step, mode, facts):

@@ -289,3 +289,37 @@ def _fields(event: Any) -> Dict[str, Any]:
     import attrs
 
     return attrs.asdict(event, recurse=False)
+
+
+def test_async_tool_calls_share_a_group_commit_and_keep_the_event_loop_free_while_it_commits(tmp_path):
+    """`ToolEngine.acall` awaits its record (`Journal.arecord`): with its journal I/O run inline in the loop, the
+    first call's commit is held until eight more calls of the same loop have queued theirs (a record blocking the
+    loop would keep them from ever queueing), and the eight then commit as one group."""
+    from stepjournal.events import ToolResponse
+    from stepjournal.policies import ToolEngine
+
+    path = str(tmp_path / "j")
+    ran: List[int] = []
+
+    async def inline(work: Callable[[], Any]) -> Any:
+        return work()
+
+    async def main(journal: Journal, gate: GroupGate) -> None:
+        engine = ToolEngine(journal, "dump", run_blocking=inline)
+
+        async def call(sample: int) -> None:
+            async def run() -> Any:
+                ran.append(sample)
+                return ToolResponse(text=f"answer {sample}").to_payload()
+
+            outcome = await engine.acall("calc", {"x": sample}, run, step=1, sample=sample)
+            assert outcome.action == "generated" and outcome.seq is not None
+
+        first = asyncio.ensure_future(call(0))
+        await _first_taken(gate)
+        await asyncio.gather(first, *(call(sample) for sample in range(1, 9)))
+
+    assert _play(path, main, size=8).groups() == [1, 8]
+    assert sorted(ran) == list(range(9))
+    counts = recorded(path)  # each call's record written once
+    assert len(counts) == 9 and set(counts.values()) == {1}
