@@ -194,6 +194,7 @@ class Journal:
         with self._appender.lock:  # after the write in flight
             self._writer.close()
             self._store.close()
+            self._appender.close()
 
     @property
     def closed(self) -> bool:

@@ -24,19 +24,16 @@ written gets the error. A group of one gets its error at once. The leader's own 
 record of a committed group is acknowledged to the others. Wherever an interrupt lands in a caller, its
 record leaves the queue if still there and the lead is handed on (`_leave`): no caller waits forever.
 
-**Callers in an event loop** (`append_async`, `Journal.arecord`) queue their records in the same queue and
-wait on a future instead of a lock, so 64 coroutines recording at once cost no thread each and no thread
-switch per record. When a coroutine's record must lead, the appender's lead thread is asked at once to lead for it
-(`_start_lead`), so the loop goes on encoding the next records while a group commits, and the lead never waits
-on the loop (blocked by a `record` call, or closed with the task in it) nor on the loop's executor (whose
-workers may be `record` calls waiting for that lead); the leader settles a group's coroutines with one call
-into each loop. Outcomes, retries alone and the hand-over are the threads' own: the two kinds of
-caller share every group. A cancelled coroutine is an interrupt: its record leaves the queue if still
-there, and if a leader already took it, it is committed and acknowledged to no one, as after Ctrl-C.
+**Callers in an event loop** (`append_async`, `Journal.arecord`) share the queue, each waiting on a future instead of
+a lock: no thread and no thread switch per record. A coroutine's lead runs at once on the appender's lead thread
+(`_start_lead`), so the loop goes on encoding while a group commits, and the lead never waits on the loop (blocked by
+a `record` call, or closed with the task in it) nor on its executor (whose workers may be `record` calls waiting for
+that lead); a group's coroutines are settled with one call into each loop. Outcomes, retries alone and the hand-over
+are the threads' own: the two kinds of caller share every group. A cancelled coroutine is an interrupt: its record
+leaves the queue if still there; one a leader already took is committed and acknowledged to no one, as after Ctrl-C.
 
-`appender_of(journal)` is the seam through which the modules that write or read inside the journal's
-own transactions (`_pull`, `_prune`, `_remote`, `_bundle`, `_status`) reach its store, its own payloads
-and its write path; `Journal` has no public method for them.
+`appender_of(journal)` is the seam through which the modules that write or read inside the journal's own transactions
+(`_pull`, `_prune`, `_remote`, `_bundle`, `_status`) reach its store, own payloads and write path (not public).
 """
 
 from __future__ import annotations
@@ -138,9 +135,12 @@ class Appender:
         self._queue: List[Pending] = []
         self._leading = False
         self._writing = threading.local()  # this thread is inside a write (`write`, a group's commit)
-        # The thread that leads for coroutines' records (`_start_lead`): one, kept, as a lead never waits on
-        # another (a lead handed on meanwhile is submitted behind it).
+        # The thread leading coroutines' records (`_start_lead`): one; a lead handed on waits behind it.
         self._leads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepjournal-lead")
+
+    def close(self) -> None:
+        """The journal closes (under the write lock, no group in flight): the idle lead thread ends."""
+        self._leads.shutdown(wait=False)
 
     def forget_in_fork_child(self) -> None:
         """In a fork child: new locks and an empty queue (the parent's threads and records are not here)."""

@@ -323,3 +323,22 @@ def test_async_tool_calls_share_a_group_commit_and_keep_the_event_loop_free_whil
     assert sorted(ran) == list(range(9))
     counts = recorded(path)  # each call's record written once
     assert len(counts) == 9 and set(counts.values()) == {1}
+
+
+def test_closing_the_journal_ends_its_lead_thread_and_a_later_arecord_is_refused(tmp_path):
+    from stepjournal.errors import JournalClosedError
+
+    before = set(threading.enumerate())
+    journal = Journal(str(tmp_path / "j"))
+    _run(journal.arecord(1, RESPONSE, stage="tool:calc"))
+    leads = [t for t in set(threading.enumerate()) - before if t.name.startswith("stepjournal-lead")]
+    assert len(leads) == 1  # the record was led from the journal's lead thread
+    journal.close()
+    leads[0].join(WAIT_S)
+    assert not leads[0].is_alive()
+    try:
+        _run(journal.arecord(1, RESPONSE, gen_index=1, stage="tool:calc"))
+    except JournalClosedError:
+        pass
+    else:
+        raise AssertionError("arecord on a closed journal recorded")
