@@ -1,0 +1,91 @@
+"""Attacks on `Engine.acall`'s awaited record (`_afinish`: the output prepared through ``run_blocking``, then
+`Journal.arecord`): a call cancelled at each point of that path writes its record once or not at all, and what it
+prepared for its commit (a large output's file, staged while it was hashed) is neither lost nor written twice.
+
+Each point is reached through the appender's observed points (`GroupGate`), never after a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+from typing import Any, Dict, List
+
+import numpy as np
+
+from group_commit_support import WAIT_S, GroupGate, recorded
+from stepjournal import Journal
+from stepjournal.policies import CallHooks, Engine
+from stepjournal.payloads._file_store import PAYLOAD_FOLDER, TMP_FOLDER, FilePayloadStore  # private: file layout
+from stepjournal.payloads._payload_store import FILE_FROM  # private: the size from which a payload is a file
+
+BIG = FILE_FROM + 4096  # uint8: a payload file
+
+
+def _tmp_files(path: str) -> List[str]:
+    tmp = os.path.join(path, PAYLOAD_FOLDER, TMP_FOLDER)
+    return sorted(os.listdir(tmp)) if os.path.isdir(tmp) else []
+
+
+def _written_at_commit(monkeypatch: Any) -> List[str]:
+    """The payload files a commit wrote itself (not renamed into place from the file staged while hashing)."""
+    written: List[str] = []
+    real_write = FilePayloadStore._write
+    monkeypatch.setattr(FilePayloadStore, "_write", lambda self, at, buffers: (written.append(at),
+                                                                                real_write(self, at, buffers)))
+    return written
+
+
+def test_a_call_cancelled_while_its_group_commits_keeps_its_staged_file_for_that_commit(tmp_path, monkeypatch):
+    """A call cancelled once its record was taken into a group is committed (acknowledged to no one): the file
+    its large output was staged into while hashed is the one put in place, even when the cancelled call's frames
+    are collected before the commit reaches its payloads (a garbage collection may run in any thread then)."""
+    path = str(tmp_path / "j")
+    written = _written_at_commit(monkeypatch)
+    state: Dict[str, Any] = {}
+    cancelled, dropped, committed = threading.Event(), threading.Event(), threading.Event()
+
+    def then(point: str, count: int) -> None:  # in the lead thread, at the big call's group, before its commit
+        if point == "taken" and "big" in state:
+            state["loop"].call_soon_threadsafe(state["big"].cancel)
+            assert cancelled.wait(WAIT_S)
+            state["loop"].call_soon_threadsafe(drop)  # after the cancelled task's callbacks: nothing holds it
+            assert dropped.wait(WAIT_S)
+            gc.collect()  # its frames go, with what they prepared
+        elif point == "committed" and dropped.is_set():
+            committed.set()
+
+    def drop() -> None:
+        state.pop("big")
+        dropped.set()
+
+    with Journal(path) as journal:
+        engine = Engine(journal, "dump")
+        hooks = CallHooks(run_blocking=asyncio.to_thread)
+
+        async def call(value: Any) -> Any:
+            async def generate() -> Any:
+                return value
+
+            return await engine.acall(1, generate, hooks=hooks)
+
+        gate = GroupGate(journal, size=1, then=then)
+
+        async def main() -> Any:
+            state["loop"] = asyncio.get_running_loop()
+            first = asyncio.ensure_future(call({"small": 1}))
+            assert await asyncio.to_thread(gate.first_taken.wait, WAIT_S)
+            big = state["big"] = asyncio.ensure_future(call(np.full(BIG, 7, dtype=np.uint8)))
+            big.add_done_callback(lambda task: cancelled.set() if task.cancelled() else None)
+            del big  # the lead thread drops it once cancelled, as a caller that gave up on it would
+            outcome = await asyncio.wait_for(first, WAIT_S)
+            assert await asyncio.to_thread(committed.wait, WAIT_S)  # the cancelled call's group
+            return outcome
+
+        assert asyncio.run(main()).action == "generated"
+        assert gate.groups() == [1, 1]
+        assert written == [], "the commit wrote the payload again: the file staged for it was discarded"
+        assert _tmp_files(path) == [] and journal.verify() == []
+    assert recorded(path) == {0: 1, 1: 1}  # the cancelled call's record written once
