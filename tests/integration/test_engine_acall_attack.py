@@ -89,3 +89,37 @@ def test_a_call_cancelled_while_its_group_commits_keeps_its_staged_file_for_that
         assert written == [], "the commit wrote the payload again: the file staged for it was discarded"
         assert _tmp_files(path) == [] and journal.verify() == []
     assert recorded(path) == {0: 1, 1: 1}  # the cancelled call's record written once
+
+
+def test_a_compressing_journal_compresses_an_acall_output_and_input_in_run_blocking_not_in_the_loop(
+        tmp_path, monkeypatch):
+    """`acall` runs a generated call's encoding through ``run_blocking`` (a worker thread here) and awaits only the
+    record: a journal that compresses packs the output and the input there too (on their first use, `ref`), not in
+    the event loop's thread, which the other calls of the loop share."""
+    from stepjournal.payloads._payloads import PreparedPayload  # private: where a payload is compressed
+
+    packing: List[str] = []
+    real_blob = PreparedPayload.blob
+
+    def blob(self: Any) -> Any:
+        if not self._packed and self.compression == "zstd":
+            packing.append(threading.current_thread().name)
+        return real_blob.fget(self)
+
+    monkeypatch.setattr(PreparedPayload, "blob", property(blob))
+    with Journal(str(tmp_path / "j"), compression="zstd") as journal:
+        engine = Engine(journal, "dump")
+
+        async def generate() -> Any:
+            return np.arange(1 << 18)
+
+        async def main() -> Any:
+            return await engine.acall(1, generate, input={"prompt": np.arange(1 << 16)},
+                                      hooks=CallHooks(run_blocking=asyncio.to_thread))
+
+        loop_thread = threading.current_thread().name  # `asyncio.run` runs the loop in this thread
+        outcome = asyncio.run(main())
+        assert outcome.action == "generated" and outcome.source.event.output.compression == "zstd"
+        assert outcome.source.event.input is not None
+        assert len(packing) == 2 and loop_thread not in packing, packing
+        assert journal.verify() == []
