@@ -11,7 +11,7 @@ import asyncio
 import gc
 import os
 import threading
-from typing import Any, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List
 
 import numpy as np
 
@@ -38,6 +38,17 @@ def _written_at_commit(monkeypatch: Any) -> List[str]:
     return written
 
 
+def _caller(engine: Engine) -> Callable[[Any], Awaitable[Any]]:
+    """``await call(value)``: one `acall` of `engine` answering `value`, its encoding in a worker thread."""
+    async def call(value: Any) -> Any:
+        async def generate() -> Any:
+            return value
+
+        return await engine.acall(1, generate, hooks=CallHooks(run_blocking=asyncio.to_thread))
+
+    return call
+
+
 def test_a_call_cancelled_while_its_group_commits_keeps_its_staged_file_for_that_commit(tmp_path, monkeypatch):
     """A call cancelled once its record was taken into a group is committed (acknowledged to no one): the file
     its large output was staged into while hashed is the one put in place, even when the cancelled call's frames
@@ -62,15 +73,7 @@ def test_a_call_cancelled_while_its_group_commits_keeps_its_staged_file_for_that
         dropped.set()
 
     with Journal(path) as journal:
-        engine = Engine(journal, "dump")
-        hooks = CallHooks(run_blocking=asyncio.to_thread)
-
-        async def call(value: Any) -> Any:
-            async def generate() -> Any:
-                return value
-
-            return await engine.acall(1, generate, hooks=hooks)
-
+        call = _caller(Engine(journal, "dump"))
         gate = GroupGate(journal, size=1, then=then)
 
         async def main() -> Any:
@@ -123,3 +126,38 @@ def test_a_compressing_journal_compresses_an_acall_output_and_input_in_run_block
         assert outcome.source.event.input is not None
         assert len(packing) == 2 and loop_thread not in packing, packing
         assert journal.verify() == []
+
+
+def test_a_call_cancelled_while_queued_leaves_the_file_another_call_staged_for_the_same_output(
+        tmp_path, monkeypatch):
+    """Two calls answer the same large output (two samples reading one file), each staging it while hashing; the
+    second is cancelled while its record waits in the queue: its staged file goes, and the first call's own staged
+    file is the one its commit puts in place (the payload is not written a second time)."""
+    path = str(tmp_path / "j")
+    written = _written_at_commit(monkeypatch)
+    with Journal(path) as journal:
+        call = _caller(Engine(journal, "dump"))
+        gate = GroupGate(journal, size=3)
+
+        async def main() -> List[Any]:
+            held = asyncio.ensure_future(call({"small": 0}))
+            assert await asyncio.to_thread(gate.first_taken.wait, WAIT_S)
+            first = asyncio.ensure_future(call(np.full(BIG, 7, dtype=np.uint8)))
+            await asyncio.to_thread(gate.wait_queued, 1)
+            second = asyncio.ensure_future(call(np.full(BIG, 7, dtype=np.uint8)))
+            await asyncio.to_thread(gate.wait_queued, 2)
+            second.cancel()
+            try:
+                await second
+            except asyncio.CancelledError:
+                pass
+            del second
+            gc.collect()  # the cancelled call's frames go, with what it prepared
+            more = [asyncio.ensure_future(call({"small": i})) for i in (1, 2)]
+            return await asyncio.wait_for(asyncio.gather(held, first, *more), WAIT_S)
+
+        assert [outcome.action for outcome in asyncio.run(main())] == ["generated"] * 4
+        assert gate.groups() == [1, 3]
+        assert written == [], "the commit wrote the payload again: the file staged for it was discarded"
+        assert _tmp_files(path) == [] and journal.verify() == []
+    assert recorded(path) == {0: 1, 1: 1, 3: 1, 4: 1}  # the cancelled call (index 2) not written
