@@ -24,7 +24,7 @@ import socket
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import lmdb
 
@@ -313,9 +313,10 @@ class Journal:
             step, output, gen_index=gen_index, mode=mode, input=input, store_input=store_input,
             input_digest=input_digest, store_output=store_output, duration_s=duration_s, policy=policy, reason=reason,
             imported_from=imported_from, stage=stage, not_stored=not_stored)
-        # `prepared` is held until the record committed: a large payload's file, staged while it was hashed, is
-        # removed with its `PreparedPayload` (one dropped unrecorded leaves no file), and written again if so.
-        (seq,) = self._append([event], [(p.key, p.blob) for p in prepared])
+        # `prepared` is held until the record committed (by its `Pending`, whose group may outlive this caller): a
+        # large payload's file, staged while it was hashed, is removed with its `PreparedPayload` (one dropped
+        # unrecorded leaves no file), and written again if so.
+        (seq,) = self._append([event], [(p.key, p.blob) for p in prepared], kept=prepared)
         log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
         return RecordedGeneration(seq, event)
 
@@ -351,7 +352,8 @@ class Journal:
             input_digest=input_digest, store_output=store_output, duration_s=duration_s, policy=policy, reason=reason,
             imported_from=imported_from, stage=stage, not_stored=not_stored)
         # `prepared` is held until the record committed (see `record`).
-        (seq,) = await self._appender.append_async(self._pending([event], [(p.key, p.blob) for p in prepared]))
+        (seq,) = await self._appender.append_async(self._pending([event], [(p.key, p.blob) for p in prepared],
+                                                                 kept=prepared))
         log.debug("generation_recorded", step=step, gen_index=gen_index, mode=mode, seq=seq, stored=store_output)
         return RecordedGeneration(seq, event)
 
@@ -503,14 +505,15 @@ class Journal:
         return self.session
 
     # -- writing -------------------------------------------------------------------------------
-    def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> List[int]:
+    def _append(self, events: List[Event], payloads: List[Tuple[bytes, Any]], kept: Sequence[Any] = ()) -> List[int]:
         """Append events (and the payload blobs they reference) durably; return their seqs. The appender
         commits them with the records of other threads (group commit); the payload store decides how
         (`PayloadStore.commit`): each payload is durable when its event commits."""
-        return self._appender.append(self._pending(events, payloads))
+        return self._appender.append(self._pending(events, payloads, kept))
 
-    def _pending(self, events: List[Event], payloads: List[Tuple[bytes, Any]]) -> Pending:
-        """The appender's record of `events` and their payloads: checked by the writer, encoded, sized."""
+    def _pending(self, events: List[Event], payloads: List[Tuple[bytes, Any]], kept: Sequence[Any] = ()) -> Pending:
+        """The appender's record of `events` and their payloads (`kept`: what owns their staged files): checked by
+        the writer, encoded, sized."""
         self._live()
         self._writer.before_append(events, self.session)
         encoded = [encode_event(e) for e in events]
@@ -518,7 +521,7 @@ class Journal:
             payloads = [(key, joined(blob)) for key, blob in payloads]
         # the map grows for what LMDB will hold
         needed = self._payloads.lmdb_bytes(payloads) + sum(len(b) for b in encoded)
-        return Pending(events, encoded, payloads, needed)
+        return Pending(events, encoded, payloads, needed, kept)
 
     def _project_in(self, txn: lmdb.Transaction[Any], events: List[Event], bodies: List[bytes]) -> List[int]:
         """A group's events appended and projected in its transaction (retention planned there too)."""

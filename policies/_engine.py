@@ -378,6 +378,11 @@ class Engine(ReplayChecks):
                 prepared_input = self.journal.prepare(input, store=store)
             except Exception as exc:
                 missed.append(("input", exc))
+        # A compressing journal packs a payload on its first use (`ref`): here, so that `acall` packs it in
+        # `run_blocking` with its encoding, not in the event loop that then awaits the record.
+        for prepared in (prepared_output, prepared_input if store else None):
+            if prepared is not None:
+                prepared.ref  # noqa: B018 (read to pack it now)
         said = [(what, _clipped(f"{type(exc).__name__}: {exc}")) for what, exc in missed]
         why = "; ".join(f"the {what} cannot be stored ({text})" for what, text in said)
         for what, text in said:

@@ -80,7 +80,9 @@ class FilePayloadStore(PayloadStoreBase):
     def __init__(self, folder: str, *, readonly: bool = False) -> None:
         self.folder = os.fspath(folder)
         self.readonly = readonly
-        self._staged: Dict[bytes, "StagedFile"] = {}  # digest -> a file written ahead of its `put` (`stage`)
+        # digest -> the files written ahead of its `put` (`stage`): one per caller that prepared it, as two callers
+        # may record the same payload and either may go before its commit (its file then goes with it).
+        self._staged: Dict[bytes, List["StagedFile"]] = {}  # guarded by `_STAGING`
         self._folders_made = False  # `_make_folders` ran in this object
 
     # Declared capabilities (`PayloadStore`): a blob's pieces are written as they are; `stage` writes a file
@@ -103,8 +105,8 @@ class FilePayloadStore(PayloadStoreBase):
         `digest`, durably; a stored copy that still matches `digest` is kept as it is."""
         self._refuse_if_readonly()
         path = self.path_of(digest)
-        staged = self._staged.pop(digest, None)
-        if staged is not None and staged.pid == os.getpid():  # a forked child writes its own
+        staged = self._take_staged(digest)
+        if staged is not None:
             staged.finish(path)
             return
         buffers = _buffers(blob)
@@ -140,10 +142,19 @@ class FilePayloadStore(PayloadStoreBase):
         return StagedFile(self, _buffers(blob))
 
     def discard_staged(self, digest: bytes) -> None:
-        """Remove the file staged for `digest`, if any (its record was refused before it was stored)."""
-        staged = self._staged.pop(digest, None)
+        """Remove a file staged for `digest`, if any (its record was refused before it was stored)."""
+        staged = self._take_staged(digest)
         if staged is not None:
-            staged.discard()
+            staged.remove()
+
+    def _take_staged(self, digest: bytes) -> Optional["StagedFile"]:
+        """A file this process staged for `digest`, now the caller's alone (its owner's `discard` leaves it)."""
+        with _STAGING:
+            files = self._staged.pop(digest, [])
+            mine = [f for f in files if f.pid == os.getpid()]  # a forked child writes its own
+            if len(mine) > 1:
+                self._staged[digest] = mine[1:]
+            return mine[0] if mine else None
 
     def partial_files(self) -> List[str]:
         """The files a write left in ``tmp/`` without renaming them (a crash cut it short), oldest first."""
@@ -350,8 +361,8 @@ class FilePayloadStore(PayloadStoreBase):
     def total_bytes(self, *, besides: Optional[bytes] = None) -> int:
         """The bytes of every payload file, and of what ``tmp/`` holds (a walk of the folder), but the file
         this process staged for the digest `besides` (the payload whose room is being asked for)."""
-        staged = self._staged.get(besides) if besides is not None else None
-        own = staged._tmp if staged is not None and staged.pid == os.getpid() else None
+        staged = self._staged.get(besides, []) if besides is not None else []
+        own = next((f._tmp for f in staged if f.pid == os.getpid()), None)
         total = 0
         for fan in [TMP_FOLDER, *self._fans()]:
             try:
@@ -409,6 +420,20 @@ class FilePayloadStore(PayloadStoreBase):
                     yield digest
 
 
+# Guards each store's staged files and which of `put` or `discard` has each file. Re-entrant: a collection inside
+# it may run a prepared payload's finalizer (`StagedFile.discard`) in the same thread. Renewed in a fork child (a
+# thread of the parent may have held it).
+_STAGING = threading.RLock()
+
+
+def _new_staging_lock() -> None:
+    global _STAGING
+    _STAGING = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_staging_lock)
+
+
 class StagedFile:
     """A payload file written on a thread of its own while its writer hashes the same bytes
     (`FilePayloadStore.stage`), then put in place by the `put` of its digest.
@@ -438,7 +463,8 @@ class StagedFile:
         """The bytes hash to `digest`: the `put` of that digest finishes this file; and when `owner`
         goes away first (never recorded), the file is removed."""
         self._digest = digest
-        self._store._staged[digest] = self
+        with _STAGING:
+            self._store._staged.setdefault(digest, []).append(self)
         weakref.finalize(owner, self.discard)
 
     def finish(self, path: str) -> None:
@@ -453,9 +479,20 @@ class StagedFile:
         """Wait for the write and remove the file (not recorded); a fork child leaves its parent's alone."""
         if os.getpid() != self.pid:
             return
+        digest = self._digest
+        if digest is not None:
+            with _STAGING:
+                files = self._store._staged.get(digest, [])
+                if self not in files:
+                    return  # a `put` took it (and puts it in place), or it went already
+                files.remove(self)
+                if not files:
+                    del self._store._staged[digest]
+        self.remove()
+
+    def remove(self) -> None:
+        """Wait for the write and remove the file (its caller took it from the staged files, or it never was)."""
         self._thread.join()
-        if self._digest is not None and self._store._staged.get(self._digest) is self:
-            del self._store._staged[self._digest]
         _remove_quietly(self._tmp)
 
 

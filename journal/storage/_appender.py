@@ -43,7 +43,7 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import lmdb
 
@@ -73,16 +73,16 @@ class Pending:
         bodies: their stored bytes (`encode_event`), encoded by the caller's thread.
         payloads: ``(digest, blob)`` of the payloads they name, for `PayloadStore.commit`.
         needed: the bytes the record puts in LMDB's pages (for the map's growth).
+        kept: what owns the payloads' files staged while hashed (`PreparedPayload`s): held with the record, so a
+            caller gone meanwhile (a cancelled coroutine, an interrupt) leaves them to the commit that takes it.
     """
 
-    __slots__ = ("events", "bodies", "payloads", "needed", "seqs", "error", "alone", "leads", "tentative", "future",
-                 "awaited", "thread_leads", "lead_error")
+    __slots__ = ("events", "bodies", "payloads", "needed", "kept", "seqs", "error", "alone", "leads", "tentative",
+                 "future", "awaited", "thread_leads", "lead_error")
 
-    def __init__(self, events: List[Any], bodies: List[bytes], payloads: List[Tuple[bytes, Any]], needed: int) -> None:
-        self.events = events
-        self.bodies = bodies
-        self.payloads = payloads
-        self.needed = needed
+    def __init__(self, events: List[Any], bodies: List[bytes], payloads: List[Tuple[bytes, Any]], needed: int,
+                 kept: Sequence[Any] = ()) -> None:
+        self.events, self.bodies, self.payloads, self.needed, self.kept = events, bodies, payloads, needed, kept
         self.seqs: Optional[List[int]] = None  # committed: the seqs its events took (never written again)
         self.error: Optional[BaseException] = None  # not written: what its caller raises
         self.alone = False  # its group's commit failed before writing it: its caller commits it alone

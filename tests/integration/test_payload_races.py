@@ -313,7 +313,8 @@ def test_a_size_that_is_not_one_is_refused_in_one_line(tmp_path, name, size):
 
 def _staged_written(journal: Journal, prepared) -> None:
     """Wait until the file staged for `prepared` is written whole (its thread is done)."""
-    appender_of(journal).local.files._staged[prepared.key]._thread.join()
+    for staged in appender_of(journal).local.files._staged[prepared.key]:
+        staged._thread.join()
 
 
 # -- compact --to ------------------------------------------------------------------------------------
