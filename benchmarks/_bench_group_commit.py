@@ -96,14 +96,14 @@ def _coroutines(journal: Any, text: str, callers: int, per_caller: int, latencie
     async def search(query: str) -> str:
         return text
 
-    tool = journaled_tool(search, journal, "search", "dump")
+    tool = journaled_tool(search, journal, "search", "dump") if via == "atool" else None
 
     async def caller(c: int) -> None:
         own = latencies[c]
         for i in range(per_caller):
             index = c * per_caller + i
             began = time.perf_counter()
-            if via == "atool":
+            if tool is not None:
                 await tool.at(step=1, sample=index, turn=0)(query=f"q{index}")
             else:
                 await journal.arecord(1, {"text": text}, gen_index=index, stage="tool.search")

@@ -463,8 +463,8 @@ class Engine(ReplayChecks):
                 if inspect.isawaitable(result):
                     result = await result
             elif isinstance(effect, _Finish):
-                result = await effect.engine._afinish(effect.call, effect.output, effect.input, effect.duration_s,
-                                                      hooks.run_blocking)
+                result = await self._afinish(effect.call, effect.output, effect.input, effect.duration_s,
+                                             hooks.run_blocking)
             else:
                 result = await hooks.run_blocking(effect)
             try:
